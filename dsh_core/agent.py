@@ -1,0 +1,497 @@
+"""The agent loop: inbox, turns, tool dispatch, committed events, cancel, quiescence, dispose.
+
+An agent is pinned to one cwd and one exact route. ``submit`` publishes a durable
+``user/message`` and queues it; a driver task (owned by the host's task group)
+claims the whole inbox as one turn and runs steps — model call, then the tool
+calls it asked for, then the next model call — until a step asks for no tool.
+
+Only *committed* things are events: an assistant message is committed when its
+model call finishes (or, interrupted, when the call is cancelled with text
+already produced); a failed or retried attempt leaves no ``assistant/message``.
+History sent to the model is append-only, so provider prefix caches keep hitting.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .errors import AgentDisposed, ModelError, ToolError
+from .types import (
+    AgentError,
+    ApprovalOutcome,
+    ApprovalRequest,
+    AssistantMessage,
+    AssistantMessageEvent,
+    ContentBlock,
+    DurableEvent,
+    Event,
+    Finish,
+    ImageBlock,
+    ImageDelta,
+    InboxClaimed,
+    InboxDropped,
+    ModelInfo,
+    ModelRequest,
+    ReasoningBlock,
+    ReasoningDelta,
+    RequestHeader,
+    RetryEvent,
+    SessionHeader,
+    TextBlock,
+    TextDelta,
+    ToolCallBlock,
+    ToolCallDelta,
+    ToolCallEvent,
+    ToolOutput,
+    ToolResultEvent,
+    ToolResultMessage,
+    TurnEnd,
+    TurnStart,
+    Usage,
+    UsageDelta,
+    UserMessage,
+    UserMessageEvent,
+    now,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .host import Host
+    from .protocols import ModelProvider, SessionLog, Tool
+
+Observer = Callable[["Agent", DurableEvent], None]
+
+
+def new_id(prefix: str = "") -> str:
+    """An unguessable id (128 bits from the OS CSPRNG)."""
+    return prefix + secrets.token_hex(16)
+
+
+@dataclass(kw_only=True)
+class AgentSpec:
+    """What a new agent is pinned to."""
+
+    cwd: str
+    provider: str
+    model: str
+    session_id: str = field(default_factory=new_id)
+    parent: "Agent | None" = None
+    origin: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def depth(self) -> int:
+        return 0 if self.parent is None else self.parent.spec.depth + 1
+
+
+@dataclass(kw_only=True)
+class ToolContext:
+    """What a tool executor may use. ``agent`` is the exact calling agent."""
+
+    agent: "Agent"
+    call_id: str
+    tool_name: str
+    turn: int
+    step: int
+
+    @property
+    def cwd(self) -> str:
+        return self.agent.cwd
+
+    @property
+    def session_id(self) -> str:
+        return self.agent.session_id
+
+    @property
+    def host(self) -> "Host":
+        return self.agent.host
+
+    @property
+    def route(self) -> ModelInfo:
+        return self.agent.route
+
+    def emit(self, event: Event) -> None:
+        self.agent.emit(event)
+
+    async def approve(self, reason: str) -> ApprovalOutcome:
+        """Ask the approval seam (one-shot). Returns the outcome; nothing is remembered."""
+        req = ApprovalRequest(agent=self.agent, tool_name=self.tool_name, call_id=self.call_id, reason=reason)
+        return await self.host.approvals.request(req)
+
+
+class _TurnFailed(Exception):
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class _Partial:
+    """Accumulates one model call's deltas into content blocks in arrival order."""
+
+    def __init__(self) -> None:
+        self.blocks: list[Any] = []  # TextBlock-ish accumulators and tool slots
+        self.tool_slots: dict[int, dict[str, Any]] = {}
+        self.usage: Usage | None = None
+        self.finish: str | None = None
+
+    def apply(self, d: Any) -> None:
+        if isinstance(d, TextDelta):
+            if self.blocks and isinstance(self.blocks[-1], list) and self.blocks[-1][0] == "text":
+                self.blocks[-1][1].append(d.text)
+            else:
+                self.blocks.append(["text", [d.text]])
+        elif isinstance(d, ReasoningDelta):
+            if self.blocks and isinstance(self.blocks[-1], list) and self.blocks[-1][0] == "reasoning":
+                self.blocks[-1][1].append(d.text)
+            else:
+                self.blocks.append(["reasoning", [d.text]])
+        elif isinstance(d, ToolCallDelta):
+            slot = self.tool_slots.get(d.index)
+            if slot is None:
+                slot = self.tool_slots[d.index] = {"id": d.id or "", "name": d.name or "", "args": []}
+                self.blocks.append(slot)
+            if d.id:
+                slot["id"] = d.id
+            if d.name:
+                slot["name"] = d.name
+            if d.arguments:
+                slot["args"].append(d.arguments)
+        elif isinstance(d, ImageDelta):
+            self.blocks.append(d.image)
+        elif isinstance(d, UsageDelta):
+            self.usage = d.usage
+        elif isinstance(d, Finish):
+            self.finish = d.reason
+
+    def content(self, *, keep_tools: bool) -> list[ContentBlock]:
+        out: list[ContentBlock] = []
+        for b in self.blocks:
+            if isinstance(b, list):
+                text = "".join(b[1])
+                out.append(TextBlock(text=text) if b[0] == "text" else ReasoningBlock(text=text))
+            elif isinstance(b, dict):
+                if keep_tools:
+                    out.append(ToolCallBlock(id=b["id"] or new_id("call_"), name=b["name"], arguments="".join(b["args"])))
+            elif isinstance(b, ImageBlock):
+                out.append(b)
+        return out
+
+    @property
+    def has_visible(self) -> bool:
+        return any(
+            (isinstance(b, list) and b[0] == "text" and "".join(b[1])) or isinstance(b, ImageBlock) for b in self.blocks
+        )
+
+
+class Agent:
+    """The spine's agent. Front doors use only the ``protocols.Agent`` surface."""
+
+    def __init__(self, spec: AgentSpec, host: "Host") -> None:
+        self.spec = spec
+        self.host = host
+        self.session_id = spec.session_id
+        self.cwd = spec.cwd
+        self.provider: ModelProvider = host.provider(spec.provider)
+        self.route: ModelInfo = self.provider.resolve(spec.model)
+        self.tools: dict[str, Tool] = dict(host.tools)
+        self.system: str = host.system_prompt(spec)
+        self.header = SessionHeader(
+            id=spec.session_id,
+            cwd=spec.cwd,
+            provider=spec.provider,
+            model=spec.model,
+            parent_session=spec.parent.session_id if spec.parent else None,
+            delegation_depth=spec.depth,
+            origin=spec.origin,
+        )
+        self.log: SessionLog = host.session_store.open(self.header)
+        self.children: list[Agent] = []
+        self._observers: list[Observer] = []
+        self._seq = 0
+        self._turn = 0
+        self._inbox: list[UserMessage] = []
+        self._history: list[UserMessage | AssistantMessage | ToolResultMessage] = []
+        self._busy = False
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._scope: anyio.CancelScope | None = None
+        self._abort_kind: str | None = None
+        self._disposed = False
+        self._header_sent = False
+        if spec.parent is not None:
+            spec.parent.children.append(self)
+
+    # ------------------------------------------------------------------ events
+
+    def subscribe(self, observer: Observer) -> Callable[[], None]:
+        """Call ``observer(agent, event)`` synchronously for each durable event, in order."""
+        self._observers.append(observer)
+
+        def unsubscribe() -> None:
+            if observer in self._observers:
+                self._observers.remove(observer)
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> None:
+        self._seq += 1
+        event.seq = self._seq
+        event.time = now()
+        self.log.append(event)  # type: ignore[arg-type]
+        for obs in list(self._observers):
+            try:
+                obs(self, event)  # type: ignore[arg-type]
+            except Exception as exc:  # an observer must not break the loop
+                print(f"dsh: session observer failed: {exc!r}", file=sys.stderr)
+        self.host.observe(self, event)
+
+    # ------------------------------------------------------------------ public surface
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    @property
+    def disposed(self) -> bool:
+        return self._disposed
+
+    def set_route(self, model: str) -> None:
+        """Switch the exact model of this session (the next request uses it)."""
+        self.route = self.provider.resolve(model)
+        self._header_sent = False
+
+    def submit(self, message: UserMessage) -> None:
+        """Publish ``user/message`` and queue it for the next turn. Never blocks."""
+        if self._disposed:
+            raise AgentDisposed(f"agent {self.session_id} was disposed")
+        self.emit(UserMessageEvent(message=message))
+        self._inbox.append(message)
+        if not self._busy:
+            self._busy = True
+            self._idle = anyio.Event()
+            self.host.task_group.start_soon(self._drive, name=f"agent {self.session_id[:8]}")
+
+    def cancel(self, kind: str = "user") -> None:
+        """Abort the running turn and drop unclaimed messages. Idempotent; returns at once."""
+        if self._inbox:
+            dropped = [m.id for m in self._inbox]
+            self._inbox.clear()
+            self.emit(InboxDropped(message_ids=dropped, reason=kind))
+        if self._scope is not None and not self._scope.cancel_called:
+            self._abort_kind = kind
+            self._scope.cancel()
+
+    async def wait_idle(self) -> None:
+        """Return when no turn runs and the inbox is empty (quiescence)."""
+        while self._busy:
+            await self._idle.wait()
+
+    async def dispose(self) -> None:
+        """Cancel, wait for quiescence, dispose children (child first), close the log."""
+        if self._disposed:
+            await self.wait_idle()
+            return
+        self._disposed = True
+        self.cancel("disposed")
+        await self.wait_idle()
+        errors: list[BaseException] = []
+        for child in list(reversed(self.children)):
+            try:
+                await child.dispose()
+            except Exception as exc:
+                errors.append(exc)
+        with anyio.CancelScope(shield=True):
+            await self.log.close()
+        if self.spec.parent is not None and self in self.spec.parent.children:
+            self.spec.parent.children.remove(self)
+        if errors:
+            raise ExceptionGroup(f"disposing children of {self.session_id} failed", errors)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _drive(self) -> None:
+        try:
+            while self._inbox and not self._disposed:
+                await self._run_turn()
+        finally:
+            self._busy = False
+            self._idle.set()
+
+    async def _run_turn(self) -> None:
+        self._turn += 1
+        turn = self._turn
+        claimed, self._inbox = self._inbox, []
+        self.emit(InboxClaimed(turn=turn, message_ids=[m.id for m in claimed]))
+        self._history.extend(claimed)
+        self.emit(TurnStart(turn=turn))
+        self._abort_kind = None
+        reason, error, code = "completed", None, None
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            try:
+                reason = await self._turn_body(turn)
+            except _TurnFailed as exc:
+                reason, error, code = "error", exc.message, exc.code
+        self._scope = None
+        if scope.cancelled_caught or (scope.cancel_called and reason == "completed"):
+            reason = "aborted"
+        if reason == "error":
+            self.emit(AgentError(turn=turn, message=error or "unknown error", code=code or ""))
+        self.emit(
+            TurnEnd(
+                turn=turn,
+                reason=reason,  # type: ignore[arg-type]
+                abort_kind=(self._abort_kind or "user") if reason == "aborted" else None,
+                error=error,
+                code=code,
+            )
+        )
+
+    def _request(self) -> ModelRequest:
+        tools = [t.spec for t in self.tools.values()] if self.route.tools else []
+        if not self._header_sent:
+            self._header_sent = True
+            self.emit(
+                RequestHeader(
+                    provider=self.route.provider,
+                    model=self.route.model,
+                    system=self.system,
+                    tools=[{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools],
+                )
+            )
+        return ModelRequest(
+            route=self.route,
+            system=self.system,
+            messages=list(self._history),
+            tools=tools,
+            session_id=self.session_id,
+        )
+
+    async def _turn_body(self, turn: int) -> str:
+        step = 0
+        while True:
+            step += 1
+            partial = await self._call_model(turn, step)
+            truncated = partial.finish == "max-tokens"
+            content = partial.content(keep_tools=not truncated)
+            message = AssistantMessage(
+                id=new_id("msg_"), content=content, provider=self.route.provider, model=self.route.model
+            )
+            calls = [b for b in content if isinstance(b, ToolCallBlock)]
+            self._history.append(message)
+            self.emit(
+                AssistantMessageEvent(
+                    turn=turn,
+                    step=step,
+                    message=message,
+                    usage=partial.usage,
+                    finish=partial.finish or ("tool-calls" if calls else "stop"),
+                )
+            )
+            if truncated:
+                return "max-tokens"
+            if not calls:
+                return "completed"
+            await self._run_tools(turn, step, calls)
+
+    async def _call_model(self, turn: int, step: int) -> _Partial:
+        policy = self.provider.retry_policy
+        attempt = 0
+        while True:
+            request = self._request()
+            partial = _Partial()
+            try:
+                async for delta in self.provider.stream(request):
+                    partial.apply(delta)
+                return partial
+            except ModelError as exc:
+                if not exc.retryable or attempt >= policy.max_retries:
+                    suffix = f" (after {attempt} retries)" if attempt else ""
+                    raise _TurnFailed(exc.message + suffix, exc.code) from exc
+                attempt += 1
+                delay = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
+                delay *= 1 + random.uniform(-policy.jitter, policy.jitter)
+                if exc.retry_after is not None and 0 <= exc.retry_after <= policy.max_delay:
+                    delay = exc.retry_after
+                self.emit(
+                    RetryEvent(
+                        turn=turn,
+                        step=step,
+                        provider=self.route.provider,
+                        model=self.route.model,
+                        retry=attempt,
+                        max_retries=policy.max_retries,
+                        delay_ms=int(delay * 1000),
+                        failure=exc.message,
+                        code=exc.code,
+                    )
+                )
+                await anyio.sleep(delay)
+            except anyio.get_cancelled_exc_class():
+                if partial.has_visible:
+                    message = AssistantMessage(
+                        id=new_id("msg_"),
+                        content=partial.content(keep_tools=False),
+                        provider=self.route.provider,
+                        model=self.route.model,
+                    )
+                    self._history.append(message)
+                    self.emit(
+                        AssistantMessageEvent(
+                            turn=turn, step=step, message=message, usage=partial.usage, finish="aborted", interrupted=True
+                        )
+                    )
+                raise
+
+    async def _run_tools(self, turn: int, step: int, calls: list[ToolCallBlock]) -> None:
+        results: list[ToolOutput | None] = [None] * len(calls)
+        for call in calls:
+            self.emit(ToolCallEvent(turn=turn, step=step, call_id=call.id, name=call.name, arguments=call.arguments))
+
+        async def run_one(i: int, call: ToolCallBlock) -> None:
+            results[i] = await self._run_tool(turn, step, call)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for i, call in enumerate(calls):
+                    tg.start_soon(run_one, i, call)
+        finally:
+            # Every call gets a result, so the history stays a valid conversation.
+            for i, call in enumerate(calls):
+                out = results[i] or ToolOutput.text("Error: tool call aborted", is_error=True, code="ABORTED")
+                result = ToolResultMessage(call_id=call.id, name=call.name, content=out.content, is_error=out.is_error)
+                self._history.append(result)
+                self.emit(ToolResultEvent(turn=turn, step=step, result=result, code=out.code))
+
+    async def _run_tool(self, turn: int, step: int, call: ToolCallBlock) -> ToolOutput:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(self.tools) or "none"
+            return ToolOutput.text(
+                f"Error: unknown tool {call.name!r}. Available tools: {known}.", is_error=True, code="UNKNOWN_TOOL"
+            )
+        try:
+            args = json.loads(call.arguments) if call.arguments.strip() else {}
+            if not isinstance(args, dict):
+                raise ValueError("arguments must be a JSON object")
+        except ValueError as exc:
+            return ToolOutput.text(
+                f"Error: the arguments of {call.name} are not a JSON object ({exc}). Call it again with valid JSON.",
+                is_error=True,
+                code="INVALID_ARGUMENTS",
+            )
+        ctx = ToolContext(agent=self, call_id=call.id, tool_name=call.name, turn=turn, step=step)
+        try:
+            return await tool.run(args, ctx)
+        except ToolError as exc:
+            return ToolOutput.text(f"Error: {exc.message}", is_error=True, code=exc.code)
+        except Exception as exc:
+            return ToolOutput.text(f"Error: tool {call.name} crashed: {exc!r}", is_error=True, code="TOOL_CRASHED")

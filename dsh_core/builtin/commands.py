@@ -1,0 +1,105 @@
+"""The spine's own subcommands: run, plugins, examples."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from typing import TYPE_CHECKING
+
+from ..host import hookimpl
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..cli import CommandRegistry
+
+NAMES = frozenset({"run", "plugins", "examples"})
+
+
+def _setup_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--example", "-e", default="acp-agent", help="example to serve (default: acp-agent)")
+    p.add_argument("--provider", help="model provider of the exact route (env DSH_PROVIDER)")
+    p.add_argument("--model", help="model id of the exact route (env DSH_MODEL); for scripted: a script path")
+
+
+def _run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..compose import load_composition
+    from ..errors import CompositionError
+    from ..host import open_host
+    from ..stdio import claim_stdio
+
+    claim_stdio()  # before any plugin is imported: nothing may reach the protocol fd but frames
+    composition = load_composition(args.example)
+
+    async def serve() -> None:
+        async with open_host(composition, provider=args.provider, model=args.model) as host:
+            host.check_route()
+            name = composition.front_door
+            door = host.front_doors.get(name or "")
+            if door is None:
+                known = ", ".join(host.front_doors) or "none"
+                raise CompositionError(
+                    f"example {composition.name!r} asks for front door {name!r}, which no mounted plugin "
+                    f"provides (front doors: {known})"
+                )
+            await door.serve(host)
+
+    anyio.run(serve)
+    return 0
+
+
+def _setup_plugins(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--example", "-e", default="acp-agent", help="example whose composition to print")
+
+
+def _plugins(args: argparse.Namespace) -> int:
+    from ..compose import load_composition
+    from ..host import load_plugins, make_plugin_manager
+
+    composition = load_composition(args.example)
+    pm = make_plugin_manager()
+    loaded = load_plugins(pm, composition)
+    rows = []
+    for name, plugin in pm.list_name_plugin():
+        ep = loaded.get(name)
+        dist = ep.dist if ep is not None else None
+        rows.append(
+            {
+                "name": name,
+                "distribution": dist.name if dist else "dsh",
+                "version": dist.version if dist else _own_version(),
+                "hooks": sorted(h.name for h in (pm.get_hookcallers(plugin) or [])),
+                "builtin": ep is None,
+            }
+        )
+    print(json.dumps({"example": composition.name, "plugins": rows}, indent=2))
+    return 0
+
+
+def _own_version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _examples(args: argparse.Namespace) -> int:
+    from ..compose import available_examples, load_composition
+
+    for name, path in available_examples().items():
+        comp = load_composition(str(path))
+        print(f"{name:<16} {comp.description}  [{', '.join(comp.plugins)}]")
+    return 0
+
+
+@hookimpl(trylast=True)
+def dsh_register_commands(commands: "CommandRegistry") -> None:
+    commands.add(
+        "run",
+        help="serve an example's front door (ACP over stdio for acp-agent)",
+        description="Serve an example's front door. stdout carries protocol frames only; diagnostics go to stderr.",
+        setup=_setup_run,
+        run=_run,
+    )
+    commands.add("plugins", help="print the plugins an example loads, as JSON", setup=_setup_plugins, run=_plugins)
+    commands.add("examples", help="list the available examples", setup=lambda p: None, run=_examples)

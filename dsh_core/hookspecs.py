@@ -1,0 +1,159 @@
+"""THE contract between the dsh spine and its plugins.
+
+Every ``dsh_*`` hook is declared here, and nowhere else. Each docstring says who
+calls the hook, when, and what a return value means (a test fails on an
+undocumented hook). Hooks are synchronous and return promptly: *hooks decide,
+objects act*. I/O lives in async methods of the objects hooks return, run inside
+the host's anyio task group. An ``async def`` hookimpl is rejected at registration.
+
+Call shapes follow the names: ``register_*`` collects (every plugin may add),
+``*_store`` / ``make_*`` pick one (firstresult), ``check_*`` is a verdict where
+None means "no opinion", ``*_event`` observes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Literal
+
+import pluggy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .agent import Agent, AgentSpec
+    from .cli import CommandRegistry
+    from .host import Host
+    from .protocols import AttachmentStore, FrontDoor, ModelProvider, SessionStore, Tool
+    from .types import ApprovalRequest, DurableEvent
+
+hookspec = pluggy.HookspecMarker("dsh")
+
+
+@hookspec(historic=True)
+def dsh_addhooks(pluginmanager: pluggy.PluginManager) -> None:
+    """Publish a plugin's own hookspecs.
+
+    Called by the host once per plugin as it is registered (historic: late plugins
+    see it too). Call ``pluginmanager.add_hookspecs(module)``. Return value ignored.
+    """
+
+
+@hookspec(historic=True)
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+    """Receive and validate configuration.
+
+    Called by the host once after composition, before any other hook that uses
+    config. ``config`` maps each plugin's name to its table from the example's
+    manifest (``[config.<plugin>]``), merged with CLI/env overrides. A plugin reads
+    only its own key and raises ``dsh_core.ConfigError`` naming the key and the fix.
+    Return value ignored.
+    """
+
+
+@hookspec
+def dsh_register_commands(commands: "CommandRegistry") -> None:
+    """Add ``dsh <sub>`` subcommands.
+
+    Called by the CLI while it builds its argument parser, on a plugin manager that
+    holds the spine's builtins and every installed dsh plugin (commands are
+    discoverable without an example). Call ``commands.add(name, help=…, setup=…,
+    run=…)``; ``run(args) -> int`` is the exit code. Return value ignored.
+    """
+
+
+@hookspec
+def dsh_register_front_doors(register: Callable[["FrontDoor"], None]) -> None:
+    """Offer front doors by name (``acp-stdio``, ``stream-json``…).
+
+    Called once by the host at start-up. Call ``register(door)`` for each door; the
+    example's ``front-door`` key picks one. Return value ignored.
+    """
+
+
+@hookspec
+def dsh_register_models(register: Callable[["ModelProvider"], None]) -> None:
+    """Offer model providers.
+
+    Called once by the host at start-up. Call ``register(provider)``; its ``name``
+    is the route's provider part and ``resolve(model)`` declares per-model
+    capabilities. Two providers with one name are an error. Return value ignored.
+    """
+
+
+@hookspec
+def dsh_register_tools(register: Callable[["Tool"], None]) -> None:
+    """Offer tools to every agent of this host.
+
+    Called once by the host at start-up. Call ``register(tool)``; tool names are
+    unique, and the model sees them in registration order (stable, for prefix
+    caching). Return value ignored.
+    """
+
+
+@hookspec
+def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str | None:
+    """Contribute a section of an agent's system prompt.
+
+    Called by the agent service once when it creates an agent. Return a string
+    (a section) or None. The spine's base section comes first, then the plugins'
+    sections in registration order. The result is stable for the session's
+    life, so the provider's prefix cache keeps hitting.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_make_agent(spec: "AgentSpec", host: "Host") -> "Agent | None":
+    """Build the agent for a new session.
+
+    Called by ``Host.create_agent``. The first non-None result wins; the spine's
+    default (trylast) builds ``dsh_core.agent.Agent``. A wrapper (``hookwrapper``/
+    ``wrapper=True``) may decorate the result.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_session_store(host: "Host") -> "SessionStore | None":
+    """Pick the durable session store.
+
+    Called once by the host at start-up. First non-None wins; the spine's default
+    (trylast) keeps logs in memory only.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_attachment_store(host: "Host") -> "AttachmentStore | None":
+    """Pick the content-addressed attachment store.
+
+    Called once by the host at start-up. First non-None wins; the default is None:
+    no store, so nothing claims image support.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_check_approval(
+    request: "ApprovalRequest",
+) -> Literal["allow", "deny", "ask"] | None:
+    """Give a policy verdict on an approval request before anyone is asked.
+
+    Called by the approval service for every request. ``"allow"``/``"deny"`` decide
+    at once (one-shot, nothing remembered); ``"ask"`` or None (no opinion) go on to
+    the answerers (front doors), tried newest first; none answering → unavailable.
+    """
+
+
+@hookspec
+def dsh_session_event(session: "Agent", event: "DurableEvent") -> None:
+    """Observe every durable event, after it is appended to the session log.
+
+    Called synchronously by the agent for each event, in order. Must not block or
+    raise (an exception is logged to stderr and swallowed). Return value ignored.
+    """
+
+
+@hookspec
+def dsh_lifespan(host: "Host") -> "AbstractAsyncContextManager[Any] | None":
+    """Provide an async context manager that lives as long as the host.
+
+    Called once by the host at start-up. Managers are entered in call order inside
+    the host's task group and exited in reverse. Return None for nothing.
+    """

@@ -1,0 +1,267 @@
+"""The host: one PluginManager for one composition, its registries, lifespan and task group."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pluggy
+
+from . import hookspecs
+from .agent import Agent, AgentSpec, new_id
+from .compose import Composition
+from .errors import CompositionError, DshError, RouteError
+from .protocols import Answerer, AttachmentStore, FrontDoor, ModelProvider, SessionStore, Tool
+from .types import ApprovalAsked, ApprovalDecided, ApprovalOutcome, ApprovalRequest, DurableEvent
+
+hookimpl = pluggy.HookimplMarker("dsh")
+PROJECT = "dsh"
+ENTRY_POINT_GROUP = "dsh"
+
+
+def installed_plugins() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def install_hint(name: str) -> str:
+    source = Path(__file__).resolve().parent.parent / "plugins" / name
+    if source.is_dir():
+        return f"python3 -m pip install -e {source}"
+    return f"python3 -m pip install dsh-{name}"
+
+
+def register_plugin(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
+    """Register with the house checks: no ``async def`` hookimpl (hooks decide, objects act)."""
+    for attr in dir(plugin):
+        if attr.startswith("dsh_"):
+            fn = getattr(plugin, attr)
+            if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+                raise CompositionError(
+                    f"plugin {name!r}: hook {attr} is `async def`; hooks must be synchronous and return an "
+                    "object whose async methods do the I/O (DESIGN.md house rule 3)"
+                )
+    pm.register(plugin, name=name)
+
+
+def make_plugin_manager(*, trace: bool | None = None) -> pluggy.PluginManager:
+    """A fresh manager holding the spec and the spine's builtin plugins."""
+    from .builtin import BUILTINS
+
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for name, plugin in BUILTINS:
+        register_plugin(pm, plugin, name)
+    if trace if trace is not None else os.environ.get("DSH_TRACE_PLUGINS") == "1":
+        pm.trace.root.setwriter(lambda s: sys.stderr.write(s))
+        pm.enable_tracing()
+    return pm
+
+
+def load_plugins(pm: pluggy.PluginManager, composition: Composition) -> dict[str, EntryPoint]:
+    """Load exactly the plugins the example lists, then ``check_pending``. Returns name → entry point."""
+    available = installed_plugins()
+    loaded: dict[str, EntryPoint] = {}
+    for name in composition.plugins:
+        if pm.get_plugin(name) is not None:
+            continue  # already registered by the caller (tests inject throwaway plugins by name)
+        ep = available.get(name)
+        if ep is None:
+            raise CompositionError(
+                f"example {composition.name!r} needs plugin {name!r}, which is not installed; "
+                f"install it with: {install_hint(name)}"
+            )
+        try:
+            module = ep.load()
+        except Exception as exc:
+            raise CompositionError(f"example {composition.name!r}: plugin {name!r} failed to import: {exc!r}") from exc
+        register_plugin(pm, module, name)
+        loaded[name] = ep
+    pm.hook.dsh_addhooks.call_historic(kwargs={"pluginmanager": pm})
+    pm.check_pending()
+    return loaded
+
+
+class ApprovalService:
+    """The approval seam: policy verdict first, then answerers newest-first; one-shot."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self._pm = pm
+        self._answerers: list[Answerer] = []
+
+    def add_answerer(self, answerer: Answerer) -> Callable[[], None]:
+        self._answerers.append(answerer)
+
+        def remove() -> None:
+            if answerer in self._answerers:
+                self._answerers.remove(answerer)
+
+        return remove
+
+    async def request(self, req: ApprovalRequest) -> ApprovalOutcome:
+        agent: Agent = req.agent
+        req.id = req.id or new_id("appr_")
+        agent.emit(ApprovalAsked(id=req.id, tool_name=req.tool_name, call_id=req.call_id, reason=req.reason))
+        outcome: ApprovalOutcome = "unavailable"
+        answered_by: str | None = None
+        try:
+            verdict = self._pm.hook.dsh_check_approval(request=req)
+            if verdict == "allow":
+                outcome, answered_by = "allowed-once", "policy"
+            elif verdict == "deny":
+                outcome, answered_by = "rejected", "policy"
+            else:
+                for answerer in reversed(list(self._answerers)):
+                    answer = await answerer.answer(req)
+                    if answer is not None:
+                        outcome, answered_by = answer, type(answerer).__name__
+                        break
+        except anyio.get_cancelled_exc_class():
+            agent.emit(ApprovalDecided(id=req.id, outcome="cancelled", answered_by=answered_by))
+            raise
+        except Exception as exc:  # an answerer that fails closes the gate
+            print(f"dsh: approval answerer failed: {exc!r}", file=sys.stderr)
+            outcome = "unavailable"
+        agent.emit(ApprovalDecided(id=req.id, outcome=outcome, answered_by=answered_by))
+        return outcome
+
+
+class Host:
+    """Everything one composition provides, plus the task group that owns every task."""
+
+    def __init__(
+        self,
+        pm: pluggy.PluginManager,
+        composition: Composition,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.pm = pm
+        self.composition = composition
+        self.default_provider = provider or os.environ.get("DSH_PROVIDER") or composition.provider
+        self.default_model = model or os.environ.get("DSH_MODEL") or composition.model
+        self.config: dict[str, dict[str, Any]] = {k: dict(v) for k, v in composition.config.items()}
+        self.models: dict[str, ModelProvider] = {}
+        self.tools: dict[str, Tool] = {}
+        self.front_doors: dict[str, FrontDoor] = {}
+        self.approvals = ApprovalService(pm)
+        self.agents: set[Agent] = set()
+        self._task_group: anyio.abc.TaskGroup | None = None
+        pm.hook.dsh_configure.call_historic(kwargs={"config": self.config, "host": self})
+        pm.hook.dsh_register_models(register=self._add_model)
+        pm.hook.dsh_register_tools(register=self._add_tool)
+        pm.hook.dsh_register_front_doors(register=self._add_door)
+        self.session_store: SessionStore = pm.hook.dsh_session_store(host=self)
+        self.attachment_store: AttachmentStore | None = pm.hook.dsh_attachment_store(host=self)
+
+    # ------------------------------------------------------------------ registries
+
+    def _add_model(self, provider: ModelProvider) -> None:
+        if provider.name in self.models:
+            raise CompositionError(f"two plugins register the model provider {provider.name!r}")
+        self.models[provider.name] = provider
+
+    def _add_tool(self, tool: Tool) -> None:
+        if tool.spec.name in self.tools:
+            raise CompositionError(f"two plugins register the tool {tool.spec.name!r}")
+        self.tools[tool.spec.name] = tool
+
+    def _add_door(self, door: FrontDoor) -> None:
+        self.front_doors[door.name] = door
+
+    def provider(self, name: str) -> ModelProvider:
+        try:
+            return self.models[name]
+        except KeyError:
+            known = ", ".join(self.models) or "none"
+            raise RouteError(
+                f"no model provider {name!r} in example {self.composition.name!r} (providers: {known})"
+            ) from None
+
+    def check_route(self, provider: str | None = None, model: str | None = None) -> tuple[str, str]:
+        """The exact default route, resolved now so start-up fails early with the way out."""
+        provider = provider or self.default_provider
+        model = model or self.default_model
+        if not provider or not model:
+            raise RouteError(
+                "no model route: pass --provider and --model (or DSH_PROVIDER/DSH_MODEL); keyless demo: "
+                "--provider scripted --model examples/acp-agent/demo.json"
+            )
+        self.provider(provider).resolve(model)
+        return provider, model
+
+    def system_prompt(self, spec: AgentSpec) -> str:
+        # pluggy calls trylast builtins last; reverse so the spine's base section leads.
+        sections = [s for s in reversed(self.pm.hook.dsh_system_prompt(spec=spec, host=self)) if s]
+        return "\n\n".join(sections)
+
+    def observe(self, agent: Agent, event: DurableEvent) -> None:
+        try:
+            self.pm.hook.dsh_session_event(session=agent, event=event)
+        except Exception as exc:
+            print(f"dsh: dsh_session_event observer failed: {exc!r}", file=sys.stderr)
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup:
+        if self._task_group is None:
+            raise DshError("the host is not running (use `async with open_host(...)`)")
+        return self._task_group
+
+    # ------------------------------------------------------------------ agents
+
+    def create_agent(self, spec: AgentSpec) -> Agent:
+        agent = self.pm.hook.dsh_make_agent(spec=spec, host=self)
+        self.agents.add(agent)
+        return agent
+
+    def forget(self, agent: Agent) -> None:
+        self.agents.discard(agent)
+
+    async def dispose_agents(self) -> None:
+        errors: list[BaseException] = []
+
+        async def one(agent: Agent) -> None:
+            try:
+                await agent.dispose()
+            except Exception as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for agent in [a for a in self.agents if a.spec.parent is None]:
+                tg.start_soon(one, agent)
+        self.agents.clear()
+        if errors:
+            raise ExceptionGroup("disposing agents failed", errors)
+
+
+@asynccontextmanager
+async def open_host(
+    composition: Composition,
+    *,
+    provider: str | None = None,
+    model: str | None = None,
+    pm: pluggy.PluginManager | None = None,
+) -> AsyncIterator[Host]:
+    """Compose, configure and run a host; on exit dispose every agent, then the lifespans."""
+    pm = pm or make_plugin_manager()
+    load_plugins(pm, composition)
+    host = Host(pm, composition, provider=provider, model=model)
+    async with anyio.create_task_group() as tg:
+        host._task_group = tg
+        async with AsyncExitStack() as stack:
+            for cm in pm.hook.dsh_lifespan(host=host):
+                if cm is not None:
+                    await stack.enter_async_context(cm)
+            try:
+                yield host
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await host.dispose_agents()
+        tg.cancel_scope.cancel()

@@ -1,0 +1,123 @@
+"""The seams of the spine as ``typing.Protocol`` classes.
+
+Plugins return objects that satisfy these from their hooks; the spine never
+imports a plugin. Each seam has one to three async methods; everything that
+does I/O is async and runs inside the host's anyio task group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from .types import (
+    ApprovalOutcome,
+    ApprovalRequest,
+    DurableEvent,
+    ImageBlock,
+    ModelDelta,
+    ModelInfo,
+    ModelRequest,
+    RetryPolicy,
+    SessionHeader,
+    ToolOutput,
+    ToolSpec,
+    UserMessage,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .agent import ToolContext
+    from .host import Host
+
+
+@runtime_checkable
+class ModelProvider(Protocol):
+    """A provider of exact routes ``(name, model)``.
+
+    ``resolve`` is a catalogue lookup (no I/O); it raises ``RouteError`` for a model it
+    will not serve. ``stream`` yields deltas and raises ``ModelError`` on failure.
+    Cancellation of the calling task must close the underlying stream at once.
+    """
+
+    name: str
+    retry_policy: RetryPolicy
+
+    def resolve(self, model: str) -> ModelInfo: ...
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta]: ...
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A tool the model can call. ``run`` returns a ToolOutput or raises ``ToolError``."""
+
+    spec: ToolSpec
+
+    async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput: ...
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """What front doors program against (never the concrete loop)."""
+
+    session_id: str
+    cwd: str
+
+    def submit(self, message: UserMessage) -> None: ...
+
+    def cancel(self, kind: str = "user") -> None: ...
+
+    def subscribe(self, observer: Any) -> Any: ...
+
+    async def wait_idle(self) -> None: ...
+
+    async def dispose(self) -> None: ...
+
+
+@runtime_checkable
+class SessionLog(Protocol):
+    """One session's append-only durable log.
+
+    ``append`` writes one whole record without awaiting (a single buffered write of a
+    few hundred bytes: cheaper than a task switch) and never reorders.
+    """
+
+    def append(self, event: DurableEvent) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    def open(self, header: SessionHeader) -> SessionLog: ...
+
+    async def list_sessions(self) -> list[SessionHeader]: ...
+
+    async def read(self, session_id: str) -> tuple[SessionHeader, list[DurableEvent]]: ...
+
+
+@runtime_checkable
+class AttachmentStore(Protocol):
+    """Content-addressed bytes. ``save_images`` validates every member before writing any."""
+
+    mime_types: Sequence[str]
+
+    async def save_images(self, batch: Sequence[tuple[str, bytes]]) -> list[ImageBlock]: ...
+
+    async def read_image(self, ref: ImageBlock) -> bytes: ...
+
+
+@runtime_checkable
+class Answerer(Protocol):
+    """Answers approval requests it owns; returns None to let the next answerer try."""
+
+    async def answer(self, request: ApprovalRequest) -> ApprovalOutcome | None: ...
+
+
+@runtime_checkable
+class FrontDoor(Protocol):
+    """A way in: serves until its peer goes away, then brings its agents to rest."""
+
+    name: str
+
+    async def serve(self, host: "Host") -> None: ...

@@ -1,0 +1,34 @@
+"""Protect the protocol stream at the file-descriptor level (ACP-1).
+
+``claim_stdout()`` duplicates fd 1 to a private descriptor for protocol frames and
+then points fd 1 at stderr. After it, ``print``, a C extension writing to fd 1 or a
+child process inheriting stdout all land on stderr; only the returned stream reaches
+the peer. ``sys.stdout`` is not patched: it still writes to fd 1, which is now stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import BinaryIO
+
+_claimed: tuple[BinaryIO, BinaryIO] | None = None
+
+
+def claim_stdio() -> tuple[BinaryIO, BinaryIO]:
+    """Return (protocol_in, protocol_out), claiming fds 0 and 1 once per process."""
+    global _claimed
+    if _claimed is None:
+        try:
+            sys.stdout.flush()
+        except Exception:
+            pass
+        out_fd = os.dup(1)
+        os.dup2(2, 1)
+        in_fd = os.dup(0)
+        # fd 0 is left to the process: children must not read protocol input.
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        _claimed = (os.fdopen(in_fd, "rb", buffering=0), os.fdopen(out_fd, "wb", buffering=0))
+    return _claimed

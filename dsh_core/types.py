@@ -1,0 +1,341 @@
+"""Durable and in-process data types of the spine, as msgspec Structs.
+
+Everything that is written to a session log or crosses a plugin boundary is a
+Struct here. Field names are snake_case in Python and camelCase on disk
+(``rename="camel"``). New fields always get defaults (house rule 6).
+
+Content blocks and durable events are tagged unions keyed by ``type``, so a
+JSONL line decodes straight back into the right class.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal, Union
+
+import msgspec
+
+
+class _Base(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+    pass
+
+
+# --------------------------------------------------------------------------- content
+
+
+class TextBlock(_Base, tag="text", tag_field="type", kw_only=True):
+    text: str
+
+
+class ImageBlock(_Base, tag="image", tag_field="type", kw_only=True):
+    """A reference to bytes in the attachment store; never the bytes themselves."""
+
+    digest: str  # "sha256:<hex>"
+    mime: str
+    size: int
+    width: int | None = None
+    height: int | None = None
+
+
+class ReasoningBlock(_Base, tag="reasoning", tag_field="type", kw_only=True):
+    text: str
+    # provider-specific replay data (e.g. DeepSeek's reasoning_content is the text itself)
+    signature: str | None = None
+
+
+class ToolCallBlock(_Base, tag="tool-call", tag_field="type", kw_only=True):
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model produced it
+
+
+ContentBlock = Union[TextBlock, ImageBlock, ReasoningBlock, ToolCallBlock]
+
+
+class Usage(_Base, kw_only=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_hit_tokens: int = 0
+    cache_miss_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+class UserMessage(_Base, kw_only=True):
+    id: str
+    content: list[ContentBlock]
+    source: str = "user"  # user | plugin | tool | subagent …
+
+
+class AssistantMessage(_Base, kw_only=True):
+    id: str
+    content: list[ContentBlock]
+    provider: str = ""
+    model: str = ""
+
+
+class ToolResultMessage(_Base, kw_only=True):
+    call_id: str
+    name: str
+    content: list[ContentBlock]
+    is_error: bool = False
+
+
+# --------------------------------------------------------------------------- session log
+
+
+class SessionHeader(_Base, tag="session", tag_field="type", kw_only=True):
+    """Line 0 of every session log."""
+
+    id: str
+    version: int = 1
+    created_at: float = msgspec.field(default_factory=time.time)
+    cwd: str = ""
+    provider: str = ""
+    model: str = ""
+    parent_session: str | None = None
+    delegation_depth: int = 0
+    origin: str | None = None
+
+
+class Event(_Base, tag_field="type", kw_only=True):
+    """Base of every durable event. ``seq`` and ``time`` are set by the agent on append."""
+
+    seq: int = 0
+    time: float = 0.0
+
+
+class UserMessageEvent(Event, tag="user/message", kw_only=True):
+    message: UserMessage
+
+
+class InboxClaimed(Event, tag="agent/inbox/claimed", kw_only=True):
+    turn: int
+    message_ids: list[str]
+
+
+class InboxDropped(Event, tag="agent/inbox/dropped", kw_only=True):
+    message_ids: list[str]
+    reason: str = "cancelled"
+
+
+class TurnStart(Event, tag="turn/start", kw_only=True):
+    turn: int
+
+
+TurnEndReason = Literal["completed", "max-tokens", "aborted", "error", "blocked", "disposed"]
+
+
+class TurnEnd(Event, tag="turn/end", kw_only=True):
+    turn: int
+    reason: TurnEndReason
+    abort_kind: str | None = None  # user | parent | hook | disposed
+    error: str | None = None
+    code: str | None = None
+
+
+class RequestHeader(Event, tag="request/header", kw_only=True):
+    """Recorded when the stable request prefix (route, system prompt, tools) is set or changes."""
+
+    provider: str
+    model: str
+    system: str
+    tools: list[dict[str, Any]]
+    reason: str = "initial"
+
+
+class AssistantMessageEvent(Event, tag="assistant/message", kw_only=True):
+    turn: int
+    step: int
+    message: AssistantMessage
+    usage: Usage | None = None
+    finish: str = "stop"  # stop | tool-calls | max-tokens | aborted
+    interrupted: bool = False
+
+
+class ToolCallEvent(Event, tag="tool/call", kw_only=True):
+    turn: int
+    step: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+class ToolResultEvent(Event, tag="tool/result", kw_only=True):
+    turn: int
+    step: int
+    result: ToolResultMessage
+    code: str | None = None  # e.g. ABORTED, UNKNOWN_TOOL, INVALID_ARGUMENTS
+
+
+class RetryEvent(Event, tag="llm/retry", kw_only=True):
+    turn: int
+    step: int
+    provider: str
+    model: str
+    retry: int
+    max_retries: int
+    delay_ms: int
+    failure: str
+    code: str = ""
+
+
+class AgentError(Event, tag="agent/error", kw_only=True):
+    message: str
+    turn: int | None = None
+    code: str = ""
+
+
+class ApprovalAsked(Event, tag="approval/asked", kw_only=True):
+    id: str
+    tool_name: str
+    call_id: str | None
+    reason: str
+
+
+ApprovalOutcome = Literal["allowed-once", "rejected", "cancelled", "unavailable"]
+
+
+class ApprovalDecided(Event, tag="approval/decided", kw_only=True):
+    id: str
+    outcome: ApprovalOutcome
+    answered_by: str | None = None
+
+
+class Note(Event, tag="note", kw_only=True):
+    """Free-form plugin event (tracing, indexes). ``kind`` names the producer's vocabulary."""
+
+    kind: str
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+DurableEvent = Union[
+    UserMessageEvent,
+    InboxClaimed,
+    InboxDropped,
+    TurnStart,
+    TurnEnd,
+    RequestHeader,
+    AssistantMessageEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    RetryEvent,
+    AgentError,
+    ApprovalAsked,
+    ApprovalDecided,
+    Note,
+]
+
+LogLine = Union[SessionHeader, DurableEvent]  # type: ignore[valid-type]
+
+# --------------------------------------------------------------------------- model seam
+
+
+class ModelInfo(_Base, kw_only=True):
+    """What an exact route (provider, model) declares it can do."""
+
+    provider: str
+    model: str
+    context_window: int = 128_000
+    max_output: int = 8_192
+    tools: bool = True
+    thinking: bool = False
+    image_input: bool = False
+    known: bool = True  # False when the provider passed an unlisted id through
+
+
+class ToolSpec(_Base, kw_only=True):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ModelRequest(_Base, kw_only=True):
+    """One model call. ``messages`` grows append-only across the calls of a session."""
+
+    route: ModelInfo
+    system: str
+    messages: list[Union[UserMessage, AssistantMessage, ToolResultMessage]]
+    tools: list[ToolSpec]
+    session_id: str = ""
+    max_output: int | None = None
+
+
+# Streamed deltas a provider yields while answering.
+class TextDelta(_Base, tag="text", tag_field="kind", kw_only=True):
+    text: str
+
+
+class ReasoningDelta(_Base, tag="reasoning", tag_field="kind", kw_only=True):
+    text: str
+
+
+class ToolCallDelta(_Base, tag="tool-call", tag_field="kind", kw_only=True):
+    """A fragment of tool call ``index``; ``id``/``name`` arrive at least once, arguments in pieces."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+class ImageDelta(_Base, tag="image", tag_field="kind", kw_only=True):
+    image: ImageBlock
+
+
+class UsageDelta(_Base, tag="usage", tag_field="kind", kw_only=True):
+    usage: Usage
+
+
+FinishReason = Literal["stop", "tool-calls", "max-tokens"]
+
+
+class Finish(_Base, tag="finish", tag_field="kind", kw_only=True):
+    reason: FinishReason
+
+
+ModelDelta = Union[TextDelta, ReasoningDelta, ToolCallDelta, ImageDelta, UsageDelta, Finish]
+
+
+class RetryPolicy(_Base, kw_only=True):
+    """Bounded exponential backoff with jitter; ``Retry-After`` wins when it is at most ``max_delay``."""
+
+    max_retries: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 10.0
+    jitter: float = 0.1
+
+
+# --------------------------------------------------------------------------- tools & approval
+
+
+class ToolOutput(_Base, kw_only=True):
+    content: list[ContentBlock]
+    is_error: bool = False
+    code: str | None = None
+
+    @classmethod
+    def text(cls, text: str, *, is_error: bool = False, code: str | None = None) -> "ToolOutput":
+        return cls(content=[TextBlock(text=text)], is_error=is_error, code=code)
+
+
+class ApprovalRequest(msgspec.Struct, kw_only=True):
+    """Asked by a tool that needs more than its tier allows. Not durable: ``agent`` is live."""
+
+    agent: Any  # the exact Agent object (answerers check identity)
+    tool_name: str
+    call_id: str | None
+    reason: str
+    id: str = ""
+
+
+class Route(_Base, kw_only=True):
+    provider: str
+    model: str
+
+
+def now() -> float:
+    return time.time()
+
+
+log_encoder = msgspec.json.Encoder()
+log_decoder = msgspec.json.Decoder(LogLine)

@@ -373,6 +373,7 @@ class Agent:
             messages=list(self._history),
             tools=tools,
             session_id=self.session_id,
+            cwd=self.cwd,
         )
 
     async def _turn_body(self, turn: int) -> str:

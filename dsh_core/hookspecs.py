@@ -62,29 +62,31 @@ def dsh_register_commands(commands: "CommandRegistry") -> None:
 
 
 @hookspec
-def dsh_register_front_doors(register: Callable[["FrontDoor"], None]) -> None:
+def dsh_register_front_doors(register: Callable[["FrontDoor"], None], host: "Host") -> None:
     """Offer front doors by name (``acp-stdio``, ``stream-json``…).
 
-    Called once by the host at start-up. Call ``register(door)`` for each door; the
+    Called once by the host at start-up, after ``dsh_configure`` (read your settings
+    from ``host.config[<plugin>]``). Call ``register(door)`` for each door; the
     example's ``front-door`` key picks one. Return value ignored.
     """
 
 
 @hookspec
-def dsh_register_models(register: Callable[["ModelProvider"], None]) -> None:
+def dsh_register_models(register: Callable[["ModelProvider"], None], host: "Host") -> None:
     """Offer model providers.
 
-    Called once by the host at start-up. Call ``register(provider)``; its ``name``
+    Called once by the host at start-up, after ``dsh_configure``; build one provider
+    per host (read settings from ``host.config[<plugin>]``). Call ``register(provider)``; its ``name``
     is the route's provider part and ``resolve(model)`` declares per-model
     capabilities. Two providers with one name are an error. Return value ignored.
     """
 
 
 @hookspec
-def dsh_register_tools(register: Callable[["Tool"], None]) -> None:
+def dsh_register_tools(register: Callable[["Tool"], None], host: "Host") -> None:
     """Offer tools to every agent of this host.
 
-    Called once by the host at start-up. Call ``register(tool)``; tool names are
+    Called once by the host at start-up, after ``dsh_configure``. Call ``register(tool)``; tool names are
     unique, and the model sees them in registration order (stable, for prefix
     caching). Return value ignored.
     """

@@ -155,9 +155,9 @@ class Host:
         self.agents: set[Agent] = set()
         self._task_group: anyio.abc.TaskGroup | None = None
         pm.hook.dsh_configure.call_historic(kwargs={"config": self.config, "host": self})
-        pm.hook.dsh_register_models(register=self._add_model)
-        pm.hook.dsh_register_tools(register=self._add_tool)
-        pm.hook.dsh_register_front_doors(register=self._add_door)
+        pm.hook.dsh_register_models(register=self._add_model, host=self)
+        pm.hook.dsh_register_tools(register=self._add_tool, host=self)
+        pm.hook.dsh_register_front_doors(register=self._add_door, host=self)
         self.session_store: SessionStore = pm.hook.dsh_session_store(host=self)
         self.attachment_store: AttachmentStore | None = pm.hook.dsh_attachment_store(host=self)
 

@@ -257,6 +257,7 @@ class ModelRequest(_Base, kw_only=True):
     messages: list[Union[UserMessage, AssistantMessage, ToolResultMessage]]
     tools: list[ToolSpec]
     session_id: str = ""
+    cwd: str = ""
     max_output: int | None = None
 
 

@@ -1,0 +1,302 @@
+"""The JSONL session store: ``$DSH_HOME/sessions/<id>.jsonl``, one append-only file per session.
+
+Line 0 is the ``SessionHeader``; every further line is one durable event, in the order it
+was appended, encoded with ``dsh_core.types.log_encoder``. Each line reaches the kernel in
+one ``write`` on an ``O_APPEND`` descriptor, so a crash leaves at most a torn last line,
+which the reader tolerates and reports.
+
+Creation is lazy: ``open`` does no I/O, and the first ``append`` creates the file and
+writes the header together with that first event (one write). A session that never
+records an event leaves no file behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import msgspec
+import platformdirs
+
+from dsh_core.errors import DshError
+from dsh_core.types import DurableEvent, SessionHeader, log_decoder, log_encoder
+
+SUFFIX = ".jsonl"
+# Session ids become file names: keep them to a conservative, traversal-free alphabet.
+_SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
+
+
+def data_home() -> Path:
+    """``$DSH_HOME`` when set (tests, overrides), else platformdirs' per-user data dir."""
+    env = os.environ.get("DSH_HOME")
+    base = Path(env) if env else Path(platformdirs.user_data_dir("dsh"))
+    return base.expanduser().absolute()
+
+
+def sessions_dir() -> Path:
+    return data_home() / "sessions"
+
+
+def check_id(session_id: str) -> str:
+    if not isinstance(session_id, str) or not _SAFE_ID.fullmatch(session_id):
+        raise DshError(
+            f"jsonl-persistence: session id {session_id!r} is not usable as a file name "
+            "(allowed: letters, digits, '.', '_', '-'; at most 200 characters; no leading '.' or '-')"
+        )
+    return session_id
+
+
+def encode_line(record: SessionHeader | DurableEvent) -> bytes:
+    return log_encoder.encode(record) + b"\n"
+
+
+class TornTail(msgspec.Struct, frozen=True):
+    """The undecodable last line of a log (a crash mid-write): where and what it was."""
+
+    line: int  # 0-based line number
+    offset: int  # byte offset of the line in the file
+    data: bytes
+
+
+@dataclass
+class SessionContents:
+    """A decoded log. ``torn`` is set when the last line was incomplete (and was skipped)."""
+
+    path: Path
+    header: SessionHeader
+    events: list[DurableEvent]
+    torn: TornTail | None = None
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (line, reason): unknown event types
+
+    @property
+    def intact(self) -> bool:
+        return self.torn is None and not self.skipped
+
+
+class SessionRead(tuple):
+    """What ``JsonlStore.read`` returns: a ``(header, events)`` pair that also carries
+    ``torn`` (a ``TornTail`` or None) and ``contents`` (the full ``SessionContents``)."""
+
+    torn: TornTail | None
+    contents: SessionContents
+
+    def __new__(cls, contents: SessionContents) -> "SessionRead":
+        self = super().__new__(cls, (contents.header, contents.events))
+        self.torn = contents.torn
+        self.contents = contents
+        return self
+
+
+def _warn(message: str) -> None:
+    print(f"dsh: jsonl-persistence: {message}", file=sys.stderr)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    # A regular-file write is whole unless the disk fills up or a signal lands; loop on a
+    # short write anyway, so the worst case stays "a torn last line".
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def parse_log(path: Path, raw: bytes) -> SessionContents:
+    """Decode a whole log. The last line may be torn; any other bad line is an error."""
+    lines = raw.split(b"\n")
+    # `raw` ends with b"\n" when intact, which leaves an empty final element.
+    tail = lines.pop()
+    offsets: list[int] = []
+    pos = 0
+    for line in lines:
+        offsets.append(pos)
+        pos += len(line) + 1
+    torn: TornTail | None = None
+    if tail:
+        torn = TornTail(line=len(lines), offset=pos, data=tail)
+    if not lines:
+        raise DshError(f"{path}: no complete header line (the file is empty or was torn while being created)")
+    header: SessionHeader | None = None
+    events: list[DurableEvent] = []
+    skipped: list[tuple[int, str]] = []
+    last = len(lines) - 1
+    for i, line in enumerate(lines):
+        try:
+            record = log_decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            if i == last and torn is None and not _is_json(line):
+                # Terminated but undecodable last line: a write the kernel never finished
+                # (e.g. a zero-filled tail after power loss). Same treatment as a torn line.
+                torn = TornTail(line=i, offset=offsets[i], data=line)
+                continue
+            if i > 0 and _is_json(line):
+                # A complete record of a type this version does not know (evolution by addition).
+                skipped.append((i, str(exc)))
+                continue
+            raise DshError(f"{path}:{i + 1}: corrupt record in the middle of the log: {exc}") from exc
+        if i == 0:
+            if not isinstance(record, SessionHeader):
+                raise DshError(f"{path}:1: line 0 is not a session header (type {type(record).__name__})")
+            header = record
+        elif isinstance(record, SessionHeader):
+            raise DshError(f"{path}:{i + 1}: a second session header in the middle of the log")
+        else:
+            events.append(record)
+    if header is None:  # only possible when line 0 itself was torn
+        raise DshError(f"{path}: the header line is torn; the log holds no readable session")
+    return SessionContents(path=path, header=header, events=events, torn=torn, skipped=skipped)
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+class JsonlLog:
+    """One session's log file. ``append`` is synchronous: one ``write`` per record."""
+
+    def __init__(self, store: "JsonlStore", header: SessionHeader) -> None:
+        self.store = store
+        self.header = header
+        self.path = store.path_for(header.id)
+        self._fd: int | None = None
+        self.closed = False
+
+    def _open(self) -> tuple[int, bytes]:
+        """Open (creating if need be) and return the fd and the prefix the next write carries."""
+        self.store.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                return fd, encode_line(self.header)
+            # Re-opening an existing log (same id): the old header stays line 0. If the last
+            # writer died mid-line, cut the torn fragment so the next record starts a line.
+            with open(self.path, "rb") as f:
+                f.seek(max(0, size - 1))
+                if f.read(1) != b"\n":
+                    f.seek(0)
+                    data = f.read()
+                    keep = data.rfind(b"\n") + 1
+                    _warn(f"{self.path}: dropping a torn last line ({size - keep} bytes) before appending")
+                    os.ftruncate(fd, keep)
+                    if keep == 0:
+                        return fd, encode_line(self.header)
+            return fd, b""
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def append(self, event: DurableEvent) -> None:
+        line = encode_line(event)
+        try:
+            if self._fd is None:
+                self._fd, prefix = self._open()
+                self.closed = False
+                line = prefix + line
+            _write_all(self._fd, line)
+        except OSError as exc:
+            raise DshError(f"jsonl-persistence: cannot append to {self.path}: {exc}") from exc
+
+    async def close(self) -> None:
+        fd, self._fd = self._fd, None
+        self.closed = True
+        if fd is None:
+            return
+
+        def sync_and_close() -> None:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        await anyio.to_thread.run_sync(sync_and_close)
+
+
+class JsonlStore:
+    """``SessionStore`` over ``<root>/<id>.jsonl``."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = Path(root) if root is not None else sessions_dir()
+
+    def path_for(self, session_id: str) -> Path:
+        return self.root / (check_id(session_id) + SUFFIX)
+
+    # ------------------------------------------------------------------ SessionStore
+
+    def open(self, header: SessionHeader) -> JsonlLog:
+        return JsonlLog(self, header)
+
+    async def list_sessions(self) -> list[SessionHeader]:
+        return await anyio.to_thread.run_sync(self.list_sessions_sync)
+
+    async def read(self, session_id: str) -> SessionRead:
+        contents = await anyio.to_thread.run_sync(self.read_contents, session_id)
+        return SessionRead(contents)
+
+    # ------------------------------------------------------------------ sync helpers (CLI)
+
+    def list_sessions_sync(self) -> list[SessionHeader]:
+        headers: list[SessionHeader] = []
+        for path in self._files():
+            header = self.read_header(path)
+            if header is not None:
+                headers.append(header)
+        headers.sort(key=lambda h: (h.created_at, h.id))
+        return headers
+
+    def read_header(self, path: Path) -> SessionHeader | None:
+        try:
+            with open(path, "rb") as f:
+                first = f.readline()
+        except OSError as exc:
+            _warn(f"{path}: unreadable: {exc}")
+            return None
+        try:
+            if not first.endswith(b"\n"):
+                raise msgspec.DecodeError("torn header line")
+            record = log_decoder.decode(first)
+        except msgspec.DecodeError as exc:
+            _warn(f"{path}: skipped, no readable header: {exc}")
+            return None
+        if not isinstance(record, SessionHeader):
+            _warn(f"{path}: skipped, line 0 is not a session header")
+            return None
+        return record
+
+    def resolve(self, session_id: str) -> Path:
+        """The log of ``session_id``; a unique prefix of an id also works (for humans)."""
+        path = self.path_for(session_id)
+        if path.exists():
+            return path
+        matches = [p for p in self._files() if p.name.startswith(session_id)]
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            names = ", ".join(sorted(p.name[: -len(SUFFIX)] for p in matches)[:5])
+            raise DshError(f"session id prefix {session_id!r} is ambiguous ({names}…)")
+        raise DshError(f"no session {session_id!r} in {self.root} (see `dsh sessions list`)")
+
+    def read_contents(self, session_id: str) -> SessionContents:
+        path = self.resolve(session_id)
+        contents = parse_log(path, path.read_bytes())
+        if contents.torn is not None:
+            _warn(
+                f"{path}: line {contents.torn.line + 1} is torn ({len(contents.torn.data)} bytes, "
+                "likely a crash mid-write); it was skipped"
+            )
+        for line, reason in contents.skipped:
+            _warn(f"{path}:{line + 1}: skipped a record this version cannot decode: {reason}")
+        return contents
+
+    def _files(self) -> list[Path]:
+        try:
+            return sorted(p for p in self.root.iterdir() if p.name.endswith(SUFFIX) and p.is_file())
+        except FileNotFoundError:
+            return []

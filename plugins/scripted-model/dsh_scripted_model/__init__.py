@@ -1,0 +1,301 @@
+"""scripted-model: a keyless, deterministic model for tests and demos.
+
+``--provider scripted --model PATH`` plays back the JSON script at PATH. The format
+is documented in this plugin's README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from dsh_core import ConfigError, ModelError, RouteError, hookimpl
+from dsh_core.types import (
+    Finish,
+    ImageDelta,
+    ModelDelta,
+    ModelInfo,
+    ModelRequest,
+    ReasoningDelta,
+    RetryPolicy,
+    TextBlock,
+    TextDelta,
+    ToolCallDelta,
+    ToolResultMessage,
+    Usage,
+    UsageDelta,
+    UserMessage,
+)
+
+PROVIDER = "scripted"
+
+# What each simulated failure looks like: the message a real provider's adapter would give.
+ERRORS: dict[str, tuple[str, str, bool, int]] = {
+    "rate_limit": ("simulated provider error (HTTP 429): rate limit reached", "RATE_LIMIT", True, 429),
+    "server": ("simulated provider error (HTTP 500): server error", "SERVER", True, 500),
+    "auth": ("simulated provider error (HTTP 401)", "AUTH", False, 401),
+    "context_length": (
+        "simulated provider error (HTTP 400): maximum context length exceeded",
+        "CONTEXT_WINDOW_EXCEEDED",
+        False,
+        400,
+    ),
+}
+
+_SUBST = re.compile(r"\{(prompt|tool_result|cwd)\}")
+
+
+class Step(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    text: str | None = None
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    error: str | None = None
+    finish: str | None = None
+    image: str | None = None
+    partial: str | None = None
+    delay_ms: int = 0
+    reasoning: str | None = None
+    usage: dict[str, int] | None = None
+
+
+class Rule(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    when: str
+    steps: list[Step]
+    repeat: bool = False
+
+
+class Capabilities(msgspec.Struct, kw_only=True):
+    image_input: bool = False
+    tools: bool = True
+    context_window: int = 128_000
+    max_output: int = 8_192
+
+
+class Script(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    capabilities: Capabilities = msgspec.field(default_factory=Capabilities)
+    rules: list[Rule] = msgspec.field(default_factory=list)
+    default: list[Step] | None = None
+    repeat_default: bool = False
+
+
+@dataclass
+class _Loaded:
+    path: Path
+    script: Script
+    patterns: list[re.Pattern[str]]
+    mtime_ns: int
+
+
+@dataclass
+class _Cursor:
+    """Where one session is in its script: the prompt it serves and the next step."""
+
+    prompt_id: str = ""
+    steps: list[Step] = field(default_factory=list)
+    repeat: bool = False
+    index: int = 0
+    calls: int = 0
+
+
+def _validate(script: Script, path: Path) -> list[re.Pattern[str]]:
+    patterns = []
+    for i, rule in enumerate(script.rules):
+        try:
+            patterns.append(re.compile(rule.when))
+        except re.error as exc:
+            raise RouteError(f"scripted model {path}: rule {i} has a bad regex {rule.when!r}: {exc}") from exc
+    for step in [s for r in script.rules for s in r.steps] + list(script.default or []):
+        if step.error is not None and step.error not in ERRORS:
+            raise RouteError(f"scripted model {path}: unknown error {step.error!r} (one of {', '.join(ERRORS)})")
+        if step.finish not in (None, "length", "stop"):
+            raise RouteError(f"scripted model {path}: unknown finish {step.finish!r} (use \"length\")")
+    return patterns
+
+
+def _flatten(blocks: list[Any]) -> str:
+    return "".join(b.text for b in blocks if isinstance(b, TextBlock))
+
+
+class ScriptedProvider:
+    name = PROVIDER
+
+    def __init__(self) -> None:
+        self.host: Any = None
+        self.retry_policy = RetryPolicy(max_retries=2, base_delay=0.001, max_delay=0.01, jitter=0.0)
+        self._scripts: dict[str, _Loaded] = {}
+        self._cursors: dict[str, _Cursor] = {}
+
+    # ------------------------------------------------------------------ catalogue
+
+    def _load(self, model: str) -> _Loaded:
+        path = Path(model).expanduser().resolve()
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            raise RouteError(
+                f"scripted model: no script at {model!r}; pass --model PATH to a JSON script "
+                "(see plugins/scripted-model/README.md; demo: examples/acp-agent/demo.json)"
+            ) from None
+        cached = self._scripts.get(str(path))
+        if cached is not None and cached.mtime_ns == mtime:
+            return cached
+        try:
+            script = msgspec.json.decode(path.read_bytes(), type=Script)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise RouteError(f"scripted model {path}: invalid script: {exc}") from exc
+        loaded = _Loaded(path, script, _validate(script, path), mtime)
+        self._scripts[str(path)] = loaded
+        return loaded
+
+    def resolve(self, model: str) -> ModelInfo:
+        caps = self._load(model).script.capabilities
+        return ModelInfo(
+            provider=PROVIDER,
+            model=model,
+            context_window=caps.context_window,
+            max_output=caps.max_output,
+            tools=caps.tools,
+            thinking=True,
+            image_input=caps.image_input,
+        )
+
+    # ------------------------------------------------------------------ playback
+
+    def _cursor(self, request: ModelRequest, loaded: _Loaded) -> tuple[_Cursor, str, str]:
+        msgs = request.messages
+        last = max((i for i, m in enumerate(msgs) if isinstance(m, UserMessage)), default=-1)
+        first = last
+        while first > 0 and isinstance(msgs[first - 1], UserMessage):
+            first -= 1
+        prompt = "\n".join(_flatten(m.content) for m in msgs[first : last + 1]) if last >= 0 else ""
+        prompt_id = msgs[last].id if last >= 0 else ""  # type: ignore[union-attr]
+        tool_result = ""
+        for m in msgs[last + 1 :]:
+            if isinstance(m, ToolResultMessage):
+                tool_result = _flatten(m.content)
+        cursor = self._cursors.setdefault(request.session_id, _Cursor())
+        if cursor.prompt_id != prompt_id:
+            script = loaded.script
+            for rule, pattern in zip(script.rules, loaded.patterns):
+                if pattern.search(prompt):
+                    steps, repeat = rule.steps, rule.repeat
+                    break
+            else:
+                if script.default is not None:
+                    steps, repeat = script.default, script.repeat_default
+                else:
+                    steps, repeat = [Step(text="echo: {prompt}")], False
+            cursor.prompt_id, cursor.steps, cursor.repeat, cursor.index = prompt_id, steps, repeat, 0
+        return cursor, prompt, tool_result
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta]:
+        loaded = self._load(request.route.model)
+        cursor, prompt, tool_result = self._cursor(request, loaded)
+        if cursor.index >= len(cursor.steps):
+            if not (cursor.repeat and cursor.steps):
+                yield Finish(reason="stop")
+                return
+            cursor.index = 0
+        step = cursor.steps[cursor.index]
+        cursor.index += 1
+        values = {"prompt": prompt, "tool_result": tool_result, "cwd": request.cwd}
+
+        def sub(value: Any) -> Any:
+            if isinstance(value, str):
+                return _SUBST.sub(lambda m: values[m.group(1)], value)
+            if isinstance(value, list):
+                return [sub(v) for v in value]
+            if isinstance(value, dict):
+                return {k: sub(v) for k, v in value.items()}
+            return value
+
+        if step.partial is not None:
+            yield TextDelta(text=sub(step.partial))
+        if step.delay_ms:
+            await anyio.sleep(step.delay_ms / 1000)
+        if step.error is not None:
+            message, code, retryable, status = ERRORS[step.error]
+            raise ModelError(message, code=code, retryable=retryable, status=status)
+        if step.reasoning:
+            yield ReasoningDelta(text=sub(step.reasoning))
+        if step.text:
+            yield TextDelta(text=sub(step.text))
+        if step.image is not None:
+            yield ImageDelta(image=await self._save_image(loaded.path.parent / step.image))
+        calls = list(step.tools or [])
+        if step.tool is not None:
+            calls.insert(0, {"name": step.tool, "args": step.args or {}})
+        for i, call in enumerate(calls):
+            cursor.calls += 1
+            yield ToolCallDelta(
+                index=i,
+                id=f"call_{cursor.calls}",
+                name=call["name"],
+                arguments=json.dumps(sub(call.get("args", {}))),
+            )
+        if step.usage:
+            yield UsageDelta(usage=msgspec.convert(step.usage, Usage))
+        if step.finish == "length":
+            yield Finish(reason="max-tokens")
+        else:
+            yield Finish(reason="tool-calls" if calls else "stop")
+
+    async def _save_image(self, path: Path) -> Any:
+        if self.host is None or self.host.attachment_store is None:
+            raise ModelError(
+                f"scripted model: step image {path.name!r} needs an attachment store, and none is mounted",
+                code="MALFORMED_RESPONSE",
+            )
+        data = await anyio.Path(path).read_bytes()
+        mime = _sniff(data)
+        (block,) = await self.host.attachment_store.save_images([(mime, data)])
+        return block
+
+    def forget(self, session_id: str) -> None:
+        self._cursors.pop(session_id, None)
+
+
+def _sniff(data: bytes) -> str:
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "application/octet-stream"
+
+
+def _settings(config: Mapping[str, Mapping[str, Any]]) -> RetryPolicy:
+    table = dict(config.get("scripted-model", {}))
+    policy = RetryPolicy(max_retries=2, base_delay=0.001, max_delay=0.01, jitter=0.0)
+    retries = table.pop("max-retries", None)
+    if retries is not None:
+        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+            raise ConfigError("[config.scripted-model] max-retries must be a non-negative integer")
+        policy = msgspec.structs.replace(policy, max_retries=retries)
+    if table:
+        raise ConfigError(f"[config.scripted-model] unknown keys: {', '.join(sorted(table))} (known: max-retries)")
+    return policy
+
+
+@hookimpl
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
+    _settings(config)
+
+
+@hookimpl
+def dsh_register_models(register: Any, host: Any) -> None:
+    provider = ScriptedProvider()
+    provider.host = host
+    provider.retry_policy = _settings(host.config)
+    register(provider)

@@ -1,0 +1,55 @@
+"""dsh plugin ``jsonl-persistence``: durable session logs as one append-only JSONL file per session.
+
+Files live at ``$DSH_HOME/sessions/<session-id>.jsonl`` (platformdirs' user data dir when
+``DSH_HOME`` is unset). See README.md for the format.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dsh_core import hookimpl
+
+from .store import (
+    JsonlLog,
+    JsonlStore,
+    SessionContents,
+    SessionRead,
+    TornTail,
+    data_home,
+    parse_log,
+    sessions_dir,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.cli import CommandRegistry
+    from dsh_core.host import Host
+
+__all__ = [
+    "JsonlLog",
+    "JsonlStore",
+    "SessionContents",
+    "SessionRead",
+    "TornTail",
+    "data_home",
+    "parse_log",
+    "sessions_dir",
+]
+
+
+@hookimpl
+def dsh_session_store(host: "Host") -> JsonlStore:
+    return JsonlStore()
+
+
+@hookimpl
+def dsh_register_commands(commands: "CommandRegistry") -> None:
+    from . import cli
+
+    commands.add(
+        "sessions",
+        help="list and show recorded session logs (jsonl-persistence)",
+        description="Read the JSONL session logs under $DSH_HOME/sessions/.",
+        setup=cli.setup,
+        run=cli.run,
+    )

@@ -1,0 +1,118 @@
+"""``dsh sessions list`` and ``dsh sessions show ID``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import msgspec
+
+from dsh_core.types import (
+    AssistantMessageEvent,
+    SessionHeader,
+    TextBlock,
+    ToolResultEvent,
+    UserMessageEvent,
+)
+
+from .store import JsonlStore
+
+
+def setup(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="sessions_command", metavar="ACTION")
+    ls = sub.add_parser("list", help="list recorded sessions, oldest first", description="List recorded sessions.")
+    ls.add_argument("--json", action="store_true", help="print each header as one JSON line")
+    show = sub.add_parser("show", help="print one session's log", description="Print one session's log.")
+    show.add_argument("id", metavar="ID", help="session id (a unique prefix is enough)")
+    show.add_argument("--json", action="store_true", help="print the raw JSONL lines as stored")
+
+
+def run(args: argparse.Namespace) -> int:
+    store = JsonlStore()
+    if args.sessions_command == "list":
+        return _list(store, args.json)
+    if args.sessions_command == "show":
+        return _show(store, args.id, args.json)
+    print("usage: dsh sessions {list,show ID} [--json]", file=sys.stderr)
+    return 2
+
+
+def _stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _list(store: JsonlStore, as_json: bool) -> int:
+    headers = store.list_sessions_sync()
+    out = sys.stdout
+    if as_json:
+        for h in headers:
+            out.write(msgspec.json.encode(h).decode() + "\n")
+        return 0
+    if not headers:
+        print(f"no sessions in {store.root}", file=sys.stderr)
+        return 0
+    for h in headers:
+        route = f"{h.provider}/{h.model}" if h.provider or h.model else "-"
+        out.write(f"{h.id}  {_stamp(h.created_at)}  {route}  {h.cwd or '-'}\n")
+    return 0
+
+
+def _show(store: JsonlStore, session_id: str, as_json: bool) -> int:
+    contents = store.read_contents(session_id)  # warns on stderr about a torn tail
+    if as_json:
+        raw = contents.path.read_bytes()
+        # Print exactly the stored complete lines (a torn tail is reported, not printed).
+        end = contents.torn.offset if contents.torn is not None else len(raw)
+        sys.stdout.buffer.write(raw[:end])
+        sys.stdout.flush()
+        return 0
+    print(_header_line(contents.header))
+    for ev in contents.events:
+        print(f"#{ev.seq:<4} {_stamp(ev.time)[11:]}  {type(ev).__struct_config__.tag:<20} {_summary(ev)}")
+    if contents.torn is not None:
+        print(f"(torn last line: {len(contents.torn.data)} bytes skipped)")
+    if contents.skipped:
+        print(f"({len(contents.skipped)} record(s) of unknown type skipped)")
+    return 0
+
+
+def _header_line(h: SessionHeader) -> str:
+    parts = [f"session {h.id}", f"created {_stamp(h.created_at)}"]
+    if h.provider or h.model:
+        parts.append(f"route {h.provider}/{h.model}")
+    if h.cwd:
+        parts.append(f"cwd {h.cwd}")
+    if h.parent_session:
+        parts.append(f"parent {h.parent_session} depth {h.delegation_depth}")
+    return "  ".join(parts)
+
+
+def _text(blocks: list[Any]) -> str:
+    parts = []
+    for b in blocks:
+        if isinstance(b, TextBlock):
+            parts.append(b.text)
+        else:
+            parts.append(f"[{type(b).__struct_config__.tag}]")
+    return " ".join(parts)
+
+
+def _short(s: str, n: int = 120) -> str:
+    s = s.replace("\n", "\\n")
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _summary(ev: Any) -> str:
+    if isinstance(ev, UserMessageEvent):
+        return _short(_text(ev.message.content))
+    if isinstance(ev, AssistantMessageEvent):
+        return _short(_text(ev.message.content))
+    if isinstance(ev, ToolResultEvent):
+        return _short(f"{ev.result.name}: {_text(ev.result.content)}")
+    fields = msgspec.to_builtins(ev)
+    for k in ("type", "seq", "time"):
+        fields.pop(k, None)
+    return _short(json.dumps(fields, ensure_ascii=False, separators=(",", ":")))

@@ -92,8 +92,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DshError as exc:
         print(f"dsh: {exc}", file=sys.stderr)
         return 2
+    except BaseExceptionGroup as group:  # task groups wrap errors; show ours plainly
+        mine, rest = group.split(DshError)
+        if mine is None or rest is not None:
+            raise
+        for exc in _leaves(mine):
+            print(f"dsh: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -182,7 +182,9 @@ class Host:
         except KeyError:
             known = ", ".join(self.models) or "none"
             raise RouteError(
-                f"no model provider {name!r} in example {self.composition.name!r} (providers: {known})"
+                f"no model provider {name!r} in example {self.composition.name!r} (providers: {known}). "
+                "Pass --provider/--model (or DSH_PROVIDER/DSH_MODEL); keyless demo: "
+                "--provider scripted --model examples/acp-agent/demo.json"
             ) from None
 
     def check_route(self, provider: str | None = None, model: str | None = None) -> tuple[str, str]:

@@ -1,0 +1,90 @@
+"""acp-transport: the Agent Client Protocol front door over stdio, narrowed to automation.
+
+Config (``[config.acp-transport]`` in an example's manifest):
+
+- ``max-frame-bytes`` (int, default 67108864): the longest inbound line accepted; a longer
+  one is answered with ``-32600`` and skipped, and the connection lives on.
+- ``permission-timeout`` (seconds, default 300): an unanswered ``session/request_permission``
+  fails closed (``unavailable``) after this long.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from dsh_core import ConfigError, hookimpl
+from dsh_core.stdio import claim_stdio
+
+from .bridge import Bridge
+from .rpc import DEFAULT_MAX_FRAME, FdReader, FdWriter, Peer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.host import Host
+
+NAME = "acp-transport"
+_KEYS = {"max-frame-bytes": int, "permission-timeout": (int, float)}
+
+
+def _settings(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    table = dict(config.get(NAME, {}))
+    for key, value in table.items():
+        kind = _KEYS.get(key)
+        if kind is None:
+            raise ConfigError(f"[config.{NAME}] unknown key {key!r} (known: {', '.join(_KEYS)})")
+        if not isinstance(value, kind) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"[config.{NAME}] {key} must be a positive number")
+    return {
+        "max_frame": int(table.get("max-frame-bytes", DEFAULT_MAX_FRAME)),
+        "permission_timeout": float(table.get("permission-timeout", 300.0)),
+    }
+
+
+def make_bridge(host: "Host", reader: FdReader, writer: FdWriter) -> Bridge:
+    settings = _settings(host.config)
+    peer = Peer(reader, writer, max_frame=settings["max_frame"], name="dsh acp")
+    return Bridge(host, peer, permission_timeout=settings["permission_timeout"])
+
+
+async def serve_bridge(bridge: Bridge) -> None:
+    """Serve one ACP connection until EOF, then run the bridge's quiescence routine."""
+    remove = bridge.host.approvals.add_answerer(bridge)
+    try:
+        await bridge.peer.serve(on_close=bridge.quiesce)
+    finally:
+        remove()
+
+
+class AcpStdioDoor:
+    name = "acp-stdio"
+
+    async def serve(self, host: "Host") -> None:
+        stdin, stdout = claim_stdio()
+        bridge = make_bridge(host, FdReader(stdin.fileno()), FdWriter(stdout.fileno()))
+        async with anyio.create_task_group() as tg:
+
+            async def on_signal() -> None:
+                # SIGTERM/SIGINT/SIGHUP end the connection like stdin EOF: same quiescence.
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+                    async for signum in signals:
+                        print(f"dsh acp: {signal.Signals(signum).name}: shutting down", file=sys.stderr)
+                        bridge.peer.stop_reading()
+                        return
+
+            tg.start_soon(on_signal)
+            await serve_bridge(bridge)
+            tg.cancel_scope.cancel()
+
+
+@hookimpl
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
+    _settings(config)
+
+
+@hookimpl
+def dsh_register_front_doors(register: Any, host: Any) -> None:
+    register(AcpStdioDoor())

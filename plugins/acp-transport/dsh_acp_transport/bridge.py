@@ -1,0 +1,509 @@
+"""The ACP bridge: sessions, prompt admission and settlement, committed-only output,
+cancel, one-shot permission, teardown. Numbers (ACP-n) cite DESIGN.md's contract.
+
+It programs the interface-level services of the host (``create_agent``, ``Agent``,
+the approval seam, the attachment store), never the concrete loop.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import sys
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from os import path as osp
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from dsh_core import AttachmentCorrupt, AttachmentError, RouteError
+from dsh_core.agent import AgentSpec, new_id
+from dsh_core.types import (
+    AgentError,
+    ApprovalOutcome,
+    ApprovalRequest,
+    AssistantMessageEvent,
+    ImageBlock,
+    InboxClaimed,
+    InboxDropped,
+    TextBlock,
+    TurnEnd,
+    UserMessage,
+)
+
+from . import wire
+from .rpc import (
+    INVALID_REQUEST,
+    Peer,
+    RpcFailure,
+    TransportClosed,
+    decode_params,
+    internal_error,
+    invalid_params,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.agent import Agent
+    from dsh_core.host import Host
+
+RASTER_MIME = ("image/png", "image/jpeg", "image/webp", "image/gif")
+_PROMPT_BLOCKS = msgspec.json.Decoder(wire.ContentIn)
+
+
+def agent_info() -> wire.Implementation:
+    try:
+        v = version("dsh-acp-transport")
+    except PackageNotFoundError:  # pragma: no cover
+        v = "0.0.0"
+    return wire.Implementation(name="dsh", title="dsh", version=v)
+
+
+# --------------------------------------------------------------------------- delivery
+
+
+class Delivery:
+    """A per-session ordered delivery chain (ACP-6): frames leave in the order they were queued.
+
+    Queuing is synchronous (called from the agent's event observer); a worker task
+    re-reads assistant images from the store and writes each frame. ``drain`` returns
+    when everything queued so far is written (or failed).
+    """
+
+    def __init__(self, bridge: "Bridge", session_id: str) -> None:
+        self.bridge = bridge
+        self.session_id = session_id
+        self._send, self._recv = anyio.create_memory_object_stream[tuple[int, Any]](math.inf)
+        self._queued = 0
+        self._done = 0
+        self._changed = anyio.Event()
+        self.failure: str | None = None  # first failure since the last ``take_failure``
+
+    def push(self, block: TextBlock | ImageBlock) -> None:
+        self._queued += 1
+        self._send.send_nowait((self._queued, block))
+
+    def take_failure(self) -> str | None:
+        failure, self.failure = self.failure, None
+        return failure
+
+    async def drain(self) -> None:
+        target = self._queued
+        while self._done < target:
+            await self._changed.wait()
+
+    def close(self) -> None:
+        self._send.close()
+
+    async def run(self) -> None:
+        async with self._recv:
+            async for n, block in self._recv:
+                try:
+                    await self._deliver(block)
+                except TransportClosed:
+                    pass
+                except Exception as exc:
+                    if self.failure is None:
+                        self.failure = str(exc)
+                    print(f"dsh acp: assistant output delivery failed: {exc}", file=sys.stderr)
+                finally:
+                    self._done = n
+                    self._changed.set()
+                    self._changed = anyio.Event()
+
+    async def _deliver(self, block: TextBlock | ImageBlock) -> None:
+        if isinstance(block, TextBlock):
+            content: Any = wire.TextOut(text=block.text)
+        else:
+            store = self.bridge.host.attachment_store
+            if store is None:
+                raise RuntimeError("cannot deliver assistant image: no attachment store is mounted")
+            try:
+                data = await store.read_image(block)
+            except (AttachmentCorrupt, OSError) as exc:
+                raise RuntimeError(f"cannot deliver assistant image: {exc}") from exc
+            content = wire.ImageOut(data=base64.b64encode(data).decode("ascii"), mime_type=block.mime)
+        await self.bridge.peer.notify(
+            "session/update",
+            wire.SessionNotification(session_id=self.session_id, update=wire.MessageChunk(content=content)),
+        )
+
+
+# --------------------------------------------------------------------------- sessions and prompts
+
+
+@dataclass(eq=False)
+class Slot:
+    """One admitted prompt: the responsibility interval of ACP-7."""
+
+    request_id: Any = None
+    cancelled: bool = False
+    admission: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    message_id: str | None = None
+    in_inbox: bool = False
+    turn: int | None = None
+    end: TurnEnd | None = None
+    interval_error: str | None = None
+    dropped: bool = False
+
+
+@dataclass(eq=False)
+class Session:
+    id: str
+    agent: "Agent"
+    delivery: Delivery
+    slot: Slot | None = None
+    unsubscribe: Any = None
+    permissions: set[int] = field(default_factory=set)
+
+
+class Bridge:
+    """Owns one connection's sessions. One instance per ``serve``."""
+
+    def __init__(self, host: "Host", peer: Peer, *, permission_timeout: float = 300.0) -> None:
+        self.host = host
+        self.peer = peer
+        self.permission_timeout = permission_timeout
+        self.sessions: dict[str, Session] = {}
+        self.initialized = False
+        self.closed = False
+        self._quiesced: anyio.Event | None = None
+        self._teardown_error: BaseException | None = None
+        peer.requests.update(
+            {
+                "initialize": self.initialize,
+                "authenticate": self.authenticate,
+                "session/new": self.new_session,
+                "session/prompt": self.prompt,
+            }
+        )
+        peer.notifications["session/cancel"] = self.cancel
+        peer.gate = self._gate
+        peer.on_cancel_request = self._cancel_request
+
+    # ------------------------------------------------------------------ gate
+
+    def _gate(self, method: str) -> None:
+        if method == "initialize":
+            if self.initialized:
+                raise RpcFailure(INVALID_REQUEST, "Invalid request: already initialized")
+        elif not self.initialized and method in self.peer.requests:
+            raise RpcFailure(INVALID_REQUEST, "Invalid request: not initialized (send initialize first)")
+
+    def _cancel_request(self, request_id: Any) -> bool:
+        """``$/cancel_request`` for an open ``session/prompt`` is a ``session/cancel`` (INTEROP #7)."""
+        for session in self.sessions.values():
+            if session.slot is not None and session.slot.request_id == request_id:
+                self._cancel_session(session)
+                return True
+        return False
+
+    # ------------------------------------------------------------------ ACP-2
+
+    def image_capable(self) -> bool:
+        """Truthful: a store is mounted and the configured exact route declares image input."""
+        if self.host.attachment_store is None:
+            return False
+        try:
+            provider, model = self.host.check_route()
+            return bool(self.host.provider(provider).resolve(model).image_input)
+        except Exception:
+            return False
+
+    async def initialize(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        decode_params(params, wire.InitializeParams)
+        self.initialized = True
+        return wire.InitializeResult(
+            protocol_version=wire.PROTOCOL_VERSION,
+            agent_capabilities=wire.AgentCapabilities(
+                prompt_capabilities=wire.PromptCapabilities(image=self.image_capable())
+            ),
+            agent_info=agent_info(),
+            auth_methods=[],
+        )
+
+    async def authenticate(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        return {}
+
+    # ------------------------------------------------------------------ ACP-3
+
+    async def new_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        p = decode_params(params, wire.NewSessionParams)
+        if self.closed:
+            raise internal_error("the ACP bridge has been disposed")
+        if not osp.isabs(p.cwd):
+            raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
+        if p.mcp_servers:
+            raise invalid_params("mcpServers is not supported")
+        if p.additional_directories:
+            raise invalid_params("additionalDirectories is not supported")
+        if not osp.isdir(p.cwd):
+            raise invalid_params(f"cwd is not a directory: {p.cwd}")
+        try:
+            provider, model = self.host.check_route()
+            agent = self.host.create_agent(AgentSpec(cwd=osp.normpath(p.cwd), provider=provider, model=model))
+        except RouteError as exc:
+            raise internal_error(str(exc)) from None
+        if self.closed:  # lost the race with close: dispose the unpublished handle
+            with anyio.CancelScope(shield=True):
+                await agent.dispose()
+            self.host.forget(agent)
+            raise internal_error("connection closed during session/new")
+        session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self, agent.session_id))
+        session.unsubscribe = agent.subscribe(self._observer(session))
+        self.sessions[session.id] = session
+        self.peer.start_soon(session.delivery.run)
+        return wire.NewSessionResult(session_id=session.id)
+
+    def _observer(self, session: Session) -> Any:
+        def observe(agent: "Agent", event: Any) -> None:
+            if agent is not session.agent:
+                return
+            slot = session.slot
+            if isinstance(event, AssistantMessageEvent):
+                for block in event.message.content:
+                    if (isinstance(block, TextBlock) and block.text) or isinstance(block, ImageBlock):
+                        session.delivery.push(block)
+            elif slot is None:
+                return
+            elif isinstance(event, InboxClaimed):
+                if slot.message_id in event.message_ids:
+                    slot.turn = event.turn
+            elif isinstance(event, TurnEnd):
+                if slot.turn == event.turn:
+                    slot.end = event
+            elif isinstance(event, AgentError):
+                if slot.in_inbox and event.turn != slot.turn and slot.interval_error is None:
+                    slot.interval_error = event.message
+            elif isinstance(event, InboxDropped):
+                if slot.message_id in event.message_ids:
+                    slot.dropped = True
+
+        return observe
+
+    # ------------------------------------------------------------------ ACP-4/5/7
+
+    async def prompt(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        p = decode_params(params, wire.PromptParams)
+        if self.closed:
+            raise internal_error("the ACP bridge has been disposed")
+        session = self.sessions.get(p.session_id)
+        if session is None:
+            raise invalid_params(f"unknown session: {p.session_id}")
+        if session.slot is not None:
+            raise invalid_params("a prompt is already in flight for this session")
+        slot = session.slot = Slot()  # reserved before any await (ACP-8)
+        slot.request_id = rid
+        session.delivery.take_failure()
+        try:
+            with slot.admission:
+                content = await self._admit(session, p.prompt)
+            if slot.cancelled or self.closed:
+                return wire.PromptResult(stop_reason="cancelled")
+            message = UserMessage(id=new_id("msg_"), content=content)
+            slot.message_id = message.id
+            try:
+                session.agent.submit(message)
+            except Exception as exc:
+                detail = "the agent was disposed outside the bridge" if session.agent.disposed else str(exc)
+                raise internal_error(f"prompt was not queued: {detail}") from None
+            slot.in_inbox = True
+            with anyio.CancelScope(shield=True):
+                await session.agent.wait_idle()
+                await session.delivery.drain()
+            return self._settle(session, slot)
+        finally:
+            session.slot = None
+
+    def _settle(self, session: Session, slot: Slot) -> wire.PromptResult:
+        """ACP-7 precedence, first match wins."""
+        if slot.cancelled:
+            return wire.PromptResult(stop_reason="cancelled")
+        failure = session.delivery.take_failure()
+        if failure is not None:
+            raise internal_error(f"assistant output delivery failed: {failure}")
+        if slot.interval_error is not None:
+            raise internal_error(f"turn failed: {slot.interval_error}")
+        end = slot.end
+        if end is None:
+            return wire.PromptResult(stop_reason="cancelled")  # turnless slot
+        if end.reason == "error":
+            raise internal_error(f"turn failed: {end.error}")
+        if end.reason == "disposed" or (end.reason == "aborted" and end.abort_kind == "disposed"):
+            return wire.PromptResult(stop_reason="cancelled")
+        return wire.PromptResult(stop_reason="end_turn")  # completed, max-tokens, hook-aborted, blocked
+
+    async def _admit(self, session: Session, raw_blocks: list[msgspec.Raw]) -> list[Any]:
+        blocks: list[Any] = []
+        for i, raw in enumerate(raw_blocks):
+            try:
+                blocks.append(_PROMPT_BLOCKS.decode(raw))
+            except msgspec.ValidationError as exc:
+                raise invalid_params(f"malformed prompt content block {i}: {exc}") from None
+        content: list[Any] = []
+        images: list[tuple[int, str, bytes]] = []
+
+        def add_text(text: str) -> None:
+            if content and isinstance(content[-1], TextBlock):
+                content[-1] = TextBlock(text=content[-1].text + text)
+            else:
+                content.append(TextBlock(text=text))
+
+        for block in blocks:
+            if isinstance(block, wire.TextIn):
+                add_text(block.text)
+            elif isinstance(block, wire.ResourceLinkIn):  # a textual reference, never fetched
+                prev = content[-1].text if content and isinstance(content[-1], TextBlock) else ""
+                sep = "\n" if prev and not prev[-1].isspace() else ""
+                add_text(f"{sep}[Resource link: {block.name} <{block.uri}>]")
+            elif isinstance(block, wire.AudioIn):
+                raise invalid_params("audio prompt content is not supported")
+            elif isinstance(block, wire.ResourceIn):
+                raise invalid_params("embedded resource prompt content is not supported")
+            elif isinstance(block, wire.ImageIn):
+                images.append((len(content), block.mime_type, self._decode_image(block)))
+                content.append(None)  # placeholder, filled after the batch is saved
+        if not any(isinstance(b, TextBlock) and b.text.strip() for b in content) and not images:
+            raise invalid_params("empty prompt")
+        if images:
+            refs = await self._save_images(session, [(mime, data) for _, mime, data in images])
+            for (index, _, _), ref in zip(images, refs):
+                content[index] = ref
+        return [b for b in content if b is not None and not (isinstance(b, TextBlock) and not b.text)]
+
+    def _decode_image(self, block: wire.ImageIn) -> bytes:
+        if not self.image_capable():
+            raise invalid_params("inline image prompts were not advertised by this connection")
+        if block.mime_type not in RASTER_MIME:
+            raise invalid_params("image mimeType must be image/png, image/jpeg, image/webp, or image/gif")
+        try:
+            data = base64.b64decode(block.data, validate=True)
+        except ValueError:
+            raise invalid_params("image data must be canonical base64") from None
+        if base64.b64encode(data).decode("ascii") != block.data:
+            raise invalid_params("image data must be canonical base64")
+        return data
+
+    async def _save_images(self, session: Session, batch: list[tuple[str, bytes]]) -> list[ImageBlock]:
+        store = self.host.attachment_store
+        if store is None:
+            raise invalid_params("no attachment store is mounted")
+        agent = session.agent
+        try:
+            route = agent.provider.resolve(agent.route.model)  # the session's *current* route
+        except Exception:
+            raise internal_error("the current model route could not be verified for image input") from None
+        if not route.image_input:
+            raise invalid_params(f'model "{route.model}" does not declare image input')
+        try:
+            with anyio.CancelScope(shield=True):  # writes already started finish (ACP-8)
+                return await store.save_images(batch)
+        except AttachmentError as exc:
+            raise invalid_params(str(exc)) from None
+        except Exception as exc:
+            print(f"dsh acp: saving prompt images failed: {exc!r}", file=sys.stderr)
+            raise internal_error("unable to persist the prompt image batch") from None
+
+    # ------------------------------------------------------------------ ACP-8
+
+    def cancel(self, params: msgspec.Raw | None) -> None:
+        try:
+            p = decode_params(params, wire.CancelParams)
+        except RpcFailure:
+            return  # never answer a notification
+        session = self.sessions.get(p.session_id)
+        if session is None:
+            print(f"dsh acp: session/cancel for unknown session {p.session_id!r} ignored", file=sys.stderr)
+            return
+        self._cancel_session(session)
+
+    def _cancel_session(self, session: Session, kind: str = "user") -> None:
+        slot = session.slot
+        if slot is None:
+            session.agent.cancel(kind)  # autonomous work
+            return
+        slot.cancelled = True
+        if not slot.in_inbox:
+            slot.admission.cancel()  # before inbox receipt: abort admission only
+        else:
+            session.agent.cancel(kind)
+
+    # ------------------------------------------------------------------ ACP-9
+
+    def _owned(self, agent: Any) -> Session | None:
+        session = self.sessions.get(getattr(agent, "session_id", ""))
+        return session if session is not None and session.agent is agent else None
+
+    async def answer(self, request: ApprovalRequest) -> ApprovalOutcome | None:
+        session = self._owned(request.agent)
+        if session is None or not request.call_id:
+            return None  # foreign or call-less: the next answerer decides
+        if self.closed:
+            return "unavailable"
+        params = wire.PermissionParams(
+            session_id=session.id,
+            tool_call=wire.ToolCallRef(tool_call_id=request.call_id),
+            options=wire.PERMISSION_OPTIONS,
+        )
+        try:
+            raw = await self.peer.request("session/request_permission", params, timeout=self.permission_timeout)
+        except (RpcFailure, TransportClosed, TimeoutError) as exc:
+            print(f"dsh acp: permission request failed closed: {exc!r}", file=sys.stderr)
+            return "unavailable"
+        try:
+            result = msgspec.json.decode(raw, type=wire.PermissionResult)
+        except msgspec.ValidationError:
+            return "rejected"
+        if result.outcome.outcome == "cancelled":
+            return "cancelled"
+        if result.outcome.outcome == "selected" and result.outcome.option_id == "allow-once":
+            return "allowed-once"
+        return "rejected"  # reject-once, an option we did not offer, anything else
+
+    # ------------------------------------------------------------------ ACP-11
+
+    async def quiesce(self) -> None:
+        """The one memoized teardown routine shared by EOF, transport failure and disposal."""
+        if self._quiesced is not None:
+            await self._quiesced.wait()
+            if self._teardown_error is not None:
+                raise self._teardown_error
+            return
+        self._quiesced = anyio.Event()
+        try:
+            self.closed = True  # 1. close the doors
+            sessions = list(self.sessions.values())
+            for s in sessions:  # 2. settle pending prompts as cancelled, stop agents
+                if s.slot is not None:
+                    self._cancel_session(s, "disposed")
+                else:
+                    s.agent.cancel("disposed")
+            async with anyio.create_task_group() as tg:  # … and bring them to rest
+                for s in sessions:
+                    tg.start_soon(s.agent.wait_idle)
+            with anyio.move_on_after(2.0):
+                for s in sessions:
+                    await s.delivery.drain()
+            errors: list[Exception] = []
+
+            async def dispose(s: Session) -> None:  # 3+4. children first (Agent.dispose), in parallel
+                try:
+                    await s.agent.dispose()
+                except Exception as exc:
+                    errors.append(exc)
+                finally:
+                    s.unsubscribe()
+                    s.delivery.close()
+                    self.host.forget(s.agent)
+
+            async with anyio.create_task_group() as tg:
+                for s in sessions:
+                    tg.start_soon(dispose, s)
+            if errors:
+                self._teardown_error = ExceptionGroup(
+                    f"ACP agent teardown failed for {len(errors)} session(s)", errors
+                )
+                raise self._teardown_error
+        finally:
+            self._quiesced.set()

@@ -1,0 +1,222 @@
+"""ACP v1 wire types as msgspec Structs (camelCase on the wire, snake_case in Python).
+
+Inbound decoding tolerates unknown fields and ``_meta``; outbound encoding omits
+unset optional fields and validates against ``acp/schema.json`` in the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+PROTOCOL_VERSION = 1
+
+
+class _In(msgspec.Struct, rename="camel", kw_only=True):
+    """Inbound: unknown fields (and ``_meta``) are ignored."""
+
+
+class _Out(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """Outbound: exact, optional fields omitted when unset."""
+
+
+# --------------------------------------------------------------------------- JSON-RPC envelope
+
+RequestId = Union[int, str, None]
+
+
+class Frame(msgspec.Struct, kw_only=True):
+    """Any inbound JSON-RPC message; ``params``/``result`` stay raw until the method is known."""
+
+    jsonrpc: Any = UNSET
+    id: Union[int, str, None, UnsetType] = UNSET
+    method: Union[str, UnsetType] = UNSET
+    params: Union[msgspec.Raw, UnsetType] = UNSET
+    result: Union[msgspec.Raw, UnsetType] = UNSET
+    error: Union[dict[str, Any], UnsetType] = UNSET
+
+
+class RpcError(_Out):
+    code: int
+    message: str
+    data: Any = UNSET
+
+
+class Response(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId
+    result: Any
+
+
+class ErrorResponse(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId
+    error: RpcError
+
+
+class Request(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId
+    method: str
+    params: Any
+
+
+class Notification(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    method: str
+    params: Any
+
+
+# --------------------------------------------------------------------------- initialize
+
+
+class InitializeParams(_In):
+    protocol_version: int
+    client_capabilities: dict[str, Any] | None = None
+    client_info: dict[str, Any] | None = None
+
+
+class PromptCapabilities(msgspec.Struct, rename="camel", kw_only=True):
+    """Sent in full: every capability is stated, true or false."""
+
+    image: bool = False
+    audio: bool = False
+    embedded_context: bool = False
+
+
+class AgentCapabilities(_Out):
+    prompt_capabilities: PromptCapabilities
+
+
+class Implementation(_Out):
+    name: str
+    version: str
+    title: Union[str, UnsetType] = UNSET
+
+
+class InitializeResult(_Out):
+    protocol_version: int
+    agent_capabilities: AgentCapabilities
+    agent_info: Implementation
+    auth_methods: list[Any]  # required (no default) so it is sent even when empty
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+class NewSessionParams(_In):
+    cwd: str
+    mcp_servers: list[Any] | None = None
+    additional_directories: list[Any] | None = None
+
+
+class NewSessionResult(_Out):
+    session_id: str
+
+
+class TextIn(_In, tag="text", tag_field="type"):
+    text: str
+
+
+class ImageIn(_In, tag="image", tag_field="type"):
+    data: str
+    mime_type: str
+    uri: str | None = None
+
+
+class AudioIn(_In, tag="audio", tag_field="type"):
+    data: Any = None
+    mime_type: Any = None
+
+
+class ResourceLinkIn(_In, tag="resource_link", tag_field="type"):
+    name: str
+    uri: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+
+
+class ResourceIn(_In, tag="resource", tag_field="type"):
+    resource: Any = None
+
+
+ContentIn = Union[TextIn, ImageIn, AudioIn, ResourceLinkIn, ResourceIn]
+
+
+class PromptParams(_In):
+    session_id: str
+    prompt: list[msgspec.Raw]
+
+
+class CancelParams(_In):
+    session_id: str
+
+
+class CancelRequestParams(_In):
+    request_id: Union[int, str, None]
+
+
+StopReason = Literal["end_turn", "cancelled"]
+
+
+class PromptResult(_Out):
+    stop_reason: StopReason
+
+
+# --------------------------------------------------------------------------- agent → client
+
+
+class TextOut(_Out, tag="text", tag_field="type"):
+    text: str
+
+
+class ImageOut(_Out, tag="image", tag_field="type"):
+    data: str
+    mime_type: str
+
+
+class MessageChunk(_Out, tag="agent_message_chunk", tag_field="sessionUpdate"):
+    content: Union[TextOut, ImageOut]
+
+
+class SessionNotification(_Out):
+    session_id: str
+    update: MessageChunk
+
+
+class ToolCallRef(_Out):
+    tool_call_id: str
+
+
+class PermissionOption(_Out):
+    option_id: str
+    name: str
+    kind: str
+
+
+PERMISSION_OPTIONS = [
+    PermissionOption(option_id="allow-once", name="Allow once", kind="allow_once"),
+    PermissionOption(option_id="reject-once", name="Reject once", kind="reject_once"),
+]
+
+
+class PermissionParams(_Out):
+    session_id: str
+    tool_call: ToolCallRef
+    options: list[PermissionOption]
+
+
+class PermissionOutcome(_In):
+    outcome: str
+    option_id: str | None = None
+
+
+class PermissionResult(_In):
+    outcome: PermissionOutcome
+
+
+encoder = msgspec.json.Encoder()

@@ -1,0 +1,341 @@
+"""The ``deepseek`` model provider: streaming ``POST /chat/completions`` over one pooled httpx client."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx
+
+from dsh_core import ModelError, RouteError
+from dsh_core.types import (
+    Finish,
+    ModelDelta,
+    ModelInfo,
+    ModelRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    UsageDelta,
+)
+
+from . import _catalogue
+from ._config import KEY_ENV, Settings, find_api_key, repo_root
+from ._errors import http_error, redact, transport_error
+from ._sse import KEEP_ALIVE, SSEParser
+from ._wire import build_body, dumps
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core import Host
+
+PROVIDER = "deepseek"
+USER_AGENT = "dsh-deepseek-model/0.1"
+MAX_ERROR_BODY = 64 * 1024
+
+_FINISH = {"stop": "stop", "tool_calls": "tool-calls", "length": "max-tokens"}
+
+
+@dataclass
+class _Call:
+    """What one streamed answer has shown so far."""
+
+    model: str
+    text: bool = False
+    reasoning: bool = False
+    tools: set[int] = field(default_factory=set)
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+    events: int = 0
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def usage_from(raw: dict[str, Any]) -> Usage:
+    prompt = _int(raw.get("prompt_tokens"))
+    details = raw.get("prompt_tokens_details") if isinstance(raw.get("prompt_tokens_details"), dict) else {}
+    hit = raw.get("prompt_cache_hit_tokens")
+    hit = _int(hit) if hit is not None else _int(details.get("cached_tokens"))
+    miss = raw.get("prompt_cache_miss_tokens")
+    miss = _int(miss) if miss is not None else max(0, prompt - hit)
+    completion = raw.get("completion_tokens_details")
+    reasoning = _int(completion.get("reasoning_tokens")) if isinstance(completion, dict) else 0
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=_int(raw.get("completion_tokens")),
+        cache_hit_tokens=hit,
+        cache_miss_tokens=miss,
+        reasoning_tokens=reasoning,
+    )
+
+
+def _chunk_deltas(chunk: Any, call: _Call) -> list[ModelDelta]:
+    if not isinstance(chunk, dict):
+        raise ModelError(f"deepseek: malformed stream event from model {call.model}: not a JSON object",
+                         code="MALFORMED_RESPONSE", retryable=True)
+    if "error" in chunk and chunk["error"]:
+        err = chunk["error"]
+        text = err.get("message") if isinstance(err, dict) else str(err)
+        raise ModelError(f"deepseek: error inside the stream from model {call.model}: {text}",
+                         code="SERVER", retryable=True)
+    out: list[ModelDelta] = []
+    if isinstance(chunk.get("usage"), dict):
+        call.usage = chunk["usage"]
+    for choice in chunk.get("choices") or []:
+        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            continue
+        delta = choice.get("delta") or {}
+        if isinstance(delta, dict):
+            reasoning = delta.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                call.reasoning = True
+                out.append(ReasoningDelta(text=reasoning))
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                call.text = True
+                out.append(TextDelta(text=content))
+            for tc in delta.get("tool_calls") or []:
+                if not isinstance(tc, dict):
+                    continue
+                index = _int(tc.get("index"))
+                fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+                call.tools.add(index)
+                out.append(
+                    ToolCallDelta(
+                        index=index,
+                        id=tc.get("id") or None,
+                        name=fn.get("name") or None,
+                        arguments=fn.get("arguments") or "",
+                    )
+                )
+        if choice.get("finish_reason"):
+            call.finish = choice["finish_reason"]
+    return out
+
+
+class DeepSeekProvider:
+    """Provider ``deepseek``. ``resolve`` is a catalogue lookup; ``stream`` does the HTTP."""
+
+    name = PROVIDER
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        host: "Host | None" = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.retry_policy = self.settings.retry
+        self._host = host
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._warned: set[str] = set()
+
+    # ------------------------------------------------------------------ catalogue
+
+    def resolve(self, model: str) -> ModelInfo:
+        if not isinstance(model, str) or not model or model != model.strip() or any(c.isspace() for c in model):
+            raise RouteError(f"deepseek: {model!r} is not a model id (known: {', '.join(_catalogue.CATALOGUE)})")
+        if model in _catalogue.RETIRED:
+            raise RouteError(f"deepseek: model {model!r} is refused: {_catalogue.RETIRED[model]}")
+        overrides = self.settings.models.get(model)
+        card = _catalogue.CATALOGUE.get(model)
+        known = card is not None or overrides is not None
+        if card is None:
+            card = _catalogue.unlisted(model)
+            if overrides is None and model not in self._warned:
+                self._warned.add(model)
+                print(
+                    f"dsh: deepseek-model: {model!r} is not in the catalogue "
+                    f"({', '.join(_catalogue.CATALOGUE)}); passing it through as a text-only route",
+                    file=sys.stderr,
+                )
+        if overrides:
+            card = card.with_overrides(overrides)
+        return ModelInfo(
+            provider=PROVIDER,
+            model=model,
+            context_window=card.context_window,
+            max_output=card.max_output,
+            tools=card.tools,
+            thinking=card.thinking,
+            image_input=card.image_input,
+            known=known,
+        )
+
+    # ------------------------------------------------------------------ client
+
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            s = self.settings
+            self._client = httpx.AsyncClient(
+                transport=self._transport,
+                timeout=httpx.Timeout(connect=s.connect_timeout, read=None, write=60.0, pool=s.connect_timeout),
+                limits=httpx.Limits(max_connections=64, max_keepalive_connections=16, keepalive_expiry=60.0),
+                headers={"User-Agent": USER_AGENT},
+                follow_redirects=False,
+                trust_env=True,
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+
+    # ------------------------------------------------------------------ streaming
+
+    def _missing_key(self) -> ModelError:
+        where = [str(Path.cwd() / ".env")]
+        root = repo_root() / ".env"
+        if str(root) not in where:
+            where.append(str(root))
+        return ModelError(
+            f"deepseek: no API key: set {KEY_ENV} in the environment or in a .env file ({' or '.join(where)})",
+            code="MISSING_CREDENTIAL",
+        )
+
+    async def _read_image(self, block: Any) -> bytes:
+        store = getattr(self._host, "attachment_store", None)
+        if store is None:
+            raise ModelError(
+                "deepseek: the request holds an image but no attachment store is mounted to read it "
+                "(mount a plugin that provides dsh_attachment_store)",
+                code="INVALID_REQUEST",
+            )
+        return await store.read_image(block)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta]:
+        s = self.settings
+        model = request.route.model
+        key = find_api_key(dotenv=s.dotenv)
+        if not key:
+            raise self._missing_key()
+        body = await build_body(request, effort=s.reasoning_effort, max_tokens=s.max_tokens, read_image=self._read_image)
+        client = self.client()
+        http_request = client.build_request(
+            "POST",
+            s.endpoint() + "/chat/completions",
+            content=dumps(body),
+            headers={
+                "Authorization": f"Bearer {key}",
+                "Content-Type": "application/json",
+                "Accept": "text/event-stream",
+            },
+        )
+        start = anyio.current_time()
+        overall = start + s.deadline
+        data_deadline = start + s.first_event_timeout
+        call = _Call(model=model)
+        response: httpx.Response | None = None
+
+        def timed_out(now: float) -> ModelError:
+            if now >= overall:
+                what = f"the overall deadline of {s.deadline:g}s passed"
+            elif call.events == 0:
+                what = f"no data within {s.first_event_timeout:g}s (keep-alives do not count)"
+            else:
+                what = f"the stream was idle for {s.idle_timeout:g}s (keep-alives do not count)"
+            return ModelError(f"deepseek: timeout from model {model}: {what}", code="TIMEOUT", retryable=True)
+
+        try:
+            try:
+                with anyio.move_on_after(min(overall, data_deadline) - start) as scope:
+                    response = await client.send(http_request, stream=True)
+                if scope.cancelled_caught or response is None:
+                    raise timed_out(anyio.current_time())
+                if response.status_code != 200:
+                    raw = b""
+                    with anyio.move_on_after(max(0.0, min(overall - anyio.current_time(), s.idle_timeout))):
+                        async for piece in response.aiter_bytes():
+                            raw += piece
+                            if len(raw) > MAX_ERROR_BODY:
+                                break
+                    raise http_error(response.status_code, raw, response.headers, model=model, secret=key)
+                ctype = response.headers.get("content-type", "")
+                if "text/event-stream" not in ctype:
+                    raise ModelError(
+                        f"deepseek: HTTP 200 from model {model} with content-type {ctype!r}, not an event stream",
+                        code="MALFORMED_RESPONSE",
+                        retryable=True,
+                        status=200,
+                    )
+                parser = SSEParser()
+                chunks = response.aiter_bytes().__aiter__()
+                done = False
+                while not done:
+                    now = anyio.current_time()
+                    limit = min(overall, data_deadline)
+                    if now >= limit:
+                        raise timed_out(now)
+                    chunk: bytes | None = None
+                    with anyio.move_on_after(limit - now) as scope:
+                        try:
+                            chunk = await chunks.__anext__()
+                        except StopAsyncIteration:
+                            chunk = None
+                    if scope.cancelled_caught:
+                        raise timed_out(anyio.current_time())
+                    items = parser.feed(chunk) if chunk is not None else parser.close()
+                    for item in items:
+                        if item is KEEP_ALIVE:
+                            continue
+                        data = item.data  # type: ignore[union-attr]
+                        call.events += 1
+                        data_deadline = anyio.current_time() + s.idle_timeout
+                        if data.strip() == "[DONE]":
+                            done = True
+                            break
+                        try:
+                            parsed = json.loads(data)
+                        except ValueError:
+                            raise ModelError(
+                                f"deepseek: malformed stream event from model {model}: {redact(data[:200], key)!r}",
+                                code="MALFORMED_RESPONSE",
+                                retryable=True,
+                            ) from None
+                        for delta in _chunk_deltas(parsed, call):
+                            yield delta
+                    if chunk is None and not done:
+                        raise ModelError(
+                            f"deepseek: the stream from model {model} closed before [DONE] "
+                            f"after {call.events} events (truncated)",
+                            code="TRANSPORT",
+                            retryable=True,
+                        )
+            except httpx.HTTPError as exc:
+                during = "while connecting" if response is None else "while streaming"
+                raise transport_error(exc, model=model, secret=key, during=during) from None
+        finally:
+            if response is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
+                    await response.aclose()
+        # [DONE] seen: judge the answer as a whole.
+        reason = call.finish
+        if reason is None:
+            raise ModelError(f"deepseek: the stream from model {model} ended without a finish_reason",
+                             code="MALFORMED_RESPONSE", retryable=True)
+        if reason == "insufficient_system_resource":
+            raise ModelError(f"deepseek: model {model} stopped with insufficient_system_resource "
+                             "(inference interrupted by lack of capacity)", code="SERVER", retryable=True)
+        if reason == "content_filter":
+            raise ModelError(f"deepseek: model {model} stopped the answer: content_filter", code="CONTENT_FILTER")
+        mapped = _FINISH.get(reason)
+        if mapped is None:
+            raise ModelError(f"deepseek: model {model} returned an unknown finish_reason {reason!r}",
+                             code="MALFORMED_RESPONSE")
+        if mapped != "max-tokens" and not call.text and not call.tools:
+            raise ModelError(f"deepseek: model {model} returned an empty answer (finish_reason {reason!r}, "
+                             "no text and no tool calls)", code="EMPTY_RESPONSE", retryable=True)
+        if call.usage is not None:
+            yield UsageDelta(usage=usage_from(call.usage))
+        yield Finish(reason=mapped)  # type: ignore[arg-type]

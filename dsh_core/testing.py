@@ -1,0 +1,253 @@
+"""Opt-in pytest plugin for dsh and its plugin authors: ``pytest_plugins = ["dsh_core.testing"]``.
+
+Gives you:
+
+- ``scripted(tmp_path)`` fixture: ``scripted({...script...})`` writes a scripted-model script
+  and returns its path;
+- ``acp_agent`` fixture: an async context manager factory that spawns
+  ``dsh run --example … --provider scripted --model …`` as a real subprocess, drives it with
+  the official ACP SDK client, records every raw stdout byte, and on exit closes stdin,
+  waits for the exit, and checks that every stdout line is a JSON-RPC frame that validates
+  against ACP's ``schema.json``;
+- ``memory_host``: an in-process host for a composition, with the in-memory session store;
+- ``normalize_transcript(frames)``: ids renumbered and session ids replaced, for snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def shared_dir() -> Path:
+    return Path(os.environ.get("DSH_SHARED_DIR", REPO.parent / "shared"))
+
+
+@cache
+def acp_validator() -> Any:
+    """A jsonschema validator for any frame an agent may send (request, response, notification)."""
+    import jsonschema
+
+    schema = json.loads((shared_dir() / "acp" / "schema.json").read_text())
+    wrapper = {
+        "$schema": schema.get("$schema", "https://json-schema.org/draft/2020-12/schema"),
+        "$defs": schema["$defs"],
+        "anyOf": [
+            {"$ref": "#/$defs/AgentRequest"},
+            {"$ref": "#/$defs/AgentResponse"},
+            {"$ref": "#/$defs/AgentNotification"},
+        ],
+    }
+    cls = jsonschema.validators.validator_for(wrapper)
+    return cls(wrapper)
+
+
+def check_frames(raw: bytes) -> list[dict[str, Any]]:
+    """Every line must be a JSON-RPC 2.0 object that validates against ACP's schema."""
+    frames = []
+    for n, line in enumerate(raw.split(b"\n")):
+        if not line:
+            continue
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            raise AssertionError(f"stdout line {n} is not JSON: {line[:200]!r}") from None
+        assert isinstance(frame, dict) and frame.get("jsonrpc") == "2.0", f"line {n} is not JSON-RPC: {line[:200]!r}"
+        errors = sorted(acp_validator().iter_errors(frame), key=str)
+        assert not errors, f"stdout line {n} violates ACP schema: {errors[0].message}\n{line[:500]!r}"
+        frames.append(frame)
+    assert raw == b"" or raw.endswith(b"\n"), "stdout ends in a partial frame"
+    return frames
+
+
+_UUIDISH = re.compile(r"\b[0-9a-f]{32}\b")
+
+
+def normalize_transcript(frames: Iterable[dict[str, Any]], cwd: str | None = None) -> str:
+    """One JSON line per frame; ids renumbered by first appearance (client and agent id
+    spaces kept apart), session ids → {{sessionId}}, the cwd → {{cwd}}."""
+    ids: dict[Any, int] = {}
+    out = []
+    for f in frames:
+        f = json.loads(json.dumps(f))
+        if "id" in f and f["id"] is not None:
+            key = ("agent" if "method" in f else "client", f["id"])
+            f["id"] = ids.setdefault(key, len(ids) + 1)
+        text = json.dumps(f, sort_keys=True)
+        text = _UUIDISH.sub("{{sessionId}}", text)
+        if cwd:
+            text = text.replace(cwd, "{{cwd}}")
+        out.append(text)
+    return "\n".join(out) + "\n"
+
+
+def minimal_env(**extra: str) -> dict[str, str]:
+    """The environment the official Python client passes (INTEROP.md #3), plus ``extra``."""
+    env = {k: os.environ[k] for k in ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER") if k in os.environ}
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Recorder:
+    """An SDK ``Client`` that records updates and answers permission requests from a queue."""
+
+    updates: list[tuple[str, Any]] = field(default_factory=list)
+    permission_answers: list[Any] = field(default_factory=list)  # "allow-once" | "reject-once" | "cancelled" | Exception | "hang"
+    permission_requests: list[Any] = field(default_factory=list)
+
+    def text(self, session_id: str | None = None) -> list[str]:
+        return [
+            u.content.text
+            for sid, u in self.updates
+            if (session_id is None or sid == session_id) and getattr(u.content, "type", "") == "text"
+        ]
+
+    # --- acp.interfaces.Client
+    async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
+        self.updates.append((session_id, update))
+
+    async def request_permission(self, options: Any, session_id: str, tool_call: Any, **kw: Any) -> Any:
+        from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+
+        self.permission_requests.append((session_id, tool_call, options))
+        answer = self.permission_answers.pop(0) if self.permission_answers else "cancelled"
+        if isinstance(answer, BaseException):
+            raise answer
+        if answer == "hang":
+            await asyncio.sleep(3600)
+        if answer == "cancelled":
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=answer))
+
+    def on_connect(self, conn: Any) -> None:
+        pass
+
+
+@dataclass
+class AcpRun:
+    conn: Any
+    proc: asyncio.subprocess.Process
+    client: Recorder
+    cwd: Path
+    stdout: bytearray
+    stderr: bytearray
+    frames: list[dict[str, Any]] = field(default_factory=list)
+
+    async def start(self) -> str:
+        """initialize + session/new; returns the session id."""
+        await self.conn.initialize(protocol_version=1)
+        return (await self.conn.new_session(cwd=str(self.cwd), mcp_servers=[])).session_id
+
+    async def close_stdin(self) -> int:
+        self.proc.stdin.close()
+        return await asyncio.wait_for(self.proc.wait(), 10)
+
+
+@asynccontextmanager
+async def spawn_acp(
+    script: Path | None,
+    *,
+    cwd: Path,
+    example: str = "acp-agent",
+    env: dict[str, str] | None = None,
+    client: Recorder | None = None,
+    check: bool = True,
+) -> AsyncIterator[AcpRun]:
+    """Spawn ``dsh run`` and connect the official SDK client to it through a byte tap."""
+    from acp import connect_to_agent
+
+    client = client or Recorder()
+    args = ["-m", "dsh_core.cli", "run", "--example", example]
+    if script is not None:
+        args += ["--provider", "scripted", "--model", str(script)]
+    full_env = minimal_env(**(env or {}))
+    full_env.setdefault("DSH_EXAMPLES_PATH", str(REPO / "tests" / "examples"))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=str(cwd),
+        env=full_env,
+        limit=256 * 1024 * 1024,
+        start_new_session=True,
+    )
+    raw = bytearray()
+    err = bytearray()
+    tapped = asyncio.StreamReader(limit=256 * 1024 * 1024)
+
+    async def tap() -> None:
+        assert proc.stdout is not None
+        while chunk := await proc.stdout.read(1 << 20):
+            raw.extend(chunk)
+            tapped.feed_data(chunk)
+        tapped.feed_eof()
+
+    async def drain_stderr() -> None:
+        assert proc.stderr is not None
+        while chunk := await proc.stderr.read(1 << 16):
+            err.extend(chunk)
+
+    tasks = [asyncio.create_task(tap()), asyncio.create_task(drain_stderr())]
+    conn = connect_to_agent(client, proc.stdin, tapped)
+    run = AcpRun(conn=conn, proc=proc, client=client, cwd=cwd, stdout=raw, stderr=err)
+    try:
+        yield run
+    finally:
+        if proc.returncode is None:
+            try:
+                proc.stdin.close()
+                await asyncio.wait_for(proc.wait(), 10)
+            except (asyncio.TimeoutError, ProcessLookupError):
+                proc.kill()
+                await proc.wait()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await conn.close()
+        except Exception:
+            pass
+        if check:
+            run.frames = check_frames(bytes(raw))
+
+
+@pytest.fixture
+def scripted(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
+    counter = iter(range(10**6))
+
+    def write(script: dict[str, Any]) -> Path:
+        path = tmp_path / f"script-{next(counter)}.json"
+        path.write_text(json.dumps(script))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def acp_agent(tmp_path: Path) -> Callable[..., Any]:
+    """``async with acp_agent(script_path, example=…, env=…) as run: …`` (see ``spawn_acp``)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    home = tmp_path / "dsh-home"
+
+    def factory(script: Path | None, **kw: Any) -> Any:
+        env = {"DSH_HOME": str(home), **kw.pop("env", {})}
+        return spawn_acp(script, cwd=kw.pop("cwd", work), env=env, **kw)
+
+    factory.home = home  # type: ignore[attr-defined]
+    factory.work = work  # type: ignore[attr-defined]
+    return factory

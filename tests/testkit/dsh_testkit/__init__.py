@@ -1,0 +1,1 @@
+"""Test-only plugins. Never mounted by a shipped example."""

@@ -66,6 +66,7 @@ def _show(store: JsonlStore, session_id: str, as_json: bool) -> int:
         raw = contents.path.read_bytes()
         # Print exactly the stored complete lines (a torn tail is reported, not printed).
         end = contents.torn.offset if contents.torn is not None else len(raw)
+        sys.stdout.flush()  # anything already in the text layer goes first, not after the raw bytes
         sys.stdout.buffer.write(raw[:end])
         sys.stdout.flush()
         return 0

@@ -289,7 +289,11 @@ async def test_host_picks_the_jsonl_store_and_agent_events_land_on_disk(home: Pa
 def dsh(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: os.environ[k] for k in ("PATH", "SHELL", "TERM", "USER", "LOGNAME", "HOME") if k in os.environ}
     env["DSH_HOME"] = str(home)
-    return subprocess.run([sys.executable, "-m", "dsh_core.cli", *args], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "dsh_core.cli", *args], env=env, capture_output=True, text=True, timeout=60)
+    # `dsh <plugin command>` imports every installed dsh plugin; one that prints at import
+    # (the test kit's stray-stdout probe, tests/testkit) lands in our stdout. Drop its lines.
+    out.stdout = "".join(l for l in out.stdout.splitlines(keepends=True) if not l.startswith("NOISY:"))
+    return out
 
 
 def test_cli_list_and_show(home: Path) -> None:

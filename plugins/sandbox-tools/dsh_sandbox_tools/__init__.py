@@ -1,0 +1,76 @@
+"""dsh plugin ``sandbox-tools``: bash and file tools confined by the kernel.
+
+Tiers come from ``DSH_PERMISSION_MODE`` (or ``[config.sandbox-tools] permission-mode``):
+``read-only`` | ``workspace-write`` (default) | ``danger-full-access``. ``bash`` runs under
+bubblewrap, or Landlock where bubblewrap cannot start, probed once with a real confined
+command; with neither, the confined tiers refuse to run commands. File tools enforce the
+same roots in-process with ``openat2(RESOLVE_BENEATH)``. A wider tier is one approval
+away, for one call; nothing is remembered.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from dsh_core import hookimpl
+
+from .policy import PLUGIN, Settings, temp_roots
+from .tools import Sandbox, make_tools
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.agent import AgentSpec
+    from dsh_core.host import Host
+
+__all__ = ["Sandbox", "Settings", "sandbox_for"]
+
+_by_host: "weakref.WeakKeyDictionary[Any, Sandbox]" = weakref.WeakKeyDictionary()
+_last: Sandbox | None = None  # the sandbox configured most recently (dsh_register_tools has no host yet)
+
+
+def sandbox_for(host: "Host | None") -> Sandbox:
+    sb = _by_host.get(host) if host is not None else None
+    return sb or _last or Sandbox(Settings.from_config(None))
+
+
+@hookimpl
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+    global _last
+    sb = Sandbox(Settings.from_config(config.get(PLUGIN)))
+    _by_host[host] = sb
+    _last = sb
+
+
+@hookimpl
+def dsh_register_tools(register: Callable[[Any], None]) -> None:
+    # Host.__init__ calls dsh_configure just before this hook, so _last is this host's sandbox.
+    for tool in make_tools(sandbox_for(None)):
+        register(tool)
+
+
+@hookimpl
+def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str:
+    sb = sandbox_for(host)
+    mode = sb.settings.mode
+    root = spec.cwd
+    if mode == "danger-full-access":
+        return (
+            "Current DSH file policy: danger-full-access. Commands and file tools run without confinement; "
+            "be careful with writes outside the workspace. Do not set sandbox_permissions."
+        )
+    if mode == "read-only":
+        return (
+            "Current DSH file policy: read-only. bash commands and file tools may read anywhere but write nowhere "
+            "(except /dev/null). If one call really must write, call it again with "
+            'sandbox_permissions="workspace-write" (inside the workspace) or "danger-full-access" and a '
+            "justification; a person approves or rejects that single call, and nothing is remembered."
+        )
+    temps = ", ".join(f'"{t}"' for t in temp_roots())
+    return (
+        f'Current DSH file policy: workspace-write. bash commands and the write/edit tools may write only under '
+        f'the session workspace: "{root}" (including its .git), and the temporary directory ({temps}). '
+        "Everything else is read-only; reads are allowed everywhere. If one call really must write outside, "
+        'call it again with sandbox_permissions="danger-full-access" and a justification; a person approves or '
+        "rejects that single call, and nothing is remembered."
+    )

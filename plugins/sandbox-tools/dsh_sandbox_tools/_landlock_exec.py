@@ -1,0 +1,131 @@
+"""Landlock launcher: restrict writes to the given paths, then exec the command.
+
+Run as a standalone script (stdlib + ctypes only), so it works without importing dsh:
+
+    python3 -I _landlock_exec.py --rw PATH [--rw PATH …] --rw-file /dev/null -- argv…
+
+Reads and execution are left alone (the tiers describe file *effects*); every write-ish
+access (write, truncate, create, remove, link/rename, mknod, symlink) is denied outside
+the ``--rw`` directories and ``--rw-file`` files. ``no_new_privs`` is set first, so
+setuid binaries cannot regain anything. Failure to confine is fatal: exit 125 with a
+``landlock-run:`` line on stderr, never an unconfined exec.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+SYS_CREATE_RULESET = 444  # the same number on every architecture (unified syscall table)
+SYS_ADD_RULE = 445
+SYS_RESTRICT_SELF = 446
+CREATE_RULESET_VERSION = 1
+RULE_PATH_BENEATH = 1
+PR_SET_NO_NEW_PRIVS = 38
+
+WRITE_FILE = 1 << 1
+REMOVE_DIR = 1 << 4
+REMOVE_FILE = 1 << 5
+MAKE_CHAR = 1 << 6
+MAKE_DIR = 1 << 7
+MAKE_REG = 1 << 8
+MAKE_SOCK = 1 << 9
+MAKE_FIFO = 1 << 10
+MAKE_BLOCK = 1 << 11
+MAKE_SYM = 1 << 12
+REFER = 1 << 13  # ABI 2
+TRUNCATE = 1 << 14  # ABI 3
+
+PARTIAL_NOTICE = "landlock-run: partial enforcement (older Landlock ABI)"
+EXIT_RUNNER_FAILED = 125
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def abi_version() -> int:
+    """The kernel's Landlock ABI (0 when Landlock is missing or disabled)."""
+    r = _libc.syscall(ctypes.c_long(SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(CREATE_RULESET_VERSION))
+    return int(r) if r > 0 else 0
+
+
+def write_rights(abi: int) -> tuple[int, int]:
+    """(rights for directories, rights for single files) handled at this ABI."""
+    d = WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_CHAR | MAKE_DIR | MAKE_REG | MAKE_SOCK | MAKE_FIFO | MAKE_BLOCK | MAKE_SYM
+    f = WRITE_FILE
+    if abi >= 2:
+        d |= REFER
+    if abi >= 3:
+        d |= TRUNCATE
+        f |= TRUNCATE
+    return d, f
+
+
+def _fail(msg: str) -> "None":
+    sys.stderr.write(f"landlock-run: {msg}\n")
+    sys.stderr.flush()
+    os._exit(EXIT_RUNNER_FAILED)
+
+
+def restrict(rw_dirs: list[str], rw_files: list[str]) -> int:
+    """Confine this process (and everything it execs) to writing only the given paths."""
+    abi = abi_version()
+    if abi < 1:
+        _fail("Landlock is not available in this kernel")
+    dir_rights, file_rights = write_rights(abi)
+    handled = ctypes.c_uint64(dir_rights)
+    ruleset = _libc.syscall(ctypes.c_long(SYS_CREATE_RULESET), ctypes.byref(handled), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if ruleset < 0:
+        _fail(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
+    for paths, rights, flags in ((rw_dirs, dir_rights, os.O_DIRECTORY), (rw_files, file_rights, 0)):
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC | flags)
+            except OSError:
+                continue  # a missing optional root grants nothing
+            attr = _PathBeneath(allowed_access=rights, parent_fd=fd)
+            r = _libc.syscall(ctypes.c_long(SYS_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(RULE_PATH_BENEATH), ctypes.byref(attr), ctypes.c_uint32(0))
+            err = ctypes.get_errno()
+            os.close(fd)
+            if r < 0:
+                _fail(f"landlock_add_rule({path}) failed: {os.strerror(err)}")
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        _fail(f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")
+    if _libc.syscall(ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+        _fail(f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
+    os.close(ruleset)
+    return abi
+
+
+def main(argv: list[str]) -> None:
+    rw_dirs: list[str] = []
+    rw_files: list[str] = []
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        if argv[i] in ("--rw", "--rw-file") and i + 1 < len(argv):
+            (rw_dirs if argv[i] == "--rw" else rw_files).append(argv[i + 1])
+            i += 2
+        else:
+            _fail(f"bad argument {argv[i]!r}")
+    cmd = argv[i + 1 :]
+    if not cmd:
+        _fail("no command given")
+    abi = restrict(rw_dirs, rw_files)
+    if abi < 3:
+        sys.stderr.write(PARTIAL_NOTICE + "\n")
+        sys.stderr.flush()
+    try:
+        os.execvp(cmd[0], cmd)
+    except OSError as exc:
+        _fail(f"cannot exec {cmd[0]!r}: {exc.strerror}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

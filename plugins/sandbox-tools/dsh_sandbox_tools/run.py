@@ -1,0 +1,150 @@
+"""Run one command in its own process group: bounded output with a spill file, timeout, kill on cancel."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+TERM_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this long
+DRAIN_GRACE_S = 0.5  # after the command exits, how long output from stragglers may still arrive
+
+
+@dataclass
+class CommandResult:
+    exit_code: int | None  # None when killed by us (timeout)
+    signal: int | None
+    timed_out: bool
+    text: str  # bounded: the whole output, or head + marker + tail
+    total_bytes: int
+    spill_path: Path | None
+
+
+def _safe_name(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", s)[:100] or "call"
+
+
+def spill_path_for(root: Path, session_id: str, call_id: str) -> Path:
+    return root / _safe_name(session_id) / f"{_safe_name(call_id)}.log"
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def kill_group(proc: "anyio.abc.Process", pgid: int) -> None:
+    """SIGTERM the whole group, wait a little, then SIGKILL it (grandchildren included)."""
+    _killpg(pgid, signal.SIGTERM)
+    with anyio.move_on_after(TERM_GRACE_S):
+        await proc.wait()
+    _killpg(pgid, signal.SIGKILL)
+    with anyio.move_on_after(TERM_GRACE_S):
+        await proc.wait()
+
+
+class _Sink:
+    """Keeps head and tail in memory; past the limit, streams everything to the spill file."""
+
+    def __init__(self, limit: int, spill: Path) -> None:
+        self.limit = limit
+        self.half = max(1, limit // 2)
+        self.spill_target = spill
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.file = None
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if self.file is None:
+            self.head += chunk
+            if len(self.head) > self.limit:
+                self.spill_target.parent.mkdir(parents=True, exist_ok=True)
+                self.file = open(self.spill_target, "wb")
+                self.file.write(self.head)
+                self.tail = bytearray(self.head[-self.half :])
+                del self.head[self.half :]
+            return
+        self.file.write(chunk)
+        self.tail += chunk
+        if len(self.tail) > 4 * self.half:
+            del self.tail[: -self.half]
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+    def text(self) -> str:
+        if self.file is None:
+            return self.head.decode("utf-8", errors="replace")
+        tail = bytes(self.tail[-self.half :])
+        omitted = self.total - len(self.head) - len(tail)
+        return (
+            self.head.decode("utf-8", errors="replace")
+            + f"\n\n[… {omitted} bytes omitted; the full output ({self.total} bytes) is in {self.spill_target} "
+            "— read it with the read tool (offset/limit) or grep it …]\n\n"
+            + tail.decode("utf-8", errors="replace")
+        )
+
+
+async def run_command(
+    argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path
+) -> CommandResult:
+    sink = _Sink(limit, spill)
+    proc = await anyio.open_process(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=cwd, env=env, start_new_session=True,
+    )
+    pgid = proc.pid  # start_new_session: the leader's pid is the group id
+    timed_out = False
+    drained = anyio.Event()
+
+    async def reader() -> None:
+        assert proc.stdout is not None
+        try:
+            async for chunk in proc.stdout:
+                sink.feed(chunk)
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        finally:
+            drained.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            with anyio.move_on_after(timeout_s) as deadline:
+                await proc.wait()
+            if deadline.cancelled_caught:
+                timed_out = True
+                with anyio.CancelScope(shield=True):
+                    await kill_group(proc, pgid)
+            # Nothing outlives the call: background jobs of the command die with it.
+            _killpg(pgid, signal.SIGKILL)
+            with anyio.move_on_after(DRAIN_GRACE_S):
+                await drained.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if proc.returncode is None:
+                await kill_group(proc, pgid)
+            _killpg(pgid, signal.SIGKILL)
+            await proc.aclose()
+            sink.close()
+    rc = proc.returncode
+    sig = -rc if rc is not None and rc < 0 else None
+    return CommandResult(
+        exit_code=None if timed_out else rc,
+        signal=sig,
+        timed_out=timed_out,
+        text=sink.text(),
+        total_bytes=sink.total,
+        spill_path=spill if sink.file is not None else None,
+    )

@@ -379,6 +379,18 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (OSError, ValueError):  # the client went away, or we reset the connection on purpose
+            self.close_connection = True
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        except (OSError, ValueError):
+            pass
+
     # -- plumbing ----------------------------------------------------------
 
     def _json(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:

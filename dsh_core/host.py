@@ -120,7 +120,7 @@ class ApprovalService:
                 for answerer in reversed(list(self._answerers)):
                     answer = await answerer.answer(req)
                     if answer is not None:
-                        outcome, answered_by = answer, type(answerer).__name__
+                        outcome, answered_by = answer, getattr(answerer, "name", type(answerer).__name__)
                         break
         except anyio.get_cancelled_exc_class():
             agent.emit(ApprovalDecided(id=req.id, outcome="cancelled", answered_by=answered_by))

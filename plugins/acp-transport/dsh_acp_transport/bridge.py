@@ -161,6 +161,8 @@ class Session:
 class Bridge:
     """Owns one connection's sessions. One instance per ``serve``."""
 
+    name = "acp"  # recorded as ``answeredBy`` in approval/decided events
+
     def __init__(self, host: "Host", peer: Peer, *, permission_timeout: float = 300.0) -> None:
         self.host = host
         self.peer = peer

@@ -1,0 +1,260 @@
+"""The spine: the hook contract, exact composition, and the agent loop."""
+
+from __future__ import annotations
+
+import inspect
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import anyio
+import pytest
+
+from dsh_core import CompositionError, FunctionTool, hookimpl, hookspecs
+from dsh_core.agent import AgentSpec
+from dsh_core.compose import Composition, load_composition
+from dsh_core.host import make_plugin_manager, open_host
+from dsh_core.types import (
+    AssistantMessageEvent,
+    TextBlock,
+    ToolResultEvent,
+    TurnEnd,
+    UserMessage,
+)
+
+pytestmark = pytest.mark.anyio
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+def test_every_hookspec_is_documented():
+    specs = [(n, f) for n, f in vars(hookspecs).items() if n.startswith("dsh_") and callable(f)]
+    assert len(specs) >= 12
+    for name, fn in specs:
+        doc = inspect.getdoc(fn) or ""
+        assert "Called" in doc, f"{name} does not say who calls it and when"
+        assert len(doc) > 80, f"{name} is not documented"
+
+
+def test_every_hook_the_manager_knows_is_declared_in_the_contract_module():
+    pm = make_plugin_manager(trace=False)
+    declared = {n for n in vars(hookspecs) if n.startswith("dsh_")}
+    assert {name for name in vars(pm.hook) if name.startswith("dsh_")} <= declared
+
+
+def test_async_hookimpls_are_rejected():
+    class Bad:
+        @hookimpl
+        async def dsh_register_tools(self, register):  # pragma: no cover - never called
+            pass
+
+    from dsh_core.host import register_plugin
+
+    pm = make_plugin_manager(trace=False)
+    with pytest.raises(CompositionError, match="async def"):
+        register_plugin(pm, Bad(), "bad")
+    assert pm.get_plugin("bad") is None
+
+
+def test_no_shipped_plugin_has_an_async_hookimpl():
+    for ep in entry_points(group="dsh"):
+        module = ep.load()
+        for name in dir(module):
+            if name.startswith("dsh_"):
+                assert not inspect.iscoroutinefunction(getattr(module, name)), f"{ep.name}.{name} is async"
+
+
+def test_entry_point_names_are_unique():
+    names = [ep.name for ep in entry_points(group="dsh")]
+    assert len(names) == len(set(names)), names
+    assert {"acp-transport", "scripted-model", "jsonl-persistence"} <= set(names)
+
+
+def test_composition_is_exact_an_installed_but_unlisted_plugin_is_not_loaded():
+    from dsh_core.host import load_plugins
+
+    installed = {ep.name for ep in entry_points(group="dsh")}
+    assert "testkit-print" in installed  # installed in the test environment …
+    pm = make_plugin_manager(trace=False)
+    load_plugins(pm, load_composition("acp-agent"))
+    names = {name for name, _ in pm.list_name_plugin()}
+    assert "testkit-print" not in names  # … yet not loaded by an example that does not list it
+    assert {"acp-transport", "jsonl-persistence", "scripted-model"} <= names
+
+
+def test_a_missing_plugin_names_the_example_the_plugin_and_the_install_command():
+    from dsh_core.host import load_plugins
+
+    comp = Composition(name="demo", path=Path("demo/example.toml"), plugins=("no-such-plugin",))
+    with pytest.raises(CompositionError) as err:
+        load_plugins(make_plugin_manager(trace=False), comp)
+    text = str(err.value)
+    assert "'demo'" in text and "'no-such-plugin'" in text and "pip install" in text
+
+
+def test_trace_plugins_prints_hook_calls_to_stderr(capfd):
+    pm = make_plugin_manager(trace=True)
+    pm.hook.dsh_session_store(host=None)
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert "dsh_session_store" in err
+
+
+# --------------------------------------------------------------------------- the agent loop
+
+
+class Tools:
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    @hookimpl
+    def dsh_register_tools(self, register):
+        async def echo(args, ctx):
+            self.calls.append(args)
+            return f"ECHO {args['x']}"
+
+        async def sleepy(args, ctx):
+            await anyio.sleep(60)
+            return "never"
+
+        register(FunctionTool("echo", "Echo x.", {"type": "object"}, echo))
+        register(FunctionTool("sleepy", "Sleep.", {"type": "object"}, sleepy))
+
+
+async def _host(script: Path, tools: Tools | None = None):
+    pm = make_plugin_manager(trace=False)
+    pm.register(tools or Tools(), name="tools")
+    comp = Composition(name="t", path=Path("t/example.toml"), plugins=("scripted-model",))
+    return open_host(comp, provider="scripted", model=str(script), pm=pm)
+
+
+def _events(host, agent):
+    return host.session_store.logs[agent.session_id].events
+
+
+async def test_tool_dispatch_and_quiescence(scripted, tmp_path):
+    script = scripted(
+        {"default": [{"tools": [{"name": "echo", "args": {"x": "a"}}, {"name": "echo", "args": {"x": "b"}}]},
+                     {"text": "saw {tool_result}"}]}
+    )
+    tools = Tools()
+    async with await _host(script, tools) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        assert agent.busy
+        await agent.wait_idle()
+        assert not agent.busy
+        events = _events(host, agent)
+        results = [e for e in events if isinstance(e, ToolResultEvent)]
+        assert [r.result.content[0].text for r in results] == ["ECHO a", "ECHO b"]  # call order kept
+        final = [e for e in events if isinstance(e, AssistantMessageEvent)][-1]
+        assert final.message.content == [TextBlock(text="saw ECHO b")]
+        assert isinstance(events[-1], TurnEnd) and events[-1].reason == "completed"
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+async def test_unknown_tool_and_bad_arguments_become_error_results(scripted, tmp_path):
+    script = scripted({"default": [{"tool": "nope", "args": {}}, {"text": "{tool_result}"}]})
+    async with await _host(script) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await agent.wait_idle()
+        (result,) = [e for e in _events(host, agent) if isinstance(e, ToolResultEvent)]
+        assert result.code == "UNKNOWN_TOOL" and result.result.is_error
+
+
+async def test_cancel_mid_delay_commits_partial_and_aborts(scripted, tmp_path):
+    script = scripted({"default": [{"partial": "partial", "delay_ms": 60000}]})
+    async with await _host(script) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await anyio.sleep(0.05)
+        with anyio.fail_after(2):
+            agent.cancel()
+            await agent.wait_idle()
+        events = _events(host, agent)
+        msg = [e for e in events if isinstance(e, AssistantMessageEvent)][-1]
+        assert msg.interrupted and msg.message.content == [TextBlock(text="partial")]
+        assert events[-1].reason == "aborted" and events[-1].abort_kind == "user"
+
+
+async def test_cancel_during_a_tool_gives_every_call_a_result(scripted, tmp_path):
+    script = scripted({"default": [{"tools": [{"name": "sleepy", "args": {}}, {"name": "echo", "args": {"x": "q"}}]}]})
+    async with await _host(script) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await anyio.sleep(0.05)
+        agent.cancel()
+        await agent.wait_idle()
+        results = [e for e in _events(host, agent) if isinstance(e, ToolResultEvent)]
+        assert [(r.result.name, r.code) for r in results] == [("sleepy", "ABORTED"), ("echo", None)]
+
+
+async def test_retryable_errors_are_retried_and_recorded(scripted, tmp_path):
+    script = scripted({"default": [{"error": "rate_limit"}, {"error": "server"}, {"text": "Recovered."}]})
+    async with await _host(script) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await agent.wait_idle()
+        types = [e.__class__.__name__ for e in _events(host, agent)]
+        assert types.count("RetryEvent") == 2
+        assert _events(host, agent)[-1].reason == "completed"
+
+
+async def test_non_retryable_error_fails_the_turn(scripted, tmp_path):
+    script = scripted({"default": [{"error": "auth"}]})
+    async with await _host(script) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await agent.wait_idle()
+        end = _events(host, agent)[-1]
+        assert end.reason == "error" and "HTTP 401" in end.error
+        assert not [e for e in _events(host, agent) if isinstance(e, AssistantMessageEvent)]
+
+
+async def test_length_finish_ends_the_turn_as_max_tokens(scripted, tmp_path):
+    script = scripted({"default": [{"finish": "length", "text": "cut"}]})
+    async with await _host(script) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await agent.wait_idle()
+        assert _events(host, agent)[-1].reason == "max-tokens"
+
+
+async def test_dispose_cancels_running_work_and_refuses_more(scripted, tmp_path):
+    from dsh_core import AgentDisposed
+
+    script = scripted({"default": [{"partial": "p", "delay_ms": 60000}]})
+    async with await _host(script) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        child = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script), parent=parent))
+        parent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        child.submit(UserMessage(id="u2", content=[TextBlock(text="go")]))
+        await anyio.sleep(0.05)
+        with anyio.fail_after(2):
+            await parent.dispose()
+        assert parent.disposed and child.disposed and not child.busy
+        assert _events(host, child)[-1].abort_kind == "disposed"
+        with pytest.raises(AgentDisposed):
+            parent.submit(UserMessage(id="u3", content=[TextBlock(text="again")]))
+
+
+async def test_history_sent_to_the_model_is_append_only(scripted, tmp_path):
+    seen: list[list] = []
+    script = scripted({"default": [{"tool": "echo", "args": {"x": "1"}}, {"text": "done"}]})
+    async with await _host(script) as host:
+        provider = host.models["scripted"]
+        original = provider.stream
+
+        def spy(request):
+            seen.append(list(request.messages))
+            return original(request)
+
+        provider.stream = spy
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        for text in ("one", "two"):
+            agent.submit(UserMessage(id=text, content=[TextBlock(text=text)]))
+            await agent.wait_idle()
+        for before, after in zip(seen, seen[1:]):
+            assert after[: len(before)] == before

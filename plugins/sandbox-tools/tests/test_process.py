@@ -1,0 +1,125 @@
+"""Process groups, cancellation, timeouts, the scrubbed environment and bounded output."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from conftest import Session, host_alive_with, mechanisms, running_host, text
+from dsh_sandbox_tools.mechanisms import probe_cached
+from dsh_sandbox_tools.policy import is_credential_name
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_cancel_kills_grandchildren(mechanism: str, root: Path) -> None:
+    token = f"{1000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6):06d}"
+    async with running_host(mechanism=mechanism) as host:
+        s = Session(host, root)
+        result = []
+
+        async def call() -> None:
+            result.append(await s.call("bash", command=f"(sleep {token}; echo late > late) & touch started; sleep {token}"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(10):
+                while not (root / "started").exists() or len(host_alive_with(token)) < 2:
+                    await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+        assert not result  # the call was cancelled, not completed
+        deadline = time.monotonic() + 5
+        while host_alive_with(token) and time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+        assert host_alive_with(token) == []
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_timeout_kills_group(mechanism: str, root: Path) -> None:
+    token = f"77.{secrets.randbelow(10**6):06d}"
+    async with running_host(mechanism=mechanism) as host:
+        t0 = time.monotonic()
+        out = await Session(host, root).call("bash", command=f"echo before; sleep {token} & sleep {token}",
+                                             timeout_ms=400)
+        assert time.monotonic() - t0 < 5
+    assert out.code == "TIMEOUT" and "before" in text(out)
+    assert "[timed out after 400 ms" in text(out)
+    assert host_alive_with(token) == []
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_env_is_scrubbed(mechanism: str, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    secrets_env = {
+        "DEEPSEEK_API_KEY": "sk-deepseek", "GITHUB_TOKEN": "ghp", "AWS_SECRET_ACCESS_KEY": "aws",
+        "MY_SERVICE_PASSWORD": "pw", "OPENAI_API_KEY": "sk-oa", "SOME_AUTH_HEADER": "Bearer", "NPM_TOKEN": "n",
+    }
+    for k, v in secrets_env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("HARMLESS_SETTING", "kept")
+    async with running_host(mechanism=mechanism) as host:
+        out = await Session(host, root).call("bash", command="env")
+    env = text(out)
+    for k, v in secrets_env.items():
+        assert k not in env
+    assert "sk-deepseek" not in env
+    assert "HARMLESS_SETTING=kept" in env and "PATH=" in env
+    assert "DSH_SANDBOX=workspace-write" in env
+
+
+def test_credential_names() -> None:
+    for name in ["DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY", "GH_TOKEN", "X_SECRET", "DB_PASSWORD", "SSH_AUTH_SOCK",
+                 "AWS_ACCESS_KEY_ID", "GOOGLE_APPLICATION_CREDENTIALS", "aws_session_token"]:
+        assert is_credential_name(name), name
+    for name in ["PATH", "HOME", "LANG", "TERM", "PYTHONPATH", "TMPDIR", "SHELL", "USER"]:
+        assert not is_credential_name(name), name
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_spill_holds_full_output(mechanism: str, root: Path, tmp_path: Path) -> None:
+    size = 5 * 1024 * 1024
+    cmd = f"python3 -c \"import sys; sys.stdout.write(('0123456789abcde' + chr(10)) * {size // 16})\"; echo END"
+    async with running_host(mechanism=mechanism) as host:
+        s = Session(host, root)
+        out = await s.call("bash", command=cmd)
+        sid = s.agent.session_id
+    t = text(out)
+    assert not out.is_error
+    assert len(t.encode()) < 40_000
+    assert t.startswith("0123456789abcde\n") and t.rstrip().endswith("END")
+    spill = tmp_path / "dsh-home" / "spill" / sid / "c1.log"
+    assert str(spill) in t and "bytes omitted" in t
+    data = spill.read_bytes()
+    assert len(data) == (size // 16) * 16 + 4
+    assert data.endswith(b"END\n")
+
+
+async def test_small_output_has_no_spill(root: Path, tmp_path: Path) -> None:
+    async with running_host(**{"max-output-bytes": 100}) as host:
+        out = await Session(host, root).call("bash", command="echo hello; exit 3")
+    assert text(out) == "hello\n[exit code 3]" and out.is_error
+    assert not (tmp_path / "dsh-home" / "spill").exists()
+
+
+async def test_background_job_does_not_hold_the_call(root: Path) -> None:
+    async with running_host() as host:
+        t0 = time.monotonic()
+        out = await Session(host, root).call("bash", command="sleep 30 & echo quick")
+        assert time.monotonic() - t0 < 3
+    assert "quick" in text(out)
+
+
+def test_probe_reports_mechanisms() -> None:
+    bw, ll = probe_cached("bwrap"), probe_cached("landlock")
+    assert probe_cached("none").runner is None
+    auto = probe_cached("auto")
+    if bw.runner is not None:
+        assert auto.runner is not None and auto.runner.name == "bwrap"
+    elif ll.runner is not None:
+        assert auto.runner is not None and auto.runner.name == "landlock"
+    print("bwrap:", bw.summary(), "| landlock:", ll.summary(), "| cpu:", os.cpu_count())

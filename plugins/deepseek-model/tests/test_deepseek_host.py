@@ -276,4 +276,4 @@ async def test_prefix_cache_hit_ratio_over_a_tool_heavy_session(env, tmp_path):
     ratio = hit / prompt
     print(f"\nprefix cache: {len(chats)} calls, prompt tokens {prompt}, cache-hit tokens {hit}, ratio {ratio:.1%}",
           file=sys.__stderr__)
-    assert ratio >= 0.90
+    assert ratio >= 0.94

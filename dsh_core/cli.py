@@ -49,11 +49,14 @@ def _command_manager(argv: Sequence[str]) -> pluggy.PluginManager:
     first = next((a for a in argv if not a.startswith("-")), None)
     if first in builtin_commands.NAMES:
         return pm
-    for name, ep in installed_plugins().items():
-        try:
-            register_plugin(pm, ep.load(), name)
-        except Exception as exc:
-            print(f"dsh: plugin {name!r} failed to load for its commands: {exc!r}", file=sys.stderr)
+    from .stdio import stdout_to_stderr
+
+    with stdout_to_stderr():  # an import-time print must not pollute the command's output
+        for name, ep in installed_plugins().items():
+            try:
+                register_plugin(pm, ep.load(), name)
+            except Exception as exc:
+                print(f"dsh: plugin {name!r} failed to load for its commands: {exc!r}", file=sys.stderr)
     return pm
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import BinaryIO
 
 _claimed: tuple[BinaryIO, BinaryIO] | None = None
@@ -32,3 +34,24 @@ def claim_stdio() -> tuple[BinaryIO, BinaryIO]:
         os.close(devnull)
         _claimed = (os.fdopen(in_fd, "rb", buffering=0), os.fdopen(out_fd, "wb", buffering=0))
     return _claimed
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Point fd 1 at stderr for the duration (e.g. while importing plugins for their
+    commands, so an import-time ``print`` cannot pollute a command's output)."""
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        try:
+            sys.stdout.flush()
+        except Exception:
+            pass
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import platformdirs
+from dsh_core.paths import data_home
 
 from dsh_core.errors import AttachmentCorrupt, AttachmentError, ConfigError, DshError
 from dsh_core.types import ImageBlock
@@ -37,10 +37,6 @@ _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 STALE_TEMP_SECONDS = 3600.0
 
 
-def data_home() -> Path:
-    env = os.environ.get("DSH_HOME")
-    base = Path(env) if env else Path(platformdirs.user_data_dir("dsh"))
-    return base.expanduser().absolute()
 
 
 @dataclass(frozen=True)

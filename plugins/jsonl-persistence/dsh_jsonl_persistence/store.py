@@ -20,7 +20,7 @@ from pathlib import Path
 
 import anyio
 import msgspec
-import platformdirs
+from dsh_core.paths import data_home
 
 from dsh_core.errors import DshError
 from dsh_core.types import DurableEvent, SessionHeader, log_decoder, log_encoder
@@ -30,11 +30,6 @@ SUFFIX = ".jsonl"
 _SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 
 
-def data_home() -> Path:
-    """``$DSH_HOME`` when set (tests, overrides), else platformdirs' per-user data dir."""
-    env = os.environ.get("DSH_HOME")
-    base = Path(env) if env else Path(platformdirs.user_data_dir("dsh"))
-    return base.expanduser().absolute()
 
 
 def sessions_dir() -> Path:

@@ -10,12 +10,15 @@ away, for one call; nothing is remembered.
 
 from __future__ import annotations
 
+import sys
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import hookimpl
 
+from .mechanisms import get_runner
 from .policy import PLUGIN, Settings, temp_roots
 from .tools import Sandbox, make_tools
 
@@ -47,6 +50,26 @@ def dsh_register_tools(register: Callable[[Any], None]) -> None:
     # Host.__init__ calls dsh_configure just before this hook, so _last is this host's sandbox.
     for tool in make_tools(sandbox_for(None)):
         register(tool)
+
+
+@asynccontextmanager
+async def _probe_at_start(sb: Sandbox) -> AsyncIterator[None]:
+    # Probe once (cached per process) with a real confined command, so the first bash call does not
+    # pay for it and a host without a usable sandbox says so on stderr at start-up.
+    if sb.settings.mode != "danger-full-access":
+        result = await get_runner(sb.settings.mechanism)
+        if result.runner is None:
+            print(
+                f"dsh: {PLUGIN}: no sandbox mechanism is usable ({result.summary()}); bash will refuse to run "
+                f'commands in "{sb.settings.mode}" mode (sandbox unavailable)',
+                file=sys.stderr,
+            )
+    yield
+
+
+@hookimpl
+def dsh_lifespan(host: "Host") -> Any:
+    return _probe_at_start(sandbox_for(host))
 
 
 @hookimpl

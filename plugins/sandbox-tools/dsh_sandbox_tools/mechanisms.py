@@ -40,7 +40,10 @@ class Runner:
 
 def bwrap_argv(argv: list[str], roots: list[str], cwd: str) -> list[str]:
     bwrap = shutil.which("bwrap") or "bwrap"
-    out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--proc", "/proc", "--die-with-parent"]
+    # --cap-drop ALL matters when the harness runs as root: bwrap otherwise keeps every capability
+    # inside, and CAP_SYS_ADMIN can simply `mount -o remount,rw /`.
+    out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--proc", "/proc", "--die-with-parent",
+           "--cap-drop", "ALL"]
     # Parents before children, so a nested root is bound on top of its parent's bind.
     for r in sorted(roots, key=lambda p: (p.count("/"), p)):
         out += ["--bind", r, r]
@@ -71,7 +74,11 @@ def _probe_one(runner: Runner) -> str | None:
         inside, beside = os.path.join(d, "in"), os.path.join(d, "out")
         os.mkdir(inside)
         os.mkdir(beside)
-        script = 'echo ok > "$1/probe"; echo bad > "$2/probe" 2>/dev/null; exit 0'
+        # The probe also tries to undo the confinement (remount / read-write) before writing beside.
+        script = (
+            'echo ok > "$1/probe"; mount -o remount,rw / >/dev/null 2>&1; mount -o remount,bind,rw / >/dev/null 2>&1; '
+            'echo bad > "$2/probe" 2>/dev/null; exit 0'
+        )
         argv = runner.wrap(["/bin/sh", "-c", script, "sh", inside, beside], [inside], inside)
         try:
             proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=20, start_new_session=True)

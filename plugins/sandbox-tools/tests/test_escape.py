@@ -44,7 +44,10 @@ ESCAPES = {
     "tee-out": "echo x | tee {OUT}/a",
     "symlink-out": "ln -s /etc/passwd {OUT}/sl",
     "mkfifo-out": "mkfifo {OUT}/fifo",
-    "remount-rw": "mount -o remount,rw / 2>&1; mount --bind . {OUT} 2>&1; echo x > {OUT}/a",
+    "remount-rw": "mount -o remount,rw / 2>&1; echo x > {OUT}/a",
+    "remount-bind-rw": "mount -o remount,bind,rw / 2>&1; echo x > {OUT}/a",
+    "remount-rw-new-userns": "unshare -rm sh -c 'mount -o remount,bind,rw / ; echo x > {OUT}/a' 2>&1",
+    "bind-over-outside": "mount --bind . {OUT} 2>&1; echo x > a; echo x > {OUT}/a",
     "new-userns-mount": "unshare -rm sh -c 'mount -t tmpfs none {OUT} && echo x > {OUT}/a' 2>&1",
 }
 

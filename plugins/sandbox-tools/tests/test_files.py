@@ -1,0 +1,172 @@
+"""read / write / edit / glob / grep / read_image behaviour, and a whole agent turn."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from conftest import FakeProvider, Session, running_host, text
+from dsh_core import hookimpl
+from dsh_core.types import (
+    Finish, ImageBlock, ModelInfo, TextBlock, TextDelta, ToolCallDelta, ToolCallEvent, ToolResultEvent,
+    ToolResultMessage,
+)
+
+pytestmark = pytest.mark.anyio
+
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d49444154789c63f8cfc0f01f0005000201"
+    "a5b3d5f30000000049454e44ae426082"
+)
+
+
+async def test_read_window_and_edit_rules(root: Path) -> None:
+    (root / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    async with running_host() as host:
+        s = Session(host, root)
+        out = await s.call("edit", path="f.txt", old_string="line 3", new_string="LINE 3")
+        assert out.code == "NOT_READ"
+        out = await s.call("read", path="f.txt", offset=3, limit=2)
+        assert text(out) == "     3\tline 3\n     4\tline 4\n[lines 3–4 of 10; continue with offset=5]"
+        out = await s.call("edit", path="f.txt", old_string="line 3\n", new_string="LINE 3\n")
+        assert text(out) == "edited f.txt: replaced 1 occurrence", text(out)
+        out = await s.call("edit", path="f.txt", old_string="line", new_string="row")
+        assert out.code == "AMBIGUOUS_MATCH" and "9 times" in text(out)
+        out = await s.call("edit", path="f.txt", old_string="line", new_string="row", replace_all=True)
+        assert "replaced 9 occurrences" in text(out)
+        out = await s.call("edit", path="f.txt", old_string="nope", new_string="x")
+        assert out.code == "NO_MATCH"
+        await anyio.sleep(0.01)
+        (root / "f.txt").write_text("changed behind our back\n")
+        out = await s.call("edit", path="f.txt", old_string="changed", new_string="x")
+        assert out.code == "STALE_READ"
+        # another session has not read it
+        other = Session(host, root)
+        assert (await other.call("edit", path="f.txt", old_string="changed", new_string="x")).code == "NOT_READ"
+        assert (await s.call("read", path="missing.txt")).code == "NOT_FOUND"
+        assert (await s.call("read", path=".")).code == "IS_DIRECTORY"
+        (root / "bin").write_bytes(b"\0\1\2")
+        assert (await s.call("read", path="bin")).code == "BINARY_FILE"
+        w = await s.call("write", path="new/deep/n.txt", content="a\nb\n")
+        assert text(w) == "created new/deep/n.txt (4 bytes)"
+        out = await s.call("edit", path="new/deep/n.txt", old_string="b", new_string="c")  # write counts as read
+        assert not out.is_error
+    assert (root / "new/deep/n.txt").read_text() == "a\nc\n"
+
+
+async def test_glob_and_grep(root: Path) -> None:
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / "src" / "pkg" / "a.py").write_text("def alpha():\n    return 1\n")
+    (root / "src" / "b.py").write_text("ALPHA = 2\n")
+    (root / "notes.md").write_text("alpha notes\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "x.py").write_text("def alpha(): pass\n")
+    async with running_host() as host:
+        s = Session(host, root)
+        assert text(await s.call("glob", pattern="**/*.py")) == "src/b.py\nsrc/pkg/a.py"
+        assert "no files match" in text(await s.call("glob", pattern="*.rs"))
+        out = text(await s.call("grep", pattern=r"def \w+", glob="*.py"))
+        assert out == "src/pkg/a.py:1: def alpha():"
+        out = text(await s.call("grep", pattern="(?i)alpha", path="src"))
+        assert out.splitlines() == ["src/b.py:1: ALPHA = 2", "src/pkg/a.py:1: def alpha():"]
+        assert (await s.call("grep", pattern="(")).code == "INVALID_ARGUMENTS"
+
+
+class _Store:
+    mime_types = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+    def __init__(self) -> None:
+        self.saved: list[bytes] = []
+
+    async def save_images(self, batch: Any) -> list[ImageBlock]:
+        out = []
+        for mime, data in batch:
+            self.saved.append(data)
+            out.append(ImageBlock(digest="sha256:" + hashlib.sha256(data).hexdigest(), mime=mime, size=len(data)))
+        return out
+
+    async def read_image(self, ref: ImageBlock) -> bytes:  # pragma: no cover
+        raise NotImplementedError
+
+
+class _StorePlugin:
+    def __init__(self) -> None:
+        self.store = _Store()
+
+    @hookimpl
+    def dsh_attachment_store(self, host: Any) -> _Store:
+        return self.store
+
+
+async def test_read_image(root: Path) -> None:
+    (root / "red.png").write_bytes(PNG)
+    (root / "fake.png").write_text("not an image")
+    async with running_host() as host:  # no store mounted
+        out = await Session(host, root, model="vision").call("read_image", path="red.png")
+        assert out.code == "NO_ATTACHMENT_STORE"
+        out = await Session(host, root, model="plain").call("read_image", path="red.png")
+        assert text(out).startswith('Error: cannot read "red.png" as an image: model "plain" does not declare image input')
+    plugin = _StorePlugin()
+    async with running_host(plugins={"test-store": plugin}) as host:
+        s = Session(host, root, model="vision")
+        out = await s.call("read_image", path="red.png")
+        assert not out.is_error, text(out)
+        assert isinstance(out.content[0], TextBlock) and isinstance(out.content[1], ImageBlock)
+        assert out.content[1].mime == "image/png" and out.content[1].size == len(PNG)
+        assert plugin.store.saved == [PNG]
+        assert (await s.call("read_image", path="fake.png")).code == "NOT_AN_IMAGE"
+        assert (await s.call("read_image", path="nope.png")).code == "NOT_FOUND"
+
+
+class ScriptProvider(FakeProvider):
+    """First call: ask for bash; second call: answer with text."""
+
+    name = "script"
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.calls = 0
+
+    def resolve(self, model: str) -> ModelInfo:
+        return ModelInfo(provider="script", model=model)
+
+    async def stream(self, request: Any):
+        self.calls += 1
+        if self.calls == 1:
+            args = json.dumps({"command": self.command})
+            yield ToolCallDelta(index=0, id="call_1", name="bash", arguments=args)
+            yield Finish(reason="tool-calls")
+        else:
+            last = request.messages[-1]
+            assert isinstance(last, ToolResultMessage)
+            yield TextDelta(text="saw: " + last.content[0].text)
+            yield Finish(reason="stop")
+
+
+async def test_agent_turn_records_tool_call_and_result(root: Path) -> None:
+    from dsh_core.agent import AgentSpec
+    from dsh_core.types import UserMessage
+
+    provider = ScriptProvider("echo hi > made.txt && cat made.txt")
+
+    class P:
+        @hookimpl
+        def dsh_register_models(self, register: Any) -> None:
+            register(provider)
+
+    async with running_host(plugins={"script-model": P()}) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(root), provider="script", model="s"))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="make a file")]))
+        with anyio.fail_after(20):
+            await agent.wait_idle()
+        events = host.session_store.logs[agent.session_id].events
+    calls = [e for e in events if isinstance(e, ToolCallEvent)]
+    results = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert [c.name for c in calls] == ["bash"] and results[0].result.call_id == "call_1"
+    assert results[0].result.content[0].text == "hi" and not results[0].result.is_error
+    assert (root / "made.txt").read_text() == "hi\n"

@@ -162,3 +162,19 @@ async def test_file_tools_write_inside_root_and_temp(root: Path) -> None:
         assert tmp_target.read_text() == "ok"
     finally:
         shutil.rmtree(tmp_target.parent, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    "mechanism",
+    [
+        "bwrap",
+        pytest.param("landlock", marks=pytest.mark.xfail(
+            strict=True, reason="known gap: Landlock (ABI ≤ 7) does not govern chmod/chown/utimes")),
+    ],
+)
+async def test_metadata_changes_outside(mechanism: str, root: Path, outside: Path) -> None:
+    before = (outside / "victim").stat()
+    async with running_host(mechanism=mechanism) as host:
+        await Session(host, root).call("bash", command=f"chmod 600 {outside}/victim; touch -d 2000-01-01 {outside}/victim")
+    after = (outside / "victim").stat()
+    assert (after.st_mode, after.st_mtime) == (before.st_mode, before.st_mtime)

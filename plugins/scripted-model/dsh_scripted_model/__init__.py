@@ -171,11 +171,10 @@ class ScriptedProvider:
 
     def _cursor(self, request: ModelRequest, loaded: _Loaded) -> tuple[_Cursor, str, str]:
         msgs = request.messages
+        # The prompt is the latest user message (a failed earlier turn leaves its message in the
+        # history right before it; that one is not part of this prompt).
         last = max((i for i, m in enumerate(msgs) if isinstance(m, UserMessage)), default=-1)
-        first = last
-        while first > 0 and isinstance(msgs[first - 1], UserMessage):
-            first -= 1
-        prompt = "\n".join(_flatten(m.content) for m in msgs[first : last + 1]) if last >= 0 else ""
+        prompt = _flatten(msgs[last].content) if last >= 0 else ""  # type: ignore[union-attr]
         prompt_id = msgs[last].id if last >= 0 else ""  # type: ignore[union-attr]
         tool_result = ""
         for m in msgs[last + 1 :]:

@@ -1,3 +1,5 @@
+"""Root conftest: every test directory (tests/, plugins/*/tests/) gets dsh's pytest helpers."""
+
 import pytest
 
 pytest_plugins = ["dsh_core.testing"]

@@ -1,0 +1,568 @@
+"""The client side of ACP: drive another ACP agent over stdio, one process per client.
+
+``open_client(argv, cwd=…, env=…)`` spawns the agent in its own process session (its
+own process group), speaks JSON-RPC to it through ``rpc.Peer`` over raw pipes, and on
+exit shuts it down in tiers: close stdin and wait ``eof_grace`` for the whole tree to
+exit, then SIGTERM the tree, wait ``term_grace``, then SIGKILL, and finally *prove* the
+tree is gone (no live process of its group or its descendants in ``/proc``).
+
+    async with open_client(argv, cwd=cwd, env=scrub_env(extra={...}), on_permission=policy) as c:
+        await c.start()                       # initialize (version checked) + session/new
+        result = await c.prompt("task", on_text=print)
+        result.stop_reason, result.text
+
+Only committed ``agent_message_chunk`` text is collected; thoughts, tool updates, plans
+and everything else are ignored. ``session/request_permission`` goes to the
+``on_permission`` callback, which answers ``"allow"``, ``"reject"`` or ``"cancelled"``;
+the client picks an *offered* option (never invents one) and fails closed. The child's
+stderr is drained continuously into a bounded tail (and optionally forwarded), so a
+chatty child never blocks on a full pipe (INTEROP.md / acp-peers.md #4).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Literal
+
+import anyio
+import msgspec
+
+from .rpc import DEFAULT_MAX_FRAME, FdReader, FdWriter, Peer, RpcFailure, TransportClosed
+from .wire import PROTOCOL_VERSION
+
+__all__ = [
+    "AcpClient",
+    "AcpClientError",
+    "PermissionAsk",
+    "PromptResult",
+    "open_client",
+    "scrub_env",
+    "tree_pids",
+]
+
+CREDENTIAL_SHAPED = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
+
+PermissionVerdict = Literal["allow", "reject", "cancelled"]
+
+
+class AcpClientError(Exception):
+    """The child could not be started or spoke something other than ACP v1."""
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def scrub_env(
+    base: Mapping[str, str] | None = None,
+    *,
+    extra: Mapping[str, str] | None = None,
+    inherit: Iterable[str] = (),
+) -> dict[str, str]:
+    """``base`` (default ``os.environ``) without credential-shaped variables
+    (KEY/PASSWORD/SECRET/TOKEN in the name) and without ambient ``DSH_*``; the names in
+    ``inherit`` are kept anyway (explicit configuration), then ``extra`` is merged on top."""
+    base = os.environ if base is None else base
+    keep = set(inherit)
+    env = {
+        k: v
+        for k, v in base.items()
+        if k in keep or not (CREDENTIAL_SHAPED.search(k) or k.startswith("DSH_"))
+    }
+    env.update(extra or {})
+    return env
+
+
+# --------------------------------------------------------------------------- process tree
+
+
+def _stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, ppid, pgid, starttime) from /proc/<pid>/stat, or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = raw[raw.rfind(")") + 2 :].split()
+    try:
+        return rest[0], int(rest[1]), int(rest[2]), int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _all_pids() -> list[int]:
+    try:
+        return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+
+
+def tree_pids(root: int, pgid: int | None = None) -> dict[int, int]:
+    """Live (non-zombie) processes that are ``root``, in process group ``pgid`` (default
+    ``root``), or descend from any of those: pid → start time (to survive pid reuse)."""
+    pgid = root if pgid is None else pgid
+    stats = {pid: s for pid in _all_pids() if (s := _stat(pid)) is not None}
+    members = {pid for pid, s in stats.items() if pid == root or s[2] == pgid}
+    changed = True
+    while changed:
+        changed = False
+        for pid, s in stats.items():
+            if pid not in members and s[1] in members:
+                members.add(pid)
+                changed = True
+    return {pid: stats[pid][3] for pid in members if stats[pid][0] != "Z"}
+
+
+def _still_alive(tracked: Mapping[int, int]) -> dict[int, int]:
+    out = {}
+    for pid, start in tracked.items():
+        s = _stat(pid)
+        if s is not None and s[3] == start and s[0] != "Z":
+            out[pid] = start
+    return out
+
+
+# --------------------------------------------------------------------------- client wire types
+
+
+class _Out(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    pass
+
+
+class _In(msgspec.Struct, rename="camel", kw_only=True):
+    pass
+
+
+class _InitializeParams(_Out):
+    protocol_version: int
+    client_capabilities: dict[str, Any]
+    client_info: dict[str, str]
+
+
+class _InitializeResult(_In):
+    protocol_version: Any = None
+    agent_info: dict[str, Any] | None = None
+
+
+class _NewSessionParams(_Out):
+    cwd: str
+    mcp_servers: list[Any]
+
+
+class _NewSessionResult(_In):
+    session_id: str
+
+
+class _TextBlock(_Out):
+    type: str
+    text: str
+
+
+class _PromptParams(_Out):
+    session_id: str
+    prompt: list[_TextBlock]
+
+
+class _PromptResult(_In):
+    stop_reason: str
+
+
+class _Content(_In):
+    type: str = ""
+    text: str | None = None
+
+
+class _Update(_In):
+    session_update: str = ""
+    content: _Content | None = None
+
+
+class _SessionNotification(_In):
+    session_id: str = ""
+    update: _Update | None = None
+
+
+class _Option(_In):
+    option_id: str
+    kind: str = ""
+    name: str = ""
+
+
+class _ToolCall(_In):
+    tool_call_id: str = ""
+    title: str | None = None
+    kind: str | None = None
+    raw_input: Any = None
+
+
+class _PermissionParams(_In):
+    session_id: str = ""
+    tool_call: _ToolCall | None = None
+    options: list[_Option] = msgspec.field(default_factory=list)
+
+
+@dataclass
+class PermissionAsk:
+    """What the child asks: its tool call id, title and kind (as it states them), and options."""
+
+    session_id: str
+    tool_call_id: str
+    title: str | None
+    kind: str | None
+    options: list[tuple[str, str]]  # (option id, kind)
+
+    def describe(self) -> str:
+        what = self.title or self.kind or "a tool call"
+        return f"{what} (tool call {self.tool_call_id})" if self.tool_call_id else what
+
+
+@dataclass
+class PromptResult:
+    """How a prompt ended. ``stop_reason`` is ACP's (end_turn, cancelled, max_tokens,
+    refusal, max_turn_requests, …) or ``"error"`` with ``error`` set; ``text`` is the
+    committed agent text received, partial when cancelled or failed."""
+
+    stop_reason: str
+    text: str
+    session_id: str | None = None
+    error: str | None = None
+
+
+PermissionPolicy = Callable[[PermissionAsk], Awaitable[PermissionVerdict]]
+
+
+def _client_version() -> str:
+    try:
+        return version("dsh-acp-transport")
+    except PackageNotFoundError:  # pragma: no cover
+        return "0.0.0"
+
+
+def pick_option(options: Sequence[tuple[str, str]], verdict: str) -> str | None:
+    """The offered option for a verdict: allow → allow_once, else allow_always; reject →
+    reject_once, else reject_always. None → answer ``cancelled`` (never invent an id)."""
+    order = {"allow": ("allow_once", "allow_always"), "reject": ("reject_once", "reject_always")}.get(verdict, ())
+    for kind in order:
+        for option_id, option_kind in options:
+            if option_kind == kind:
+                return option_id
+    return None
+
+
+# --------------------------------------------------------------------------- the client
+
+
+@dataclass(eq=False)
+class AcpClient:
+    """One spawned ACP agent and (at most) one session on it. Build with ``open_client``."""
+
+    argv: list[str]
+    cwd: str
+    peer: Peer
+    process: Any
+    on_permission: PermissionPolicy | None = None
+    stderr_limit: int = 64 * 1024
+    on_stderr: Callable[[bytes], None] | None = None
+    eof_grace: float = 2.0
+    term_grace: float = 2.0
+    session_id: str | None = None
+    agent_info: dict[str, Any] | None = None
+    stderr_tail: deque[bytes] = field(default_factory=deque)
+    _stderr_size: int = 0
+    _text: list[str] = field(default_factory=list)
+    _on_text: Callable[[str], Any] | None = None
+    _permission_scopes: set[anyio.CancelScope] = field(default_factory=set)
+    _cancel_sent: bool = False
+    _closed: anyio.Event = field(default_factory=anyio.Event)
+    _shutdown_done: bool = False
+    exit_status: str | None = None  # "eof", "sigterm", "sigkill" once shut down
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stderr_text(self) -> str:
+        return b"".join(self.stderr_tail).decode("utf-8", "replace")
+
+    @property
+    def text(self) -> str:
+        """Committed agent text received so far for the current prompt."""
+        return "".join(self._text)
+
+    # ------------------------------------------------------------------ protocol
+
+    async def start(self, *, timeout: float | None = 30.0) -> str:
+        """``initialize`` (the agent must answer protocol version 1), then ``session/new``."""
+        raw = await self._call(
+            "initialize",
+            _InitializeParams(
+                protocol_version=PROTOCOL_VERSION,
+                client_capabilities={"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
+                client_info={"name": "dsh", "version": _client_version()},
+            ),
+            timeout=timeout,
+        )
+        init = msgspec.json.decode(raw, type=_InitializeResult)
+        if init.protocol_version != PROTOCOL_VERSION:
+            raise AcpClientError(
+                f"the ACP agent {self.argv[0]!r} answered protocol version {init.protocol_version!r}; "
+                f"dsh speaks version {PROTOCOL_VERSION}"
+            )
+        self.agent_info = init.agent_info
+        raw = await self._call(
+            "session/new", _NewSessionParams(cwd=os.path.abspath(self.cwd), mcp_servers=[]), timeout=timeout
+        )
+        self.session_id = msgspec.json.decode(raw, type=_NewSessionResult).session_id
+        return self.session_id
+
+    async def _call(self, method: str, params: Any, *, timeout: float | None = None) -> msgspec.Raw:
+        try:
+            return await self.peer.request(method, params, timeout=timeout)
+        except RpcFailure as exc:
+            if self.peer.closed:
+                raise AcpClientError(self._gone(f"{method} failed: the agent closed the connection")) from None
+            raise AcpClientError(f"{method} failed: {exc.message} (code {exc.code})") from None
+        except TransportClosed:
+            raise AcpClientError(self._gone(f"{method} failed: the agent's stdin is closed")) from None
+        except TimeoutError:
+            raise AcpClientError(f"{method} timed out after {timeout} s") from None
+
+    def _gone(self, message: str) -> str:
+        code = self.process.returncode
+        tail = self.stderr_text().strip().splitlines()[-5:]
+        detail = f" (exit status {code})" if code is not None else ""
+        return message + detail + (": " + " | ".join(tail) if tail else "")
+
+    async def prompt(self, text: str, *, on_text: Callable[[str], Any] | None = None) -> PromptResult:
+        """Send one text prompt and wait for its stop reason. Never raises for agent-side
+        failures: an RPC error or a lost connection is ``stop_reason="error"``."""
+        if self.session_id is None:
+            raise AcpClientError("prompt before start()")
+        self._text = []
+        self._on_text = on_text
+        self._cancel_sent = False
+        try:
+            raw = await self._call(
+                "session/prompt",
+                _PromptParams(session_id=self.session_id, prompt=[_TextBlock(type="text", text=text)]),
+            )
+        except AcpClientError as exc:
+            return PromptResult("error", self.text, self.session_id, str(exc))
+        finally:
+            self._on_text = None
+        try:
+            stop = msgspec.json.decode(raw, type=_PromptResult).stop_reason
+        except msgspec.ValidationError as exc:
+            return PromptResult("error", self.text, self.session_id, f"malformed session/prompt result: {exc}")
+        return PromptResult(stop, self.text, self.session_id)
+
+    async def cancel(self) -> None:
+        """``session/cancel`` (best effort) and withdraw pending permission questions."""
+        for scope in list(self._permission_scopes):
+            scope.cancel()
+        if self.session_id is None or self.peer.closed or self._cancel_sent:
+            return
+        self._cancel_sent = True
+        try:
+            await self.peer.notify("session/cancel", {"sessionId": self.session_id})
+        except (TransportClosed, OSError):
+            pass
+
+    # ------------------------------------------------------------------ inbound
+
+    def _on_update(self, params: msgspec.Raw | None) -> None:
+        try:
+            note = msgspec.json.decode(params or b"{}", type=_SessionNotification)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return
+        update = note.update
+        if note.session_id != self.session_id or update is None:
+            return
+        if update.session_update != "agent_message_chunk" or update.content is None:
+            return  # thoughts, tool calls, plans, usage…: not the answer
+        if update.content.type == "text" and update.content.text:
+            self._text.append(update.content.text)
+            if self._on_text is not None:
+                try:
+                    self._on_text(update.content.text)
+                except Exception as exc:
+                    print(f"dsh acp client: text callback failed: {exc!r}", file=sys.stderr)
+
+    async def _on_permission(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        try:
+            p = msgspec.json.decode(params or b"{}", type=_PermissionParams)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise RpcFailure(-32602, f"Invalid params: {exc}") from None
+        call = p.tool_call or _ToolCall()
+        ask = PermissionAsk(
+            session_id=p.session_id,
+            tool_call_id=call.tool_call_id,
+            title=call.title,
+            kind=call.kind,
+            options=[(o.option_id, o.kind) for o in p.options],
+        )
+        verdict: str = "cancelled"
+        if p.session_id == self.session_id and self.on_permission is not None and not self._cancel_sent:
+            with anyio.CancelScope() as scope:
+                self._permission_scopes.add(scope)
+                try:
+                    verdict = await self.on_permission(ask)
+                except Exception as exc:  # a failing policy closes the gate
+                    print(f"dsh acp client: permission policy failed: {exc!r}", file=sys.stderr)
+                    verdict = "reject"
+                finally:
+                    self._permission_scopes.discard(scope)
+            if scope.cancelled_caught:
+                verdict = "cancelled"
+        elif self.on_permission is None:
+            verdict = "reject"
+        option = pick_option(ask.options, verdict) if verdict in ("allow", "reject") else None
+        if option is None:
+            return {"outcome": {"outcome": "cancelled"}}
+        return {"outcome": {"outcome": "selected", "optionId": option}}
+
+    async def _drain_stderr(self, reader: FdReader) -> None:
+        try:
+            while chunk := await reader.receive():
+                self.stderr_tail.append(chunk)
+                self._stderr_size += len(chunk)
+                while self._stderr_size > self.stderr_limit and len(self.stderr_tail) > 1:
+                    self._stderr_size -= len(self.stderr_tail.popleft())
+                if self.on_stderr is not None:
+                    try:
+                        self.on_stderr(chunk)
+                    except Exception:
+                        pass
+        finally:
+            reader.close()
+
+    # ------------------------------------------------------------------ shutdown
+
+    def _signal_tree(self, tracked: dict[int, int], sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in _still_alive(tracked):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    async def _wait_tree(self, tracked: dict[int, int], seconds: float) -> bool:
+        """Poll until the leader and every tracked process exit, or ``seconds`` pass."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self.process.returncode is None:
+                tracked.update(tree_pids(self.pid))  # the tree may still grow
+            if self.process.returncode is not None and not _still_alive(tracked) and not tree_pids(self.pid):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            with anyio.move_on_after(0.05):
+                await self.process.wait()
+            if self.process.returncode is not None:
+                await anyio.sleep(0.01)
+
+    async def shutdown(self, *, kill_now: bool = False) -> str:
+        """Close stdin; wait ``eof_grace``; SIGTERM the tree; wait ``term_grace``; SIGKILL.
+        Idempotent. Returns how it ended ("eof", "sigterm", "sigkill"). Raises if a
+        process of the tree survives SIGKILL."""
+        if self._shutdown_done:
+            return self.exit_status or "eof"
+        self._shutdown_done = True
+        with anyio.CancelScope(shield=True):
+            for scope in list(self._permission_scopes):
+                scope.cancel()
+            tracked = tree_pids(self.pid) if self.process.returncode is None else {}
+            self.peer.writer.close()  # stdin EOF
+            status = "eof"
+            if kill_now or not await self._wait_tree(tracked, self.eof_grace):
+                status = "sigterm"
+                if not kill_now:
+                    self._signal_tree(tracked, signal.SIGTERM)
+                if kill_now or not await self._wait_tree(tracked, self.term_grace):
+                    status = "sigkill"
+                    self._signal_tree(tracked, signal.SIGKILL)
+                    await self._wait_tree(tracked, 5.0)
+            await self.process.wait()
+            self.exit_status = status
+            survivors = _still_alive(tracked) or tree_pids(self.pid)
+            if survivors:
+                raise AcpClientError(f"ACP child {self.pid}: processes survived SIGKILL: {sorted(survivors)}")
+            return status
+
+
+@asynccontextmanager
+async def open_client(
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str] | None = None,
+    on_permission: PermissionPolicy | None = None,
+    on_stderr: Callable[[bytes], None] | None = None,
+    stderr_limit: int = 64 * 1024,
+    max_frame: int = DEFAULT_MAX_FRAME,
+    eof_grace: float = 2.0,
+    term_grace: float = 2.0,
+) -> AsyncIterator[AcpClient]:
+    """Spawn ``argv`` in ``cwd`` (its own session and process group) and yield a client.
+    On exit, however it is left, the child's whole tree is shut down (``shutdown``)."""
+    if not argv:
+        raise AcpClientError("empty ACP agent command")
+    cwd = os.path.abspath(cwd)
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        process = await anyio.open_process(
+            list(argv),
+            stdin=in_r,
+            stdout=out_w,
+            stderr=err_w,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise AcpClientError(f"cannot start the ACP agent {argv[0]!r}: {exc.strerror or exc}") from None
+    for fd in (in_r, out_w, err_w):
+        os.close(fd)
+    peer = Peer(FdReader(out_r), FdWriter(in_w), max_frame=max_frame, name=f"dsh acp client[{process.pid}]")
+    client = AcpClient(
+        argv=list(argv),
+        cwd=cwd,
+        peer=peer,
+        process=process,
+        on_permission=on_permission,
+        stderr_limit=stderr_limit,
+        on_stderr=on_stderr,
+        eof_grace=eof_grace,
+        term_grace=term_grace,
+    )
+    peer.notifications["session/update"] = client._on_update
+    peer.requests["session/request_permission"] = client._on_permission
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(peer.serve, None, 1.0)
+            tg.start_soon(client._drain_stderr, FdReader(err_r))
+            try:
+                yield client
+            finally:
+                await client.shutdown()
+                peer.stop_reading()
+    finally:
+        peer.reader.close()
+        peer.writer.close()
+        with anyio.CancelScope(shield=True):
+            await process.aclose()

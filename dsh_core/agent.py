@@ -13,6 +13,7 @@ History sent to the model is append-only, so provider prefix caches keep hitting
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import secrets
@@ -410,8 +411,10 @@ class Agent:
             request = self._request()
             partial = _Partial()
             try:
-                async for delta in self.provider.stream(request):
-                    partial.apply(delta)
+                # aclosing: whatever ends the loop, the provider's stream (an HTTP response) closes now
+                async with contextlib.aclosing(self.provider.stream(request)) as deltas:
+                    async for delta in deltas:
+                        partial.apply(delta)
                 return partial
             except ModelError as exc:
                 if not exc.retryable or attempt >= policy.max_retries:
@@ -420,8 +423,8 @@ class Agent:
                 attempt += 1
                 delay = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
                 delay *= 1 + random.uniform(-policy.jitter, policy.jitter)
-                if exc.retry_after is not None and 0 <= exc.retry_after <= policy.max_delay:
-                    delay = exc.retry_after
+                if exc.retry_after is not None and exc.retry_after >= 0:
+                    delay = min(policy.max_delay, max(delay, exc.retry_after))  # never sooner than asked
                 self.emit(
                     RetryEvent(
                         turn=turn,

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-
 from dsh_core import ToolError
 from dsh_core.types import ImageBlock, TextBlock, ToolOutput, ToolSpec
 

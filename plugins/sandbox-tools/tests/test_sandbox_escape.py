@@ -11,8 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-
-from conftest import Session, mechanisms, running_host, text
+from sandbox_helpers import Session, mechanisms, running_host, text
 
 pytestmark = pytest.mark.anyio
 

@@ -9,13 +9,19 @@ from typing import Any
 
 import anyio
 import pytest
-
-from conftest import FakeProvider, Session, running_host, text
 from dsh_core import hookimpl
 from dsh_core.types import (
-    Finish, ImageBlock, ModelInfo, TextBlock, TextDelta, ToolCallDelta, ToolCallEvent, ToolResultEvent,
+    Finish,
+    ImageBlock,
+    ModelInfo,
+    TextBlock,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEvent,
+    ToolResultEvent,
     ToolResultMessage,
 )
+from sandbox_helpers import FakeProvider, Session, running_host, text
 
 pytestmark = pytest.mark.anyio
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from sandbox_helpers import Session, host_alive_with, mechanisms, running_host, text
 
-from conftest import Session, host_alive_with, mechanisms, running_host, text
 from dsh_sandbox_tools.mechanisms import probe_cached
 from dsh_sandbox_tools.policy import is_credential_name
 
@@ -56,8 +56,9 @@ async def test_timeout_kills_group(mechanism: str, root: Path) -> None:
 @pytest.mark.parametrize("mechanism", mechanisms())
 async def test_env_is_scrubbed(mechanism: str, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
     secrets_env = {
-        "DEEPSEEK_API_KEY": "sk-deepseek", "GITHUB_TOKEN": "ghp", "AWS_SECRET_ACCESS_KEY": "aws",
-        "MY_SERVICE_PASSWORD": "pw", "OPENAI_API_KEY": "sk-oa", "SOME_AUTH_HEADER": "Bearer", "NPM_TOKEN": "n",
+        "DEEPSEEK_API_KEY": "sk-deepseek-1", "GITHUB_TOKEN": "ghp-secret-2", "AWS_SECRET_ACCESS_KEY": "aws-secret-3",
+        "MY_SERVICE_PASSWORD": "pw-secret-4", "OPENAI_API_KEY": "sk-oa-5", "SOME_AUTH_HEADER": "Bearer-secret-6",
+        "NPM_TOKEN": "npm-secret-7",
     }
     for k, v in secrets_env.items():
         monkeypatch.setenv(k, v)
@@ -66,8 +67,7 @@ async def test_env_is_scrubbed(mechanism: str, monkeypatch: pytest.MonkeyPatch, 
         out = await Session(host, root).call("bash", command="env")
     env = text(out)
     for k, v in secrets_env.items():
-        assert k not in env
-    assert "sk-deepseek" not in env
+        assert k not in env and v not in env
     assert "HARMLESS_SETTING=kept" in env and "PATH=" in env
     assert "DSH_SANDBOX=workspace-write" in env
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from conftest import Answer, Session, mechanisms, running_host, text
 from dsh_core import ConfigError
 from dsh_core.types import ApprovalAsked, ApprovalDecided
+from sandbox_helpers import Answer, Session, mechanisms, running_host, text
 
 pytestmark = pytest.mark.anyio
 
@@ -152,7 +151,7 @@ async def test_schema_offers_only_wider_tiers(root: Path) -> None:
             "danger-full-access"
         ]
         agent = Session(host, root).agent
-        assert f'Current DSH file policy: workspace-write.' in agent.system
+        assert 'Current DSH file policy: workspace-write.' in agent.system
         assert f'"{root}"' in agent.system
 
 

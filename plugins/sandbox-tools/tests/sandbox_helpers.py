@@ -1,0 +1,115 @@
+"""Test helpers: a real host with a throwaway model provider, a session wrapper, an approval answerer."""
+
+from __future__ import annotations
+
+import os
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dsh_core import ToolError, hookimpl
+from dsh_core.agent import AgentSpec, ToolContext
+from dsh_core.compose import Composition
+from dsh_core.host import make_plugin_manager, open_host, register_plugin
+from dsh_core.types import Finish, ModelInfo, RetryPolicy, ToolOutput
+
+import dsh_sandbox_tools
+from dsh_sandbox_tools.mechanisms import probe_cached
+
+
+class FakeProvider:
+    name = "fake"
+    retry_policy = RetryPolicy(max_retries=0)
+
+    def resolve(self, model: str) -> ModelInfo:
+        return ModelInfo(provider="fake", model=model, image_input=model == "vision")
+
+    async def stream(self, request: Any):  # pragma: no cover - tools are driven directly
+        yield Finish(reason="stop")
+
+
+class FakeModelPlugin:
+    @hookimpl
+    def dsh_register_models(self, register: Any) -> None:
+        register(FakeProvider())
+
+
+class Answer:
+    """A throwaway approval answerer that records what it was asked."""
+
+    def __init__(self, outcome: str | None) -> None:
+        self.outcome = outcome
+        self.requests: list[Any] = []
+
+    async def answer(self, request: Any) -> Any:
+        self.requests.append(request)
+        return self.outcome
+
+
+class Session:
+    def __init__(self, host: Any, root: Path, model: str = "m") -> None:
+        self.host = host
+        self.root = root
+        self.agent = host.create_agent(AgentSpec(cwd=str(root), provider="fake", model=model))
+        self.n = 0
+
+    def ctx(self, tool: str) -> ToolContext:
+        self.n += 1
+        return ToolContext(agent=self.agent, call_id=f"c{self.n}", tool_name=tool, turn=1, step=self.n)
+
+    async def call(self, tool: str, **args: Any) -> ToolOutput:
+        """Run a tool the way the agent loop does (ToolError → error result)."""
+        try:
+            return await self.host.tools[tool].run(args, self.ctx(tool))
+        except ToolError as exc:
+            return ToolOutput.text(f"Error: {exc.message}", is_error=True, code=exc.code)
+
+    @property
+    def events(self) -> list[Any]:
+        return self.host.session_store.logs[self.agent.session_id].events
+
+
+def text(out: ToolOutput) -> str:
+    return "\n".join(getattr(b, "text", "") for b in out.content)
+
+
+def require(mechanism: str) -> None:
+    if mechanism in ("bwrap", "landlock") and probe_cached(mechanism).runner is None:
+        pytest.skip(f"{mechanism} unusable on this machine: {probe_cached(mechanism).summary()}")
+
+
+@asynccontextmanager
+async def running_host(mode: str = "workspace-write", mechanism: str = "auto", **extra: Any):
+    require(mechanism)
+    pm = make_plugin_manager()
+    register_plugin(pm, FakeModelPlugin(), "fake-model")
+    register_plugin(pm, dsh_sandbox_tools, "sandbox-tools")
+    for name, plugin in extra.pop("plugins", {}).items():
+        register_plugin(pm, plugin, name)
+    config = {"sandbox-tools": {"permission-mode": mode, "mechanism": mechanism, **extra}}
+    comp = Composition(
+        name="sandbox-test", path=Path("/nonexistent/example.toml"),
+        plugins=tuple(["fake-model", "sandbox-tools"]), config=config,
+    )
+    async with open_host(comp, pm=pm, provider="fake", model="m") as host:
+        yield host
+
+
+def mechanisms() -> list[str]:
+    return ["bwrap", "landlock"]
+
+
+def host_alive_with(token: str) -> list[int]:
+    """Pids whose command line contains ``token`` (zombies have none)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if token.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found

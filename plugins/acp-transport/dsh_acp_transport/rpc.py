@@ -95,6 +95,15 @@ class FdWriter:
         if self._pollable:
             os.set_blocking(fd, False)
 
+    def send_nowait(self, data: bytes) -> int:
+        """Write what the pipe takes now without waiting; returns the number of bytes written."""
+        try:
+            return os.write(self.fd, data)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise TransportClosed(str(exc)) from exc
+
     async def send(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
@@ -162,7 +171,20 @@ class Peer:
     # ------------------------------------------------------------------ writing
 
     async def write(self, message: Any) -> None:
+        """Write one whole frame; frames never interleave."""
         data = encoder.encode(message) + b"\n"
+        if not self._write_lock.locked():
+            # Fast path: nobody is mid-frame and a pipe usually takes a small frame at once, so
+            # skip the lock's checkpoint (about a fifth of a prompt round trip in our profile).
+            n = self.writer.send_nowait(data)
+            if n == len(data):
+                return
+            self._write_lock.acquire_nowait()  # no await since the check: still ours
+            try:
+                await self.writer.send(data[n:])
+            finally:
+                self._write_lock.release()
+            return
         async with self._write_lock:
             await self.writer.send(data)
 

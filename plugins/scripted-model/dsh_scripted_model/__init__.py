@@ -7,6 +7,7 @@ is documented in this plugin's README.md.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -136,23 +137,24 @@ class ScriptedProvider:
     # ------------------------------------------------------------------ catalogue
 
     def _load(self, model: str) -> _Loaded:
-        path = Path(model).expanduser().resolve()
+        # One stat per model call (to pick up edited scripts); no path resolution on the hot path.
         try:
-            mtime = path.stat().st_mtime_ns
+            mtime = os.stat(model).st_mtime_ns
         except OSError:
             raise RouteError(
                 f"scripted model: no script at {model!r}; pass --model PATH to a JSON script "
                 "(see plugins/scripted-model/README.md; demo: examples/acp-agent/demo.json)"
             ) from None
-        cached = self._scripts.get(str(path))
+        cached = self._scripts.get(model)
         if cached is not None and cached.mtime_ns == mtime:
             return cached
+        path = Path(model).expanduser().resolve()
         try:
             script = msgspec.json.decode(path.read_bytes(), type=Script)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise RouteError(f"scripted model {path}: invalid script: {exc}") from exc
         loaded = _Loaded(path, script, _validate(script, path), mtime)
-        self._scripts[str(path)] = loaded
+        self._scripts[model] = loaded
         return loaded
 
     def resolve(self, model: str) -> ModelInfo:
@@ -173,7 +175,7 @@ class ScriptedProvider:
         msgs = request.messages
         # The prompt is the latest user message (a failed earlier turn leaves its message in the
         # history right before it; that one is not part of this prompt).
-        last = max((i for i, m in enumerate(msgs) if isinstance(m, UserMessage)), default=-1)
+        last = next((i for i in range(len(msgs) - 1, -1, -1) if isinstance(msgs[i], UserMessage)), -1)
         prompt = _flatten(msgs[last].content) if last >= 0 else ""  # type: ignore[union-attr]
         prompt_id = msgs[last].id if last >= 0 else ""  # type: ignore[union-attr]
         tool_result = ""

@@ -34,6 +34,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from .rpc import DEFAULT_MAX_FRAME, FdReader, FdWriter, Peer, RpcFailure, TransportClosed
@@ -284,6 +285,7 @@ class AcpClient:
     _closed: anyio.Event = field(default_factory=anyio.Event)
     _shutdown_done: bool = False
     exit_status: str | None = None  # "eof", "sigterm", "sigkill" once shut down
+    _tg: Any = None
 
     @property
     def pid(self) -> int:
@@ -328,24 +330,56 @@ class AcpClient:
             return await self.peer.request(method, params, timeout=timeout)
         except RpcFailure as exc:
             if self.peer.closed:
-                raise AcpClientError(self._gone(f"{method} failed: the agent closed the connection")) from None
+                raise AcpClientError(await self._gone(f"{method} failed: the agent closed the connection")) from None
             raise AcpClientError(f"{method} failed: {exc.message} (code {exc.code})") from None
         except TransportClosed:
-            raise AcpClientError(self._gone(f"{method} failed: the agent's stdin is closed")) from None
+            raise AcpClientError(await self._gone(f"{method} failed: the agent's stdin is closed")) from None
         except TimeoutError:
             raise AcpClientError(f"{method} timed out after {timeout} s") from None
 
-    def _gone(self, message: str) -> str:
+    async def _gone(self, message: str) -> str:
+        with anyio.move_on_after(0.5):  # let the exit status and the last stderr arrive
+            await self.process.wait()
+            await anyio.sleep(0.02)
         code = self.process.returncode
         tail = self.stderr_text().strip().splitlines()[-5:]
         detail = f" (exit status {code})" if code is not None else ""
         return message + detail + (": " + " | ".join(tail) if tail else "")
 
-    async def prompt(self, text: str, *, on_text: Callable[[str], Any] | None = None) -> PromptResult:
+    async def prompt(
+        self, text: str, *, on_text: Callable[[str], Any] | None = None, cancel_grace: float = 2.0
+    ) -> PromptResult:
         """Send one text prompt and wait for its stop reason. Never raises for agent-side
-        failures: an RPC error or a lost connection is ``stop_reason="error"``."""
+        failures: an RPC error or a lost connection is ``stop_reason="error"``.
+
+        If the caller is cancelled, the request itself is not withdrawn: ``session/cancel``
+        goes out and the agent gets ``cancel_grace`` seconds (shielded) to settle, so its
+        committed partial output arrives in ``self.text``; then the cancellation propagates."""
         if self.session_id is None:
             raise AcpClientError("prompt before start()")
+        assert self._tg is not None
+        done = anyio.Event()
+        box: list[PromptResult] = []
+
+        async def run() -> None:
+            try:
+                box.append(await self._prompt(text, on_text))
+            finally:
+                done.set()
+
+        self._tg.start_soon(run)
+        try:
+            await done.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self.cancel()
+                with anyio.move_on_after(cancel_grace):
+                    await done.wait()
+            raise
+        return box[0]
+
+    async def _prompt(self, text: str, on_text: Callable[[str], Any] | None) -> PromptResult:
+        assert self.session_id is not None
         self._text = []
         self._on_text = on_text
         self._cancel_sent = False
@@ -360,7 +394,7 @@ class AcpClient:
             self._on_text = None
         try:
             stop = msgspec.json.decode(raw, type=_PromptResult).stop_reason
-        except msgspec.ValidationError as exc:
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             return PromptResult("error", self.text, self.session_id, f"malformed session/prompt result: {exc}")
         return PromptResult(stop, self.text, self.session_id)
 
@@ -519,19 +553,21 @@ async def open_client(
     if not argv:
         raise AcpClientError("empty ACP agent command")
     cwd = os.path.abspath(cwd)
+    await anyio.lowlevel.checkpoint_if_cancelled()  # already cancelled: spawn nothing
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        process = await anyio.open_process(
-            list(argv),
-            stdin=in_r,
-            stdout=out_w,
-            stderr=err_w,
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-        )
+        with anyio.CancelScope(shield=True):  # once spawned, the process is always ours to reap
+            process = await anyio.open_process(
+                list(argv),
+                stdin=in_r,
+                stdout=out_w,
+                stderr=err_w,
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                start_new_session=True,
+            )
     except OSError as exc:
         for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
             os.close(fd)
@@ -554,6 +590,7 @@ async def open_client(
     peer.requests["session/request_permission"] = client._on_permission
     try:
         async with anyio.create_task_group() as tg:
+            client._tg = tg
             tg.start_soon(peer.serve, None, 1.0)
             tg.start_soon(client._drain_stderr, FdReader(err_r))
             try:

@@ -1,0 +1,379 @@
+"""subagent-acp: the tool ``subagent_acp {task, cwd?}`` delegates a text task to another
+ACP agent in a fresh process (by default ``dsh run --example acp-agent`` on the parent's
+route) and returns its committed answer with the stop reason.
+
+The child's ``session/request_permission`` goes to the *parent's* approval seam (so under
+ACP the parent's client decides, one-shot, fail-closed); only when nobody in the parent
+can answer does the static ``permission`` policy apply. A depth limit and a cap on live
+children stop runaway delegation; cancelling the parent's turn cancels the child and the
+result says ``aborted`` with the partial output; the host's teardown disposes every live
+child (stdin EOF, grace, SIGTERM, SIGKILL of its whole process tree). See README.md.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+import anyio
+
+from dsh_core import ConfigError, hookimpl
+from dsh_core.agent import new_id
+from dsh_core.types import ApprovalDecided, ApprovalRequest, ToolOutput, ToolSpec
+
+from dsh_acp_transport.client import AcpClient, AcpClientError, PermissionAsk, open_client, scrub_env
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.agent import ToolContext
+    from dsh_core.host import Host
+
+NAME = "subagent-acp"
+TOOL = "subagent_acp"
+ENV_COMMAND = "DSH_SUBAGENT_ACP_COMMAND"
+ENV_DEPTH = "DSH_SUBAGENT_DEPTH"
+ENV_MAX_DEPTH = "DSH_SUBAGENT_MAX_DEPTH"
+
+# ACP stop reason → what the tool result says (the original's mapping).
+STOPS = {
+    "end_turn": "completed",
+    "max_tokens": "max-tokens",
+    "refusal": "refusal",
+    "cancelled": "aborted",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    command: tuple[str, ...] | None = None
+    example: str = "acp-agent"
+    permission: str = "reject"
+    env: Mapping[str, str] = field(default_factory=dict)
+    inherit_env: tuple[str, ...] = ("DSH_HOME", "DSH_EXAMPLES_PATH")
+    max_depth: int = 2
+    max_live: int = 4
+    start_timeout: float = 60.0
+    cancel_grace: float = 2.0
+    eof_grace: float = 2.0
+    term_grace: float = 2.0
+    forward_stderr: bool = False
+
+
+def _number(table: dict[str, Any], key: str, default: float, *, integer: bool = False, minimum: float = 0) -> Any:
+    value = table.pop(key, default)
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if not ok or isinstance(value, bool) or value < minimum or (not integer and value <= 0):
+        kind = "an integer" if integer else "a positive number of seconds"
+        raise ConfigError(f"[config.{NAME}] {key} must be {kind} (>= {minimum})")
+    return value
+
+
+def parse_settings(config: Mapping[str, Mapping[str, Any]]) -> Settings:
+    table = dict(config.get(NAME, {}))
+    command = table.pop("command", None)
+    if command is not None:
+        if isinstance(command, str):
+            command = shlex.split(command)
+        if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
+            raise ConfigError(f"[config.{NAME}] command must be a non-empty list of strings or a command line")
+        command = tuple(command)
+    example = table.pop("example", "acp-agent")
+    if not isinstance(example, str) or not example:
+        raise ConfigError(f"[config.{NAME}] example must be an example name")
+    permission = table.pop("permission", "reject")
+    if permission not in ("allow", "reject"):
+        raise ConfigError(f'[config.{NAME}] permission must be "allow" or "reject" (the fallback policy)')
+    env = table.pop("env", {})
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ConfigError(f"[config.{NAME}] env must be a table of string values")
+    inherit = table.pop("inherit-env", list(Settings.inherit_env))
+    if not isinstance(inherit, list) or not all(isinstance(n, str) for n in inherit):
+        raise ConfigError(f"[config.{NAME}] inherit-env must be a list of variable names")
+    forward = table.pop("forward-stderr", False)
+    if not isinstance(forward, bool):
+        raise ConfigError(f"[config.{NAME}] forward-stderr must be true or false")
+    settings = Settings(
+        command=command,
+        example=example,
+        permission=permission,
+        env=dict(env),
+        inherit_env=tuple(inherit),
+        max_depth=_number(table, "max-depth", 2, integer=True, minimum=0),
+        max_live=_number(table, "max-live", 4, integer=True, minimum=1),
+        start_timeout=_number(table, "start-timeout", 60.0),
+        cancel_grace=_number(table, "cancel-grace", 2.0),
+        eof_grace=_number(table, "eof-grace", 2.0),
+        term_grace=_number(table, "term-grace", 2.0),
+        forward_stderr=forward,
+    )
+    if table:
+        raise ConfigError(f"[config.{NAME}] unknown keys: {', '.join(sorted(table))} (see plugins/subagent-acp/README.md)")
+    return settings
+
+
+# --------------------------------------------------------------------------- per-host state
+
+
+@dataclass(eq=False)
+class Children:
+    """The live ACP children of one host (for the cap and for teardown)."""
+
+    settings: Settings
+    live: set[AcpClient] = field(default_factory=set)
+    running: int = 0  # reserved before the first await, so concurrent calls respect the cap
+    closed: bool = False
+
+
+_hosts: "WeakKeyDictionary[Any, Children]" = WeakKeyDictionary()
+
+
+def children_of(host: Any) -> Children:
+    state = _hosts.get(host)
+    if state is None:
+        state = _hosts[host] = Children(parse_settings(getattr(host, "config", {})))
+    return state
+
+
+def ambient_depth() -> tuple[int, int | None]:
+    """(this process's delegation depth, the max depth an ancestor imposed) from the env."""
+    try:
+        depth = max(0, int(os.environ.get(ENV_DEPTH, "0")))
+    except ValueError:
+        depth = 0
+    try:
+        cap: int | None = int(os.environ[ENV_MAX_DEPTH])
+    except (KeyError, ValueError):
+        cap = None
+    return depth, cap
+
+
+def child_command(settings: Settings, ctx: "ToolContext") -> list[str]:
+    override = os.environ.get(ENV_COMMAND, "").strip()
+    if override:
+        return shlex.split(override)
+    if settings.command is not None:
+        return list(settings.command)
+    route = ctx.agent.spec
+    return [
+        sys.executable, "-m", "dsh_core.cli", "run", "--example", settings.example,
+        "--provider", route.provider, "--model", route.model,
+    ]  # fmt: skip
+
+
+def resolve_cwd(requested: Any, parent_cwd: str) -> str:
+    """The child's cwd: the parent's, or a directory inside it (never outside the workspace)."""
+    base = os.path.realpath(parent_cwd)
+    if requested is None or requested == "":
+        return base
+    if not isinstance(requested, str):
+        raise ValueError("cwd must be a string")
+    target = os.path.realpath(os.path.join(base, requested))
+    if os.path.commonpath([base, target]) != base:
+        raise ValueError(f"cwd {requested!r} is outside the working directory {base}")
+    if not os.path.isdir(target):
+        raise ValueError(f"cwd {requested!r} is not a directory")
+    return target
+
+
+# --------------------------------------------------------------------------- the tool
+
+PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "task": {
+            "type": "string",
+            "description": "The complete, self-contained task. The subagent does not see this conversation.",
+        },
+        "cwd": {
+            "type": "string",
+            "description": "Working directory for the subagent, inside the current one (default: the current one).",
+        },
+    },
+    "required": ["task"],
+    "additionalProperties": False,
+}
+
+
+def _result(status: str, text: str, *, error: str | None = None, stop: str | None = None) -> ToolOutput:
+    head = f"[subagent {status}" + (f" ({stop})" if stop and STOPS.get(stop) != status else "") + "]"
+    if error:
+        head += f" {error}"
+    body = text if text else "(no output)"
+    if status == "aborted":
+        body = "partial output:\n" + body
+    failed = status in ("aborted", "error")
+    return ToolOutput.text(f"{head}\n{body}", is_error=failed, code="ABORTED" if status == "aborted" else (
+        "SUBAGENT_FAILED" if failed else None))
+
+
+class SubagentAcpTool:
+    def __init__(self, host: "Host") -> None:
+        self.host = host
+        self.spec = ToolSpec(
+            name=TOOL,
+            description=(
+                "Delegate a self-contained text task to a separate ACP agent (a fresh session in a new "
+                "process). It does not see this conversation, so put everything it needs in `task`. "
+                "Returns its final answer and how it stopped."
+            ),
+            parameters=PARAMETERS,
+        )
+
+    async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput:
+        state = children_of(ctx.host)
+        settings = state.settings
+        task = args.get("task")
+        if not isinstance(task, str) or not task.strip():
+            return ToolOutput.text("Error: `task` must be a non-empty string.", is_error=True, code="INVALID_ARGUMENTS")
+        try:
+            cwd = resolve_cwd(args.get("cwd"), ctx.cwd)
+        except ValueError as exc:
+            return ToolOutput.text(f"Error: {exc}.", is_error=True, code="INVALID_ARGUMENTS")
+        depth, imposed = ambient_depth()
+        depth += ctx.agent.spec.depth
+        max_depth = settings.max_depth if imposed is None else min(settings.max_depth, imposed)
+        if depth + 1 > max_depth:
+            return ToolOutput.text(
+                f"Error: subagent depth limit reached (this agent is at depth {depth}, the limit is {max_depth}); "
+                "do the task yourself.",
+                is_error=True,
+                code="DEPTH_LIMIT",
+            )
+        if state.closed:
+            return ToolOutput.text("Error: the host is shutting down.", is_error=True, code="SUBAGENT_FAILED")
+        if state.running >= settings.max_live:
+            return ToolOutput.text(
+                f"Error: {state.running} subagents are already running (the cap is {settings.max_live}); "
+                "wait for one to finish.",
+                is_error=True,
+                code="SUBAGENT_LIMIT",
+            )
+        argv = child_command(settings, ctx)
+        env = scrub_env(
+            inherit=settings.inherit_env,
+            extra={**settings.env, ENV_DEPTH: str(depth + 1), ENV_MAX_DEPTH: str(max_depth)},
+        )
+        forward = None
+        if settings.forward_stderr:
+            def forward(chunk: bytes) -> None:
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.flush()
+
+        client: AcpClient | None = None
+        state.running += 1
+        try:
+            async with open_client(
+                argv,
+                cwd=cwd,
+                env=env,
+                on_permission=self._policy(ctx, settings),
+                on_stderr=forward,
+                eof_grace=settings.eof_grace,
+                term_grace=settings.term_grace,
+            ) as client:
+                state.live.add(client)
+                try:
+                    with anyio.fail_after(settings.start_timeout):
+                        await client.start(timeout=None)
+                    result = await client.prompt(task, cancel_grace=settings.cancel_grace)
+                finally:
+                    state.live.discard(client)
+        except anyio.get_cancelled_exc_class():
+            # The parent's turn was cancelled: the child got session/cancel and a grace to
+            # settle, and is now shut down. The result still reaches the history (the loop
+            # re-raises the cancellation at its next checkpoint).
+            return _result("aborted", client.text if client is not None else "")
+        except (AcpClientError, TimeoutError) as exc:
+            message = str(exc) or f"the child did not start within {settings.start_timeout} s"
+            print(f"dsh subagent-acp: child run failed: {message}", file=sys.stderr)
+            return _result("error", client.text if client is not None else "", error=message)
+        finally:
+            state.running -= 1
+        if result.stop_reason == "error":
+            print(f"dsh subagent-acp: child run failed: {result.error}", file=sys.stderr)
+            return _result("error", result.text, error=result.error)
+        status = STOPS.get(result.stop_reason, "error")
+        return _result(status, result.text, stop=result.stop_reason,
+                       error=None if status != "error" else f"stop reason {result.stop_reason!r}")
+
+    def _policy(self, ctx: "ToolContext", settings: Settings) -> Any:
+        """The child's permission request → the parent's approval seam (one-shot).
+
+        ``unavailable`` with nobody answering (no channel in the parent) → the static
+        ``permission`` fallback; ``unavailable`` from a channel that failed → reject."""
+
+        async def policy(ask: PermissionAsk) -> str:
+            req = ApprovalRequest(
+                agent=ctx.agent,
+                tool_name=ctx.tool_name,
+                call_id=ctx.call_id,
+                reason=f"subagent (ACP) asks to run {ask.describe()}",
+            )
+            req.id = new_id("appr_")
+            answered: list[str | None] = []
+
+            def watch(agent: Any, event: Any) -> None:
+                if isinstance(event, ApprovalDecided) and event.id == req.id:
+                    answered.append(event.answered_by)
+
+            unsubscribe = ctx.agent.subscribe(watch)
+            try:
+                outcome = await ctx.host.approvals.request(req)
+            finally:
+                unsubscribe()
+            if outcome == "allowed-once":
+                return "allow"
+            if outcome == "cancelled":
+                return "cancelled"
+            if outcome == "unavailable" and answered and answered[-1] is None:
+                return settings.permission  # nobody in the parent can answer: the static policy
+            return "reject"
+
+        return policy
+
+
+# --------------------------------------------------------------------------- teardown
+
+
+@asynccontextmanager
+async def _lifespan(host: "Host") -> AsyncIterator[None]:
+    state = children_of(host)
+    try:
+        yield
+    finally:
+        state.closed = True
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for client in list(state.live):
+                    tg.start_soon(_dispose, client)
+
+
+async def _dispose(client: AcpClient) -> None:
+    try:
+        await client.cancel()
+        await client.shutdown()
+    except Exception as exc:
+        print(f"dsh subagent-acp: disposing child {client.pid} failed: {exc}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+@hookimpl
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
+    _hosts[host] = Children(parse_settings(config))
+
+
+@hookimpl
+def dsh_register_tools(register: Any, host: Any) -> None:
+    register(SubagentAcpTool(host))
+
+
+@hookimpl
+def dsh_lifespan(host: Any) -> Any:
+    return _lifespan(host)

@@ -1,0 +1,86 @@
+"""Fixtures: the dsh testing plugin's ``scripted``/``acp_agent`` (imported, because a
+non-root conftest may not declare ``pytest_plugins``), generated examples, a process-tree check."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_core.testing import REPO, acp_agent, scripted  # noqa: F401  (fixtures)
+
+HERE = Path(__file__).resolve().parent
+PEER = HERE / "peer_agent.py"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def peer_argv(mode: str) -> list[str]:
+    return [sys.executable, str(PEER), mode]
+
+
+def peer_command(mode: str) -> str:
+    return f"{sys.executable} {PEER} {mode}"
+
+
+@pytest.fixture
+def examples(tmp_path: Path) -> Callable[..., str]:
+    """``examples(name, subagent={...}, extra_plugins=[...])`` writes an example under a temp
+    examples dir and returns the DSH_EXAMPLES_PATH that finds it (and the repo's test examples)."""
+    root = tmp_path / "examples"
+    root.mkdir()
+
+    def make(name: str = "sub", *, subagent: dict[str, Any] | None = None, plugins: list[str] | None = None) -> str:
+        d = root / name
+        d.mkdir(exist_ok=True)
+        plugins = plugins or ["acp-transport", "jsonl-persistence", "scripted-model", "subagent-acp", "testkit-approval"]
+        lines = [
+            "[example]",
+            'description = "subagent-acp test composition"',
+            'front-door = "acp-stdio"',
+            f"plugins = {plugins!r}".replace("'", '"'),
+            "[route]",
+            'provider = "scripted"',
+            'model = "set-by-test.json"',
+            "[config.acp-transport]",
+            "permission-timeout = 10",
+            "[config.subagent-acp]",
+        ]
+        sub = {"example": name, "eof-grace": 1.0, "term-grace": 1.0, **(subagent or {})}
+        for key, value in sub.items():
+            if isinstance(value, str):
+                lines.append(f'{key} = "{value}"')
+            elif isinstance(value, bool):
+                lines.append(f"{key} = {'true' if value else 'false'}")
+            elif isinstance(value, (list, dict)):
+                import json
+
+                if isinstance(value, dict):
+                    lines.append(f"{key} = {{ " + ", ".join(f'{k} = {json.dumps(v)}' for k, v in value.items()) + " }")
+                else:
+                    lines.append(f"{key} = {json.dumps(value)}")
+            else:
+                lines.append(f"{key} = {value}")
+        (d / "example.toml").write_text("\n".join(lines) + "\n")
+        return os.pathsep.join([str(root), str(REPO / "tests" / "examples")])
+
+    return make
+
+
+def live(pids: dict[int, int] | list[int]) -> list[int]:
+    """The pids that still exist as non-zombie processes."""
+    from dsh_acp_transport.client import _stat
+
+    out = []
+    for pid in pids:
+        s = _stat(pid)
+        if s is not None and s[0] != "Z":
+            out.append(pid)
+    return out

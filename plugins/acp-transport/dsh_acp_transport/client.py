@@ -286,6 +286,26 @@ class AcpClient:
     _shutdown_done: bool = False
     exit_status: str | None = None  # "eof", "sigterm", "sigkill" once shut down
     _tg: Any = None
+    _service_scopes: set[anyio.CancelScope] = field(default_factory=set)
+
+    def _start_service(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run ``fn`` in the client's task group, shielded from the caller's cancellation
+        (cancelling the caller must still let the child's answer in); stopped on close."""
+
+        async def run() -> None:
+            with anyio.CancelScope(shield=True) as scope:
+                self._service_scopes.add(scope)
+                try:
+                    await fn(*args)
+                finally:
+                    self._service_scopes.discard(scope)
+
+        assert self._tg is not None
+        self._tg.start_soon(run)
+
+    def _stop_services(self) -> None:
+        for scope in list(self._service_scopes):
+            scope.cancel()
 
     @property
     def pid(self) -> int:
@@ -367,7 +387,7 @@ class AcpClient:
             finally:
                 done.set()
 
-        self._tg.start_soon(run)
+        self._start_service(run)
         try:
             await done.wait()
         except anyio.get_cancelled_exc_class():
@@ -591,13 +611,16 @@ async def open_client(
     try:
         async with anyio.create_task_group() as tg:
             client._tg = tg
-            tg.start_soon(peer.serve, None, 1.0)
-            tg.start_soon(client._drain_stderr, FdReader(err_r))
+            client._start_service(peer.serve, None, 1.0)
+            client._start_service(client._drain_stderr, FdReader(err_r))
             try:
                 yield client
             finally:
-                await client.shutdown()
-                peer.stop_reading()
+                try:
+                    await client.shutdown()
+                finally:
+                    peer.stop_reading()
+                    client._stop_services()
     finally:
         peer.reader.close()
         peer.writer.close()

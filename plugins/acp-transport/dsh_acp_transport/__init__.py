@@ -88,3 +88,21 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
 @hookimpl
 def dsh_register_front_doors(register: Any, host: Any) -> None:
     register(AcpStdioDoor())
+
+
+@hookimpl
+def dsh_register_commands(commands: Any) -> None:
+    from . import ask
+
+    commands.add(
+        "ask",
+        help="ask an example (or any ACP agent) one question headlessly; the answer goes to stdout",
+        description=(
+            "Spawn the example as an ACP agent, send TASK, print the committed answer to stdout. "
+            "Exit 0 on end_turn, 130 when cancelled (Ctrl-C cancels, a second Ctrl-C kills), 124 on "
+            "--timeout, 1 on failure. Keyless demo: dsh ask --provider scripted --model "
+            "examples/acp-agent/demo.json ping"
+        ),
+        setup=ask.setup,
+        run=ask.run,
+    )

@@ -284,6 +284,7 @@ class AcpClient:
     _cancel_sent: bool = False
     _closed: anyio.Event = field(default_factory=anyio.Event)
     _shutdown_done: bool = False
+    _shutdown_finished: anyio.Event = field(default_factory=anyio.Event)
     exit_status: str | None = None  # "eof", "sigterm", "sigkill" once shut down
     _tg: Any = None
     _service_scopes: set[anyio.CancelScope] = field(default_factory=set)
@@ -531,8 +532,18 @@ class AcpClient:
         Idempotent. Returns how it ended ("eof", "sigterm", "sigkill"). Raises if a
         process of the tree survives SIGKILL."""
         if self._shutdown_done:
+            if kill_now and self.process.returncode is None:
+                self._signal_tree(tree_pids(self.pid), signal.SIGKILL)  # escalate a shutdown in progress
+            with anyio.CancelScope(shield=True):
+                await self._shutdown_finished.wait()
             return self.exit_status or "eof"
         self._shutdown_done = True
+        try:
+            return await self._shutdown(kill_now)
+        finally:
+            self._shutdown_finished.set()
+
+    async def _shutdown(self, kill_now: bool) -> str:
         with anyio.CancelScope(shield=True):
             for scope in list(self._permission_scopes):
                 scope.cancel()
@@ -553,6 +564,25 @@ class AcpClient:
             if survivors:
                 raise AcpClientError(f"ACP child {self.pid}: processes survived SIGKILL: {sorted(survivors)}")
             return status
+
+
+@asynccontextmanager
+async def _single_errors() -> AsyncIterator[None]:
+    """Let a lone exception out of the client's task group as itself, not as a group."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
 
 
 @asynccontextmanager
@@ -609,7 +639,7 @@ async def open_client(
     peer.notifications["session/update"] = client._on_update
     peer.requests["session/request_permission"] = client._on_permission
     try:
-        async with anyio.create_task_group() as tg:
+        async with _single_errors(), anyio.create_task_group() as tg:
             client._tg = tg
             client._start_service(peer.serve, None, 1.0)
             client._start_service(client._drain_stderr, FdReader(err_r))

@@ -1,0 +1,282 @@
+"""``dsh ask``: a headless one-shot ACP client.
+
+Spawns an example as an ACP agent (``dsh run --example …``, or any ACP agent with
+``--agent-command``) through the ACP client module, sends the task as one text prompt,
+streams the committed answer to stdout, and exits:
+
+- 0 on ``end_turn``; 130 on ``cancelled`` (the first Ctrl-C sends ``session/cancel``, a
+  second one kills the agent's process tree); 124 when ``--timeout`` expires;
+- 1 when the agent fails (the message, with the tail of the agent's stderr, on stderr);
+  2 for bad usage; 3 for another stop reason (``max_tokens``, ``refusal``, …).
+
+stdout carries the answer only (or, with ``--json``, one object: stopReason, text,
+sessionId, and error on failure). A spinner with the elapsed time is drawn on stderr,
+and only when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_OTHER_STOP = 3
+EXIT_TIMEOUT = 124
+EXIT_CANCELLED = 130
+
+CANCEL_GRACE = 3.0  # after session/cancel (timeout path), how long the agent gets to settle
+
+
+def setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("task", help="the task, sent as one text prompt")
+    p.add_argument("--example", "-e", default="acp-agent", help="example to run as the agent (default: acp-agent)")
+    p.add_argument("--cwd", help="the session's working directory (default: the current directory)")
+    p.add_argument("--provider", help="model provider of the exact route (env DSH_PROVIDER)")
+    p.add_argument("--model", help="model id of the exact route (env DSH_MODEL); for scripted: a script path")
+    p.add_argument(
+        "--approve",
+        choices=("deny", "allow", "ask"),
+        default="deny",
+        help="answer the agent's permission requests: deny (default), allow, or ask on the terminal",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object (stopReason, text, sessionId) at the end")
+    p.add_argument("--timeout", type=float, metavar="S", help="cancel after S seconds (exit 124)")
+    p.add_argument(
+        "--agent-command",
+        metavar="CMD",
+        help="drive this ACP agent command line (shell-split) instead of `dsh run --example …`",
+    )
+    p.add_argument("--verbose", "-v", action="store_true", help="forward the agent's stderr")
+
+
+def agent_argv(args: argparse.Namespace) -> list[str]:
+    if args.agent_command:
+        argv = shlex.split(args.agent_command)
+        if not argv:
+            raise ValueError("--agent-command is empty")
+        return argv
+    argv = [sys.executable, "-m", "dsh_core.cli", "run", "--example", args.example]
+    if args.provider:
+        argv += ["--provider", args.provider]
+    if args.model:
+        model = args.model
+        if os.path.exists(model):  # a script path relative to where `dsh ask` runs, not to --cwd
+            model = os.path.abspath(model)
+        argv += ["--model", model]
+    return argv
+
+
+@dataclass
+class _State:
+    client: Any = None
+    cancels: int = 0
+    killed: bool = False
+    timed_out: bool = False
+    streamed: bool = False
+    last_char: str = "\n"
+
+
+class _Spinner:
+    FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+    def __init__(self) -> None:
+        self.enabled = sys.stderr.isatty()
+        self.started = time.monotonic()
+        self.paused = False
+        self.shown = False
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown = False
+
+    async def run(self, label: str = "working") -> None:
+        import anyio
+
+        if not self.enabled:
+            return
+        i = 0
+        try:
+            while True:
+                if not self.paused:
+                    elapsed = time.monotonic() - self.started
+                    sys.stderr.write(f"\r\033[K{self.FRAMES[i % len(self.FRAMES)]} {label} {elapsed:5.1f}s")
+                    sys.stderr.flush()
+                    self.shown = True
+                    i += 1
+                await anyio.sleep(0.1)
+        finally:
+            self.clear()
+
+
+def _ask_terminal(question: str) -> bool:
+    """Ask y/N on the controlling terminal; no terminal → False."""
+    try:
+        with open("/dev/tty", "r+", encoding="utf-8", errors="replace") as tty:
+            tty.write(question)
+            tty.flush()
+            return tty.readline().strip().lower() in ("y", "yes")
+    except OSError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    try:
+        argv = agent_argv(args)
+    except ValueError as exc:
+        print(f"dsh ask: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    cwd = os.path.abspath(args.cwd or os.getcwd())
+    if not os.path.isdir(cwd):
+        print(f"dsh ask: --cwd {args.cwd!r} is not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    if args.timeout is not None and args.timeout <= 0:
+        print("dsh ask: --timeout must be a positive number of seconds", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.task.strip():
+        print("dsh ask: the task is empty", file=sys.stderr)
+        return EXIT_USAGE
+    return anyio.run(_ask, args, argv, cwd)
+
+
+async def _ask(args: argparse.Namespace, argv: list[str], cwd: str) -> int:
+    import anyio
+
+    from .client import AcpClientError, PermissionAsk, PromptResult, open_client
+
+    state = _State()
+    spinner = _Spinner()
+    stdout_is_tty = sys.stdout.isatty()
+
+    def on_text(text: str) -> None:
+        if args.json:
+            return
+        if stdout_is_tty:
+            spinner.clear()
+            spinner.paused = True
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        state.streamed = True
+        state.last_char = text[-1:]
+
+    async def policy(ask: PermissionAsk) -> str:
+        if args.approve == "allow":
+            return "allow"
+        if args.approve == "deny":
+            print(f"dsh ask: denied: {ask.describe()} (use --approve allow or ask)", file=sys.stderr)
+            return "reject"
+        spinner.paused = True
+        spinner.clear()
+        try:
+            allowed = await anyio.to_thread.run_sync(
+                _ask_terminal, f"dsh ask: the agent asks to run {ask.describe()}. Allow once? [y/N] ",
+                abandon_on_cancel=True,
+            )
+        finally:
+            spinner.paused = False
+        return "allow" if allowed else "reject"
+
+    def forward(chunk: bytes) -> None:
+        spinner.clear()
+        sys.stderr.buffer.write(chunk)
+        sys.stderr.flush()
+
+    async def kill() -> None:
+        state.killed = True
+        if state.client is not None:
+            await state.client.shutdown(kill_now=True)
+
+    async def first_cancel() -> None:
+        client = state.client
+        if client is None or client.session_id is None:
+            await kill()  # nothing to cancel yet: stop the agent
+        else:
+            await client.cancel()
+
+    async def watch_signals() -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                state.cancels += 1
+                spinner.clear()
+                if signum == signal.SIGINT and state.cancels == 1:
+                    print("dsh ask: cancelling (Ctrl-C again to kill)", file=sys.stderr)
+                    await first_cancel()
+                else:
+                    print("dsh ask: killing the agent", file=sys.stderr)
+                    await kill()
+
+    async def watchdog(seconds: float) -> None:
+        await anyio.sleep(seconds)
+        state.timed_out = True
+        spinner.clear()
+        print(f"dsh ask: timed out after {seconds:g} s; cancelling", file=sys.stderr)
+        await first_cancel()
+        await anyio.sleep(CANCEL_GRACE)
+        await kill()
+
+    result: PromptResult | None = None
+    error: str | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch_signals)
+        await anyio.sleep(0)  # the signal receiver is installed before anything is spawned
+        tg.start_soon(spinner.run)
+        if args.timeout is not None:
+            tg.start_soon(watchdog, args.timeout)
+        try:
+            async with open_client(
+                argv,
+                cwd=cwd,
+                env=dict(os.environ),
+                on_permission=policy,
+                on_stderr=forward if args.verbose else None,
+            ) as client:
+                state.client = client
+                await client.start()
+                result = await client.prompt(args.task, on_text=on_text)
+        except AcpClientError as exc:
+            error = str(exc)
+        finally:
+            tg.cancel_scope.cancel()
+
+    spinner.clear()
+    session_id = state.client.session_id if state.client is not None else None
+    text = result.text if result is not None else (state.client.text if state.client is not None else "")
+    stop = result.stop_reason if result is not None else "error"
+    if result is not None and result.error:
+        error = result.error
+    if state.killed or state.timed_out:
+        stop = "cancelled"
+        error = None
+    if args.json:
+        obj: dict[str, Any] = {"stopReason": stop, "text": text, "sessionId": session_id}
+        if state.timed_out:
+            obj["timedOut"] = True
+        if error:
+            obj["error"] = error
+        sys.stdout.write(json.dumps(obj) + "\n")
+    elif state.streamed and state.last_char != "\n":
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+    if state.timed_out:
+        return EXIT_TIMEOUT
+    if stop == "cancelled":
+        return EXIT_CANCELLED
+    if error is not None:
+        print(f"dsh ask: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    if stop == "end_turn":
+        return EXIT_OK
+    print(f"dsh ask: the agent stopped with {stop!r}", file=sys.stderr)
+    return EXIT_OTHER_STOP

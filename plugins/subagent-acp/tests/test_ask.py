@@ -165,3 +165,39 @@ def test_ask_without_a_tty_draws_no_spinner(work, tmp_path):
     r = ask("--provider", "scripted", "--model", str(DEMO), "ping", cwd=work, home=tmp_path)
     assert "⠋" not in r.stderr.decode() and "\r" not in r.stderr.decode()
     assert os.path.exists(work)
+
+
+def test_the_subagent_example_delegates_keyless(tmp_path):
+    """dsh ask → dsh run (acp-agent-subagent) → dsh run (acp-agent): three ACP hops, keyless."""
+    demo = REPO / "examples" / "acp-agent-subagent" / "demo.json"
+    r = ask("--example", "acp-agent-subagent", "--provider", "scripted", "--model", str(demo), "delegate",
+            cwd=tmp_path, home=tmp_path / "h")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert clean(r.stdout) == "The subagent answered: [subagent completed]\nPONG\n"
+
+
+def test_spinner_goes_to_a_terminal_stderr_only(work, tmp_path):
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        e = minimal_env(DSH_HOME=str(tmp_path / "h"))
+        r = subprocess.run(
+            [sys.executable, "-m", "dsh_core.cli", "ask", "--provider", "scripted", "--model", str(DEMO), "ping"],
+            cwd=work, env=e, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, timeout=30,
+        )  # fmt: skip
+        os.close(slave)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            err += chunk
+    finally:
+        os.close(master)
+    assert r.returncode == 0
+    assert clean(r.stdout) == "PONG\n"
+    assert "working" in err.decode(errors="replace") and "\x1b[K" in err.decode(errors="replace")

@@ -159,6 +159,8 @@ class Host:
         pm.hook.dsh_register_tools(register=self._add_tool, host=self)
         pm.hook.dsh_register_front_doors(register=self._add_door, host=self)
         self.session_store: SessionStore = pm.hook.dsh_session_store(host=self)
+        # Checked once: with no dsh_session_event implementation, emitting skips the hook call.
+        self._event_observers = bool(pm.hook.dsh_session_event.get_hookimpls())
         self.attachment_store: AttachmentStore | None = pm.hook.dsh_attachment_store(host=self)
 
     # ------------------------------------------------------------------ registries
@@ -205,6 +207,8 @@ class Host:
         return "\n\n".join(sections)
 
     def observe(self, agent: Agent, event: DurableEvent) -> None:
+        if not self._event_observers:
+            return
         try:
             self.pm.hook.dsh_session_event(session=agent, event=event)
         except Exception as exc:

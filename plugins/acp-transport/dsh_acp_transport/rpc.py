@@ -157,7 +157,8 @@ class Peer:
         # Called for an inbound request before dispatch; may raise RpcFailure (e.g. "not initialized").
         self.gate: Callable[[str], None] | None = None
         self.on_cancel_request: Callable[[RequestId], bool] | None = None
-        self._write_lock = anyio.Lock()
+        # A semaphore, not a Lock: a frame started by one task may be finished by another.
+        self._write_lock = anyio.Semaphore(1)
         self._next_id = 0
         self._pending: dict[RequestId, _Pending] = {}
         self._inbound: dict[Any, anyio.CancelScope] = {}
@@ -173,7 +174,7 @@ class Peer:
     async def write(self, message: Any) -> None:
         """Write one whole frame; frames never interleave."""
         data = encoder.encode(message) + b"\n"
-        if not self._write_lock.locked():
+        if self._write_lock.value:
             # Fast path: nobody is mid-frame and a pipe usually takes a small frame at once, so
             # skip the lock's checkpoint (about a fifth of a prompt round trip in our profile).
             n = self.writer.send_nowait(data)
@@ -187,6 +188,30 @@ class Peer:
             return
         async with self._write_lock:
             await self.writer.send(data)
+
+    def write_nowait(self, message: Any) -> bool:
+        """Commit a whole frame to the stream without awaiting, if no frame is mid-write.
+
+        True: the frame is written, or its unwritten tail is being finished by a task that
+        holds the write lock (so later frames still come after it). False: another frame
+        holds the lock; nothing was written and the caller should ``await write()``."""
+        if not self._write_lock.value:
+            return False
+        data = encoder.encode(message) + b"\n"
+        n = self.writer.send_nowait(data)
+        if n < len(data):
+            self._write_lock.acquire_nowait()
+            assert self._tg is not None
+            self._tg.start_soon(self._finish_write, data[n:])
+        return True
+
+    async def _finish_write(self, tail: bytes) -> None:
+        try:
+            await self.writer.send(tail)
+        except TransportClosed:
+            pass
+        finally:
+            self._write_lock.release()
 
     async def notify(self, method: str, params: Any) -> None:
         await self.write(Notification(method=method, params=params))

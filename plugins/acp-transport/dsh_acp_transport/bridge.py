@@ -312,10 +312,13 @@ class Bridge:
         slot.request_id = rid
         session.delivery.take_failure()
         try:
-            with slot.admission:
-                content = await self._admit(session, p.prompt)
+            content, images = self._admit(p.prompt)
+            if images:  # the only awaited part of admission: cancel aborts it (ACP-8)
+                with slot.admission:
+                    await self._store_images(session, content, images)
             if slot.cancelled or self.closed:
                 return wire.PromptResult(stop_reason="cancelled")
+            content = [b for b in content if not (isinstance(b, TextBlock) and not b.text)]
             message = UserMessage(id=new_id("msg_"), content=content)
             slot.message_id = message.id
             try:
@@ -324,9 +327,8 @@ class Bridge:
                 detail = "the agent was disposed outside the bridge" if session.agent.disposed else str(exc)
                 raise internal_error(f"prompt was not queued: {detail}") from None
             slot.in_inbox = True
-            with anyio.CancelScope(shield=True):
-                await session.agent.wait_idle()
-                await session.delivery.drain()
+            await session.agent.wait_idle()
+            await session.delivery.drain()
             return self._settle(session, slot)
         finally:
             session.slot = None
@@ -349,7 +351,9 @@ class Bridge:
             return wire.PromptResult(stop_reason="cancelled")
         return wire.PromptResult(stop_reason="end_turn")  # completed, max-tokens, hook-aborted, blocked
 
-    async def _admit(self, session: Session, raw_blocks: list[msgspec.Raw]) -> list[Any]:
+    def _admit(self, raw_blocks: list[msgspec.Raw]) -> tuple[list[Any], list[tuple[int, str, bytes]]]:
+        """Validate and convert a prompt without awaiting (ACP-4). Images are decoded here and
+        returned as (index, mime, bytes) for ``_store_images``; their slots in content are None."""
         blocks: list[Any] = []
         for i, raw in enumerate(raw_blocks):
             try:
@@ -381,11 +385,12 @@ class Bridge:
                 content.append(None)  # placeholder, filled after the batch is saved
         if not any(isinstance(b, TextBlock) and b.text.strip() for b in content) and not images:
             raise invalid_params("empty prompt")
-        if images:
-            refs = await self._save_images(session, [(mime, data) for _, mime, data in images])
-            for (index, _, _), ref in zip(images, refs):
-                content[index] = ref
-        return [b for b in content if b is not None and not (isinstance(b, TextBlock) and not b.text)]
+        return content, images
+
+    async def _store_images(self, session: Session, content: list[Any], images: list[tuple[int, str, bytes]]) -> None:
+        refs = await self._save_images(session, [(mime, data) for _, mime, data in images])
+        for (index, _, _), ref in zip(images, refs):
+            content[index] = ref
 
     def _decode_image(self, block: wire.ImageIn) -> bytes:
         if not self.image_capable():

@@ -441,8 +441,9 @@ class Peer:
                     reply = ErrorResponse(id=rid, error=RpcError(code=INTERNAL_ERROR, message=f"Internal error: {exc}"))
             if scope.cancelled_caught:
                 reply = ErrorResponse(id=rid, error=RpcError(code=REQUEST_CANCELLED, message="Request cancelled"))
-            with anyio.CancelScope(shield=True):
-                await self._safe_write(reply)
+            if not self.write_nowait(reply):
+                with anyio.CancelScope(shield=True):
+                    await self._safe_write(reply)
         finally:
             self._inbound.pop(rid, None)
             self._handlers -= 1

@@ -251,3 +251,21 @@ def acp_agent(tmp_path: Path) -> Callable[..., Any]:
     factory.home = home  # type: ignore[attr-defined]
     factory.work = work  # type: ignore[attr-defined]
     return factory
+
+
+def make_png(width: int = 2, height: int = 2, rgb: tuple[int, int, int] = (255, 0, 0)) -> bytes:
+    """A real, valid PNG (8-bit RGB, no interlace) of one colour, built with zlib and struct."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    row = b"\x00" + bytes(rgb) * width
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(row * height))
+        + chunk(b"IEND", b"")
+    )

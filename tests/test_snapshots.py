@@ -10,15 +10,16 @@ durable event of every session, times zeroed). Snapshots change only through
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 from pathlib import Path
 
 import pytest
 from acp import RequestError, text_block
-from acp.helpers import resource_link_block
+from acp.helpers import image_block, resource_link_block
 
-from dsh_core.testing import Recorder, normalize_transcript
+from dsh_core.testing import Recorder, make_png, normalize_transcript
 
 pytestmark = [pytest.mark.anyio, pytest.mark.snapshot_scenario]
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "snapshots" / "acp-agent"
@@ -147,6 +148,47 @@ SCRIPT = {
     "default": [{"text": "echo: {prompt}"}],
 }
 
+async def sc_inline_image_prompt(run, sids):
+    await _handshake(run, sids)
+    data = base64.b64encode(make_png(2, 2)).decode()
+    await _prompt(run, sids[0], text_block("what is "), image_block(data, "image/png"), text_block(" this?"))
+
+
+async def sc_read_image(run, sids):
+    (run.cwd / "red.png").write_bytes(make_png(2, 2, (255, 0, 0)))
+    await _handshake(run, sids)
+    await _prompt(run, sids[0], text_block("look at red.png"))
+
+
+async def sc_bash_escalation_approved(run, sids):
+    run.client.permission_answers.append("allow-once")
+    await _handshake(run, sids)
+    await _prompt(run, sids[0], text_block("escalate"))
+
+
+async def sc_bash_escalation_rejected(run, sids):
+    run.client.permission_answers.append("reject-once")
+    await _handshake(run, sids)
+    await _prompt(run, sids[0], text_block("escalate"))
+
+
+VISION_SCRIPT = {
+    "capabilities": {"image_input": True},
+    "rules": [{"when": "red.png", "steps": [{"tool": "read_image", "args": {"path": "red.png"}},
+                                            {"text": "tool said: {tool_result}"}]}],
+    "default": [{"text": "an image, {prompt}"}],
+}
+TEXT_ROUTE_SCRIPT = {**VISION_SCRIPT, "capabilities": {"image_input": False}}
+# Writes outside the session root and /tmp need danger-full-access: the model asks once.
+ESCALATION_TARGET = "/var/tmp/dsh-snapshot-escalation.txt"
+ESCALATION_SCRIPT = {
+    "rules": [{"when": "escalate", "steps": [
+        {"tool": "bash", "args": {"command": f"echo escalated > {ESCALATION_TARGET} && cat {ESCALATION_TARGET}",
+                                  "sandbox_permissions": "danger-full-access",
+                                  "justification": "write the report outside the workspace"}},
+        {"text": "tool said: {tool_result}"}]}],
+}
+
 SCENARIOS = {
     "handshake": ("acp-agent", sc_handshake),
     "reject-extra-dirs": ("acp-agent", sc_reject_extra_dirs),
@@ -159,19 +201,31 @@ SCENARIOS = {
     "escalation-rejected": ("acp-testkit", sc_escalation_rejected),
     "resource-link": ("acp-agent", sc_resource_link),
     "two-sessions": ("acp-agent", sc_two_sessions),
+    "inline-image-prompt": ("acp-agent", sc_inline_image_prompt, VISION_SCRIPT),
+    "read-image": ("acp-agent", sc_read_image, VISION_SCRIPT),
+    "read-image-text-route": ("acp-agent", sc_read_image, TEXT_ROUTE_SCRIPT),
+    "bash-escalation-approved": ("acp-agent", sc_bash_escalation_approved, ESCALATION_SCRIPT),
+    "bash-escalation-rejected": ("acp-agent", sc_bash_escalation_rejected, ESCALATION_SCRIPT),
 }
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 async def test_scenario(name, acp_agent, scripted, snapshot):
-    example, body = SCENARIOS[name]
-    script = scripted(SCRIPT)
+    example, body, *override = SCENARIOS[name]
+    script = scripted(override[0] if override else SCRIPT)
     sids: list[str] = []
-    async with acp_agent(script, example=example, client=Recorder()) as run:
+    Path(ESCALATION_TARGET).unlink(missing_ok=True)
+    env = {"DSH_PERMISSION_MODE": "workspace-write"}
+    async with acp_agent(script, example=example, client=Recorder(), env=env) as run:
         run.home = acp_agent.home
         await body(run, sids)
     replacements = {str(script): "{{script}}", str(run.cwd): "{{cwd}}"}
     snapshot.snapshot_dir = SNAPSHOTS / name
     snapshot.assert_match(normalize_stdout(run.frames, sids, replacements), "stdout.jsonl")
+    if name == "bash-escalation-approved":
+        assert Path(ESCALATION_TARGET).read_text() == "escalated\n"
+        Path(ESCALATION_TARGET).unlink()
+    elif name == "bash-escalation-rejected":
+        assert not Path(ESCALATION_TARGET).exists()
     logs = [s for s in sids if (acp_agent.home / "sessions" / f"{s}.jsonl").exists()]
     snapshot.assert_match(normalize_log(acp_agent.home, logs, replacements) if logs else "", "session.jsonl")

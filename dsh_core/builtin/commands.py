@@ -45,22 +45,8 @@ def _run(args: argparse.Namespace) -> int:
                 )
             await door.serve(host)
 
-    anyio.run(serve, backend_options=_backend_options())
+    anyio.run(serve)
     return 0
-
-
-def _backend_options() -> dict[str, object]:
-    """uvloop when installed (``pip install dsh[fast]``): it roughly halves the event-loop
-    share of an ACP round trip (bench/acp_roundtrip.py). DSH_UVLOOP=0 turns it off."""
-    import os
-
-    if os.environ.get("DSH_UVLOOP", "1") == "0":
-        return {}
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return {}
-    return {"use_uvloop": True}
 
 
 def _setup_plugins(p: argparse.ArgumentParser) -> None:

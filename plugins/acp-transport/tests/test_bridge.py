@@ -396,3 +396,101 @@ async def _broken_teardown(echo, tmp_path):
         assert len(err.value.exceptions) == 2
         with pytest.raises(ExceptionGroup):  # memoized: the same failure, not a second teardown
             await bridge.quiesce()
+
+
+# --------------------------------------------------------------------------- images
+
+
+class SlowStore:
+    """An attachment store whose save takes a while (to cancel during admission)."""
+
+    name = "slow"
+    mime_types = ("image/png",)
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+        self.finished = False
+
+    async def save_images(self, batch):
+        from dsh_core.types import ImageBlock
+
+        self.started.set()
+        await anyio.sleep(0.3)
+        self.finished = True
+        return [ImageBlock(digest="sha256:" + "0" * 64, mime=m, size=len(d)) for m, d in batch]
+
+    async def read_image(self, ref):  # pragma: no cover - not used here
+        raise AssertionError
+
+
+class StorePlugin:
+    def __init__(self, store) -> None:
+        self.store = store
+
+    @hookimpl
+    def dsh_attachment_store(self, host):
+        return self.store
+
+
+def _png_b64() -> str:
+    import base64
+
+    from dsh_core.testing import make_png
+
+    return base64.b64encode(make_png()).decode()
+
+
+async def test_cancel_during_image_admission_waits_for_the_write_and_publishes_nothing(scripted, tmp_path):
+    script = scripted({"capabilities": {"image_input": True}})
+    store = SlowStore()
+    async with served(script, StorePlugin(store)) as (client, bridge, host):
+        sid = await client.start(tmp_path)
+        await client.send({"jsonrpc": "2.0", "id": "img", "method": "session/prompt", "params": {
+            "sessionId": sid, "prompt": [{"type": "text", "text": "see"},
+                                         {"type": "image", "data": _png_b64(), "mimeType": "image/png"}]}})
+        await store.started.wait()
+        await client.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+        assert (await client.response("img"))["result"] == {"stopReason": "cancelled"}
+        assert store.finished  # the started write was awaited, not abandoned
+        events = host.session_store.logs[sid].events
+        assert not [e for e in events if type(e).__name__ == "UserMessageEvent"]  # no late message
+        resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "next"}]})
+        assert resp["result"] == {"stopReason": "end_turn"}
+
+
+async def test_image_admission_rechecks_the_sessions_current_route(scripted, tmp_path):
+    vision = scripted({"capabilities": {"image_input": True}})
+    text_only = scripted({"capabilities": {"image_input": False}})
+    async with served(vision, StorePlugin(SlowStore())) as (client, bridge, host):
+        init = await client.call("initialize", {"protocolVersion": 1})
+        assert init["result"]["agentCapabilities"]["promptCapabilities"]["image"] is True
+        sid = (await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["result"]["sessionId"]
+        bridge.sessions[sid].agent.set_route(str(text_only))  # the session's route changed since initialize
+        resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [
+            {"type": "image", "data": _png_b64(), "mimeType": "image/png"}]})
+        assert resp["error"] == {"code": -32602,
+                                 "message": f'Invalid params: model "{text_only}" does not declare image input'}
+
+
+@pytest.mark.parametrize("store, image_route, advertised", [
+    (False, False, False), (False, True, False), (True, False, False), (True, True, True)])
+async def test_capability_matrix(scripted, tmp_path, store, image_route, advertised):
+    script = scripted({"capabilities": {"image_input": image_route}})
+    extra = [StorePlugin(SlowStore())] if store else []
+    async with served(script, *extra) as (client, bridge, host):
+        init = await client.call("initialize", {"protocolVersion": 1})
+        assert init["result"]["agentCapabilities"]["promptCapabilities"] == {
+            "image": advertised, "audio": False, "embeddedContext": False}
+
+
+async def test_a_failing_store_is_an_internal_error(scripted, tmp_path):
+    class Broken(SlowStore):
+        async def save_images(self, batch):
+            raise OSError("disk full")
+
+    script = scripted({"capabilities": {"image_input": True}})
+    async with served(script, StorePlugin(Broken())) as (client, bridge, host):
+        sid = await client.start(tmp_path)
+        resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [
+            {"type": "image", "data": _png_b64(), "mimeType": "image/png"}]})
+        assert resp["error"] == {"code": -32603, "message": "Internal error: unable to persist the prompt image batch"}

@@ -1,0 +1,72 @@
+"""The `dsh` command line, as a user runs it (real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from acp import RequestError, text_block
+
+from dsh_core.testing import minimal_env
+
+pytestmark = pytest.mark.anyio
+
+
+def dsh(*args: str, env: dict[str, str] | None = None, input: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dsh_core.cli", *args], capture_output=True, timeout=60,
+        env=env or minimal_env(DSH_HOME=os.environ.get("DSH_HOME", "/tmp/dsh-cli-test")), input=input,
+    )
+
+
+def test_help_reads_well_and_lists_the_commands():
+    out = dsh("--help")
+    assert out.returncode == 0
+    text = out.stdout.decode()
+    for word in ("run", "plugins", "examples", "ask", "sessions", "Agent Client"):
+        assert word in text
+
+
+def test_plugins_prints_the_exact_composition_as_json():
+    out = dsh("plugins", "--example", "acp-agent")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)  # nothing but JSON on stdout (the testkit's import noise went to stderr)
+    rows = {r["name"]: r for r in data["plugins"] if not r["builtin"]}
+    assert set(rows) == {"acp-transport", "jsonl-persistence", "attachment-store", "deepseek-model",
+                         "scripted-model", "sandbox-tools"}
+    assert rows["acp-transport"]["distribution"] == "dsh-acp-transport"
+    assert "dsh_register_front_doors" in rows["acp-transport"]["hooks"]
+    assert rows["acp-transport"]["version"]
+
+
+def test_examples_lists_acp_agent():
+    out = dsh("examples")
+    assert out.returncode == 0 and "acp-agent" in out.stdout.decode()
+
+
+def test_an_unknown_example_is_one_clear_line():
+    out = dsh("run", "--example", "nope")
+    assert out.returncode == 2
+    assert out.stdout == b""
+    assert out.stderr.decode().strip().startswith("dsh: unknown example 'nope'")
+
+
+def test_run_without_a_usable_provider_names_the_way_out():
+    out = dsh("run", "--example", "acp-agent", "--provider", "nope", "--model", "x", input=b"")
+    assert out.returncode == 2
+    assert out.stdout == b""
+    err = out.stderr.decode()
+    assert "no model provider 'nope'" in err and "--provider scripted --model examples/acp-agent/demo.json" in err
+    assert "Traceback" not in err
+
+
+async def test_without_a_key_deepseek_starts_and_fails_the_request_clearly(acp_agent, tmp_path):
+    async with acp_agent(None, env={"DEEPSEEK_API_KEY": ""}) as run:  # the manifest's DeepSeek route
+        sid = await run.start()
+        with pytest.raises(RequestError) as err:
+            await run.conn.prompt(session_id=sid, prompt=[text_block("hello")])
+        assert err.value.code == -32603
+        assert "DEEPSEEK_API_KEY" in str(err.value)

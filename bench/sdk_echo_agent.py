@@ -11,7 +11,12 @@ import uuid
 from typing import Any
 
 from acp import PROTOCOL_VERSION, run_agent, text_block, update_agent_message
-from acp.schema import AgentCapabilities, InitializeResponse, NewSessionResponse, PromptResponse
+from acp.schema import (
+    AgentCapabilities,
+    InitializeResponse,
+    NewSessionResponse,
+    PromptResponse,
+)
 
 
 class EchoAgent:

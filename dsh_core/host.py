@@ -18,8 +18,21 @@ from . import hookspecs
 from .agent import Agent, AgentSpec, new_id
 from .compose import Composition
 from .errors import CompositionError, DshError, RouteError
-from .protocols import Answerer, AttachmentStore, FrontDoor, ModelProvider, SessionStore, Tool
-from .types import ApprovalAsked, ApprovalDecided, ApprovalOutcome, ApprovalRequest, DurableEvent
+from .protocols import (
+    Answerer,
+    AttachmentStore,
+    FrontDoor,
+    ModelProvider,
+    SessionStore,
+    Tool,
+)
+from .types import (
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalOutcome,
+    ApprovalRequest,
+    DurableEvent,
+)
 
 hookimpl = pluggy.HookimplMarker("dsh")
 PROJECT = "dsh"

@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 from acp import RequestError, text_block
-from acp.helpers import audio_block, resource_block, embedded_text_resource, resource_link_block
+from acp.helpers import (
+    audio_block,
+    embedded_text_resource,
+    resource_block,
+    resource_link_block,
+)
 
-from dsh_core.testing import Recorder, spawn_acp
+from dsh_core.testing import Recorder
 
 pytestmark = pytest.mark.anyio
 

@@ -256,5 +256,5 @@ async def test_history_sent_to_the_model_is_append_only(scripted, tmp_path):
         for text in ("one", "two"):
             agent.submit(UserMessage(id=text, content=[TextBlock(text=text)]))
             await agent.wait_idle()
-        for before, after in zip(seen, seen[1:]):
+        for before, after in zip(seen, seen[1:], strict=False):
             assert after[: len(before)] == before

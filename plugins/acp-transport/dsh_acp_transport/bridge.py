@@ -389,7 +389,7 @@ class Bridge:
 
     async def _store_images(self, session: Session, content: list[Any], images: list[tuple[int, str, bytes]]) -> None:
         refs = await self._save_images(session, [(mime, data) for _, mime, data in images])
-        for (index, _, _), ref in zip(images, refs):
+        for (index, _, _), ref in zip(images, refs, strict=False):
             content[index] = ref
 
     def _decode_image(self, block: wire.ImageIn) -> bytes:

@@ -27,7 +27,14 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -37,7 +44,14 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from .rpc import DEFAULT_MAX_FRAME, FdReader, FdWriter, Peer, RpcFailure, TransportClosed
+from .rpc import (
+    DEFAULT_MAX_FRAME,
+    FdReader,
+    FdWriter,
+    Peer,
+    RpcFailure,
+    TransportClosed,
+)
 from .wire import PROTOCOL_VERSION
 
 __all__ = [

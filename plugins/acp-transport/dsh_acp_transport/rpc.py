@@ -24,7 +24,16 @@ from typing import Any
 import anyio
 import msgspec
 
-from .wire import ErrorResponse, Frame, Notification, Request, RequestId, Response, RpcError, encoder
+from .wire import (
+    ErrorResponse,
+    Frame,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    RpcError,
+    encoder,
+)
 
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024  # 64 MiB: a 40 MiB image in base64 fits
 READ_CHUNK = 1 << 20

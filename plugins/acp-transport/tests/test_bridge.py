@@ -11,9 +11,9 @@ from typing import Any
 
 import anyio
 import pytest
-
 from dsh_acp_transport import make_bridge, serve_bridge
 from dsh_acp_transport.rpc import FdReader, FdWriter
+
 from dsh_core import FunctionTool, hookimpl
 from dsh_core.agent import AgentSpec
 from dsh_core.compose import Composition

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 from dsh_core import hookimpl
 from dsh_core.errors import ConfigError
 
-from .images import MIME_TYPES, Base64Error, ImageFormatError, decode_base64_strict, image_info, sniff
+from .images import (
+    MIME_TYPES,
+    Base64Error,
+    ImageFormatError,
+    decode_base64_strict,
+    image_info,
+    sniff,
+)
 from .store import PLUGIN, Limits, LocalAttachmentStore, data_home
 
 if TYPE_CHECKING:  # pragma: no cover

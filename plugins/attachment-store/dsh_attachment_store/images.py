@@ -13,6 +13,7 @@ import struct
 import zlib
 
 from dsh_core.errors import AttachmentError
+from dsh_core.media import sniff_image
 
 PNG = "image/png"
 JPEG = "image/jpeg"
@@ -29,15 +30,7 @@ class ImageFormatError(ValueError):
 
 def sniff(data: bytes) -> str | None:
     """The mime type the magic bytes announce, or None for none of the four."""
-    if data.startswith(_PNG_SIG):
-        return PNG
-    if data.startswith(b"\xff\xd8\xff"):
-        return JPEG
-    if data.startswith((b"GIF87a", b"GIF89a")):
-        return GIF
-    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return WEBP
-    return None
+    return sniff_image(data)
 
 
 def dimensions(mime: str, data: bytes) -> tuple[int, int]:

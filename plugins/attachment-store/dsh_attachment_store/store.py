@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from dsh_core.paths import data_home
 
 from dsh_core.errors import AttachmentCorrupt, AttachmentError, ConfigError, DshError
+from dsh_core.paths import data_home
 from dsh_core.types import ImageBlock
 
 from .images import MIME_TYPES, ImageFormatError, image_info, sniff

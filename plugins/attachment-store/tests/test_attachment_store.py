@@ -9,12 +9,25 @@ import textwrap
 from pathlib import Path
 
 import anyio
-import pytest
-
 import dsh_attachment_store as plugin
-from attachment_imagegen import gif, jpeg, png, png_header_only, webp_vp8, webp_vp8l, webp_vp8x
-from dsh_attachment_store import Limits, LocalAttachmentStore, decode_base64_strict, image_info
+import pytest
+from attachment_imagegen import (
+    gif,
+    jpeg,
+    png,
+    png_header_only,
+    webp_vp8,
+    webp_vp8l,
+    webp_vp8x,
+)
+from dsh_attachment_store import (
+    Limits,
+    LocalAttachmentStore,
+    decode_base64_strict,
+    image_info,
+)
 from dsh_attachment_store import store as store_mod
+
 from dsh_core.errors import AttachmentCorrupt, AttachmentError, ConfigError, DshError
 from dsh_core.types import ImageBlock
 
@@ -84,7 +97,7 @@ async def test_mixed_batch_keeps_order(store: LocalAttachmentStore) -> None:
     batch = [("image/png", png()), ("image/jpeg", jpeg()), ("image/gif", gif()), ("image/webp", webp_vp8l())]
     refs = await store.save_images(batch)
     assert [(r.mime, r.size) for r in refs] == [(m, len(d)) for m, d in batch]
-    for ref, (_, data) in zip(refs, batch):
+    for ref, (_, data) in zip(refs, batch, strict=False):
         assert await store.read_image(ref) == data
     assert await store.save_images([]) == []
 

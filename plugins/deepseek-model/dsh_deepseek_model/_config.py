@@ -102,7 +102,7 @@ def parse_settings(table: Mapping[str, Any] | None) -> Settings:
         if not isinstance(retry, Mapping):
             raise ConfigError(f"{_where('retry')} must be a table with {', '.join(_RETRY_KEYS)}")
         fields: dict[str, Any] = {}
-        for key, value in retry.items():
+        for key in retry:
             if key not in _RETRY_KEYS:
                 raise ConfigError(f"{_where('retry.' + key)}: unknown key; known: {', '.join(_RETRY_KEYS)}")
             name, kind = _RETRY_KEYS[key]

@@ -9,10 +9,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from dsh_deepseek_model import (  # noqa: E402
+    DeepSeekProvider,
+    _config,  # noqa: E402
+    parse_settings,
+)
 from fake_deepseek import FakeDeepSeek  # noqa: E402
-
-from dsh_deepseek_model import DeepSeekProvider, parse_settings  # noqa: E402
-from dsh_deepseek_model import _config  # noqa: E402
 
 # Tiny delays so the suite stays fast; the shapes are the production ones.
 FAST: dict[str, Any] = {

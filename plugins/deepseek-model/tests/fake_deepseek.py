@@ -173,7 +173,7 @@ def render_prompt(body: dict[str, Any]) -> list[bytes]:
         seq += _tokens(json.dumps(body["tools"], ensure_ascii=False, separators=(",", ":")))
     messages = body["messages"]
     spans = _tool_spans(messages)
-    for m, in_span in zip(messages, spans):
+    for m, in_span in zip(messages, spans, strict=False):
         role = m.get("role")
         if role == "assistant":
             seq += render_assistant(m.get("reasoning_content"), _content_text(m.get("content")), m.get("tool_calls"), in_span)
@@ -316,7 +316,7 @@ class FakeDeepSeek:
             raise _Reject(400, TOOL_CHOICE_400)
         if thinking:
             spans = _tool_spans(messages)
-            for m, in_span in zip(messages, spans):
+            for m, in_span in zip(messages, spans, strict=False):
                 if m["role"] != "assistant":
                     continue
                 needs = bool(m.get("tool_calls")) or (self.strict_span and in_span)

@@ -11,9 +11,9 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from conftest import FAST
-from fake_deepseek import FakeDeepSeek, Fault, Turn
+from fake_deepseek import Fault, Turn
 
+from conftest import FAST
 from dsh_core import FunctionTool, hookimpl
 from dsh_core.agent import AgentSpec, new_id
 from dsh_core.compose import Composition
@@ -148,7 +148,7 @@ async def test_multi_tool_turn_with_thinking_replays_reasoning(env, tmp_path):
     assert [r.status for r in chats] == [200] * 4, "the fake rejected a request (reasoning_content not replayed?)"
     assert sum(isinstance(e, ToolResultEvent) for e in events) == 3
     # Every request is a pure append of the previous one: same head, same earlier messages.
-    for prev, cur in zip(chats, chats[1:]):
+    for prev, cur in zip(chats, chats[1:], strict=False):
         assert {k: v for k, v in prev.body.items() if k != "messages"} == {k: v for k, v in cur.body.items() if k != "messages"}
         assert cur.body["messages"][: len(prev.body["messages"])] == prev.body["messages"]
     last = chats[-1].body["messages"]

@@ -8,11 +8,21 @@ import time
 import anyio
 import httpx
 import pytest
-from conftest import make_provider
-from fake_deepseek import REASONING_400, FakeDeepSeek, Fault, Turn
+from fake_deepseek import REASONING_400, Fault, Turn
 
+from conftest import make_provider
 from dsh_core import ModelError
-from dsh_core.types import Finish, ModelRequest, ReasoningDelta, TextBlock, TextDelta, ToolCallDelta, ToolSpec, UsageDelta, UserMessage
+from dsh_core.types import (
+    Finish,
+    ModelRequest,
+    ReasoningDelta,
+    TextBlock,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    UsageDelta,
+    UserMessage,
+)
 
 pytestmark = pytest.mark.anyio
 

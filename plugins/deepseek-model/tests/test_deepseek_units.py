@@ -7,8 +7,13 @@ import random
 
 import httpx
 import pytest
-from conftest import FAST
+from dsh_deepseek_model import DeepSeekProvider, parse_settings
+from dsh_deepseek_model._config import find_api_key
+from dsh_deepseek_model._errors import parse_retry_after
+from dsh_deepseek_model._sse import KEEP_ALIVE, SSEEvent, SSEParser
+from dsh_deepseek_model._wire import build_body, dumps
 
+from conftest import FAST
 from dsh_core import ConfigError, ModelError, RouteError
 from dsh_core.types import (
     AssistantMessage,
@@ -21,11 +26,6 @@ from dsh_core.types import (
     ToolSpec,
     UserMessage,
 )
-from dsh_deepseek_model import DeepSeekProvider, parse_settings
-from dsh_deepseek_model._config import find_api_key
-from dsh_deepseek_model._errors import parse_retry_after
-from dsh_deepseek_model._sse import KEEP_ALIVE, SSEEvent, SSEParser
-from dsh_deepseek_model._wire import build_body, dumps
 
 # --------------------------------------------------------------------------- SSE
 

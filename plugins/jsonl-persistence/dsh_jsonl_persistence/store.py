@@ -20,9 +20,9 @@ from pathlib import Path
 
 import anyio
 import msgspec
-from dsh_core.paths import data_home
 
 from dsh_core.errors import DshError
+from dsh_core.paths import data_home
 from dsh_core.types import DurableEvent, SessionHeader, log_decoder, log_encoder
 
 SUFFIX = ".jsonl"

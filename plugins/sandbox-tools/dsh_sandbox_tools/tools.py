@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+
 from dsh_core import ToolError
+from dsh_core.media import sniff_image
 from dsh_core.types import ImageBlock, TextBlock, ToolOutput, ToolSpec
 
 from .fspath import PathDenied, absolute, open_for_write
@@ -576,18 +578,6 @@ class GrepTool:
 
 
 # ------------------------------------------------------------------------------ read_image
-
-
-def sniff_image(data: bytes) -> str | None:
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if data[:6] in (b"GIF87a", b"GIF89a"):
-        return "image/gif"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
 
 
 class ReadImageTool:

@@ -7,15 +7,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import dsh_sandbox_tools
 import pytest
+from dsh_sandbox_tools.mechanisms import probe_cached
+
 from dsh_core import ToolError, hookimpl
 from dsh_core.agent import AgentSpec, ToolContext
 from dsh_core.compose import Composition
 from dsh_core.host import make_plugin_manager, open_host, register_plugin
 from dsh_core.types import Finish, ModelInfo, RetryPolicy, ToolOutput
-
-import dsh_sandbox_tools
-from dsh_sandbox_tools.mechanisms import probe_cached
 
 
 class FakeProvider:

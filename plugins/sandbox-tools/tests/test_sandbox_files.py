@@ -9,6 +9,8 @@ from typing import Any
 
 import anyio
 import pytest
+from sandbox_helpers import FakeProvider, Session, running_host, text
+
 from dsh_core import hookimpl
 from dsh_core.types import (
     Finish,
@@ -21,7 +23,6 @@ from dsh_core.types import (
     ToolResultEvent,
     ToolResultMessage,
 )
-from sandbox_helpers import FakeProvider, Session, running_host, text
 
 pytestmark = pytest.mark.anyio
 

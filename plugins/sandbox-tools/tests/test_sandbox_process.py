@@ -9,10 +9,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from sandbox_helpers import Session, host_alive_with, mechanisms, running_host, text
-
 from dsh_sandbox_tools.mechanisms import probe_cached
 from dsh_sandbox_tools.policy import is_credential_name
+from sandbox_helpers import Session, host_alive_with, mechanisms, running_host, text
 
 pytestmark = pytest.mark.anyio
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import Answer, Session, mechanisms, running_host, text
+
 from dsh_core import ConfigError
 from dsh_core.types import ApprovalAsked, ApprovalDecided
-from sandbox_helpers import Answer, Session, mechanisms, running_host, text
 
 pytestmark = pytest.mark.anyio
 

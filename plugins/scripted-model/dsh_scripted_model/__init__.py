@@ -18,6 +18,7 @@ import anyio
 import msgspec
 
 from dsh_core import ConfigError, ModelError, RouteError, hookimpl
+from dsh_core.media import sniff_image
 from dsh_core.types import (
     Finish,
     ImageDelta,
@@ -185,7 +186,7 @@ class ScriptedProvider:
         cursor = self._cursors.setdefault(request.session_id, _Cursor())
         if cursor.prompt_id != prompt_id:
             script = loaded.script
-            for rule, pattern in zip(script.rules, loaded.patterns):
+            for rule, pattern in zip(script.rules, loaded.patterns, strict=False):
                 if pattern.search(prompt):
                     steps, repeat = rule.steps, rule.repeat
                     break
@@ -256,24 +257,12 @@ class ScriptedProvider:
                 code="MALFORMED_RESPONSE",
             )
         data = await anyio.Path(path).read_bytes()
-        mime = _sniff(data)
+        mime = sniff_image(data) or "application/octet-stream"
         (block,) = await self.host.attachment_store.save_images([(mime, data)])
         return block
 
     def forget(self, session_id: str) -> None:
         self._cursors.pop(session_id, None)
-
-
-def _sniff(data: bytes) -> str:
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if data[:6] in (b"GIF87a", b"GIF89a"):
-        return "image/gif"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return "application/octet-stream"
 
 
 def _settings(config: Mapping[str, Mapping[str, Any]]) -> RetryPolicy:

@@ -22,12 +22,17 @@ from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 import anyio
+from dsh_acp_transport.client import (
+    AcpClient,
+    AcpClientError,
+    PermissionAsk,
+    open_client,
+    scrub_env,
+)
 
 from dsh_core import ConfigError, hookimpl
 from dsh_core.agent import new_id
 from dsh_core.types import ApprovalDecided, ApprovalRequest, ToolOutput, ToolSpec
-
-from dsh_acp_transport.client import AcpClient, AcpClientError, PermissionAsk, open_client, scrub_env
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.agent import ToolContext

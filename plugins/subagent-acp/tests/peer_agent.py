@@ -26,7 +26,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from acp import run_agent, text_block, update_agent_message_text, update_agent_thought_text
+from acp import (
+    run_agent,
+    update_agent_message_text,
+    update_agent_thought_text,
+)
 from acp.schema import (
     AgentCapabilities,
     InitializeResponse,

@@ -12,9 +12,15 @@ from pathlib import Path
 
 import anyio
 import pytest
+from dsh_acp_transport.client import (
+    AcpClientError,
+    open_client,
+    pick_option,
+    scrub_env,
+    tree_pids,
+)
 
 from conftest import REPO, live, peer_argv
-from dsh_acp_transport.client import AcpClientError, open_client, pick_option, scrub_env, tree_pids
 
 pytestmark = pytest.mark.anyio
 

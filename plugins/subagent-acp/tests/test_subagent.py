@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from acp import text_block
+from dsh_acp_transport.client import tree_pids
 
 from conftest import live, peer_command
-from dsh_acp_transport.client import tree_pids
 from dsh_core.testing import Recorder
 
 pytestmark = pytest.mark.anyio

@@ -2,7 +2,9 @@
 on the official SDK's agent side, both driven by the same official SDK client in one run.
 
 Prints prompts/s for 200 sequential prompts and for 20 sessions x 20 prompts (concurrent
-sessions), and the time from spawn to the initialize answer; then ours/SDK ratios.
+sessions), and the time from spawn to the initialize answer; then ours/SDK ratios. A last
+row drives both agents with dsh's own (msgspec) client instead, which costs less per frame
+than the SDK client and so shows more of each agent's own cost.
 Goal: throughput >= 2x the SDK agent's, start-up <= 1x.
 
     python bench/acp_roundtrip.py [--repeat 3]
@@ -79,6 +81,22 @@ async def measure(name: str, argv: list[str], cwd: str, env: dict[str, str]) -> 
     return {"startup_ms": startup * 1000, "sequential": sequential, "concurrent": concurrent}
 
 
+async def measure_fast_client(argv: list[str], cwd: str, env: dict[str, str]) -> float:
+    """200 sequential prompts driven by dsh's own msgspec client: a lighter client shows
+    more of each server's own cost than the SDK client (pydantic) does."""
+    from dsh_acp_transport.client import open_client
+
+    async with open_client(argv, cwd=cwd, env=env) as client:
+        await client.start()
+        for _ in range(10):
+            await client.prompt("warm")
+        t0 = time.perf_counter()
+        for i in range(200):
+            result = await client.prompt(f"q{i}")
+            assert result.stop_reason == "end_turn" and result.text, result
+        return 200 / (time.perf_counter() - t0)
+
+
 async def main(repeat: int) -> None:
     work = tempfile.mkdtemp(prefix="dsh-bench-")
     script = Path(work) / "echo.json"
@@ -92,16 +110,19 @@ async def main(repeat: int) -> None:
     for _ in range(repeat):  # interleaved, so drift on the machine hits both alike
         results["dsh"].append(await measure("dsh", ours, work, env))
         results["sdk"].append(await measure("sdk", sdk, work, env))
+        results["dsh"][-1]["fast_client"] = await measure_fast_client(ours, work, env)
+        results["sdk"][-1]["fast_client"] = await measure_fast_client(sdk, work, env)
     med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in results.items()}
     print(f"ACP round trip, median of {repeat} runs (dsh: acp-agent with the scripted instant model,"
           " writing JSONL session logs; sdk: official SDK echo agent)")
-    print(f"{'':34}{'dsh':>12}{'sdk':>12}{'dsh/sdk':>10}")
+    print(f"{'':40}{'dsh':>12}{'sdk':>12}{'dsh/sdk':>10}")
     rows = [("200 sequential prompts (prompts/s)", "sequential"),
             ("20 sessions x 20 prompts (prompts/s)", "concurrent"),
+            ("200 sequential, dsh client (prompts/s)", "fast_client"),
             ("spawn -> initialize answer (ms)", "startup_ms")]
     for label, key in rows:
         d, s = med["dsh"][key], med["sdk"][key]
-        print(f"{label:<34}{d:>12.1f}{s:>12.1f}{d / s:>9.2f}x")
+        print(f"{label:<40}{d:>12.1f}{s:>12.1f}{d / s:>9.2f}x")
 
 
 if __name__ == "__main__":

@@ -262,3 +262,73 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
+
+
+# --------------------------------------------------------------------------- the sandbox through ACP
+
+OUTSIDE = "/var/tmp/dsh-stdio-escalation.txt"
+BASH_ESCALATION = {
+    "rules": [{"when": "escalate", "steps": [
+        {"tool": "bash", "args": {"command": f"echo escalated > {OUTSIDE}",
+                                  "sandbox_permissions": "danger-full-access",
+                                  "justification": "the report lives outside the workspace"}},
+        {"text": "model saw: {tool_result}"}]}],
+    "default": [{"tool": "bash", "args": {"command": f"echo confined > {OUTSIDE}"}}, {"text": "model saw: {tool_result}"}],
+}
+
+
+@pytest.mark.parametrize(
+    "answer, written, seen",
+    [
+        ("allow-once", True, "model saw: "),
+        ("reject-once", False, 'rejected escalating this command to "danger-full-access"'),
+        (RuntimeError("client exploded"), False, "no approval channel is available"),
+    ],
+)
+async def test_bash_escalation_is_one_shot_over_acp(acp_agent, scripted, answer, written, seen):
+    Path(OUTSIDE).unlink(missing_ok=True)
+    client = Recorder(permission_answers=[answer])
+    try:
+        async with acp_agent(scripted(BASH_ESCALATION), client=client,
+                             env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+            sid = await run.start()
+            assert (await run.conn.prompt(session_id=sid, prompt=[text_block("escalate")])).stop_reason == "end_turn"
+            assert Path(OUTSIDE).exists() is written
+            assert seen in run.client.text(sid)[-1]
+            # no grant is remembered: the next unescalated write outside the root is denied by the kernel
+            Path(OUTSIDE).unlink(missing_ok=True)
+            assert (await run.conn.prompt(session_id=sid, prompt=[text_block("again")])).stop_reason == "end_turn"
+            assert not Path(OUTSIDE).exists()
+            assert "escalation" in run.client.text(sid)[-1]
+            assert len(client.permission_requests) == 1
+    finally:
+        Path(OUTSIDE).unlink(missing_ok=True)
+
+
+async def test_cancelling_a_running_bash_kills_its_grandchild(acp_agent, scripted):
+    marker = f"{os.getpid() % 1000}.{time.time_ns() % 10**6}"  # a unique sleep length to find the processes by
+    script = scripted({"default": [{"tool": "bash", "args": {
+        "command": f"(sleep {marker} & sleep {marker}; wait) & touch started; wait"}}]})
+    async with acp_agent(script, env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        sid = await run.start()
+        pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("go")]))
+        await wait_for(lambda: len(_sleepers(marker)) >= 2)
+        await run.conn.cancel(session_id=sid)
+        assert (await asyncio.wait_for(pending, 10)).stop_reason == "cancelled"
+        await wait_for(lambda: not _sleepers(marker), timeout=5)
+
+
+def _sleepers(marker: str) -> list[int]:
+    """Live (non-zombie) processes running ``sleep <marker>``, seen from outside any sandbox."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if cmdline[:2] == [b"sleep", marker.encode()] and state != "Z":
+            found.append(int(entry))
+    return found

@@ -172,6 +172,53 @@ async def sc_bash_escalation_rejected(run, sids):
     await _prompt(run, sids[0], text_block("escalate"))
 
 
+def sc_one_prompt(text):
+    async def body(run, sids):
+        (run.cwd / "notes.txt").write_text("alpha\nbeta\ngamma\n")
+        await _handshake(run, sids)
+        await _prompt(run, sids[0], text_block(text))
+
+    return body
+
+
+async def sc_cancel_tool_calls(run, sids):
+    await _handshake(run, sids)
+    task = asyncio.create_task(_prompt(run, sids[0], text_block("run forever")))
+    for _ in range(1000):
+        if (run.cwd / "started.txt").exists():
+            break
+        await asyncio.sleep(0.01)
+    await run.conn.cancel(session_id=sids[0])
+    assert (await task).stop_reason == "cancelled"
+
+
+def _then_say(*steps):
+    return [*steps, {"text": "tool said: {tool_result}"}]
+
+
+TOOLS_SCRIPT = {
+    "rules": [
+        {"when": "^bash", "steps": _then_say(
+            {"tool": "bash", "args": {"command": "echo hello > greeting.txt && cat greeting.txt"}})},
+        {"when": "^read", "steps": _then_say({"tool": "read", "args": {"path": "notes.txt"}})},
+        {"when": "^write", "steps": _then_say(
+            {"tool": "write", "args": {"path": "out/new.txt", "content": "fresh\n"}})},
+        {"when": "^edit", "steps": _then_say(
+            {"tool": "read", "args": {"path": "notes.txt"}},
+            {"tool": "edit", "args": {"path": "notes.txt", "old_string": "beta", "new_string": "BETA"}})},
+        {"when": "^policy", "steps": [
+            {"tool": "edit", "args": {"path": "notes.txt", "old_string": "beta", "new_string": "BETA"}},
+            {"text": "first try: {tool_result}", "tool": "read", "args": {"path": "notes.txt", "limit": 1}},
+            {"tool": "edit", "args": {"path": "notes.txt", "old_string": "beta", "new_string": "BETA"}},
+            {"text": "second try: {tool_result}"}]},
+        {"when": "^spill", "steps": _then_say(
+            {"tool": "bash", "args": {"command": "for i in $(seq 1 20000); do echo line-$i; done"}})},
+        {"when": "run forever", "steps": [
+            {"tool": "bash", "args": {"command": "touch started.txt; sleep 60 & sleep 60"}}]},
+    ]
+}
+
+
 VISION_SCRIPT = {
     "capabilities": {"image_input": True},
     "rules": [{"when": "red.png", "steps": [{"tool": "read_image", "args": {"path": "red.png"}},
@@ -206,6 +253,13 @@ SCENARIOS = {
     "read-image-text-route": ("acp-agent", sc_read_image, TEXT_ROUTE_SCRIPT),
     "bash-escalation-approved": ("acp-agent", sc_bash_escalation_approved, ESCALATION_SCRIPT),
     "bash-escalation-rejected": ("acp-agent", sc_bash_escalation_rejected, ESCALATION_SCRIPT),
+    "bash-tool-turn": ("acp-agent", sc_one_prompt("bash please"), TOOLS_SCRIPT),
+    "fs-read": ("acp-agent", sc_one_prompt("read notes"), TOOLS_SCRIPT),
+    "fs-write": ("acp-agent", sc_one_prompt("write a file"), TOOLS_SCRIPT),
+    "fs-edit": ("acp-agent", sc_one_prompt("edit notes"), TOOLS_SCRIPT),
+    "fs-policy-reject": ("acp-agent", sc_one_prompt("policy check"), TOOLS_SCRIPT),
+    "bash-spill": ("acp-agent", sc_one_prompt("spill lots"), TOOLS_SCRIPT),
+    "cancel-tool-calls": ("acp-agent", sc_cancel_tool_calls, TOOLS_SCRIPT),
 }
 
 
@@ -219,7 +273,7 @@ async def test_scenario(name, acp_agent, scripted, snapshot):
     async with acp_agent(script, example=example, client=Recorder(), env=env) as run:
         run.home = acp_agent.home
         await body(run, sids)
-    replacements = {str(script): "{{script}}", str(run.cwd): "{{cwd}}"}
+    replacements = {str(script): "{{script}}", str(acp_agent.home): "{{home}}", str(run.cwd): "{{cwd}}"}
     snapshot.snapshot_dir = SNAPSHOTS / name
     snapshot.assert_match(normalize_stdout(run.frames, sids, replacements), "stdout.jsonl")
     if name == "bash-escalation-approved":

@@ -332,3 +332,18 @@ def _sleepers(marker: str) -> list[int]:
         if cmdline[:2] == [b"sleep", marker.encode()] and state != "Z":
             found.append(int(entry))
     return found
+
+
+async def test_sigterm_shuts_down_like_eof(acp_agent, scripted):
+    import signal
+
+    async with acp_agent(scripted(HANG)) as run:
+        sid = await run.start()
+        pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("hang")]))
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        run.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(run.proc.wait(), 5) == 0
+        assert time.monotonic() - started < 2.0
+        assert (await asyncio.wait_for(pending, 5)).stop_reason == "cancelled"
+    assert b"SIGTERM" in bytes(run.stderr)

@@ -1,0 +1,138 @@
+"""The scripted model's playback rules, through its provider object and a real host."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from dsh_core import ModelError, RouteError
+from dsh_core.agent import AgentSpec
+from dsh_core.compose import Composition
+from dsh_core.host import make_plugin_manager, open_host
+from dsh_core.types import (
+    AssistantMessage,
+    Finish,
+    ModelRequest,
+    ReasoningDelta,
+    TextBlock,
+    TextDelta,
+    ToolCallDelta,
+    ToolResultMessage,
+    UserMessage,
+)
+from dsh_scripted_model import ScriptedProvider
+
+pytestmark = pytest.mark.anyio
+
+
+def request(provider: ScriptedProvider, model: str, *messages, session="s1", cwd="/work") -> ModelRequest:
+    return ModelRequest(route=provider.resolve(model), system="", messages=list(messages), tools=[],
+                        session_id=session, cwd=cwd)
+
+
+def user(text: str, mid: str | None = None) -> UserMessage:
+    return UserMessage(id=mid or text, content=[TextBlock(text=text)])
+
+
+async def deltas(provider, req) -> list:
+    return [d async for d in provider.stream(req)]
+
+
+async def test_first_matching_rule_then_default_then_echo(scripted):
+    p = ScriptedProvider()
+    both = str(scripted({"rules": [{"when": "^a", "steps": [{"text": "rule A"}]},
+                                   {"when": "a", "steps": [{"text": "rule a"}]}],
+                         "default": [{"text": "default {prompt}"}]}))
+    assert await deltas(p, request(p, both, user("abc"))) == [TextDelta(text="rule A"), Finish(reason="stop")]
+    assert (await deltas(p, request(p, both, user("zzz"))))[0] == TextDelta(text="default zzz")
+    bare = str(scripted({}))
+    assert (await deltas(p, request(p, bare, user("hi"))))[0] == TextDelta(text="echo: hi")
+
+
+async def test_steps_are_consumed_per_call_with_substitution_and_run_out_empty(scripted):
+    p = ScriptedProvider()
+    model = str(scripted({"default": [
+        {"tool": "read", "args": {"path": "{cwd}/x", "n": 1}, "reasoning": "think {prompt}"},
+        {"text": "saw {tool_result} {unknown}"}]}))
+    first = await deltas(p, request(p, model, user("go")))
+    assert first[0] == ReasoningDelta(text="think go")
+    assert first[1] == ToolCallDelta(index=0, id="call_1", name="read", arguments=json.dumps({"path": "/work/x", "n": 1}))
+    assert first[-1] == Finish(reason="tool-calls")
+    call = AssistantMessage(id="a1", content=[])
+    result = ToolResultMessage(call_id="call_1", name="read", content=[TextBlock(text="DATA")])
+    second = await deltas(p, request(p, model, user("go"), call, result))
+    assert second == [TextDelta(text="saw DATA {unknown}"), Finish(reason="stop")]
+    third = await deltas(p, request(p, model, user("go"), call, result, AssistantMessage(id="a2", content=[])))
+    assert third == [Finish(reason="stop")]  # steps ran out: an empty answer ends the turn
+
+
+async def test_repeat_cycles_and_each_session_has_its_own_cursor(scripted):
+    p = ScriptedProvider()
+    model = str(scripted({"rules": [{"when": "", "repeat": True, "steps": [{"text": "one"}, {"text": "two"}]}]}))
+    texts = [(await deltas(p, request(p, model, user("q"))))[0].text for _ in range(3)]
+    assert texts == ["one", "two", "one"]
+    assert (await deltas(p, request(p, model, user("q"), session="other")))[0].text == "one"
+
+
+async def test_errors_and_length_finish(scripted):
+    p = ScriptedProvider()
+    model = str(scripted({"rules": [{"when": "rate", "steps": [{"error": "rate_limit"}]},
+                                    {"when": "auth", "steps": [{"error": "auth"}]},
+                                    {"when": "long", "steps": [{"finish": "length", "text": "cut"}]}]}))
+    with pytest.raises(ModelError) as err:
+        await deltas(p, request(p, model, user("rate")))
+    assert err.value.retryable and err.value.status == 429
+    with pytest.raises(ModelError) as err:
+        await deltas(p, request(p, model, user("auth")))
+    assert not err.value.retryable and "HTTP 401" in err.value.message
+    assert (await deltas(p, request(p, model, user("long"))))[-1] == Finish(reason="max-tokens")
+
+
+@pytest.mark.parametrize("script, message", [
+    ({"rules": [{"when": "(", "steps": []}]}, "bad regex"),
+    ({"default": [{"txt": "typo"}]}, "invalid script"),
+    ({"default": [{"error": "nope"}]}, "unknown error"),
+])
+def test_bad_scripts_are_refused_with_the_file_named(scripted, script, message):
+    path = scripted(script)
+    with pytest.raises(RouteError) as err:
+        ScriptedProvider().resolve(str(path))
+    assert message in str(err.value) and path.name in str(err.value)
+
+
+def test_a_missing_script_names_the_way_out():
+    with pytest.raises(RouteError) as err:
+        ScriptedProvider().resolve("/nope.json")
+    assert "examples/acp-agent/demo.json" in str(err.value)
+
+
+def test_capabilities_are_declared_by_the_script(scripted):
+    info = ScriptedProvider().resolve(str(scripted({"capabilities": {"image_input": True, "context_window": 999}})))
+    assert info.image_input and info.context_window == 999 and info.provider == "scripted"
+
+
+async def test_delay_is_cancellable_and_partial_comes_first(scripted):
+    p = ScriptedProvider()
+    model = str(scripted({"default": [{"partial": "part", "delay_ms": 60000, "text": "never"}]}))
+    seen = []
+    with anyio.move_on_after(0.1) as scope:
+        async for d in p.stream(request(p, model, user("x"))):
+            seen.append(d)
+    assert scope.cancelled_caught and seen == [TextDelta(text="part")]
+
+
+async def test_an_image_step_needs_a_store(scripted, tmp_path):
+    from dsh_core.testing import make_png
+
+    script = scripted({"default": [{"image": "pic.png"}]})
+    (script.parent / "pic.png").write_bytes(make_png())
+    comp = Composition(name="t", path=Path("t/example.toml"), plugins=("scripted-model",))
+    async with open_host(comp, provider="scripted", model=str(script), pm=make_plugin_manager(trace=False)) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(user("draw"))
+        await agent.wait_idle()
+        end = host.session_store.logs[agent.session_id].events[-1]
+        assert end.reason == "error" and "needs an attachment store" in end.error

@@ -9,7 +9,9 @@ Gives you:
   the official ACP SDK client, records every raw stdout byte, and on exit closes stdin,
   waits for the exit, and checks that every stdout line is a JSON-RPC frame that validates
   against ACP's ``schema.json``;
-- ``memory_host``: an in-process host for a composition, with the in-memory session store;
+- ``memory_host(model, *extra_plugins, plugins=("scripted-model",))``: an in-process host
+  (async context manager) on a fresh plugin manager, with throwaway plugin objects
+  registered by name and the in-memory session store (``host.session_store.logs[id].events``);
 - ``normalize_transcript(frames)``: ids renumbered and session ids replaced, for snapshots.
 """
 
@@ -94,6 +96,24 @@ def normalize_transcript(frames: Iterable[dict[str, Any]], cwd: str | None = Non
             text = text.replace(cwd, "{{cwd}}")
         out.append(text)
     return "\n".join(out) + "\n"
+
+
+def memory_host(
+    model: str | Path,
+    *extra_plugins: object,
+    plugins: tuple[str, ...] = ("scripted-model",),
+    provider: str = "scripted",
+    config: dict[str, dict[str, Any]] | None = None,
+) -> Any:
+    """An in-process host for tests: ``async with memory_host(script) as host: ...``."""
+    from .compose import Composition
+    from .host import make_plugin_manager, open_host
+
+    pm = make_plugin_manager(trace=False)
+    for i, plugin in enumerate(extra_plugins):
+        pm.register(plugin, name=f"test-plugin-{i}")
+    comp = Composition(name="test", path=Path("test/example.toml"), plugins=plugins, config=config or {})
+    return open_host(comp, provider=provider, model=str(model), pm=pm)
 
 
 def minimal_env(**extra: str) -> dict[str, str]:

@@ -12,7 +12,8 @@ import pytest
 from dsh_core import CompositionError, FunctionTool, hookimpl, hookspecs
 from dsh_core.agent import AgentSpec
 from dsh_core.compose import Composition, load_composition
-from dsh_core.host import make_plugin_manager, open_host
+from dsh_core.host import make_plugin_manager
+from dsh_core.testing import memory_host
 from dsh_core.types import (
     AssistantMessageEvent,
     TextBlock,
@@ -123,10 +124,7 @@ class Tools:
 
 
 async def _host(script: Path, tools: Tools | None = None):
-    pm = make_plugin_manager(trace=False)
-    pm.register(tools or Tools(), name="tools")
-    comp = Composition(name="t", path=Path("t/example.toml"), plugins=("scripted-model",))
-    return open_host(comp, provider="scripted", model=str(script), pm=pm)
+    return memory_host(script, tools or Tools())
 
 
 def _events(host, agent):

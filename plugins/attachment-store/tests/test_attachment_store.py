@@ -33,11 +33,6 @@ from dsh_core.types import ImageBlock
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DSH_HOME", str(tmp_path / "home"))
     return tmp_path / "home"

@@ -26,10 +26,6 @@ FAST: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 @pytest.fixture
 def fake() -> Iterator[FakeDeepSeek]:

@@ -9,11 +9,6 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("DSH_PERMISSION_MODE", raising=False)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from dsh_scripted_model import ScriptedProvider
 
 from dsh_core import ModelError, RouteError
 from dsh_core.agent import AgentSpec
@@ -23,7 +24,6 @@ from dsh_core.types import (
     ToolResultMessage,
     UserMessage,
 )
-from dsh_scripted_model import ScriptedProvider
 
 pytestmark = pytest.mark.anyio
 

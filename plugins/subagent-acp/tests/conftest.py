@@ -1,5 +1,5 @@
-"""Fixtures: the dsh testing plugin's ``scripted``/``acp_agent`` (imported, because a
-non-root conftest may not declare ``pytest_plugins``), generated examples, a process-tree check."""
+"""Fixtures: generated examples and a process-tree check (``scripted``/``acp_agent`` come from
+``dsh_core.testing``, which the repository's root conftest loads)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,11 @@ from typing import Any
 
 import pytest
 
-from dsh_core.testing import REPO, acp_agent, scripted  # noqa: F401  (fixtures)
+from dsh_core.testing import REPO
 
 HERE = Path(__file__).resolve().parent
 PEER = HERE / "peer_agent.py"
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def peer_argv(mode: str) -> list[str]:

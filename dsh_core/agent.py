@@ -215,6 +215,7 @@ class Agent:
         )
         self.log: SessionLog = host.session_store.open(self.header)
         self.children: list[Agent] = []
+        self.log_error: Exception | None = None  # the first failure of the durable log, if any
         self._observers: list[Observer] = []
         self._seq = 0
         self._turn = 0
@@ -246,7 +247,12 @@ class Agent:
         self._seq += 1
         event.seq = self._seq
         event.time = now()
-        self.log.append(event)  # type: ignore[arg-type]
+        try:
+            self.log.append(event)  # type: ignore[arg-type]
+        except Exception as exc:  # e.g. disk full: say so loudly, but keep the session serving
+            if self.log_error is None:
+                print(f"dsh: session log of {self.session_id} failed, events are being lost: {exc}", file=sys.stderr)
+            self.log_error = exc
         for obs in list(self._observers):
             try:
                 obs(self, event)  # type: ignore[arg-type]
@@ -341,6 +347,9 @@ class Agent:
                 reason = await self._turn_body(turn)
             except _TurnFailed as exc:
                 reason, error, code = "error", exc.message, exc.code
+            except Exception as exc:  # a plugin bug fails this turn, never the host's other sessions
+                print(f"dsh: turn {turn} of {self.session_id} crashed: {exc!r}", file=sys.stderr)
+                reason, error, code = "error", f"internal error: {type(exc).__name__}: {exc}", "INTERNAL"
         self._scope = None
         if scope.cancelled_caught or (scope.cancel_called and reason == "completed"):
             reason = "aborted"

@@ -256,3 +256,27 @@ async def test_history_sent_to_the_model_is_append_only(scripted, tmp_path):
             await agent.wait_idle()
         for before, after in zip(seen, seen[1:], strict=False):
             assert after[: len(before)] == before
+
+
+async def test_a_crashing_provider_fails_the_turn_not_the_host(scripted, tmp_path):
+    script = scripted({"default": [{"text": "fine"}]})
+    async with await _host(script) as host:
+        provider = host.models["scripted"]
+        original = provider.stream
+        calls = []
+
+        def broken(request):
+            calls.append(request)
+            if len(calls) == 1:
+                raise RuntimeError("adapter bug")
+            return original(request)
+
+        provider.stream = broken
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await agent.wait_idle()
+        end = _events(host, agent)[-1]
+        assert end.reason == "error" and "RuntimeError: adapter bug" in end.error and end.code == "INTERNAL"
+        agent.submit(UserMessage(id="u2", content=[TextBlock(text="again")]))  # the agent (and host) live on
+        await agent.wait_idle()
+        assert _events(host, agent)[-1].reason == "completed"

@@ -280,3 +280,38 @@ async def test_a_crashing_provider_fails_the_turn_not_the_host(scripted, tmp_pat
         agent.submit(UserMessage(id="u2", content=[TextBlock(text="again")]))  # the agent (and host) live on
         await agent.wait_idle()
         assert _events(host, agent)[-1].reason == "completed"
+
+
+async def test_a_failing_session_log_is_reported_and_the_agent_keeps_serving(scripted, tmp_path, capfd):
+    class FullDisk:
+        def append(self, event):
+            raise OSError(28, "No space left on device")
+
+        async def close(self):
+            pass
+
+    class Store:
+        def open(self, header):
+            return FullDisk()
+
+        async def list_sessions(self):
+            return []
+
+        async def read(self, session_id):
+            raise KeyError(session_id)
+
+    class StorePlugin:
+        @hookimpl
+        def dsh_session_store(self, host):
+            return Store()
+
+    script = scripted({"default": [{"text": "fine"}]})
+    seen: list = []
+    async with memory_host(script, StorePlugin()) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.subscribe(lambda a, e: seen.append(e))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await agent.wait_idle()
+    assert isinstance(agent.log_error, OSError)
+    assert seen[-1].reason == "completed"
+    assert capfd.readouterr().err.count("No space left on device") == 1  # said once, not per event

@@ -227,6 +227,7 @@ class Agent:
         self._scope: anyio.CancelScope | None = None
         self._abort_kind: str | None = None
         self._disposed = False
+        self._wake: anyio.Event | None = None
         self._header_sent = False
         if spec.parent is not None:
             spec.parent.children.append(self)
@@ -284,7 +285,11 @@ class Agent:
         if not self._busy:
             self._busy = True
             self._idle = anyio.Event()
-            self.host.task_group.start_soon(self._drive, name=f"agent {self.session_id[:8]}")
+            if self._wake is None:  # the driver lives as long as the agent: no task per prompt
+                self._wake = anyio.Event()
+                self.host.task_group.start_soon(self._drive, name=f"agent {self.session_id[:8]}")
+            else:
+                self._wake.set()
 
     def cancel(self, kind: str = "user") -> None:
         """Abort the running turn and drop unclaimed messages. Idempotent; returns at once."""
@@ -309,6 +314,8 @@ class Agent:
         self._disposed = True
         self.cancel("disposed")
         await self.wait_idle()
+        if self._wake is not None:
+            self._wake.set()  # let the idle driver task end
         errors: list[BaseException] = []
         for child in list(reversed(self.children)):
             try:
@@ -326,9 +333,18 @@ class Agent:
 
     async def _drive(self) -> None:
         try:
-            while self._inbox and not self._disposed:
-                await self._run_turn()
+            while True:
+                while self._inbox and not self._disposed:
+                    await self._run_turn()
+                self._busy = False
+                self._idle.set()
+                if self._disposed:
+                    return
+                assert self._wake is not None
+                self._wake = anyio.Event()
+                await self._wake.wait()
         finally:
+            self._wake = None
             self._busy = False
             self._idle.set()
 

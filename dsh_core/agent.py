@@ -17,13 +17,13 @@ import contextlib
 import json
 import random
 import secrets
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .diag import warn
 from .errors import AgentDisposed, ModelError, ToolError
 from .types import (
     AgentError,
@@ -252,13 +252,13 @@ class Agent:
             self.log.append(event)  # type: ignore[arg-type]
         except Exception as exc:  # e.g. disk full: say so loudly, but keep the session serving
             if self.log_error is None:
-                print(f"dsh: session log of {self.session_id} failed, events are being lost: {exc}", file=sys.stderr)
+                warn(f"session log of {self.session_id} failed, events are being lost: {exc}")
             self.log_error = exc
         for obs in list(self._observers):
             try:
                 obs(self, event)  # type: ignore[arg-type]
             except Exception as exc:  # an observer must not break the loop
-                print(f"dsh: session observer failed: {exc!r}", file=sys.stderr)
+                warn(f"session observer failed: {exc!r}")
         self.host.observe(self, event)
 
     # ------------------------------------------------------------------ public surface
@@ -364,7 +364,7 @@ class Agent:
             except _TurnFailed as exc:
                 reason, error, code = "error", exc.message, exc.code
             except Exception as exc:  # a plugin bug fails this turn, never the host's other sessions
-                print(f"dsh: turn {turn} of {self.session_id} crashed: {exc!r}", file=sys.stderr)
+                warn(f"turn {turn} of {self.session_id} crashed: {exc!r}")
                 reason, error, code = "error", f"internal error: {type(exc).__name__}: {exc}", "INTERNAL"
         self._scope = None
         if scope.cancelled_caught or (scope.cancel_called and reason == "completed"):

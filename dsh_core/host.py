@@ -17,6 +17,7 @@ import pluggy
 from . import hookspecs
 from .agent import Agent, AgentSpec, new_id
 from .compose import Composition
+from .diag import warn
 from .errors import CompositionError, DshError, RouteError
 from .protocols import (
     Answerer,
@@ -139,7 +140,7 @@ class ApprovalService:
             agent.emit(ApprovalDecided(id=req.id, outcome="cancelled", answered_by=answered_by))
             raise
         except Exception as exc:  # an answerer that fails closes the gate
-            print(f"dsh: approval answerer failed: {exc!r}", file=sys.stderr)
+            warn(f"approval answerer failed: {exc!r}")
             outcome = "unavailable"
         agent.emit(ApprovalDecided(id=req.id, outcome=outcome, answered_by=answered_by))
         return outcome
@@ -225,7 +226,7 @@ class Host:
         try:
             self.pm.hook.dsh_session_event(session=agent, event=event)
         except Exception as exc:
-            print(f"dsh: dsh_session_event observer failed: {exc!r}", file=sys.stderr)
+            warn(f"dsh_session_event observer failed: {exc!r}")
 
     @property
     def task_group(self) -> anyio.abc.TaskGroup:

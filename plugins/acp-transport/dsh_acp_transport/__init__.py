@@ -11,13 +11,13 @@ Config (``[config.acp-transport]`` in an example's manifest):
 from __future__ import annotations
 
 import signal
-import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from dsh_core import ConfigError, hookimpl
+from dsh_core.diag import warn
 from dsh_core.stdio import claim_stdio
 
 from .bridge import Bridge
@@ -46,7 +46,7 @@ def _settings(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 def make_bridge(host: "Host", reader: FdReader, writer: FdWriter) -> Bridge:
     settings = _settings(host.config)
-    peer = Peer(reader, writer, max_frame=settings["max_frame"], name="dsh acp")
+    peer = Peer(reader, writer, max_frame=settings["max_frame"], name="acp")
     return Bridge(host, peer, permission_timeout=settings["permission_timeout"])
 
 
@@ -71,7 +71,7 @@ class AcpStdioDoor:
                 # SIGTERM/SIGINT/SIGHUP end the connection like stdin EOF: same quiescence.
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
                     async for signum in signals:
-                        print(f"dsh acp: {signal.Signals(signum).name}: shutting down", file=sys.stderr)
+                        warn(f"acp: {signal.Signals(signum).name}: shutting down")
                         bridge.peer.stop_reading()
                         return
 

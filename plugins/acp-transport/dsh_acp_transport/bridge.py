@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import math
-import sys
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from os import path as osp
@@ -20,6 +19,7 @@ import msgspec
 
 from dsh_core import AttachmentCorrupt, AttachmentError, RouteError
 from dsh_core.agent import AgentSpec, new_id
+from dsh_core.diag import debug, warn
 from dsh_core.types import (
     AgentError,
     ApprovalOutcome,
@@ -122,7 +122,7 @@ class Delivery:
                 except Exception as exc:
                     if self.failure is None:
                         self.failure = str(exc)
-                    print(f"dsh acp: assistant output delivery failed: {exc}", file=sys.stderr)
+                    warn(f"acp: assistant output delivery failed: {exc}")
                 finally:
                     self._done = n
                     self._changed.set()
@@ -422,7 +422,7 @@ class Bridge:
         except AttachmentError as exc:
             raise invalid_params(str(exc)) from None
         except Exception as exc:
-            print(f"dsh acp: saving prompt images failed: {exc!r}", file=sys.stderr)
+            warn(f"acp: saving prompt images failed: {exc!r}")
             raise internal_error("unable to persist the prompt image batch") from None
 
     # ------------------------------------------------------------------ ACP-8
@@ -434,7 +434,7 @@ class Bridge:
             return  # never answer a notification
         session = self.sessions.get(p.session_id)
         if session is None:
-            print(f"dsh acp: session/cancel for unknown session {p.session_id!r} ignored", file=sys.stderr)
+            debug(f"acp: session/cancel for unknown session {p.session_id!r} ignored")
             return
         self._cancel_session(session)
 
@@ -469,7 +469,7 @@ class Bridge:
         try:
             raw = await self.peer.request("session/request_permission", params, timeout=self.permission_timeout)
         except (RpcFailure, TransportClosed, TimeoutError) as exc:
-            print(f"dsh acp: permission request failed closed: {exc!r}", file=sys.stderr)
+            warn(f"acp: permission request failed closed: {exc!r}")
             return "unavailable"
         try:
             result = msgspec.json.decode(raw, type=wire.PermissionResult)

@@ -638,7 +638,7 @@ async def open_client(
         raise AcpClientError(f"cannot start the ACP agent {argv[0]!r}: {exc.strerror or exc}") from None
     for fd in (in_r, out_w, err_w):
         os.close(fd)
-    peer = Peer(FdReader(out_r), FdWriter(in_w), max_frame=max_frame, name=f"dsh acp client[{process.pid}]")
+    peer = Peer(FdReader(out_r), FdWriter(in_w), max_frame=max_frame, name=f"acp client[{process.pid}]")
     client = AcpClient(
         argv=list(argv),
         cwd=cwd,

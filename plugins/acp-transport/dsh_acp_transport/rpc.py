@@ -17,12 +17,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import msgspec
+
+from dsh_core.diag import debug, warn
 
 from .wire import (
     ErrorResponse,
@@ -296,7 +297,7 @@ class Peer:
             try:
                 chunk = await self.reader.receive()
             except Exception as exc:
-                print(f"{self.name}: transport read failed: {exc!r}", file=sys.stderr)
+                warn(f"{self.name}: transport read failed: {exc!r}")
                 return
             if not chunk:
                 if buf and not discarding:
@@ -388,7 +389,7 @@ class Peer:
         if has_id and (frame.result is not msgspec.UNSET or frame.error is not msgspec.UNSET):
             pending = self._pending.get(frame.id)  # type: ignore[arg-type]
             if pending is None:
-                print(f"{self.name}: dropped a response to unknown request id {frame.id!r}", file=sys.stderr)
+                debug(f"{self.name}: dropped a response to unknown request id {frame.id!r}")
                 return
             if frame.error is not msgspec.UNSET:
                 err = frame.error if isinstance(frame.error, dict) else {}
@@ -428,7 +429,7 @@ class Peer:
             if result is not None:
                 await result
         except Exception as exc:
-            print(f"{self.name}: notification {method} failed: {exc!r}", file=sys.stderr)
+            warn(f"{self.name}: notification {method} failed: {exc!r}")
 
     async def _handle(self, rid: RequestId, method: str, params: msgspec.Raw | None) -> None:
         reply: Any
@@ -446,7 +447,7 @@ class Peer:
                 except RpcFailure as exc:
                     reply = ErrorResponse(id=rid, error=RpcError(code=exc.code, message=exc.message, data=exc.data))
                 except Exception as exc:
-                    print(f"{self.name}: {method} failed: {exc!r}", file=sys.stderr)
+                    warn(f"{self.name}: {method} failed: {exc!r}")
                     reply = ErrorResponse(id=rid, error=RpcError(code=INTERNAL_ERROR, message=f"Internal error: {exc}"))
             if scope.cancelled_caught:
                 reply = ErrorResponse(id=rid, error=RpcError(code=REQUEST_CANCELLED, message="Request cancelled"))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from dsh_core.diag import warn
 from dsh_core.errors import AttachmentCorrupt, AttachmentError, ConfigError, DshError
 from dsh_core.paths import data_home
 from dsh_core.types import ImageBlock
@@ -76,7 +76,7 @@ def _size(n: int) -> str:
 
 
 def _warn(message: str) -> None:
-    print(f"dsh: {PLUGIN}: {message}", file=sys.stderr)
+    warn(f"{PLUGIN}: {message}")
 
 
 def _fsync_dir(path: Path) -> None:

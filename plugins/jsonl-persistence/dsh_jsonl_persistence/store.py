@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 import msgspec
 
+from dsh_core.diag import warn
 from dsh_core.errors import DshError
 from dsh_core.paths import data_home
 from dsh_core.types import DurableEvent, SessionHeader, log_decoder, log_encoder
@@ -87,7 +87,7 @@ class SessionRead(tuple):
 
 
 def _warn(message: str) -> None:
-    print(f"dsh: jsonl-persistence: {message}", file=sys.stderr)
+    warn(f"jsonl-persistence: {message}")
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -32,6 +32,7 @@ from dsh_acp_transport.client import (
 
 from dsh_core import ConfigError, hookimpl
 from dsh_core.agent import new_id
+from dsh_core.diag import warn
 from dsh_core.types import ApprovalDecided, ApprovalRequest, ToolOutput, ToolSpec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -295,12 +296,12 @@ class SubagentAcpTool:
             return _result("aborted", client.text if client is not None else "")
         except (AcpClientError, TimeoutError) as exc:
             message = str(exc) or f"the child did not start within {settings.start_timeout} s"
-            print(f"dsh subagent-acp: child run failed: {message}", file=sys.stderr)
+            warn(f"subagent-acp: child run failed: {message}")
             return _result("error", client.text if client is not None else "", error=message)
         finally:
             state.running -= 1
         if result.stop_reason == "error":
-            print(f"dsh subagent-acp: child run failed: {result.error}", file=sys.stderr)
+            warn(f"subagent-acp: child run failed: {result.error}")
             return _result("error", result.text, error=result.error)
         status = STOPS.get(result.stop_reason, "error")
         return _result(status, result.text, stop=result.stop_reason,
@@ -363,7 +364,7 @@ async def _dispose(client: AcpClient) -> None:
         await client.cancel()
         await client.shutdown()
     except Exception as exc:
-        print(f"dsh subagent-acp: disposing child {client.pid} failed: {exc}", file=sys.stderr)
+        warn(f"subagent-acp: disposing child {client.pid} failed: {exc}")
 
 
 # --------------------------------------------------------------------------- hooks

@@ -108,16 +108,15 @@ async def sc_max_tokens_continue(run, sids):
     assert (await _prompt(run, sids[0], text_block("continue"))).stop_reason == "end_turn"
 
 
-async def sc_escalation_approved(run, sids):
-    run.client.permission_answers.append("allow-once")
-    await _handshake(run, sids)
-    await _prompt(run, sids[0], text_block("write it"))
+def sc_permission(answer, text):
+    """One prompt whose tool asks permission; the client answers ``answer``."""
 
+    async def body(run, sids):
+        run.client.permission_answers.append(answer)
+        await _handshake(run, sids)
+        await _prompt(run, sids[0], text_block(text))
 
-async def sc_escalation_rejected(run, sids):
-    run.client.permission_answers.append("reject-once")
-    await _handshake(run, sids)
-    await _prompt(run, sids[0], text_block("write it"))
+    return body
 
 
 async def sc_resource_link(run, sids):
@@ -158,18 +157,6 @@ async def sc_read_image(run, sids):
     (run.cwd / "red.png").write_bytes(make_png(2, 2, (255, 0, 0)))
     await _handshake(run, sids)
     await _prompt(run, sids[0], text_block("look at red.png"))
-
-
-async def sc_bash_escalation_approved(run, sids):
-    run.client.permission_answers.append("allow-once")
-    await _handshake(run, sids)
-    await _prompt(run, sids[0], text_block("escalate"))
-
-
-async def sc_bash_escalation_rejected(run, sids):
-    run.client.permission_answers.append("reject-once")
-    await _handshake(run, sids)
-    await _prompt(run, sids[0], text_block("escalate"))
 
 
 def sc_one_prompt(text):
@@ -244,15 +231,15 @@ SCENARIOS = {
     "error-finish": ("acp-agent", sc_error_finish),
     "cancel": ("acp-agent", sc_cancel),
     "max-tokens-continue": ("acp-agent", sc_max_tokens_continue),
-    "escalation-approved": ("acp-testkit", sc_escalation_approved),
-    "escalation-rejected": ("acp-testkit", sc_escalation_rejected),
+    "escalation-approved": ("acp-testkit", sc_permission("allow-once", "write it")),
+    "escalation-rejected": ("acp-testkit", sc_permission("reject-once", "write it")),
     "resource-link": ("acp-agent", sc_resource_link),
     "two-sessions": ("acp-agent", sc_two_sessions),
     "inline-image-prompt": ("acp-agent", sc_inline_image_prompt, VISION_SCRIPT),
     "read-image": ("acp-agent", sc_read_image, VISION_SCRIPT),
     "read-image-text-route": ("acp-agent", sc_read_image, TEXT_ROUTE_SCRIPT),
-    "bash-escalation-approved": ("acp-agent", sc_bash_escalation_approved, ESCALATION_SCRIPT),
-    "bash-escalation-rejected": ("acp-agent", sc_bash_escalation_rejected, ESCALATION_SCRIPT),
+    "bash-escalation-approved": ("acp-agent", sc_permission("allow-once", "escalate"), ESCALATION_SCRIPT),
+    "bash-escalation-rejected": ("acp-agent", sc_permission("reject-once", "escalate"), ESCALATION_SCRIPT),
     "bash-tool-turn": ("acp-agent", sc_one_prompt("bash please"), TOOLS_SCRIPT),
     "fs-read": ("acp-agent", sc_one_prompt("read notes"), TOOLS_SCRIPT),
     "fs-write": ("acp-agent", sc_one_prompt("write a file"), TOOLS_SCRIPT),

@@ -17,18 +17,23 @@ from typing import BinaryIO
 _claimed: tuple[BinaryIO, BinaryIO] | None = None
 
 
+def _flush_python_stdout() -> None:
+    """Push out anything ``print`` buffered before fd 1 changes target."""
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+
+
 def claim_stdio() -> tuple[BinaryIO, BinaryIO]:
     """Return (protocol_in, protocol_out), claiming fds 0 and 1 once per process."""
     global _claimed
     if _claimed is None:
-        try:
-            sys.stdout.flush()
-        except Exception:
-            pass
+        _flush_python_stdout()
         out_fd = os.dup(1)
         os.dup2(2, 1)
         in_fd = os.dup(0)
-        # fd 0 is left to the process: children must not read protocol input.
+        # fd 0 now reads /dev/null: a child process can never consume protocol input.
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
@@ -40,18 +45,12 @@ def claim_stdio() -> tuple[BinaryIO, BinaryIO]:
 def stdout_to_stderr() -> Iterator[None]:
     """Point fd 1 at stderr for the duration (e.g. while importing plugins for their
     commands, so an import-time ``print`` cannot pollute a command's output)."""
-    try:
-        sys.stdout.flush()
-    except Exception:
-        pass
+    _flush_python_stdout()
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
         yield
     finally:
-        try:
-            sys.stdout.flush()
-        except Exception:
-            pass
+        _flush_python_stdout()
         os.dup2(saved, 1)
         os.close(saved)

@@ -20,6 +20,7 @@ import msgspec
 from dsh_core import AttachmentCorrupt, AttachmentError, RouteError
 from dsh_core.agent import AgentSpec, new_id
 from dsh_core.diag import debug, warn
+from dsh_core.media import RASTER_MIME_TYPES, Base64Error, decode_base64_strict
 from dsh_core.types import (
     AgentError,
     ApprovalOutcome,
@@ -48,7 +49,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.agent import Agent
     from dsh_core.host import Host
 
-RASTER_MIME = ("image/png", "image/jpeg", "image/webp", "image/gif")
 _PROMPT_BLOCKS = msgspec.json.Decoder(wire.ContentIn)
 
 
@@ -395,15 +395,12 @@ class Bridge:
     def _decode_image(self, block: wire.ImageIn) -> bytes:
         if not self.image_capable():
             raise invalid_params("inline image prompts were not advertised by this connection")
-        if block.mime_type not in RASTER_MIME:
+        if block.mime_type not in RASTER_MIME_TYPES:
             raise invalid_params("image mimeType must be image/png, image/jpeg, image/webp, or image/gif")
         try:
-            data = base64.b64decode(block.data, validate=True)
-        except ValueError:
+            return decode_base64_strict(block.data)
+        except Base64Error:
             raise invalid_params("image data must be canonical base64") from None
-        if base64.b64encode(data).decode("ascii") != block.data:
-            raise invalid_params("image data must be canonical base64")
-        return data
 
     async def _save_images(self, session: Session, batch: list[tuple[str, bytes]]) -> list[ImageBlock]:
         store = self.host.attachment_store

@@ -7,13 +7,10 @@ that says what is wrong with the bytes.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import struct
 import zlib
 
-from dsh_core.errors import AttachmentError
-from dsh_core.media import sniff_image
+from dsh_core.media import Base64Error, decode_base64_strict, sniff_image  # noqa: F401  (re-exported)
 
 PNG = "image/png"
 JPEG = "image/jpeg"
@@ -157,32 +154,3 @@ def _name(mime: str) -> str:
     return {PNG: "PNG", JPEG: "JPEG", GIF: "GIF", WEBP: "WebP"}.get(mime, mime)
 
 
-class Base64Error(AttachmentError, ValueError):
-    """The text is not canonical, strict base64 (a policy failure the caller can fix)."""
-
-
-def decode_base64_strict(data: str, *, max_bytes: int | None = None) -> bytes:
-    """Decode standard-alphabet base64 that is exactly canonical, or raise ``Base64Error``.
-
-    Rejected: whitespace or line breaks, the URL-safe alphabet (``-``/``_``), missing or
-    extra padding, a length that is not a multiple of 4, and non-zero padding bits (``AB==``
-    decodes to the same byte as ``AA==``; only the latter is canonical). With ``max_bytes``,
-    input that would decode to more than that is refused before decoding.
-    """
-    if not isinstance(data, str):
-        raise Base64Error(f"base64 data must be a string, not {type(data).__name__}")
-    if max_bytes is not None and len(data) > 4 * ((max_bytes + 2) // 3):
-        raise Base64Error(f"base64 data decodes to more than {max_bytes} bytes")
-    if len(data) % 4:
-        raise Base64Error("base64 length is not a multiple of 4 (missing padding or stray characters)")
-    try:
-        raw = data.encode("ascii")
-    except UnicodeEncodeError:
-        raise Base64Error("base64 data contains non-ASCII characters") from None
-    try:
-        out = base64.b64decode(raw, validate=True)
-    except binascii.Error as exc:
-        raise Base64Error(f"invalid base64 (standard alphabet, no whitespace): {exc}") from None
-    if base64.b64encode(out) != raw:
-        raise Base64Error("base64 is not canonical (non-zero padding bits or misplaced padding)")
-    return out

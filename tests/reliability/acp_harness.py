@@ -431,7 +431,7 @@ def render(specs: list[Spec], sid: str, ids: Ids, crlf: bool) -> tuple[bytes, li
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:]) if b > a]
+    return [data[a:b] for a, b in zip(points, points[1:], strict=False) if b > a]
 
 
 def check_answers(frames: list[dict[str, Any]], exact: list[int], lo: int, hi: int,

@@ -132,3 +132,14 @@ async def test_an_acp_session_over_the_installed_acp_agent_keyless(installed, tm
     assert methods.count("session/update") == 2 and set(methods) == {None, "session/update"}
     assert b"Traceback" not in run.stderr
     assert list((tmp_path / "home" / "sessions").glob("*.jsonl"))  # the wheel's jsonl-persistence wrote its log
+
+
+def test_doctor_from_the_wheels_runs_every_plugins_check(installed, tmp_path):
+    out = _run(installed, tmp_path, "doctor", "--json")
+    report = json.loads(out.stdout)  # stdout is the JSON report and nothing else
+    assert out.returncode == (0 if report["can_serve"] else 1), out.stderr
+    subjects = [c["subject"] for c in report["checks"]]
+    assert subjects == ["dsh", "plugins", "route", "sandbox", "deepseek key", "data dir"]
+    assert report["checks"][1]["status"] == "ok"
+    assert [e["name"] for e in report["examples"]] == ["acp-agent", "acp-agent-subagent"]
+    assert all(e["missing"] == [] for e in report["examples"])

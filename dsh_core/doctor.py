@@ -15,7 +15,6 @@ import os
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import DshError

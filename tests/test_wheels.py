@@ -11,7 +11,6 @@ or ACP frames validated against the schema).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from dsh_core.testing import minimal_env, spawn_acp
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGINS = sorted(p.parent.name for p in (REPO / "plugins").glob("*/pyproject.toml"))
+EXAMPLES = sorted(p.parent.name for p in (REPO / "examples").glob("*/example.toml"))
 # Building and installing takes ~25 s on a 2-core machine (pip's cache warm); the budget is generous.
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(600)]
 
@@ -87,12 +87,12 @@ def test_the_installed_core_is_the_wheel_with_its_examples(installed, tmp_path):
     ).stdout.strip()
     core = Path(where).parent
     assert "site-packages" in core.parts and not core.is_relative_to(REPO)
-    for name in ("acp-agent", "acp-agent-subagent"):
+    for name in EXAMPLES:
         for f in (REPO / "examples" / name).iterdir():
             assert (core / "examples" / name / f.name).read_bytes() == f.read_bytes(), f
     out = _run(installed, tmp_path, "examples")
     assert out.returncode == 0, out.stderr
-    assert [line.split()[0] for line in out.stdout.decode().splitlines()] == ["acp-agent", "acp-agent-subagent"]
+    assert [line.split()[0] for line in out.stdout.decode().splitlines()] == EXAMPLES
 
 
 def test_plugins_prints_only_json_naming_each_installed_distribution(installed, tmp_path):
@@ -141,5 +141,5 @@ def test_doctor_from_the_wheels_runs_every_plugins_check(installed, tmp_path):
     subjects = [c["subject"] for c in report["checks"]]
     assert subjects == ["dsh", "plugins", "route", "sandbox", "deepseek key", "data dir"]
     assert report["checks"][1]["status"] == "ok"
-    assert [e["name"] for e in report["examples"]] == ["acp-agent", "acp-agent-subagent"]
+    assert [e["name"] for e in report["examples"]] == EXAMPLES
     assert all(e["missing"] == [] for e in report["examples"])

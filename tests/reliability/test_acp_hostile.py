@@ -178,6 +178,14 @@ async def test_a_malformed_permission_answer_denies_at_once(scripted, tmp_path, 
     assert text in ("result: not written: approval rejected", "result: not written: approval unavailable")
 
 
+async def test_late_answers_of_any_shape_are_ignored_silently(scripted, tmp_path):
+    text, wrote, frames = await permission_round(scripted, tmp_path, lambda rid: response(rid, result=REJECT) + b"".join(
+        MALFORMED[k](rid) for k in ("allow with jsonrpc 1.0", "allow without jsonrpc", "error is a string")))
+    assert not wrote and text == "result: not written: approval rejected"
+    (ask,) = [f for f in frames if f.get("method") == "session/request_permission"]
+    assert [f for f in frames if "method" not in f and f.get("id") == ask["id"]] == []
+
+
 _ANSWERS = st.sampled_from(["allow", "reject"] + list(MALFORMED))
 
 
@@ -199,8 +207,11 @@ def test_permission_answer_races(scripted, tmp_path, answers, stray):
         return data
 
     async def round_() -> None:
-        text, wrote, _ = await permission_round(scripted, tmp_path, answer)
+        text, wrote, frames = await permission_round(scripted, tmp_path, answer)
         assert wrote is (answers[0] == "allow"), (answers, text)
+        (ask,) = [f for f in frames if f.get("method") == "session/request_permission"]
+        # no answer of any shape to the permission request's id is itself answered
+        assert [f for f in frames if "method" not in f and f.get("id") == ask["id"]] == []
 
     anyio.run(round_)
 

@@ -519,7 +519,8 @@ class Peer:
             if pending is not None:  # the first response settles the request; later ones find nothing
                 self._settle(pending, frame, bad_utf8)
                 return
-            if frame.jsonrpc == "2.0" and id_ok:
+            if id_ok and (frame.jsonrpc == "2.0" or self._issued(frame.id)):
+                # a later answer to a request already settled, in any shape, is only a debug note
                 debug(f"{self.name}: dropped a response to unknown or settled request id {frame.id!r}")
                 return
         if frame.jsonrpc != "2.0":
@@ -549,6 +550,9 @@ class Peer:
             return
         await self._error(reply_id, INVALID_REQUEST, "Invalid request",
                           details="not a request, a notification or a response")
+
+    def _issued(self, rid: Any) -> bool:
+        return type(rid) is int and 0 <= rid < self._next_id
 
     def _settle(self, pending: _Pending, frame: Frame, bad_utf8: bool) -> None:
         """Anything but a well-formed result is an error for the requester (which fails closed)."""

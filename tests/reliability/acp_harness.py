@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import random
 import subprocess
 import sys
 import threading
@@ -337,8 +338,10 @@ GARBAGE = [
     b'{"a":"\\ud800',  # a truncated lone surrogate
 ]
 
-_JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20))
-_NON_OBJECT_JSON = st.recursive(_JSON_SCALARS, lambda kids: st.lists(kids, max_size=4), max_leaves=12)
+_NON_OBJECT_JSON = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20),
+    st.lists(st.one_of(st.integers(), st.text(max_size=5)), max_size=4),
+)
 
 
 def _no_newline(data: bytes) -> bytes:
@@ -386,8 +389,8 @@ SPEC = st.one_of(
     st.sampled_from(GARBAGE).map(_garbage),
     st.binary(min_size=1, max_size=64).map(_garbage),
     _NON_OBJECT_JSON.map(lambda v: _garbage(json.dumps(v).encode())),
-    st.sampled_from(VALID_REQUESTS).flatmap(
-        lambda line: st.integers(1, len(line) - 1).map(lambda n: _garbage(line[:n]))),  # truncated
+    st.tuples(st.sampled_from(VALID_REQUESTS), st.floats(0, 1)).map(  # truncated
+        lambda t: _garbage(t[0][: min(max(int(len(t[0]) * t[1]), 1), len(t[0]) - 1)])),
     deep(),
     mutated(),
     st.just(Spec(b"", 0, 0)),
@@ -395,11 +398,38 @@ SPEC = st.one_of(
 )
 
 
+def _mutate(line: bytes, rng: random.Random) -> bytes:
+    data = bytearray(line)
+    for _ in range(rng.randint(1, 4)):
+        pos = rng.randrange(max(len(data), 1))
+        op = rng.choice("fid")
+        byte = rng.choice([b for b in range(256) if b != 10])
+        if op == "f" and data:
+            data[pos] = byte
+        elif op == "i":
+            data.insert(pos, byte)
+        elif data:
+            del data[pos]
+    return bytes(data)
+
+
 @st.composite
-def batches(draw: Any, min_size: int = 1, max_size: int = 40) -> tuple[list[Spec], list[int], bool]:
-    """Frames, cut points (where writes split the stream), and whether lines end in CRLF."""
+def batches(draw: Any, min_size: int = 1, max_size: int = 40,
+            amplify: int = 1) -> tuple[list[Spec], list[int], bool]:
+    """Frames, cut points (where writes split the stream), and whether lines end in CRLF.
+
+    ``amplify`` > 1 (the stress run) appends that many reshuffled copies of the drawn frames,
+    a tenth of them byte-mutated, from a hypothesis-seeded generator: volume cheaply."""
     specs = draw(st.lists(SPEC, min_size=min_size, max_size=max_size))
-    cuts = draw(st.lists(st.integers(0, 1 << 20), max_size=12))
+    if amplify > 1:
+        rng = random.Random(draw(st.integers(0, 2**32)))
+        base = list(specs)
+        for _ in range(amplify - 1):
+            copy = base[:]
+            rng.shuffle(copy)
+            specs += [Spec(_mutate(sp.line.replace(b"@ID@", b'"m@ID@"'), rng), 0, 1) if rng.random() < 0.1 else sp
+                      for sp in copy]
+    cuts = draw(st.lists(st.integers(0, 1 << 24), max_size=12 * amplify))
     return specs, cuts, draw(st.booleans())
 
 
@@ -445,5 +475,28 @@ def check_answers(frames: list[dict[str, Any]], exact: list[int], lo: int, hi: i
     return by_id
 
 
+_SEEN_SHAPES: set[bytes] = set()
+
+
 def schema_checked(raw: bytes) -> list[dict[str, Any]]:
-    return check_frames(raw)
+    """Every line is a JSON-RPC 2.0 object (checked here), and every distinct frame shape
+    validates against ACP's schema (``check_frames``; ids and session ids normalised, so the
+    many frames that differ only there are validated once per run)."""
+    assert raw == b"" or raw.endswith(b"\n"), "stdout ends in a partial frame"
+    frames, fresh = [], []
+    for line in raw.splitlines():
+        frame = json.loads(line)
+        assert isinstance(frame, dict) and frame.get("jsonrpc") == "2.0", line[:200]
+        frames.append(frame)
+        shape = dict(frame)
+        if "id" in shape and shape["id"] is not None:
+            shape["id"] = 0 if isinstance(shape["id"], int) else "s"
+        key = json.dumps(shape, sort_keys=True).encode()
+        if isinstance(frame.get("params"), dict) and "sessionId" in frame["params"]:
+            key = key.replace(frame["params"]["sessionId"].encode(), b"SID")
+        if key not in _SEEN_SHAPES:
+            _SEEN_SHAPES.add(key)
+            fresh.append(line)
+    if fresh:
+        check_frames(b"\n".join(fresh) + b"\n")
+    return frames

@@ -35,13 +35,13 @@ from hypothesis import HealthCheck, given, settings
 
 SETUP_IDS = {"init", "new", "sentinel", "ping"}
 FUZZ_SETTINGS = settings(
-    max_examples=1200 if STRESS else 40,
+    max_examples=1000 if STRESS else 40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=not STRESS,  # the default run is reproducible; the stress run explores
     database=None,
 )
-BATCH = (60, 160) if STRESS else (1, 40)
+BATCH = (20, 60, 4) if STRESS else (10, 40, 2)  # min and max drawn frames, copies
 LONG = pytest.mark.timeout(3600 if STRESS else 120)
 
 

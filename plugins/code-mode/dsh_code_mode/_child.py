@@ -141,6 +141,7 @@ def describe(exc: BaseException) -> str:
 
 
 async def main(fd: int) -> None:
+    sys.stdout.reconfigure(line_buffering=True)  # a killed program keeps the lines it printed
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_unix_connection(sock=sock, limit=64 * 1024 * 1024)
     channel = Channel(reader, writer)
@@ -155,6 +156,7 @@ async def main(fd: int) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         channel.send(msg)
+        writer.transport.set_write_buffer_limits(high=0)  # the next drain waits until all of it is sent
 
     def on_xcpu(signum, frame):  # the compute budget is spent: say so on the channel, then end
         sys.stdout.flush()
@@ -196,10 +198,18 @@ async def main(fd: int) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         writer.write(b'{"t":"done","ok":true,"value":' + text.encode() + b"}\n")
+    writer.transport.set_write_buffer_limits(high=0)
     await writer.drain()
 
 
+async def serve(fd: int) -> None:
+    await main(fd)
+    # Stay until the host has read ``done`` and closes the channel (the pump exits then) or kills us:
+    # exiting first could make the host's socket fail on a late reply and drop the unread ``done``.
+    await asyncio.sleep(60)
+
+
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1])))
+    asyncio.run(serve(int(sys.argv[1])))
     sys.stdout.flush()
     os._exit(0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import deque
 import signal
 import socket
 import subprocess
@@ -33,7 +34,8 @@ from .limits import Limits, ProcessBound
 
 CHILD = str(Path(__file__).resolve().parent / "_child.py")
 KINDS_FROM_CHILD = ("exception", "timeout", "output-limit")
-DRAIN_GRACE_S = 0.5
+DRAIN_GRACE_S = 0.5  # after the end, how long the last output may still take to arrive
+CHANNEL_GRACE_S = 5.0  # after the process exits, how long the rest of the channel may take to read
 
 
 class _Call(msgspec.Struct, tag="call", tag_field="t", forbid_unknown_fields=True):
@@ -108,13 +110,16 @@ class _Run:
         self.output = bytearray()
         self.output_total = 0
         self.output_done = anyio.Event()
+        self.channel_closed = anyio.Event()
         self.error: CodeRunError | None = None
         self.value: Any = None
         self.finished = False
         self.last_id = 0
         self.calls = 0
         self.pending = 0
-        self.send_lock = anyio.Lock()
+        self.messages = 0
+        self.outbox: deque[bytes] = deque()
+        self.outbox_ready = anyio.Event()
         self.stream: anyio.abc.SocketStream | None = None
         self.names: set[str] = set()
 
@@ -157,6 +162,7 @@ class _Run:
                 try:
                     with anyio.fail_after(lim.wall_seconds):
                         async with anyio.create_task_group() as calls:
+                            calls.start_soon(self._writer)
                             try:
                                 async with anyio.create_task_group() as watch:
                                     watch.start_soon(self._watch_cancel, cancel)
@@ -167,7 +173,7 @@ class _Run:
                                         "address_space_bytes": lim.address_space_bytes,
                                         "nproc": self.bound.nproc,
                                         "max_value_bytes": lim.max_value_bytes}}
-                                    await self._send(run)
+                                    self._send(run)
                             except* _Ended:
                                 pass
                             calls.cancel_scope.cancel()  # the program ended: outstanding calls are cancelled, drained
@@ -200,7 +206,12 @@ class _Run:
 
     async def _watch_exit(self) -> None:
         code = await self.proc.wait()
-        await anyio.sleep(DRAIN_GRACE_S)  # a done message written just before exit still arrives
+        try:  # stragglers must not keep the channel open
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        with anyio.move_on_after(CHANNEL_GRACE_S):  # a done message written before the exit is still read
+            await self.channel_closed.wait()
         self.fail("worker-exit", f"the program's process ended without finishing (exit status {code})")
 
     async def _read_output(self) -> None:
@@ -231,6 +242,7 @@ class _Run:
             try:
                 chunk = await self.stream.receive(1 << 16)
             except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self.channel_closed.set()
                 await anyio.sleep_forever()  # the exit watcher reports how the process ended
             buf += chunk
             while True:
@@ -264,18 +276,21 @@ class _Run:
         if msg.id <= self.last_id:
             self.fail("invalid-output", f"the program's runtime reused call id {msg.id}")
         self.last_id = msg.id
+        self.messages += 1
+        if self.messages > 2 * self.limits.max_calls:  # refusals cost a reply each: bound them too
+            self.fail("output-limit", f"the program sent more than {2 * self.limits.max_calls} tool calls")
         if msg.name not in self.names:
-            calls.start_soon(self._reply_error, msg.id, msg.name, f"no tool {msg.name!r}", "UNKNOWN_TOOL")
+            self._reply_error(msg.id, msg.name, f"no tool {msg.name!r}", "UNKNOWN_TOOL")
             return
         if self.calls >= self.limits.max_calls:
-            calls.start_soon(self._reply_error, msg.id, msg.name,
-                             f"this program already made {self.limits.max_calls} tool calls; no more are allowed",
-                             "TOO_MANY_CALLS")
+            self._reply_error(msg.id, msg.name,
+                              f"this program already made {self.limits.max_calls} tool calls; no more are allowed",
+                              "TOO_MANY_CALLS")
             return
         if self.pending >= self.limits.max_pending_calls:
-            calls.start_soon(self._reply_error, msg.id, msg.name,
-                             f"{self.limits.max_pending_calls} tool calls are already in flight; await some first",
-                             "TOO_MANY_CALLS")
+            self._reply_error(msg.id, msg.name,
+                              f"{self.limits.max_pending_calls} tool calls are already in flight; await some first",
+                              "TOO_MANY_CALLS")
             return
         self.calls += 1
         self.pending += 1
@@ -286,34 +301,49 @@ class _Run:
         try:
             value = await awaitable
         except CodeCallError as exc:
-            await self._reply_error(call_id, name, exc.message, exc.code)
+            self._reply_error(call_id, name, exc.message, exc.code)
             return
         except Exception as exc:  # a bindings bug answers this call, it does not end the run
-            await self._reply_error(call_id, name, f"internal error: {exc!r}", "INTERNAL")
+            self._reply_error(call_id, name, f"internal error: {exc!r}", "INTERNAL")
             return
         finally:
             self.pending -= 1
         try:
             data = _encode({"t": "reply", "id": call_id, "ok": True, "value": value})
         except (TypeError, msgspec.EncodeError) as exc:
-            await self._reply_error(call_id, name, f"the result cannot be encoded: {exc}", "INTERNAL")
+            self._reply_error(call_id, name, f"the result cannot be encoded: {exc}", "INTERNAL")
             return
         if len(data) > self.limits.max_message_bytes:
-            await self._reply_error(call_id, name, f"the result is larger than {self.limits.max_message_bytes} bytes",
-                                    "RESULT_TOO_LARGE")
+            self._reply_error(call_id, name, f"the result is larger than {self.limits.max_message_bytes} bytes",
+                              "RESULT_TOO_LARGE")
             return
-        await self._send_raw(data)
+        self._post(data)
 
-    async def _reply_error(self, call_id: int, name: str, message: str, code: str | None) -> None:
-        await self._send({"t": "reply", "id": call_id, "ok": False, "tool": name, "error": message, "code": code})
+    def _reply_error(self, call_id: int, name: str, message: str, code: str | None) -> None:
+        self._send({"t": "reply", "id": call_id, "ok": False, "tool": name, "error": message, "code": code})
 
-    async def _send(self, msg: dict[str, Any]) -> None:
-        await self._send_raw(json.dumps(msg, ensure_ascii=False).encode())
+    def _send(self, msg: dict[str, Any]) -> None:
+        self._post(json.dumps(msg, ensure_ascii=False).encode())
 
-    async def _send_raw(self, data: bytes) -> None:
+    def _post(self, data: bytes) -> None:
+        """Queue one message for the writer (never blocks the reader, so a child that does not read
+        its replies cannot deadlock the host; the queue is bounded by the call caps)."""
+        self.outbox.append(data + b"\n")
+        self.outbox_ready.set()
+
+    async def _writer(self) -> None:
         assert self.stream is not None
-        async with self.send_lock:
-            try:
-                await self.stream.send(data + b"\n")
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass
+        while True:
+            await self.outbox_ready.wait()
+            self.outbox_ready = anyio.Event()
+            while self.outbox:
+                batch = [self.outbox.popleft()]
+                size = len(batch[0])
+                while self.outbox and size < (1 << 20):
+                    size += len(self.outbox[0])
+                    batch.append(self.outbox.popleft())
+                try:
+                    await self.stream.send(b"".join(batch))
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    self.outbox.clear()
+                    await anyio.sleep_forever()

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections import deque
 import signal
 import socket
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 from typing import Any, Awaitable
 

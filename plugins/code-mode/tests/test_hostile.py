@@ -6,9 +6,9 @@ import textwrap
 
 import anyio
 import pytest
-from conftest import run
-
 from dsh_code_mode.limits import PIDS_V1, ProcessBound
+
+from conftest import run
 from dsh_core.types import AssistantMessageEvent, CodeDispatch, ToolResultEvent
 
 pytestmark = pytest.mark.anyio

@@ -233,3 +233,55 @@ async def test_the_model_history_holds_only_the_outer_result(code_host):
     assert "secret-42" in turn.of(CodeDispatch)[0].result[0].text
     final = turn.of(AssistantMessageEvent)[-1]
     assert final.message.content[0].text == "outer"
+
+
+@pytest.mark.parametrize("vision", [True, False])
+async def test_an_image_from_a_nested_read_image_is_spliced_in_before_the_next_step(code_host, workspace, vision):
+    from dsh_core.testing import make_png
+    from dsh_core.types import ImageBlock, UserMessageEvent
+
+    (workspace / "red.png").write_bytes(make_png(3, 2))
+    code = 'r = await tools.read_image(path="red.png")\nreturn [r["mime"], r["width"], r["height"]]'
+    async with code_host([run(code), {"text": "{tool_result}"}], capabilities={"image_input": vision}) as turn:
+        await turn.agent.wait_idle()
+    kinds = [type(e).__name__ for e in turn.events]
+    users = turn.of(UserMessageEvent)
+    if vision:
+        assert json.loads(_text(_result(turn))) == ["image/png", 3, 2]
+        spliced = users[-1].message
+        assert spliced.source == "tool"
+        assert [type(b).__name__ for b in spliced.content] == ["TextBlock", "TextBlock", "ImageBlock"]
+        assert isinstance(spliced.content[-1], ImageBlock) and spliced.content[-1].mime == "image/png"
+        # after the run_code result, before the next model call
+        assert kinds.index("ToolResultEvent") < len(kinds) - 1 - kinds[::-1].index("UserMessageEvent")
+        assert kinds[::-1].index("UserMessageEvent") > kinds[::-1].index("AssistantMessageEvent")
+    else:
+        assert "ToolCallError: read_image: cannot read \"red.png\" as an image" in _text(_result(turn))
+        assert [u.message.source for u in users] == ["user"]
+
+
+async def test_setting_cancel_aborts_the_run_and_kills_the_program(workspace):
+    from dsh_code_mode.runtime import PythonRuntime
+
+    from dsh_core.testing import memory_host
+
+    class NoTools:
+        names: list[str] = []
+
+        def call(self, name, args):  # pragma: no cover - the program makes no calls
+            raise AssertionError
+
+    async with memory_host("unused.json", plugins=("sandbox-tools",)) as host:
+        runtime = PythonRuntime(host, str(workspace))
+        cancel = anyio.Event()
+
+        async def later():
+            await anyio.sleep(0.5)
+            cancel.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(later)
+            with anyio.fail_after(10):
+                result = await runtime.run('print("spinning")\nwhile True:\n    pass', NoTools(), cancel)
+    assert result.error is not None and result.error.kind == "abort"
+    assert result.logs == ["spinning"]

@@ -9,9 +9,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import run
 from dsh_sandbox_tools.mechanisms import probe_cached
 
+from conftest import run
 from dsh_core.types import ToolResultEvent
 
 pytestmark = pytest.mark.anyio

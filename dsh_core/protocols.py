@@ -7,7 +7,7 @@ does I/O is async and runs inside the host's anyio task group.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
@@ -30,6 +30,7 @@ from .types import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from .agent import ToolContext
+    from .doctor import Finding
     from .host import Host
 
 
@@ -128,13 +129,17 @@ class FrontDoor(Protocol):
 
 @runtime_checkable
 class CodeBindings(Protocol):
-    """What a program may call: ``names`` are the tools (``tools.<name>`` in the program), ``call``
-    runs one through the host's tool path and returns its JSON-compatible result, or raises
-    ``dsh_core.errors.CodeCallError`` (the program sees ``ToolCallError``)."""
+    """What a program may call: ``names`` are the tools (``tools.<name>`` in the program).
+
+    ``call(name, args)`` is synchronous and must be called in the program's order: it gives
+    the call its place in line and its number at once (whatever order tasks then run in), and
+    returns an awaitable that runs the call through the host's tool path and yields its
+    JSON-compatible result, or raises ``dsh_core.errors.CodeCallError`` (the program sees
+    ``ToolCallError``)."""
 
     names: Sequence[str]
 
-    async def call(self, name: str, args: dict[str, Any]) -> Any: ...
+    def call(self, name: str, args: dict[str, Any]) -> Awaitable[Any]: ...
 
 
 @runtime_checkable
@@ -151,3 +156,17 @@ class CodeRuntime(Protocol):
     language: str
 
     async def run(self, program: str, bindings: CodeBindings, cancel: anyio.Event) -> CodeRunResult: ...
+
+
+@runtime_checkable
+class DoctorCheck(Protocol):
+    """One check ``dsh doctor`` runs (offered through ``dsh_register_doctor_checks``).
+
+    ``run`` looks at the machine (it may spawn a probe or read a file; it must not change
+    anything or reveal a secret) and returns a ``dsh_core.doctor.Finding``: ``ok``,
+    ``warn``, or ``fail`` when the example cannot serve here, with a ``fix`` to try.
+    """
+
+    name: str
+
+    async def run(self) -> "Finding": ...

@@ -122,9 +122,23 @@ class ToolContext:
     def emit(self, event: Event) -> None:
         self.agent.emit(event)
 
-    async def approve(self, reason: str) -> ApprovalOutcome:
-        """Ask the approval seam (one-shot). Returns the outcome; nothing is remembered."""
-        req = ApprovalRequest(agent=self.agent, tool_name=self.tool_name, call_id=self.call_id, reason=reason)
+    async def approve(
+        self,
+        reason: str,
+        *,
+        kind: str | None = None,
+        subject: str | None = None,
+        args: dict[str, Any] | None = None,
+        tier: str | None = None,
+        justification: str | None = None,
+    ) -> ApprovalOutcome:
+        """Ask the approval seam (one-shot). Returns the outcome; nothing is remembered.
+
+        The keywords describe the call to whoever answers (see ``ApprovalRequest``)."""
+        req = ApprovalRequest(
+            agent=self.agent, tool_name=self.tool_name, call_id=self.call_id, reason=reason,
+            kind=kind, subject=subject, args=args, tier=tier, justification=justification,
+        )
         return await self.host.approvals.request(req)
 
     def splice(self, content: list[ContentBlock]) -> None:

@@ -362,13 +362,21 @@ class ToolOutput(_Base, kw_only=True):
 
 
 class ApprovalRequest(msgspec.Struct, kw_only=True):
-    """Asked by a tool that needs more than its tier allows. Not durable: ``agent`` is live."""
+    """Asked by a tool that needs more than its tier allows. Not durable: ``agent`` is live.
+
+    The optional fields describe the call for a person who must judge it; an answerer
+    shows them as it can (the ACP door: ``toolCall.kind``/``title``/``rawInput``), bounded."""
 
     agent: Any  # the exact Agent object (answerers check identity)
     tool_name: str
     call_id: str | None
     reason: str
     id: str = ""
+    kind: str | None = None  # what the call does, in ACP ToolKind words: execute, edit, read, search, fetch, …
+    subject: str | None = None  # what it acts on, as a person reads it: the command line, the path
+    args: dict[str, Any] | None = None  # the call's arguments (answerers bound what they show)
+    tier: str | None = None  # the sandbox tier asked for, e.g. "danger-full-access"
+    justification: str | None = None  # the model's reason for asking, in its words
 
 
 class CodeRunError(_Base, kw_only=True):

@@ -94,7 +94,15 @@ class Sandbox:
                 "call again without it",
                 code="INVALID_ARGUMENTS",
             )
-        outcome = await ctx.approve(f"escalate sandbox to {target}: {justification.strip()}")
+        call = {k: v for k, v in args.items() if k not in ("sandbox_permissions", "justification")}
+        outcome = await ctx.approve(
+            f"escalate sandbox to {target}: {justification.strip()}",
+            kind="execute" if what == "command" else "edit",  # bash runs; write/edit modify files
+            subject=args.get("command") if what == "command" else args.get("path"),
+            args=call,
+            tier=target,
+            justification=justification.strip(),
+        )
         if outcome == "allowed-once":
             return target
         if outcome == "rejected":

@@ -31,6 +31,7 @@ from dsh_core.types import (
     InboxDropped,
     TextBlock,
     TurnEnd,
+    Usage,
     UserMessage,
 )
 
@@ -78,6 +79,35 @@ def agent_info() -> wire.Implementation:
     return wire.Implementation(name="dsh", title="dsh", version=v)
 
 
+# --------------------------------------------------------------------------- usage
+
+
+def _add_usage(total: Usage | None, u: Usage) -> Usage:
+    if total is None:
+        total = Usage()
+    out = Usage(
+        input_tokens=total.input_tokens + u.input_tokens,
+        output_tokens=total.output_tokens + u.output_tokens,
+        cache_hit_tokens=total.cache_hit_tokens + u.cache_hit_tokens,
+        cache_miss_tokens=total.cache_miss_tokens + u.cache_miss_tokens,
+        reasoning_tokens=total.reasoning_tokens + u.reasoning_tokens,
+    )
+    return out
+
+
+def _usage_meta(u: Usage, calls: int) -> dict[str, int]:
+    """The turn's usage as ``_meta.usage`` of the prompt response (camelCase, like the wire)."""
+    return {
+        "inputTokens": u.input_tokens,
+        "outputTokens": u.output_tokens,
+        "totalTokens": u.input_tokens + u.output_tokens,
+        "cacheHitTokens": u.cache_hit_tokens,
+        "cacheMissTokens": u.cache_miss_tokens,
+        "reasoningTokens": u.reasoning_tokens,
+        "modelCalls": calls,
+    }
+
+
 # --------------------------------------------------------------------------- delivery
 
 
@@ -98,24 +128,31 @@ class Delivery:
         self._changed = anyio.Event()
         self.failure: str | None = None  # first failure since the last ``take_failure``
 
-    def push(self, block: TextBlock | ImageBlock) -> None:
+    def push(self, block: TextBlock | ImageBlock, message_id: str) -> None:
         self._queued += 1
         if self._done == self._queued - 1 and isinstance(block, TextBlock):
             # Nothing of this session is waiting: write text now, skipping the worker hop
             # (two event-loop iterations of the eight a prompt round trip takes).
             try:
-                if self.bridge.peer.write_nowait(self._frame(wire.TextOut(text=block.text))):
+                if self.bridge.peer.write_nowait(self._frame(wire.TextOut(text=block.text), message_id)):
                     self._done = self._queued
                     return
             except TransportClosed:
                 self._done = self._queued
                 return
-        self._send.send_nowait((self._queued, block))
+        self._send.send_nowait((self._queued, (block, message_id)))
 
-    def _frame(self, content: Any) -> wire.Notification:
+    def push_update(self, update: Any) -> None:
+        """Queue a non-chunk session update (``usage_update``) behind the output already queued."""
+        self._queued += 1
+        self._send.send_nowait((self._queued, update))
+
+    def _frame(self, content: Any, message_id: str) -> wire.Notification:
         return wire.Notification(
             method="session/update",
-            params=wire.SessionNotification(session_id=self.session_id, update=wire.MessageChunk(content=content)),
+            params=wire.SessionNotification(
+                session_id=self.session_id, update=wire.MessageChunk(content=content, message_id=message_id)
+            ),
         )
 
     def take_failure(self) -> str | None:
@@ -146,7 +183,13 @@ class Delivery:
                     self._changed.set()
                     self._changed = anyio.Event()
 
-    async def _deliver(self, block: TextBlock | ImageBlock) -> None:
+    async def _deliver(self, item: Any) -> None:
+        if isinstance(item, wire.UsageUpdate):
+            await self.bridge.peer.notify(
+                "session/update", wire.SessionNotification(session_id=self.session_id, update=item)
+            )
+            return
+        block, message_id = item
         if isinstance(block, TextBlock):
             content: Any = wire.TextOut(text=block.text)
         else:
@@ -158,7 +201,7 @@ class Delivery:
             except (AttachmentCorrupt, OSError) as exc:
                 raise RuntimeError(f"cannot deliver assistant image: {exc}") from exc
             content = wire.ImageOut(data=base64.b64encode(data).decode("ascii"), mime_type=block.mime)
-        await self.bridge.peer.write(self._frame(content))
+        await self.bridge.peer.write(self._frame(content, message_id))
 
 
 # --------------------------------------------------------------------------- sessions and prompts
@@ -177,6 +220,10 @@ class Slot:
     end: TurnEnd | None = None
     interval_error: str | None = None
     dropped: bool = False
+    usage: Usage | None = None  # summed over the turn's committed model calls that reported usage
+    calls: int = 0  # model calls of the turn that reported usage
+    context: int = 0  # tokens in context after the last such call: its prompt plus its answer
+    settled: anyio.Event = field(default_factory=anyio.Event)  # the prompt handler is done with it
 
 
 @dataclass(eq=False)
@@ -188,6 +235,7 @@ class Session:
     unsubscribe: Any = None
     permissions: set[int] = field(default_factory=set)
     cancel_seq: int = 0  # read order of the last session/cancel: it applies to every prompt read before it
+    closed: anyio.Event | None = None  # set by session/close; fires when the session is disposed
 
 
 class Bridge:
@@ -195,11 +243,15 @@ class Bridge:
 
     name = "acp"  # recorded as ``answeredBy`` in approval/decided events
 
-    def __init__(self, host: "Host", peer: Peer, *, permission_timeout: float = 300.0) -> None:
+    def __init__(
+        self, host: "Host", peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False
+    ) -> None:
         self.host = host
         self.peer = peer
         self.permission_timeout = permission_timeout
+        self.usage_updates = usage_updates
         self.sessions: dict[str, Session] = {}
+        self.closing: dict[str, Session] = {}  # closed by the client, still being disposed
         self.initialized = False
         self.closed = False
         self._quiesced: anyio.Event | None = None
@@ -210,6 +262,7 @@ class Bridge:
                 "authenticate": self.authenticate,
                 "session/new": self.new_session,
                 "session/prompt": self.prompt,
+                "session/close": self.close_session,
             }
         )
         peer.notifications["session/cancel"] = self.cancel
@@ -260,7 +313,8 @@ class Bridge:
         return wire.InitializeResult(
             protocol_version=wire.PROTOCOL_VERSION,
             agent_capabilities=wire.AgentCapabilities(
-                prompt_capabilities=wire.PromptCapabilities(image=self.image_capable(), embedded_context=True)
+                prompt_capabilities=wire.PromptCapabilities(image=self.image_capable(), embedded_context=True),
+                session_capabilities=wire.SessionCapabilities(close={}),
             ),
             agent_info=agent_info(),
             auth_methods=[],
@@ -307,7 +361,11 @@ class Bridge:
             if isinstance(event, AssistantMessageEvent):
                 for block in event.message.content:
                     if (isinstance(block, TextBlock) and block.text) or isinstance(block, ImageBlock):
-                        session.delivery.push(block)
+                        session.delivery.push(block, event.message.id)
+                if slot is not None and event.usage is not None and event.turn == slot.turn:
+                    slot.usage = _add_usage(slot.usage, event.usage)
+                    slot.calls += 1
+                    slot.context = event.usage.input_tokens + event.usage.output_tokens
             elif slot is None:
                 return
             elif isinstance(event, InboxClaimed):
@@ -316,6 +374,8 @@ class Bridge:
             elif isinstance(event, TurnEnd):
                 if slot.turn == event.turn:
                     slot.end = event
+                    if self.usage_updates and slot.usage is not None:
+                        session.delivery.push_update(self._usage_update(session, slot))
             elif isinstance(event, AgentError):
                 if slot.in_inbox and event.turn != slot.turn and slot.interval_error is None:
                     slot.interval_error = event.message
@@ -359,9 +419,13 @@ class Bridge:
             slot.in_inbox = True
             await session.agent.wait_idle()
             await session.delivery.drain()
-            return self._settle(session, slot)
+            result = self._settle(session, slot)
+            if slot.usage is not None:
+                result.meta = {"usage": _usage_meta(slot.usage, slot.calls)}
+            return result
         finally:
             session.slot = None
+            slot.settled.set()
 
     def _settle(self, session: Session, slot: Slot) -> wire.PromptResult:
         """ACP-7 precedence, first match wins."""
@@ -456,6 +520,51 @@ class Bridge:
             warn(f"acp: saving prompt images failed: {exc!r}")
             raise internal_error("unable to persist the prompt image batch") from None
 
+    # ------------------------------------------------------------------ usage
+
+    def _usage_update(self, session: Session, slot: Slot) -> wire.UsageUpdate:
+        """Context in use after the turn (the last call's prompt plus its answer) of the routed window."""
+        return wire.UsageUpdate(used=slot.context, size=session.agent.route.context_window)
+
+    # ------------------------------------------------------------------ session/close
+
+    async def close_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """Cancel the prompt in flight (it settles ``cancelled``), withdraw a pending permission
+        request (the turn's cancel cancels it), dispose the agent (children first) and forget it.
+        A close racing another close of the same session waits for the same disposal."""
+        p = decode_params(params, wire.CloseSessionParams)
+        session = self.sessions.pop(p.session_id, None)
+        if session is None:
+            closing = self.closing.get(p.session_id)
+            if closing is None or closing.closed is None:
+                raise invalid_params(f"unknown session: {p.session_id}")
+            await closing.closed.wait()
+            return {}
+        session.closed = anyio.Event()
+        self.closing[session.id] = session
+        try:
+            with anyio.CancelScope(shield=True):  # a half-closed session would leak: finish it
+                await self._dispose_session(session)
+                slot = session.slot
+                if slot is not None:
+                    await slot.settled.wait()
+        finally:
+            self.closing.pop(session.id, None)
+            session.closed.set()
+        return {}
+
+    async def _dispose_session(self, session: Session) -> None:
+        if session.slot is not None:
+            self._cancel_session(session, "disposed")
+        try:
+            await session.agent.dispose()  # cancels, waits for rest, children first, closes the log
+            with anyio.move_on_after(2.0):
+                await session.delivery.drain()
+        finally:
+            session.unsubscribe()
+            session.delivery.close()
+            self.host.forget(session.agent)
+
     # ------------------------------------------------------------------ ACP-8
 
     def cancel(self, params: msgspec.Raw | None) -> None:
@@ -526,6 +635,7 @@ class Bridge:
         try:
             self.closed = True  # 1. close the doors
             sessions = list(self.sessions.values())
+            closing = [s.closed for s in self.closing.values() if s.closed is not None]
             for s in sessions:  # 2. settle pending prompts as cancelled, stop agents
                 if s.slot is not None:
                     self._cancel_session(s, "disposed")
@@ -552,6 +662,8 @@ class Bridge:
             async with anyio.create_task_group() as tg:
                 for s in sessions:
                     tg.start_soon(dispose, s)
+                for event in closing:  # sessions the client closed: their close finishes them
+                    tg.start_soon(event.wait)
             if errors:
                 self._teardown_error = ExceptionGroup(
                     f"ACP agent teardown failed for {len(errors)} session(s)", errors

@@ -40,6 +40,7 @@ from .types import (
     InboxClaimed,
     InboxDropped,
     ModelInfo,
+    HistoryView,
     ModelRequest,
     ReasoningBlock,
     ReasoningDelta,
@@ -410,7 +411,7 @@ class Agent:
         return ModelRequest(
             route=self.route,
             system=self.system,
-            messages=list(self._history),
+            messages=HistoryView(self._history),
             tools=tools,
             session_id=self.session_id,
             cwd=self.cwd,

@@ -19,7 +19,8 @@ Protocol (``AF_UNIX``/``SOCK_SEQPACKET``, one message per datagram):
   (SIGKILL everything). End-of-file on the call socket — the harness closed it, was cancelled
   mid-spawn, or died — means ``kill``: a call can never outlive the one who asked for it.
 
-Each call gets its own *reaper*, a fork of the server that is a child subreaper
+Each call gets its own *reaper*, a fork of the server made in advance (it waits for the
+next request itself, so no fork is on a call's critical path) that is a child subreaper
 (``PR_SET_CHILD_SUBREAPER``): every process the command leaves behind, even one that called
 ``setsid`` or double-forked, is re-parented to the reaper, which kills and reaps them all
 before it answers ``exit``. End-of-file on the control socket ends the server.
@@ -157,47 +158,61 @@ def _reaper(request: dict, out_fd: int, call: socket.socket) -> None:
         pass
 
 
-def _serve(control: socket.socket) -> None:
+def _take_one(control: socket.socket, taken: int) -> None:
+    """A pre-forked reaper: wait for the next request, tell the server (closing ``taken``, so it
+    forks the next reaper at once), and run the call. The fork is off the critical path."""
     while True:
         try:
             msg, fds, _flags, _addr = socket.recv_fds(control, MAX_MSG, 3)
         except InterruptedError:
             continue
         except OSError:
-            return
+            msg, fds = b"", []
         if not msg:
-            return  # the harness closed the session (or died)
-        if msg != b"run" or len(fds) != 3:
-            for fd in fds:
-                os.close(fd)
-            continue
-        memfd, out_fd, call_fd = fds
+            os.write(taken, b"E")  # the harness closed the session (or died): the server ends too
+            return
+        if msg == b"run" and len(fds) == 3:
+            break
         for fd in fds:
-            os.set_inheritable(fd, False)
-        try:
-            raw = b""
-            os.lseek(memfd, 0, os.SEEK_SET)
-            while chunk := os.read(memfd, 1 << 20):
-                raw += chunk
-            request = json.loads(raw)
-        except (OSError, ValueError):
-            request = None
+            os.close(fd)
+    os.close(taken)
+    control.close()
+    memfd, out_fd, call_fd = fds
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    call = socket.socket(fileno=call_fd)
+    try:
+        raw = b""
+        os.lseek(memfd, 0, os.SEEK_SET)
+        while chunk := os.read(memfd, 1 << 20):
+            raw += chunk
+        request = json.loads(raw)
+    except (OSError, ValueError):
+        return  # exiting closes the call socket: the harness sees the call as lost
+    finally:
         os.close(memfd)
-        if request is None:
-            os.close(out_fd)
-            os.close(call_fd)
-            continue
+    _reaper(request, out_fd, call)
+
+
+def _serve(control: socket.socket) -> None:
+    while True:
+        r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
-                control.close()
-                _reaper(request, out_fd, socket.socket(fileno=call_fd))
+                os.close(r)
+                _take_one(control, w)
             except BaseException:
                 code = 1
             os._exit(code)
-        os.close(out_fd)
-        os.close(call_fd)
+        os.close(w)
+        try:
+            said = os.read(r, 1)  # b"" once the reaper took a request (it closed its end)
+        finally:
+            os.close(r)
+        if said:
+            return
 
 
 def main(argv: list[str]) -> None:

@@ -83,7 +83,7 @@ def test_1300_sessions_under_a_256_fd_soft_limit_all_get_their_logs(setup) -> No
             assert bad == [], bad[:3]
         agent.close_stdin()
         assert agent.wait_exit() == 0, agent.stderr_tail()
-        assert b"events are being lost" not in agent.proc.stderr.read() if agent.proc.stderr else True
+        assert b"session log of" not in agent.proc.stderr.read()  # no log failed
     store = JsonlStore(home / "sessions")
     missing, short = [], []
     for sid in sids:

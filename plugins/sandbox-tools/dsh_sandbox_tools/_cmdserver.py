@@ -233,11 +233,16 @@ def main(argv: list[str]) -> None:
     os.set_inheritable(control.fileno(), False)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # reapers are reaped by the kernel
     if landlock:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import _landlock_exec
+        # The sibling launcher module, loaded by path (this script runs with -I, outside the package).
+        import importlib.util
 
+        spec = importlib.util.spec_from_file_location(
+            "dsh_landlock_exec", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_landlock_exec.py"))
+        assert spec is not None and spec.loader is not None
+        landlock_exec = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(landlock_exec)
         try:
-            _landlock_exec.restrict(rw_dirs, rw_files, fatal=False)
+            landlock_exec.restrict(rw_dirs, rw_files, fatal=False)
         except OSError as exc:
             control.send(f"error {exc}".encode()[:MAX_MSG])
             return

@@ -123,7 +123,7 @@ def test_kill_9_during_appends_leaves_every_log_readable(setup) -> None:
     rng = random.Random(12)
     store = JsonlStore(home / "sessions")
     torn = acknowledged = 0
-    for run in range(runs):
+    for _run in range(runs):
         with RawAgent(script, ws, home) as agent:
             assert "result" in agent.call("initialize", {"protocolVersion": 1})
             ids = _ids(agent, 20)

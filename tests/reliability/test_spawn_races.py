@@ -58,7 +58,7 @@ def test_cancel_racing_a_bash_spawn_leaves_nothing_running(mechanism: str, how: 
     with RawAgent(script, ws, home, env={"DSH_SANDBOX_MECHANISM": mechanism,
                                          "DSH_PERMISSION_MODE": "workspace-write"}) as agent:
         sid = agent.start()
-        for sweep in range(SWEEPS):
+        for _sweep in range(SWEEPS):
             for delay in DELAYS_MS:
                 marker = _marker()
                 flag = ws / f"flag-{marker}"

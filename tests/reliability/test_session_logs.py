@@ -117,6 +117,7 @@ def test_a_log_that_cannot_be_written_fails_its_prompt_and_the_rest_keep_serving
     assert _types(store.read_contents(small).events).count("TurnEnd") == 3
 
 
+@pytest.mark.timeout(1200 if STRESS else 120)  # the long (stress) version runs for minutes
 def test_kill_9_during_appends_leaves_every_log_readable(setup) -> None:
     ws, script, home = setup
     runs = 120 if STRESS else 4

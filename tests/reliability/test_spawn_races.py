@@ -48,6 +48,7 @@ def agent_env(tmp_path: Path):
     return ws, script, tmp_path / "home"
 
 
+@pytest.mark.timeout(1200 if STRESS else 120)  # the long (stress) version runs for minutes
 @pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
 @pytest.mark.parametrize("how", ["session/cancel", "$/cancel_request"])
 def test_cancel_racing_a_bash_spawn_leaves_nothing_running(mechanism: str, how: str, agent_env) -> None:
@@ -91,6 +92,7 @@ def test_cancel_racing_a_bash_spawn_leaves_nothing_running(mechanism: str, how: 
     print(f"\n{mechanism} {how}: {sum(outcomes.values())} races, outcomes {outcomes}")
 
 
+@pytest.mark.timeout(1200 if STRESS else 120)  # the long (stress) version runs for minutes
 @pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
 def test_stdin_eof_racing_a_bash_spawn_leaves_nothing_running(mechanism: str, agent_env) -> None:
     _require(mechanism)

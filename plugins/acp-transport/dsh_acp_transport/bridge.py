@@ -533,7 +533,8 @@ class Bridge:
                     s.agent.cancel("disposed")
             async with anyio.create_task_group() as tg:  # … and bring them to rest
                 for s in sessions:
-                    tg.start_soon(s.agent.wait_idle)
+                    if s.agent.busy:  # a task per busy session only: 10,000 idle ones cost no tasks
+                        tg.start_soon(s.agent.wait_idle)
             with anyio.move_on_after(2.0):
                 for s in sessions:
                     await s.delivery.drain()
@@ -551,7 +552,10 @@ class Bridge:
 
             async with anyio.create_task_group() as tg:
                 for s in sessions:
-                    tg.start_soon(dispose, s)
+                    if s.agent.children:
+                        tg.start_soon(dispose, s)  # may wait on its children: in parallel
+                    else:
+                        await dispose(s)  # at rest already: completes without suspending
             if errors:
                 self._teardown_error = ExceptionGroup(
                     f"ACP agent teardown failed for {len(errors)} session(s)", errors

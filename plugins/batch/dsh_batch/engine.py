@@ -85,6 +85,7 @@ async def drive(
     concurrency: int,
     retries: int,
 ) -> None:
+    stats.started = time.monotonic()  # the rate counts task time, not engine start-up (Ray: seconds)
     send, receive = anyio.create_memory_object_stream[tuple[Task, int, list[ErrorInfo]]](math.inf)
     for task in tasks:
         send.send_nowait((task, 1, []))

@@ -92,8 +92,12 @@ class FdReader:
                 raise
 
     def close(self) -> None:
+        """Idempotent: a second close must not close whatever reused the fd number."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
         try:
-            os.close(self.fd)
+            os.close(fd)
         except OSError:
             pass
 
@@ -126,8 +130,12 @@ class FdWriter:
                 raise TransportClosed(str(exc)) from exc
 
     def close(self) -> None:
+        """Idempotent: a second close must not close whatever reused the fd number."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
         try:
-            os.close(self.fd)
+            os.close(fd)
         except OSError:
             pass
 

@@ -1,7 +1,7 @@
 """``dsh batch TASKS.jsonl --out RESULTS.jsonl``: argument parsing and the run.
 
-Exit status: 0 when every task of the list is ``ok``; 1 when the list is finished but some
-task failed or some task line was invalid; 2 for bad usage; 130 when interrupted (Ctrl-C or
+Exit status: 0 when every task of the list is ``ok`` in --out (this run or an earlier one);
+1 when some task there is not ``ok`` or some task line was invalid; 2 for bad usage; 130 when interrupted (Ctrl-C or
 SIGTERM; re-run the same command to finish).
 """
 
@@ -128,12 +128,13 @@ def run(args: argparse.Namespace) -> int:
         defaults = Defaults(
             example=args.example, provider=args.provider, model=model, cwd=cwd, timeout_s=args.timeout, approve=args.approve
         )
-        return anyio.run(_main, args, todo, skipped, len(task_list.invalid), results, defaults)
+        ids = [t.id for t in task_list.tasks]
+        return anyio.run(_main, args, todo, skipped, len(task_list.invalid), results, defaults, ids)
     finally:
         results.close()
 
 
-async def _main(args: argparse.Namespace, todo: list, skipped: int, invalid: int, results, defaults) -> int:
+async def _main(args: argparse.Namespace, todo: list, skipped: int, invalid: int, results, defaults, ids: list[str]) -> int:
     import anyio
 
     from . import progress as prog
@@ -178,13 +179,19 @@ async def _main(args: argparse.Namespace, todo: list, skipped: int, invalid: int
             tg.cancel_scope.cancel()
     finally:
         listener.stop(stats)  # type: ignore[attr-defined]
+    # the state of the whole list in --out, this run and earlier ones together
+    state = {"ok": 0, "failed": 0, "interrupted": 0, "missing": 0}
+    for task_id in ids:
+        found = results.kept.get(task_id)
+        state[found.status if found is not None else "missing"] += 1
     if stats.interrupted_by is not None:
         status = EXIT_INTERRUPTED
-    elif stats.failed or invalid:
+    elif state["ok"] != len(ids) or invalid:
         status = EXIT_FAILED
     else:
         status = EXIT_OK
     data = prog.summary(stats, out=str(args.out), engine=engine, invalid=invalid, status=status)
+    data["results"] = state  # the whole list as --out now holds it
     prog.print_table(data)
     if args.json:
         sys.stdout.write(json.dumps(data) + "\n")

@@ -162,6 +162,9 @@ def print_table(data: dict[str, Any]) -> None:
         table.add_row(label, f"{n:,}")
     rate = data["tasksPerSecond"]
     table.caption = f"{data['ran']} ran in {data['seconds']:.1f} s" + (f" ({rate:.1f} tasks/s)" if rate else "") + f", {data['tokens']:,} tokens"
+    state = data.get("results")
+    if state:
+        table.caption += "\n--out now: " + ", ".join(f"{n:,} {k}" for k, n in state.items() if n or k == "ok")
     Console(stderr=True, highlight=False).print(table)
 
 

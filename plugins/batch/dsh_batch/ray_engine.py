@@ -33,7 +33,6 @@ from typing import Any
 
 import msgspec
 import ray
-
 from dsh_acp_transport.client import CREDENTIAL_SHAPED
 
 from .records import Agent, ErrorInfo, Task, from_builtins, to_builtins

@@ -31,7 +31,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-
 from dsh_acp_transport.client import AcpClient, AcpClientError, PermissionAsk, open_client
 
 from .records import Agent, ErrorInfo, Permission, Result, Task
@@ -113,8 +112,9 @@ def _usage_from_log(session_id: str | None) -> dict[str, int] | None:
     if not session_id:
         return None
     try:
-        from dsh_core.types import AssistantMessageEvent
         from dsh_jsonl_persistence.store import JsonlStore, check_id, parse_log
+
+        from dsh_core.types import AssistantMessageEvent
     except ImportError:
         return None
     try:

@@ -26,7 +26,6 @@ from batchkit import (
     wait_for_lines,
     write_jsonl,
 )
-
 from dsh_acp_transport.client import _stat
 
 

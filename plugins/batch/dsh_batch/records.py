@@ -202,7 +202,8 @@ def open_results(path: str | os.PathLike[str], *, rerun: Iterable[str] = ()) -> 
             rewrite = True
             continue
         if result.id in lines:
-            rewrite = True  # an older line of the same id: the later one wins
+            rewrite = True  # an older line of the same id: the later one wins, at its place
+            del lines[result.id], kept[result.id]
         kept[result.id] = result
         lines[result.id] = line
     if raw and not raw.endswith(b"\n"):

@@ -58,6 +58,7 @@ def test_200_mixed_tasks_exact_results(setup):
     proc = run_batch(tasks_file, out, *args, "-j", "8", "--sessions-per-agent", "4", "--recycle-after", "30", "--json",
                      home=home, cwd=tmp)  # fmt: skip
     assert proc.returncode == 1, proc.stderr.decode()[-3000:]  # finished, with failures
+    assert b"dsh batch: 200/200 finished (120 ok, 80 failed)" in proc.stderr  # plain line: stderr is no tty
     results = read_results(out)
     by_id = {r["id"]: r for r in results}
     assert len(results) == len(by_id) == 200

@@ -58,8 +58,8 @@ def setup(p: argparse.ArgumentParser) -> None:
         help="concurrent sessions per agent process (default 4)",
     )
     p.add_argument(
-        "--recycle-after", type=_positive_int, default=100, metavar="K",
-        help="replace an agent process after K sessions when it cannot close sessions (default 100)",
+        "--recycle-after", type=_positive_int, default=250, metavar="K",
+        help="replace an agent process after K sessions when it cannot close sessions (default 250)",
     )
     p.add_argument(
         "--retries", type=_non_negative_int, default=2, metavar="R",

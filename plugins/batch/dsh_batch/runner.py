@@ -92,6 +92,8 @@ class _Proc:
         return self.client.pid if self.client is not None else None
 
     def usable(self, per_agent: int) -> bool:
+        if self.client is not None and not self.client.alive:  # crashed: never lease it again
+            self.dead = True
         return not (self.dead or self.retiring) and self.active < per_agent and self.leased < self.limit
 
 
@@ -139,7 +141,7 @@ class Runner:
         defaults: Defaults,
         *,
         sessions_per_agent: int = 4,
-        recycle_after: int = 100,
+        recycle_after: int = 250,
         env: dict[str, str] | None = None,
         verbose: bool = False,
         on_agent: Callable[[str, int | None], None] | None = None,

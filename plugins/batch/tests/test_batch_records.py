@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from dsh_batch.records import Result, ResultsLocked, encode_result, open_results
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import socket
 import sys
 import time
@@ -31,7 +32,11 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import msgspec
 from dsh_acp_transport.client import AcpClient, AcpClientError, PermissionAsk, open_client
+
+from dsh_core.paths import data_home
+from dsh_core.types import Usage
 
 from .records import Agent, ErrorInfo, Permission, Result, Task
 
@@ -107,29 +112,39 @@ class Outcome:
     retryable: bool = False
 
 
-def _usage_from_log(session_id: str | None) -> dict[str, int] | None:
-    """Token usage of the session, summed over its assistant messages in the dsh JSONL log
-    (``$DSH_HOME/sessions/<id>.jsonl`` of this node), when jsonl-persistence recorded one.
-    ACP v1 carries no per-turn usage, so this is where dsh keeps it."""
-    if not session_id:
-        return None
-    try:
-        from dsh_jsonl_persistence.store import JsonlStore, check_id, parse_log
+class _LogLine(msgspec.Struct, rename="camel"):
+    """The two fields of a dsh session-log line that usage needs (the rest is ignored)."""
 
-        from dsh_core.types import AssistantMessageEvent
-    except ImportError:
+    type: str = ""
+    usage: Usage | None = None
+
+
+_log_line = msgspec.json.Decoder(_LogLine)
+_SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
+
+
+def _usage_from_log(session_id: str | None) -> dict[str, int] | None:
+    """Token usage of the session, summed over its ``assistant/message`` events in the dsh
+    session log of this node (``$DSH_HOME/sessions/<id>.jsonl``, written when the example
+    mounts jsonl-persistence). ACP v1 carries no per-turn usage, so this is where dsh
+    keeps it; None without a log."""
+    if not session_id or not _SAFE_ID.fullmatch(session_id):
         return None
     try:
-        path = JsonlStore().path_for(check_id(session_id))
-        contents = parse_log(path, path.read_bytes())
-    except Exception:
+        raw = (data_home() / "sessions" / f"{session_id}.jsonl").read_bytes()
+    except OSError:
         return None
     total: dict[str, int] = {}
-    for ev in contents.events:
-        if isinstance(ev, AssistantMessageEvent) and ev.usage is not None:
-            for name in ev.usage.__struct_fields__:
-                camel = name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:])
-                total[camel] = total.get(camel, 0) + getattr(ev.usage, name)
+    for line in raw.splitlines():
+        if b'"assistant/message"' not in line:
+            continue
+        try:
+            entry = _log_line.decode(line)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            continue  # a torn last line
+        if entry.type == "assistant/message" and entry.usage is not None:
+            for key, value in msgspec.to_builtins(entry.usage).items():
+                total[key] = total.get(key, 0) + value
     return total or None
 
 

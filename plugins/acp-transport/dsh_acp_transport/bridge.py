@@ -643,7 +643,8 @@ class Bridge:
                     s.agent.cancel("disposed")
             async with anyio.create_task_group() as tg:  # … and bring them to rest
                 for s in sessions:
-                    tg.start_soon(s.agent.wait_idle)
+                    if s.agent.busy:  # a task per busy session only: 10,000 idle ones cost no tasks
+                        tg.start_soon(s.agent.wait_idle)
             with anyio.move_on_after(2.0):
                 for s in sessions:
                     await s.delivery.drain()
@@ -661,7 +662,10 @@ class Bridge:
 
             async with anyio.create_task_group() as tg:
                 for s in sessions:
-                    tg.start_soon(dispose, s)
+                    if s.agent.children:
+                        tg.start_soon(dispose, s)  # may wait on its children: in parallel
+                    else:
+                        await dispose(s)  # at rest already: completes without suspending
                 for event in closing:  # sessions the client closed: their close finishes them
                     tg.start_soon(event.wait)
             if errors:

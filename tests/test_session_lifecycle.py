@@ -226,3 +226,66 @@ async def test_usage_update_after_each_turn_when_the_example_enables_it(acp_agen
     order = [f.get("method") or "answer" for f in run.frames if f.get("method") == "session/update" or
              ("result" in f and "stopReason" in (f["result"] or {}))]
     assert order[-1] == "answer"
+
+
+# --------------------------------------------------------------------------- session/list
+
+
+def write_log(home: Path, sid: str, cwd: str, prompt: str | None, mtime: float, parent: str | None = None) -> None:
+    from dsh_jsonl_persistence.store import encode_line
+
+    from dsh_core.types import SessionHeader, TextBlock, UserMessage, UserMessageEvent
+
+    root = home / "sessions"
+    root.mkdir(parents=True, exist_ok=True)
+    data = encode_line(SessionHeader(id=sid, cwd=cwd, provider="scripted", model="m", parent_session=parent))
+    if prompt is not None:
+        data += encode_line(UserMessageEvent(seq=1, message=UserMessage(id="msg_" + sid, content=[TextBlock(text=prompt)])))
+    path = root / f"{sid}.jsonl"
+    path.write_bytes(data)
+    os.utime(path, (mtime, mtime))
+
+
+async def test_list_pages_newest_first_with_cwd_filter_and_titles(acp_agent, scripted):
+    home, work = acp_agent.home, acp_agent.work
+    base = 1_700_000_000.0
+    for i in range(120):  # s000 is the oldest
+        write_log(home, f"s{i:03d}", str(work), f"task {i}\nsecond line", base + i)
+    write_log(home, "other", "/elsewhere", "x" * 500, base + 500)  # newest, another cwd, a long title
+    write_log(home, "child", str(work), "delegated", base + 600, parent="s001")  # subagent logs are not listed
+    write_log(home, "silent", str(work), None, base + 0.5)
+    async with acp_agent(scripted({})) as run:
+        init = await run.conn.initialize(protocol_version=1)
+        assert init.agent_capabilities.session_capabilities.list is not None
+        seen, cursor, pages = [], None, 0
+        while True:
+            page = await run.conn.list_sessions(cwd=str(work), cursor=cursor)
+            pages += 1
+            seen += page.sessions
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        everything = await run.conn.list_sessions()
+        with pytest.raises(RequestError) as err:
+            await run.conn.list_sessions(cursor="not-a-cursor")
+        assert err.value.code == -32602
+        with pytest.raises(RequestError):
+            await run.conn.list_sessions(cwd="relative/dir")
+    assert pages == 3
+    ids = [s.session_id for s in seen]
+    assert ids == [f"s{i:03d}" for i in range(119, 0, -1)] + ["silent", "s000"]
+    assert seen[0].title == "task 119" and seen[0].cwd == str(work)
+    assert seen[0].updated_at.startswith("2023-11-14T22:15:19")  # base + 119 s, UTC
+    assert next(s for s in seen if s.session_id == "silent").title is None
+    assert everything.sessions[0].session_id == "other" and len(everything.sessions[0].title) == 100
+    assert "child" not in ids
+
+
+async def test_store_backed_methods_are_absent_and_refused_without_a_store(acp_agent, scripted):
+    async with acp_agent(scripted({}), example="acp-nostore") as run:
+        init = await run.conn.initialize(protocol_version=1)
+        caps = init.agent_capabilities.session_capabilities
+        assert caps.close is not None and caps.list is None and caps.resume is None and caps.delete is None
+        with pytest.raises(RequestError) as err:
+            await run.conn.list_sessions()
+        assert err.value.code == -32601 and "jsonl-persistence" in err.value.data["details"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import math
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from os import path as osp
@@ -39,6 +40,7 @@ from . import wire
 from .permission import tool_call_of
 from .rpc import (
     INVALID_REQUEST,
+    METHOD_NOT_FOUND,
     Peer,
     RpcFailure,
     TransportClosed,
@@ -106,6 +108,27 @@ def _usage_meta(u: Usage, calls: int) -> dict[str, int]:
         "reasoningTokens": u.reasoning_tokens,
         "modelCalls": calls,
     }
+
+
+# --------------------------------------------------------------------------- session/list
+
+LIST_PAGE = 50
+
+
+def _encode_cursor(updated_ns: int, session_id: str) -> str:
+    return base64.urlsafe_b64encode(msgspec.json.encode([updated_ns, session_id])).decode("ascii")
+
+
+def _decode_cursor(cursor: str) -> tuple[int, str]:
+    try:
+        ns, sid = msgspec.json.decode(base64.urlsafe_b64decode(cursor.encode("ascii")), type=tuple[int, str])
+    except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
+        raise invalid_params("cursor is not one this agent gave out (pass nextCursor unchanged)") from None
+    return ns, sid
+
+
+def _iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # --------------------------------------------------------------------------- delivery
@@ -263,6 +286,7 @@ class Bridge:
                 "session/new": self.new_session,
                 "session/prompt": self.prompt,
                 "session/close": self.close_session,
+                "session/list": self.list_sessions,
             }
         )
         peer.notifications["session/cancel"] = self.cancel
@@ -314,7 +338,9 @@ class Bridge:
             protocol_version=wire.PROTOCOL_VERSION,
             agent_capabilities=wire.AgentCapabilities(
                 prompt_capabilities=wire.PromptCapabilities(image=self.image_capable(), embedded_context=True),
-                session_capabilities=wire.SessionCapabilities(close={}),
+                session_capabilities=wire.SessionCapabilities(
+                    close={}, **({"list": {}} if self.durable_store() is not None else {})
+                ),
             ),
             agent_info=agent_info(),
             auth_methods=[],
@@ -525,6 +551,47 @@ class Bridge:
     def _usage_update(self, session: Session, slot: Slot) -> wire.UsageUpdate:
         """Context in use after the turn (the last call's prompt plus its answer) of the routed window."""
         return wire.UsageUpdate(used=slot.context, size=session.agent.route.context_window)
+
+    # ------------------------------------------------------------------ session/list
+
+    def durable_store(self) -> Any:
+        """The mounted session store if its logs outlive the process (jsonl-persistence), else None."""
+        store = self.host.session_store
+        return store if getattr(store, "durable", False) else None
+
+    def _needs_store(self, method: str) -> Any:
+        store = self.durable_store()
+        if store is None:
+            detail = (f"{method} needs a durable session store (the jsonl-persistence plugin), "
+                      "which this example does not mount; it was not advertised in initialize")
+            raise RpcFailure(METHOD_NOT_FOUND, "Method not found", {"method": method}, details=detail)
+        return store
+
+    async def list_sessions(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """Recorded top-level sessions, newest first (log mtime, then id), ``LIST_PAGE`` a page.
+        The cursor is the (mtime, id) of the last row sent: pages stay consistent when
+        sessions are added or touched meanwhile (a touched one moves to the front)."""
+        store = self._needs_store("session/list")
+        p = decode_params(params, wire.ListSessionsParams)
+        if p.cwd is not None and not osp.isabs(p.cwd):
+            raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
+        after: tuple[int, str] | None = None
+        if p.cursor is not None:
+            after = _decode_cursor(p.cursor)
+        rows = await store.summaries(cwd=osp.normpath(p.cwd) if p.cwd else None)
+        if after is not None:
+            rows = [r for r in rows if (-r.updated_ns, r.id) > (-after[0], after[1])]
+        page, rest = rows[:LIST_PAGE], rows[LIST_PAGE:]
+        result = wire.ListSessionsResult(sessions=[
+            wire.SessionInfo(
+                session_id=r.id, cwd=r.cwd, updated_at=_iso(r.updated_ns),
+                **({"title": r.title} if r.title else {}),
+            )
+            for r in page
+        ])
+        if rest:
+            result.next_cursor = _encode_cursor(page[-1].updated_ns, page[-1].id)
+        return result
 
     # ------------------------------------------------------------------ session/close
 

@@ -173,6 +173,23 @@ class CloseSessionParams(_In):
     session_id: str
 
 
+class ListSessionsParams(_In):
+    cwd: str | None = None
+    cursor: str | None = None
+
+
+class SessionInfo(_Out):
+    session_id: str
+    cwd: str
+    title: Union[str, UnsetType] = UNSET
+    updated_at: Union[str, UnsetType] = UNSET
+
+
+class ListSessionsResult(_Out):
+    sessions: list[SessionInfo]
+    next_cursor: Union[str, UnsetType] = UNSET
+
+
 class CancelRequestParams(_In):
     request_id: Union[int, str, None]
 

@@ -381,6 +381,66 @@ class Agent:
         return (f"the session log cannot be written ({self.log_error}); nothing more of this session is "
                 "recorded, so it takes no more prompts — start a new session")
 
+    # ------------------------------------------------------------------ resume
+
+    def restore(self, events: list[DurableEvent]) -> None:
+        """Rebuild this (fresh, idle) agent's conversation from a recorded log's events, so the
+        session continues where it stopped. Nothing is re-run and nothing is re-published to
+        observers; the log keeps growing after ``events``.
+
+        The model's history gets exactly what the original loop had put there: claimed user
+        messages, committed assistant messages (reasoning blocks included, so a provider that
+        needs them replayed gets them), tool results and spliced messages. A turn the log
+        shows started but not ended (the process died mid-turn) stays interrupted: each of its
+        tool calls without a result gets an error result saying it was not re-run, and a
+        ``turn/end`` (aborted, ``interrupted``) is recorded, so history stays a valid conversation."""
+        if self._busy or self._seq or self._history:
+            raise RuntimeError("restore() needs a fresh, idle agent")
+        pending: dict[str, UserMessage] = {}
+        history: list[UserMessage | AssistantMessage | ToolResultMessage] = []
+        open_turn: int | None = None
+        answered: set[str] = set()
+        calls: list[tuple[int, int, ToolCallBlock]] = []  # (turn, step, call) of the open turn
+        for ev in events:
+            self._seq = max(self._seq, ev.seq)
+            if isinstance(ev, UserMessageEvent):
+                if ev.message.source == "tool":  # spliced after tool results: history at once
+                    history.append(ev.message)
+                else:
+                    pending[ev.message.id] = ev.message
+            elif isinstance(ev, InboxClaimed):
+                history.extend(pending.pop(i) for i in ev.message_ids if i in pending)
+                self._turn = max(self._turn, ev.turn)
+            elif isinstance(ev, InboxDropped):
+                for i in ev.message_ids:
+                    pending.pop(i, None)
+            elif isinstance(ev, TurnStart):
+                open_turn, answered, calls = ev.turn, set(), []
+                self._turn = max(self._turn, ev.turn)
+            elif isinstance(ev, TurnEnd):
+                open_turn = None
+            elif isinstance(ev, AssistantMessageEvent):
+                history.append(ev.message)
+                calls.extend((ev.turn, ev.step, b) for b in ev.message.content if isinstance(b, ToolCallBlock))
+            elif isinstance(ev, ToolResultEvent):
+                history.append(ev.result)
+                answered.add(ev.result.call_id)
+        self._history = history
+        if open_turn is not None:
+            for turn, step, call in calls:
+                if call.id in answered:
+                    continue
+                result = ToolResultMessage(
+                    call_id=call.id,
+                    name=call.name,
+                    content=[TextBlock(text="Error: interrupted (the agent process stopped during this call); "
+                                            "it was not re-run")],
+                    is_error=True,
+                )
+                self._history.append(result)
+                self.emit(ToolResultEvent(turn=turn, step=step, result=result, code="INTERRUPTED"))
+            self.emit(TurnEnd(turn=open_turn, reason="aborted", abort_kind="interrupted"))
+
     # ------------------------------------------------------------------ the loop
 
     async def _drive(self) -> None:

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import pluggy
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
     from .agent import Agent, AgentSpec
     from .cli import CommandRegistry
     from .host import Host
@@ -152,6 +154,16 @@ def dsh_code_runtime(session: "Agent", host: "Host") -> "CodeRuntime | None":
     fresh Python subprocess per run, confined by the sandbox ``bash`` uses. A runtime
     declares its ``language`` (the prompt's API is rendered for it) and implements
     ``run(program, bindings, cancel)`` (see ``protocols.CodeRuntime``).
+    """
+
+
+@hookspec
+def dsh_session_artifacts(session_id: str, host: "Host") -> "list[Path] | None":
+    """Name the files a plugin keeps for one session besides its log (e.g. spill files).
+
+    Called by a front door when a client deletes a recorded session that is not open
+    (ACP ``session/delete``). Return the paths (files or directories) to remove, or None;
+    the caller removes them after the session's log. Do no I/O here. Collects every result.
     """
 
 

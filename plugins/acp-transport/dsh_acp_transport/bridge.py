@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import base64
 import math
+import shutil
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from os import path as osp
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
 
 from dsh_core import AttachmentCorrupt, AttachmentError, RouteError
+from dsh_core.errors import DshError
 from dsh_core.agent import AgentSpec, new_id
 from dsh_core.diag import debug, warn
 from dsh_core.media import RASTER_MIME_TYPES, Base64Error, decode_base64_strict
@@ -30,6 +33,8 @@ from dsh_core.types import (
     ImageBlock,
     InboxClaimed,
     InboxDropped,
+    RequestHeader,
+    SessionHeader,
     TextBlock,
     TurnEnd,
     Usage,
@@ -113,6 +118,7 @@ def _usage_meta(u: Usage, calls: int) -> dict[str, int]:
 # --------------------------------------------------------------------------- session/list
 
 LIST_PAGE = 50
+LOG_FORMAT = SessionHeader(id="-").version  # the session log format this dsh writes (and reads)
 
 
 def _encode_cursor(updated_ns: int, session_id: str) -> str:
@@ -287,6 +293,8 @@ class Bridge:
                 "session/prompt": self.prompt,
                 "session/close": self.close_session,
                 "session/list": self.list_sessions,
+                "session/resume": self.resume_session,
+                "session/delete": self.delete_session,
             }
         )
         peer.notifications["session/cancel"] = self.cancel
@@ -339,7 +347,8 @@ class Bridge:
             agent_capabilities=wire.AgentCapabilities(
                 prompt_capabilities=wire.PromptCapabilities(image=self.image_capable(), embedded_context=True),
                 session_capabilities=wire.SessionCapabilities(
-                    close={}, **({"list": {}} if self.durable_store() is not None else {})
+                    close={},
+                    **({"list": {}, "resume": {}, "delete": {}} if self.durable_store() is not None else {}),
                 ),
             ),
             agent_info=agent_info(),
@@ -373,11 +382,15 @@ class Bridge:
                 await agent.dispose()
             self.host.forget(agent)
             raise internal_error(CLOSING + "no session was created")
+        self._publish(agent)
+        return wire.NewSessionResult(session_id=agent.session_id)
+
+    def _publish(self, agent: "Agent") -> Session:
         session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self, agent.session_id))
         session.unsubscribe = agent.subscribe(self._observer(session))
         self.sessions[session.id] = session
         self.peer.start_soon(session.delivery.run)
-        return wire.NewSessionResult(session_id=session.id)
+        return session
 
     def _observer(self, session: Session) -> Any:
         def observe(agent: "Agent", event: Any) -> None:
@@ -592,6 +605,105 @@ class Bridge:
         if rest:
             result.next_cursor = _encode_cursor(page[-1].updated_ns, page[-1].id)
         return result
+
+    # ------------------------------------------------------------------ session/resume, session/delete
+
+    def _open_here(self, session_id: str) -> bool:
+        """Open in this process: on this connection (or closing), or any live agent of the host."""
+        return (session_id in self.sessions or session_id in self.closing
+                or any(a.session_id == session_id for a in self.host.agents))
+
+    def _recorded(self, store: Any, session_id: str) -> Any:
+        try:
+            path = store.path_for(session_id)
+        except DshError:
+            raise invalid_params(f"unknown session: {session_id}") from None
+        if not path.is_file():
+            raise invalid_params(f"unknown session: {session_id} (no log in the session store)")
+        return path
+
+    async def resume_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """Re-open a recorded session: history rebuilt from its log (``Agent.restore``), the route
+        the log recorded last, appending to the same file. Nothing is sent to the client."""
+        store = self._needs_store("session/resume")
+        p = decode_params(params, wire.ResumeSessionParams)
+        if self.closed:
+            raise internal_error(CLOSING + "the session was not resumed")
+        if not osp.isabs(p.cwd):
+            raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
+        if p.mcp_servers:
+            raise invalid_params("mcpServers is not supported")
+        if p.additional_directories:
+            raise invalid_params("additionalDirectories is not supported")
+        self._recorded(store, p.session_id)
+        if self._open_here(p.session_id):
+            raise invalid_params(f"session {p.session_id} is already open in this agent process")
+        try:
+            contents = (await store.read(p.session_id)).contents
+        except DshError as exc:
+            raise internal_error(f"the session log cannot be read: {exc}") from None
+        header = contents.header
+        if header.version > LOG_FORMAT:
+            raise invalid_params(
+                f"session {p.session_id} was recorded in log format {header.version}, newer than this "
+                f"dsh reads ({LOG_FORMAT}); resume it with a newer dsh"
+            )
+        if header.parent_session is not None:
+            raise invalid_params(f"session {p.session_id} is a subagent's session; resume its parent")
+        cwd = osp.normpath(p.cwd)
+        if cwd != header.cwd:
+            raise invalid_params(f"cwd {p.cwd} differs from the session's recorded cwd {header.cwd}")
+        if not osp.isdir(cwd):
+            raise invalid_params(f"cwd is not a directory: {p.cwd}")
+        provider, model = header.provider, header.model
+        for ev in contents.events:  # the route last recorded (a session may switch models)
+            if isinstance(ev, RequestHeader):
+                provider, model = ev.provider, ev.model
+        if self._open_here(p.session_id):  # re-checked: the read awaited
+            raise invalid_params(f"session {p.session_id} is already open in this agent process")
+        try:
+            self.host.check_route(provider, model)
+            agent = self.host.create_agent(
+                AgentSpec(cwd=cwd, provider=provider, model=model, session_id=header.id, origin=header.origin)
+            )
+        except RouteError as exc:
+            raise internal_error(f"the recorded route {provider}/{model} is not available here: {exc}") from None
+        try:
+            agent.restore(contents.events)
+        except Exception as exc:
+            with anyio.CancelScope(shield=True):
+                await agent.dispose()
+            self.host.forget(agent)
+            raise internal_error(f"the session could not be rebuilt from its log: {exc}") from None
+        if self.closed:
+            with anyio.CancelScope(shield=True):
+                await agent.dispose()
+            self.host.forget(agent)
+            raise internal_error(CLOSING + "the session was not resumed")
+        self._publish(agent)
+        return {}
+
+    async def delete_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """Remove a closed session's log and the files plugins keep for it (spill files)."""
+        store = self._needs_store("session/delete")
+        p = decode_params(params, wire.DeleteSessionParams)
+        path = self._recorded(store, p.session_id)
+        if self._open_here(p.session_id):
+            raise invalid_params(f"session {p.session_id} is open; close it (session/close) before deleting it")
+        artifacts = [Path(a) for paths in self.host.pm.hook.dsh_session_artifacts(session_id=p.session_id,
+                                                                                   host=self.host) if paths
+                     for a in paths]
+
+        def remove() -> None:
+            path.unlink(missing_ok=True)
+            for a in artifacts:
+                if a.is_dir() and not a.is_symlink():
+                    shutil.rmtree(a, ignore_errors=True)
+                else:
+                    a.unlink(missing_ok=True)
+
+        await anyio.to_thread.run_sync(remove)
+        return {}
 
     # ------------------------------------------------------------------ session/close
 

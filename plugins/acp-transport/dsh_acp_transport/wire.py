@@ -173,6 +173,17 @@ class CloseSessionParams(_In):
     session_id: str
 
 
+class ResumeSessionParams(_In):
+    session_id: str
+    cwd: str
+    mcp_servers: list[Any] | None = None
+    additional_directories: list[Any] | None = None
+
+
+class DeleteSessionParams(_In):
+    session_id: str
+
+
 class ListSessionsParams(_In):
     cwd: str | None = None
     cursor: str | None = None

@@ -289,3 +289,43 @@ async def test_store_backed_methods_are_absent_and_refused_without_a_store(acp_a
         with pytest.raises(RequestError) as err:
             await run.conn.list_sessions()
         assert err.value.code == -32601 and "jsonl-persistence" in err.value.data["details"]
+
+
+# --------------------------------------------------------------------------- session/delete
+
+
+async def delete_session(run, sid: str) -> None:
+    """``session/delete`` through the SDK's connection (0.12 has the schema types, no helper)."""
+    from acp.schema import DeleteSessionRequest, DeleteSessionResponse
+    from acp.utils import request_model_from_dict
+
+    await request_model_from_dict(run.conn._conn, "session/delete", DeleteSessionRequest(session_id=sid),
+                                  DeleteSessionResponse)
+
+
+async def test_delete_removes_a_closed_sessions_log_and_spill_files_and_refuses_an_open_one(acp_agent, scripted):
+    script = scripted({"rules": [{"when": "ping", "steps": [{"text": "PONG"}]}]})
+    async with acp_agent(script) as run:
+        init = await run.conn.initialize(protocol_version=1)
+        assert init.agent_capabilities.session_capabilities.delete is not None
+        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        keep = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        for s in (sid, keep):
+            await run.conn.prompt(session_id=s, prompt=[text_block("ping")])
+        with pytest.raises(RequestError) as err:
+            await delete_session(run, sid)
+        assert "is open" in err.value.data["details"]
+        await run.conn.close_session(session_id=sid)
+        spill = acp_agent.home / "spill" / sid
+        spill.mkdir(parents=True)
+        (spill / "call_1.log").write_text("lots of output")
+        await delete_session(run, sid)
+        assert not (acp_agent.home / "sessions" / f"{sid}.jsonl").exists() and not spill.exists()
+        assert [s.session_id for s in (await run.conn.list_sessions()).sessions] == [keep]
+        for again in (lambda: delete_session(run, sid),
+                      lambda: run.conn.resume_session(session_id=sid, cwd=str(run.cwd))):
+            with pytest.raises(RequestError) as err:
+                await again()
+            assert "unknown session" in err.value.data["details"]
+        assert (await run.conn.prompt(session_id=keep, prompt=[text_block("ping")])).stop_reason == "end_turn"
+    assert (acp_agent.home / "sessions" / f"{keep}.jsonl").exists()

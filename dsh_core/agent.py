@@ -372,6 +372,12 @@ class Agent:
                 errors.append(exc)
         with anyio.CancelScope(shield=True):
             await self.log.close()
+        forget = getattr(self.provider, "forget", None)  # optional: per-session provider state
+        if forget is not None:
+            try:
+                forget(self.session_id)
+            except Exception as exc:
+                warn(f"provider {self.provider.name!r} failed to forget session {self.session_id}: {exc!r}")
         if self.spec.parent is not None and self in self.spec.parent.children:
             self.spec.parent.children.remove(self)
         if errors:

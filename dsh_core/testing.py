@@ -34,8 +34,17 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def shared_dir() -> Path:
-    return Path(os.environ.get("DSH_SHARED_DIR", REPO.parent / "shared"))
+def acp_schema_file() -> Any:
+    """The vendored ACP v1 schema (v1.21.0), shipped as package data: ``dsh_core/_vendor/acp/``
+    holds it with its upstream LICENSE and SOURCE.md (commit, release, sha256)."""
+    from importlib.resources import files
+
+    return files("dsh_core").joinpath("_vendor", "acp", "schema.json")
+
+
+@cache
+def acp_schema() -> dict[str, Any]:
+    return json.loads(acp_schema_file().read_text(encoding="utf-8"))
 
 
 @cache
@@ -43,7 +52,7 @@ def acp_validator() -> Any:
     """A jsonschema validator for any frame an agent may send (request, response, notification)."""
     import jsonschema
 
-    schema = json.loads((shared_dir() / "acp" / "schema.json").read_text())
+    schema = acp_schema()
     wrapper = {
         "$schema": schema.get("$schema", "https://json-schema.org/draft/2020-12/schema"),
         "$defs": schema["$defs"],

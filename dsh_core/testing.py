@@ -80,7 +80,9 @@ def check_frames(raw: bytes) -> list[dict[str, Any]]:
             raise AssertionError(f"stdout line {n} is not JSON: {line[:200]!r}") from None
         assert isinstance(frame, dict) and frame.get("jsonrpc") == "2.0", f"line {n} is not JSON-RPC: {line[:200]!r}"
         method = frame.get("method", "")
-        assert not method.startswith(("fs/", "terminal/")), f"the agent called the client's {method} (ACP-12)"
+        assert not method.startswith(("fs/", "terminal/")), (
+            f"the agent called the client's {method} (ACP-12: tools run in the harness, docs/acp-contract.md)"
+        )
         errors = sorted(acp_validator().iter_errors(frame), key=str)
         assert not errors, f"stdout line {n} violates ACP schema: {errors[0].message}\n{line[:500]!r}"
         frames.append(frame)

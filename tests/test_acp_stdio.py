@@ -50,7 +50,7 @@ async def test_text_turn_end_to_end(acp_agent, scripted):
         assert resp.stop_reason == "end_turn"
         assert run.client.text(sid) == ["PONG"]
         assert await run.close_stdin() == 0
-    # the chunk was written before the response (ACP-5/6)
+    # the chunk was written before the response (ACP-5/6, docs/acp-contract.md)
     kinds = [f.get("method") or ("result" if "result" in f else "error") for f in run.frames]
     assert kinds.index("session/update") < len(kinds) - 1
     log = session_log(acp_agent.home, sid)

@@ -9,7 +9,7 @@ A manifest names exactly the plugins an example mounts; nothing else installed i
 
     [route]                      # the default exact route (CLI/env override it)
     provider = "deepseek"
-    model = "deepseek-v4-flash"
+    model = "deepseek-flash"
 
     [config.acp-transport]       # one table per plugin, handed to dsh_configure
     max-frame-bytes = 67108864
@@ -43,9 +43,17 @@ class Composition:
 
 
 def example_dirs() -> list[Path]:
-    """Where examples are looked up: ``$DSH_EXAMPLES_PATH`` (os.pathsep list), then the source tree."""
+    """Where examples are looked up: ``$DSH_EXAMPLES_PATH`` (os.pathsep list), then the shipped ones.
+
+    The shipped examples are ``examples/<name>/`` in a source checkout; the core wheel carries
+    the same files as package data in ``dsh_core/examples/<name>/`` (see pyproject.toml).
+    """
     dirs = [Path(p) for p in os.environ.get("DSH_EXAMPLES_PATH", "").split(os.pathsep) if p]
-    dirs.append(Path(__file__).resolve().parent.parent / "examples")
+    here = Path(__file__).resolve().parent
+    if (here / "examples").is_dir():  # installed from a wheel
+        dirs.append(here / "examples")
+    elif (here.parent / "pyproject.toml").is_file():  # a source checkout (editable install)
+        dirs.append(here.parent / "examples")
     return dirs
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .agent import Agent, AgentSpec
     from .cli import CommandRegistry
     from .host import Host
-    from .protocols import AttachmentStore, FrontDoor, ModelProvider, SessionStore, Tool
+    from .protocols import AttachmentStore, DoctorCheck, FrontDoor, ModelProvider, SessionStore, Tool
     from .types import ApprovalRequest, DurableEvent
 
 hookspec = pluggy.HookspecMarker("dsh")
@@ -158,4 +158,17 @@ def dsh_lifespan(host: "Host") -> "AbstractAsyncContextManager[Any] | None":
 
     Called once by the host at start-up. Managers are entered in call order inside
     the host's task group and exited in reverse. Return None for nothing.
+    """
+
+
+@hookspec
+def dsh_register_doctor_checks(register: Callable[["DoctorCheck"], None], host: "Host") -> None:
+    """Offer checks to ``dsh doctor`` (does this machine serve the example?).
+
+    Called by ``dsh doctor`` once, on a host built for the example being checked from
+    its installed plugins: configured and its registries filled, but never started (no
+    lifespan, no task group, no agent). Call ``register(check)`` with objects that have a
+    ``name`` and ``async run() -> dsh_core.doctor.Finding`` (see ``protocols.DoctorCheck``);
+    the doctor runs them in order after its own checks. A ``fail`` finding makes it exit 1.
+    Return value ignored.
     """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import shlex
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -45,10 +46,17 @@ def installed_plugins() -> dict[str, EntryPoint]:
 
 
 def install_hint(name: str) -> str:
+    """The pip command that installs plugin ``name`` into the interpreter running dsh.
+
+    ``sys.executable -m pip`` names the venv dsh lives in, so the command works where the
+    system interpreter refuses ``pip install`` (PEP 668). From a source checkout it installs
+    the plugin's directory; otherwise the ``dsh-<name>`` distribution.
+    """
+    pip = f"{shlex.quote(sys.executable)} -m pip install"
     source = Path(__file__).resolve().parent.parent / "plugins" / name
-    if source.is_dir():
-        return f"python3 -m pip install -e {source}"
-    return f"python3 -m pip install dsh-{name}"
+    if (source / "pyproject.toml").is_file():
+        return f"{pip} -e {shlex.quote(str(source))}"
+    return f"{pip} dsh-{name}"
 
 
 def register_plugin(pm: pluggy.PluginManager, plugin: object, name: str) -> None:

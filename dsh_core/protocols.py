@@ -27,6 +27,7 @@ from .types import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from .agent import ToolContext
+    from .doctor import Finding
     from .host import Host
 
 
@@ -121,3 +122,17 @@ class FrontDoor(Protocol):
     name: str
 
     async def serve(self, host: "Host") -> None: ...
+
+
+@runtime_checkable
+class DoctorCheck(Protocol):
+    """One check ``dsh doctor`` runs (offered through ``dsh_register_doctor_checks``).
+
+    ``run`` looks at the machine (it may spawn a probe or read a file; it must not change
+    anything or reveal a secret) and returns a ``dsh_core.doctor.Finding``: ``ok``,
+    ``warn``, or ``fail`` when the example cannot serve here, with a ``fix`` to try.
+    """
+
+    name: str
+
+    async def run(self) -> "Finding": ...

@@ -203,18 +203,22 @@ async def spawn_acp(
     env: dict[str, str] | None = None,
     client: Recorder | None = None,
     check: bool = True,
+    dsh: tuple[str, ...] = (),
 ) -> AsyncIterator[AcpRun]:
-    """Spawn ``dsh run`` and connect the official SDK client to it through a byte tap."""
+    """Spawn ``dsh run`` and connect the official SDK client to it through a byte tap.
+
+    ``dsh`` is the command that runs dsh (default: this interpreter's ``-m dsh_core.cli``),
+    e.g. ``("/venv/bin/dsh",)`` to drive another installation."""
     from acp import connect_to_agent
 
     client = client or Recorder()
-    args = ["-m", "dsh_core.cli", "run", "--example", example]
+    args = ["run", "--example", example]
     if script is not None:
         args += ["--provider", "scripted", "--model", str(script)]
     full_env = minimal_env(**(env or {}))
     full_env.setdefault("DSH_EXAMPLES_PATH", str(REPO / "tests" / "examples"))
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
+        *(dsh or (sys.executable, "-m", "dsh_core.cli")),
         *args,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -44,6 +45,28 @@ def test_plugins_prints_the_exact_composition_as_json():
 def test_examples_lists_acp_agent():
     out = dsh("examples")
     assert out.returncode == 0 and "acp-agent" in out.stdout.decode()
+
+
+def test_examples_keeps_its_columns_aligned_for_long_names(tmp_path):
+    for name in ("a-rather-long-example-name-indeed", "x"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "example.toml").write_text(f'[example]\ndescription = "about {name}"\nplugins = []\n')
+    out = dsh("examples", env=minimal_env(DSH_EXAMPLES_PATH=str(tmp_path), DSH_HOME=str(tmp_path / "home")))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.decode().splitlines()
+    names = [line.split()[0] for line in lines]
+    assert names[:2] == ["a-rather-long-example-name-indeed", "x"] and "acp-agent" in names
+    columns = {re.match(r"\S+\s+", line).end() for line in lines}
+    assert len(columns) == 1, lines  # every description starts in the same column
+
+
+def test_ask_finds_a_relative_script_beside_the_example(tmp_path):
+    # From a directory with no examples/ below it, `--model demo.json` is the acp-agent example's demo.
+    proc = subprocess.run(
+        [sys.executable, "-m", "dsh_core.cli", "ask", "--provider", "scripted", "--model", "demo.json", "ping"],
+        capture_output=True, timeout=60, cwd=tmp_path, env=minimal_env(DSH_HOME=str(tmp_path / "home")),
+    )
+    assert (proc.returncode, proc.stdout) == (0, b"PONG\n"), proc.stderr
 
 
 def test_an_unknown_example_is_one_clear_line():

@@ -1,4 +1,4 @@
-"""The spine's own subcommands: run, plugins, examples."""
+"""The spine's own subcommands: run, plugins, examples, doctor."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ..host import hookimpl
 if TYPE_CHECKING:  # pragma: no cover
     from ..cli import CommandRegistry
 
-NAMES = frozenset({"run", "plugins", "examples"})
+NAMES = frozenset({"run", "plugins", "examples", "doctor"})
 
 
 def _setup_run(p: argparse.ArgumentParser) -> None:
@@ -85,10 +85,28 @@ def _own_version() -> str:
 def _examples(args: argparse.Namespace) -> int:
     from ..compose import available_examples, load_composition
 
-    for name, path in available_examples().items():
-        comp = load_composition(str(path))
-        print(f"{name:<16} {comp.description}  [{', '.join(comp.plugins)}]")
+    comps = [load_composition(str(path)) for path in available_examples().values()]
+    width = max((len(c.name) for c in comps), default=0)
+    for comp in comps:
+        print(f"{comp.name:<{width}}  {comp.description}  [{', '.join(comp.plugins)}]")
     return 0
+
+
+def _setup_doctor(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--example", "-e", default="acp-agent", help="example to check (default: acp-agent)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object (for scripts)")
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..doctor import examine
+    from ..stdio import stdout_to_stderr
+
+    with stdout_to_stderr():  # a plugin's import-time print must not spoil the report (or its JSON)
+        report = anyio.run(examine, args.example)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.render())
+    return 0 if report.can_serve else 1
 
 
 @hookimpl(trylast=True)
@@ -102,3 +120,15 @@ def dsh_register_commands(commands: "CommandRegistry") -> None:
     )
     commands.add("plugins", help="print the plugins an example loads, as JSON", setup=_setup_plugins, run=_plugins)
     commands.add("examples", help="list the available examples", setup=lambda p: None, run=_examples)
+    commands.add(
+        "doctor",
+        help="say whether this machine can serve an example (sandbox, key, data dir, plugins)",
+        description=(
+            "Check whether this machine can serve an example (default: acp-agent): its plugins (and the pip "
+            "command for missing ones), its route, the sandbox mechanism, the DeepSeek key (present or not, "
+            "never its value), the data dir and its free space, and every example's plugins. Exit 0 when it "
+            "can serve, 1 otherwise."
+        ),
+        setup=_setup_doctor,
+        run=_doctor,
+    )

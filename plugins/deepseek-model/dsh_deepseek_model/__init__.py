@@ -56,3 +56,10 @@ def dsh_lifespan(host: "Host") -> Any:
             await provider.aclose()
 
     return pooled_client()
+
+
+@hookimpl
+def dsh_register_doctor_checks(register: Callable[[Any], None], host: "Host") -> None:
+    from ._doctor import key_check
+
+    register(key_check(host))

@@ -97,3 +97,10 @@ def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str:
         'call it again with sandbox_permissions="danger-full-access" and a justification; a person approves or '
         "rejects that single call, and nothing is remembered."
     )
+
+
+@hookimpl
+def dsh_register_doctor_checks(register: Callable[[Any], None], host: "Host") -> None:
+    from ._doctor import SandboxCheck
+
+    register(SandboxCheck(sandbox_for(host).settings))

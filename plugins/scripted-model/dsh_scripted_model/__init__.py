@@ -139,17 +139,24 @@ class ScriptedProvider:
 
     def _load(self, model: str) -> _Loaded:
         # One stat per model call (to pick up edited scripts); no path resolution on the hot path.
+        where = model
         try:
-            mtime = os.stat(model).st_mtime_ns
+            mtime = os.stat(where).st_mtime_ns
         except OSError:
-            raise RouteError(
-                f"scripted model: no script at {model!r}; pass --model PATH to a JSON script "
-                "(see plugins/scripted-model/README.md; demo: examples/acp-agent/demo.json)"
-            ) from None
+            # A relative path that is not beside the caller may name a script shipped in the
+            # example's own directory (`--model demo.json` works from an installed wheel too).
+            where = self._beside_example(model)
+            try:
+                mtime = os.stat(where).st_mtime_ns
+            except OSError:
+                raise RouteError(
+                    f"scripted model: no script at {model!r}; pass --model PATH to a JSON script "
+                    "(see plugins/scripted-model/README.md; demo: examples/acp-agent/demo.json)"
+                ) from None
         cached = self._scripts.get(model)
         if cached is not None and cached.mtime_ns == mtime:
             return cached
-        path = Path(model).expanduser().resolve()
+        path = Path(where).expanduser().resolve()
         try:
             script = msgspec.json.decode(path.read_bytes(), type=Script)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -157,6 +164,12 @@ class ScriptedProvider:
         loaded = _Loaded(path, script, _validate(script, path), mtime)
         self._scripts[model] = loaded
         return loaded
+
+    def _beside_example(self, model: str) -> str:
+        directory = getattr(getattr(self.host, "composition", None), "directory", None)
+        if directory is None or os.path.isabs(model):
+            return model
+        return os.path.join(directory, model)
 
     def resolve(self, model: str) -> ModelInfo:
         caps = self._load(model).script.capabilities

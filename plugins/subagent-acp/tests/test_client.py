@@ -182,7 +182,9 @@ async def test_a_child_that_ignores_cancel_eof_and_sigterm_is_killed_with_its_tr
         assert len(live(kids)) == 2
     assert c.exit_status == "sigkill"
     assert live([c.pid, *kids]) == []  # including the grandchild in its own session
-    assert time.monotonic() - started < 5
+    # The graces add up to under a second; the loose bound only proves that teardown does not
+    # wait on the child (which would never exit by itself), without flaking on a loaded machine.
+    assert time.monotonic() - started < 30
 
 
 async def test_version_mismatch_is_refused(tmp_path):

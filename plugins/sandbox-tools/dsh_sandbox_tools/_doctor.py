@@ -1,0 +1,46 @@
+"""``dsh doctor``'s sandbox line: the real probe ``bash`` would use, and what to install."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .mechanisms import get_runner
+from .policy import Settings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.doctor import Finding
+
+INSTALL_BWRAP = "apt-get install -y bubblewrap   (Debian/Ubuntu package: bubblewrap)"
+
+
+class SandboxCheck:
+    name = "sandbox"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def run(self) -> "Finding":
+        from dsh_core.doctor import Finding
+
+        mode, mech = self.settings.mode, self.settings.mechanism
+        result = await get_runner(mech)  # the same probe, run once per process, that bash uses
+        tried = result.summary()
+        bwrap_missing = result.attempts.get("bwrap", "").startswith("not installed")
+        runner = result.runner
+        if runner is None:
+            if mech == "none":
+                fix = "unset DSH_SANDBOX_MECHANISM / [config.sandbox-tools] mechanism"
+            elif bwrap_missing or mech == "landlock":
+                fix = INSTALL_BWRAP
+            else:
+                fix = "bubblewrap is installed but cannot start here (are user namespaces allowed?)"
+            if mode == "danger-full-access":
+                return Finding(self.name, "warn", f"none usable ({tried}); {mode} runs commands unconfined", fix)
+            return Finding(self.name, "fail", f"none usable ({tried}); bash refuses every command in {mode} mode", fix)
+        detail = f"{runner.detail} confines bash in {mode} mode ({tried})"
+        if runner.partial:
+            return Finding(self.name, "warn", f"{detail}; partial: {runner.detail} cannot confine truncation",
+                           INSTALL_BWRAP)
+        if runner.name == "landlock" and bwrap_missing:
+            return Finding(self.name, "ok", detail, f"optional, for a read-only root and a pid namespace: {INSTALL_BWRAP}")
+        return Finding(self.name, "ok", detail)

@@ -1,0 +1,75 @@
+"""Each distribution declares exactly the third-party packages its code imports.
+
+Read from the sources with ``ast`` (every import, also those inside functions), mapped to
+distributions through the installed metadata, and compared with the ``pyproject.toml``
+that builds the wheel: a plugin that imports something it does not declare breaks a
+wheel install; a declared package nobody imports is weight every user carries.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DISTRIBUTIONS = [REPO, *sorted(p.parent for p in (REPO / "plugins").glob("*/pyproject.toml"))]
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_name(req: str) -> str:
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+    assert match, req
+    return _norm(match.group(1))
+
+
+def _imported_top_levels(files: list[Path]) -> set[str]:
+    names: set[str] = set()
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"), str(f))):
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def _third_party(modules: set[str], own: set[str]) -> dict[str, str]:
+    """module -> distribution, for every import that is neither stdlib nor the distribution's own."""
+    owners = packages_distributions()
+    out = {}
+    for m in sorted(modules - own - set(sys.stdlib_module_names) - {"__future__"}):
+        dists = owners.get(m)
+        assert dists, f"import {m!r}: no installed distribution provides it"
+        out[m] = _norm(dists[0])
+    return out
+
+
+@pytest.mark.parametrize("root", DISTRIBUTIONS, ids=lambda p: p.name if p != REPO else "dsh")
+def test_declared_dependencies_are_exactly_the_imported_ones(root):
+    label = root.name if root != REPO else "dsh"
+    meta = tomllib.loads((root / "pyproject.toml").read_text())
+    project, packages = meta["project"], meta["tool"]["setuptools"]["packages"]
+    own = {p.split(".")[0] for p in packages}
+    declared = {_requirement_name(r) for r in project.get("dependencies", [])}
+    test_extra = {_requirement_name(r) for r in project.get("optional-dependencies", {}).get("test", [])}
+
+    files = [f for p in own for f in (root / p).rglob("*.py")]
+    assert files, root
+    # dsh_core.testing is the opt-in pytest plugin: its imports belong to the `test` extra.
+    runtime = [f for f in files if f.name != "testing.py" or root != REPO]
+    needed = set(_third_party(_imported_top_levels(runtime), own).values())
+    assert needed - declared == set(), f"{label}: imported but not declared in [project] dependencies"
+    assert declared - needed == set(), f"{label}: declared but never imported"
+    if root == REPO:
+        testing_needs = set(_third_party(_imported_top_levels([REPO / "dsh_core" / "testing.py"]), own).values())
+        assert testing_needs - declared - test_extra == set(), "dsh_core.testing imports beyond dsh[test]"
+        assert "httpx" not in declared  # the DeepSeek adapter's client, not the core's

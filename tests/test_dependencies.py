@@ -64,12 +64,15 @@ def test_declared_dependencies_are_exactly_the_imported_ones(root):
 
     files = [f for p in own for f in (root / p).rglob("*.py")]
     assert files, root
-    # dsh_core.testing is the opt-in pytest plugin: its imports belong to the `test` extra.
-    runtime = [f for f in files if f.name != "testing.py" or root != REPO]
+    # A package's testing.py (dsh_core.testing, dsh_sandbox_tools.testing) is opt-in pytest support:
+    # its imports belong to the distribution's `test` extra, not to every user's install.
+    helpers = [f for f in files if f.name == "testing.py"]
+    runtime = [f for f in files if f not in helpers]
     needed = set(_third_party(_imported_top_levels(runtime), own).values())
     assert needed - declared == set(), f"{label}: imported but not declared in [project] dependencies"
     assert declared - needed == set(), f"{label}: declared but never imported"
+    testing_needs = set(_third_party(_imported_top_levels(helpers), own).values())
+    assert testing_needs - declared - test_extra == set(), f"{label}: testing.py imports beyond {label}[test]"
     if root == REPO:
-        testing_needs = set(_third_party(_imported_top_levels([REPO / "dsh_core" / "testing.py"]), own).values())
-        assert testing_needs - declared - test_extra == set(), "dsh_core.testing imports beyond dsh[test]"
+        assert helpers  # dsh_core.testing
         assert "httpx" not in declared  # the DeepSeek adapter's client, not the core's

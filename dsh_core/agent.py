@@ -25,6 +25,7 @@ import anyio
 
 from .diag import warn
 from .errors import AgentDisposed, ModelError, ToolError
+from .schedule import ToolScheduler
 from .types import (
     AgentError,
     ApprovalOutcome,
@@ -125,6 +126,11 @@ class ToolContext:
         """Ask the approval seam (one-shot). Returns the outcome; nothing is remembered."""
         req = ApprovalRequest(agent=self.agent, tool_name=self.tool_name, call_id=self.call_id, reason=reason)
         return await self.host.approvals.request(req)
+
+    def splice(self, content: list[ContentBlock]) -> None:
+        """Show the model ``content`` (e.g. an image a nested call produced) as a user message
+        (source ``tool``) spliced in after this step's tool results, before the next model call."""
+        self.agent.splice(content)
 
 
 class _TurnFailed(Exception):
@@ -229,6 +235,9 @@ class Agent:
         self._disposed = False
         self._wake: anyio.Event | None = None
         self._header_sent = False
+        self._offered: list[str] | None = None  # None: every tool is offered to the model
+        self._unknown_hint = ""
+        self._spliced: list[UserMessage] = []
         if spec.parent is not None:
             spec.parent.children.append(self)
 
@@ -275,6 +284,23 @@ class Agent:
         """Switch the exact model of this session (the next request uses it)."""
         self.route = self.provider.resolve(model)
         self._header_sent = False
+
+    def offer(self, names: list[str], *, hint: str = "") -> None:
+        """Offer only ``names`` (in this order) to the model. A direct call of any other tool is
+        answered ``UNKNOWN_TOOL`` followed by ``hint``; every tool stays callable through
+        ``call_tool`` (code mode offers only ``run_code`` and calls the others from programs)."""
+        self._offered = [n for n in names if n in self.tools]
+        self._unknown_hint = hint
+        self._header_sent = False
+
+    @property
+    def offered(self) -> list[str]:
+        return list(self.tools) if self._offered is None else list(self._offered)
+
+    def splice(self, content: list[ContentBlock]) -> None:
+        """Queue a user message (source ``tool``) for the history after the current step's tool results."""
+        if content:
+            self._spliced.append(UserMessage(id=new_id("msg_"), content=list(content), source="tool"))
 
     def submit(self, message: UserMessage) -> None:
         """Publish ``user/message`` and queue it for the next turn. Never blocks."""
@@ -382,7 +408,7 @@ class Agent:
         )
 
     def _request(self) -> ModelRequest:
-        tools = [t.spec for t in self.tools.values()] if self.route.tools else []
+        tools = [self.tools[n].spec for n in self.offered] if self.route.tools else []
         if not self._header_sent:
             self._header_sent = True
             self.emit(
@@ -480,13 +506,23 @@ class Agent:
                     )
                 raise
 
+    def parallel_safe(self, name: str) -> bool:
+        """Whether calls of ``name`` may overlap (unknown tools run nothing, so they may)."""
+        tool = self.tools.get(name)
+        return tool is None or bool(getattr(tool.spec, "parallel_safe", False))
+
     async def _run_tools(self, turn: int, step: int, calls: list[ToolCallBlock]) -> None:
         results: list[ToolOutput | None] = [None] * len(calls)
         for call in calls:
             self.emit(ToolCallEvent(turn=turn, step=step, call_id=call.id, name=call.name, arguments=call.arguments))
+        # Calls start in the model's order; parallel-safe ones overlap, exclusive ones (writes,
+        # commands) run alone, so two writes of one message never race.
+        scheduler = ToolScheduler()
+        tickets = [scheduler.ticket(self.parallel_safe(c.name) or c.name not in self.offered) for c in calls]
 
         async def run_one(i: int, call: ToolCallBlock) -> None:
-            results[i] = await self._run_tool(turn, step, call)
+            async with tickets[i]:
+                results[i] = await self._run_tool(turn, step, call)
 
         try:
             async with anyio.create_task_group() as tg:
@@ -499,28 +535,50 @@ class Agent:
                 result = ToolResultMessage(call_id=call.id, name=call.name, content=out.content, is_error=out.is_error)
                 self._history.append(result)
                 self.emit(ToolResultEvent(turn=turn, step=step, result=result, code=out.code))
+            spliced, self._spliced = self._spliced, []
+            for message in spliced:
+                self._history.append(message)
+                self.emit(UserMessageEvent(message=message))
 
     async def _run_tool(self, turn: int, step: int, call: ToolCallBlock) -> ToolOutput:
-        tool = self.tools.get(call.name)
+        if call.name not in self.offered:
+            known = ", ".join(self.offered) or "none"
+            hint = f" {self._unknown_hint}" if self._unknown_hint and call.name in self.tools else ""
+            return ToolOutput.text(
+                f"Error: unknown tool {call.name!r}. Available tools: {known}.{hint}", is_error=True, code="UNKNOWN_TOOL"
+            )
+        return await self.call_tool(call.name, call.arguments, call_id=call.id, turn=turn, step=step)
+
+    async def call_tool(
+        self, name: str, arguments: str | dict[str, Any], *, call_id: str, turn: int, step: int
+    ) -> ToolOutput:
+        """Run one tool call through the normal tool path: lookup among all of this agent's tools
+        (offered or not), argument decoding, a ``ToolContext`` (so approvals reach the approval
+        seam with ``call_id``), and errors mapped to error results. Never raises for a tool's
+        failure; cancellation propagates. Tools that call tools (code mode) use this."""
+        tool = self.tools.get(name)
         if tool is None:
             known = ", ".join(self.tools) or "none"
             return ToolOutput.text(
-                f"Error: unknown tool {call.name!r}. Available tools: {known}.", is_error=True, code="UNKNOWN_TOOL"
+                f"Error: unknown tool {name!r}. Available tools: {known}.", is_error=True, code="UNKNOWN_TOOL"
             )
-        try:
-            args = json.loads(call.arguments) if call.arguments.strip() else {}
-            if not isinstance(args, dict):
-                raise ValueError("arguments must be a JSON object")
-        except ValueError as exc:
-            return ToolOutput.text(
-                f"Error: the arguments of {call.name} are not a JSON object ({exc}). Call it again with valid JSON.",
-                is_error=True,
-                code="INVALID_ARGUMENTS",
-            )
-        ctx = ToolContext(agent=self, call_id=call.id, tool_name=call.name, turn=turn, step=step)
+        if isinstance(arguments, dict):
+            args = arguments
+        else:
+            try:
+                args = json.loads(arguments) if arguments.strip() else {}
+                if not isinstance(args, dict):
+                    raise ValueError("arguments must be a JSON object")
+            except ValueError as exc:
+                return ToolOutput.text(
+                    f"Error: the arguments of {name} are not a JSON object ({exc}). Call it again with valid JSON.",
+                    is_error=True,
+                    code="INVALID_ARGUMENTS",
+                )
+        ctx = ToolContext(agent=self, call_id=call_id, tool_name=name, turn=turn, step=step)
         try:
             return await tool.run(args, ctx)
         except ToolError as exc:
             return ToolOutput.text(f"Error: {exc.message}", is_error=True, code=exc.code)
         except Exception as exc:
-            return ToolOutput.text(f"Error: tool {call.name} crashed: {exc!r}", is_error=True, code="TOOL_CRASHED")
+            return ToolOutput.text(f"Error: tool {name} crashed: {exc!r}", is_error=True, code="TOOL_CRASHED")

@@ -64,3 +64,14 @@ class AttachmentError(DshError):
 
 class AttachmentCorrupt(DshError):
     """A stored object is missing or does not hash to its digest."""
+
+
+class CodeCallError(DshError):
+    """Raised by ``CodeBindings.call`` when a program's tool call fails; the runtime turns it into
+    the program's ``ToolCallError`` (``tool_name``, the message, the tool's error ``code``)."""
+
+    def __init__(self, tool_name: str, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.tool_name = tool_name
+        self.message = message
+        self.code = code

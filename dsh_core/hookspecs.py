@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .agent import Agent, AgentSpec
     from .cli import CommandRegistry
     from .host import Host
-    from .protocols import AttachmentStore, DoctorCheck, FrontDoor, ModelProvider, SessionStore, Tool
+    from .protocols import AttachmentStore, CodeRuntime, DoctorCheck, FrontDoor, ModelProvider, SessionStore, Tool
     from .types import ApprovalRequest, DurableEvent
 
 hookspec = pluggy.HookspecMarker("dsh")
@@ -140,6 +140,18 @@ def dsh_check_approval(
     Called by the approval service for every request. ``"allow"``/``"deny"`` decide
     at once (one-shot, nothing remembered); ``"ask"`` or None (no opinion) go on to
     the answerers (front doors), tried newest first; none answering → unavailable.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_code_runtime(session: "Agent", host: "Host") -> "CodeRuntime | None":
+    """Pick the runtime that runs one program of code mode (``run_code``) for ``session``.
+
+    Called by the code-mode plugin each time a program of that session is to run (keep it
+    cheap: the session gives the cwd and the route). First non-None wins; code-mode's own default (trylast) is a
+    fresh Python subprocess per run, confined by the sandbox ``bash`` uses. A runtime
+    declares its ``language`` (the prompt's API is rendered for it) and implements
+    ``run(program, bindings, cancel)`` (see ``protocols.CodeRuntime``).
     """
 
 

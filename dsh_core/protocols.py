@@ -7,12 +7,15 @@ does I/O is async and runs inside the host's anyio task group.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import anyio
 
 from .types import (
     ApprovalOutcome,
     ApprovalRequest,
+    CodeRunResult,
     DurableEvent,
     ImageBlock,
     ModelDelta,
@@ -122,6 +125,37 @@ class FrontDoor(Protocol):
     name: str
 
     async def serve(self, host: "Host") -> None: ...
+
+
+@runtime_checkable
+class CodeBindings(Protocol):
+    """What a program may call: ``names`` are the tools (``tools.<name>`` in the program).
+
+    ``call(name, args)`` is synchronous and must be called in the program's order: it gives
+    the call its place in line and its number at once (whatever order tasks then run in), and
+    returns an awaitable that runs the call through the host's tool path and yields its
+    JSON-compatible result, or raises ``dsh_core.errors.CodeCallError`` (the program sees
+    ``ToolCallError``)."""
+
+    names: Sequence[str]
+
+    def call(self, name: str, args: dict[str, Any]) -> Awaitable[Any]: ...
+
+
+@runtime_checkable
+class CodeRuntime(Protocol):
+    """Runs one program (code mode). ``language`` names what ``program`` is written in (``python``).
+
+    ``run`` executes ``program`` — the body of an async function: top-level ``await`` and
+    ``return`` — with ``bindings`` as its tool API, and returns a ``CodeRunResult`` (output
+    lines, return value, or an error with its kind). Setting ``cancel`` aborts the program
+    (error kind ``abort``); cancelling the calling task aborts it too and propagates. Either
+    way nothing the program started may survive ``run``.
+    """
+
+    language: str
+
+    async def run(self, program: str, bindings: CodeBindings, cancel: anyio.Event) -> CodeRunResult: ...
 
 
 @runtime_checkable

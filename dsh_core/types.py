@@ -201,6 +201,31 @@ class ApprovalDecided(Event, tag="approval/decided", kw_only=True):
     answered_by: str | None = None
 
 
+class CodeDispatchStart(Event, tag="tool/code-dispatch-start", kw_only=True):
+    """A tool call made by a program (code mode) is about to start; ``call_id`` is ``<parent>:code:<n>``."""
+
+    turn: int
+    step: int
+    call_id: str
+    parent_call_id: str
+    name: str
+    arguments: str  # the JSON arguments, as the program passed them
+
+
+class CodeDispatch(Event, tag="tool/code-dispatch", kw_only=True):
+    """A program's tool call finished; ``result`` is the native result content (never the model's history)."""
+
+    turn: int
+    step: int
+    call_id: str
+    parent_call_id: str
+    name: str
+    arguments: str
+    is_error: bool = False
+    result: list[ContentBlock] = msgspec.field(default_factory=list)
+    code: str | None = None
+
+
 class Note(Event, tag="note", kw_only=True):
     """Free-form plugin event (tracing, indexes). ``kind`` names the producer's vocabulary."""
 
@@ -222,6 +247,8 @@ DurableEvent = Union[
     AgentError,
     ApprovalAsked,
     ApprovalDecided,
+    CodeDispatchStart,
+    CodeDispatch,
     Note,
 ]
 
@@ -244,9 +271,19 @@ class ModelInfo(_Base, kw_only=True):
 
 
 class ToolSpec(_Base, kw_only=True):
+    """What the model sees (``name``, ``description``, ``parameters``) plus two declarations it does not:
+
+    - ``output_schema``: a JSON schema of the tool's structured result (``ToolOutput.structured``),
+      for callers that consume results as data (code mode); None means "the result's text".
+    - ``parallel_safe``: True when calls may overlap with other parallel-safe calls (reads);
+      False (the default) makes each call run alone, after the calls before it (writes, commands).
+    """
+
     name: str
     description: str
     parameters: dict[str, Any]
+    output_schema: dict[str, Any] | None = None
+    parallel_safe: bool = False
 
 
 class ModelRequest(_Base, kw_only=True):
@@ -310,9 +347,14 @@ class RetryPolicy(_Base, kw_only=True):
 
 
 class ToolOutput(_Base, kw_only=True):
+    """A tool's result. ``content`` goes to the model; ``structured`` (optional, JSON-compatible, shaped
+    by ``ToolSpec.output_schema``) is the same result as data for programs (code mode) and never
+    reaches the model's history."""
+
     content: list[ContentBlock]
     is_error: bool = False
     code: str | None = None
+    structured: Any = None
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False, code: str | None = None) -> "ToolOutput":
@@ -327,6 +369,22 @@ class ApprovalRequest(msgspec.Struct, kw_only=True):
     call_id: str | None
     reason: str
     id: str = ""
+
+
+class CodeRunError(_Base, kw_only=True):
+    """Why a program failed: ``kind`` is exception | timeout | abort | worker-exit | invalid-output | output-limit."""
+
+    kind: Literal["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit"]
+    message: str
+
+
+class CodeRunResult(_Base, kw_only=True):
+    """What a code runtime returns: the program's captured output lines, its return value (None: none)
+    and, on failure, the error."""
+
+    logs: list[str] = msgspec.field(default_factory=list)
+    value: Any = None
+    error: CodeRunError | None = None
 
 
 class Route(_Base, kw_only=True):

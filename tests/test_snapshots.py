@@ -224,6 +224,32 @@ ESCALATION_SCRIPT = {
         {"text": "tool said: {tool_result}"}]}],
 }
 
+CODE_TURN = """\
+first = await tools.bash(command="echo CODE_ONE")
+second = await tools.bash(command="echo CODE_TWO")
+print("captured output")
+return first["output"].strip() + "+" + second["output"].strip()
+"""
+CODE_SCRIPT = {
+    "rules": [
+        {"when": "^code", "steps": [
+            {"tool": "run_code", "args": {"code": CODE_TURN, "description": "two commands, one answer"}},
+            {"text": "program said: {tool_result}"}]},
+        {"when": "^both", "steps": [
+            {"tool": "read", "args": {"path": "notes.txt"}},
+            {"tool": "run_code", "args": {"code": 'r = await tools.bash(command="wc -l < notes.txt")\n'
+                                                  'return "lines: " + r["output"].strip()',
+                                          "description": "count the lines"}},
+            {"text": "program said: {tool_result}"}]},
+        {"when": "red.png", "steps": [
+            {"tool": "run_code", "args": {"code": 'r = await tools.read_image(path="red.png")\n'
+                                                  'return f"{r[\'mime\']} {r[\'width\']}x{r[\'height\']}"',
+                                          "description": "look at the image"}},
+            {"text": "program said: {tool_result}"}]},
+    ],
+}
+CODE_VISION_SCRIPT = {**CODE_SCRIPT, "capabilities": {"image_input": True}}
+
 SCENARIOS = {
     "handshake": ("acp-agent", sc_handshake),
     "reject-extra-dirs": ("acp-agent", sc_reject_extra_dirs),
@@ -248,7 +274,13 @@ SCENARIOS = {
     "fs-policy-reject": ("acp-agent", sc_one_prompt("policy check"), TOOLS_SCRIPT),
     "bash-spill": ("acp-agent", sc_one_prompt("spill lots"), TOOLS_SCRIPT),
     "cancel-tool-calls": ("acp-agent", sc_cancel_tool_calls, TOOLS_SCRIPT),
+    # code mode (snapshots/code-mode/): run_code's nested calls appear only in the durable log
+    "code-mode-turn": ("code-mode", sc_one_prompt("code please"), CODE_SCRIPT),
+    "both-mode-turn": ("both-mode", sc_one_prompt("both ways"), CODE_SCRIPT),
+    "code-mode-read-image": ("code-mode", sc_read_image, CODE_VISION_SCRIPT),
 }
+# These also pin the request header (system prompt with the generated API, and the tool schemas).
+PINS_HEADER = {"code-mode-turn", "both-mode-turn"}
 
 
 # Scenarios whose commands run confined: once per sandbox mechanism the machine has, against the
@@ -275,7 +307,7 @@ async def test_scenario(name, mechanism, acp_agent, scripted, snapshot):
         run.home = acp_agent.home
         await body(run, sids)
     replacements = {str(script): "{{script}}", str(acp_agent.home): "{{home}}", str(run.cwd): "{{cwd}}"}
-    snapshot.snapshot_dir = SNAPSHOTS / name
+    snapshot.snapshot_dir = (SNAPSHOTS.parent / "code-mode" if example in ("code-mode", "both-mode") else SNAPSHOTS) / name
     snapshot.assert_match(normalize_stdout(run.frames, sids, replacements), "stdout.jsonl")
     if name == "bash-escalation-approved":
         assert Path(ESCALATION_TARGET).read_text() == "escalated\n"
@@ -284,3 +316,8 @@ async def test_scenario(name, mechanism, acp_agent, scripted, snapshot):
         assert not Path(ESCALATION_TARGET).exists()
     logs = [s for s in sids if (acp_agent.home / "sessions" / f"{s}.jsonl").exists()]
     snapshot.assert_match(normalize_log(acp_agent.home, logs, replacements) if logs else "", "session.jsonl")
+    if name in PINS_HEADER:
+        header = next(json.loads(line) for line in normalize_log(acp_agent.home, logs[:1], replacements).splitlines()
+                      if json.loads(line)["type"] == "request/header")
+        snapshot.assert_match(header["system"] + "\n", "system-prompt.md")
+        snapshot.assert_match(json.dumps(header["tools"], indent=2) + "\n", "tool-schemas.json")

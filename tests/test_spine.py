@@ -119,8 +119,15 @@ class Tools:
             await anyio.sleep(60)
             return "never"
 
-        register(FunctionTool("echo", "Echo x.", {"type": "object"}, echo))
-        register(FunctionTool("sleepy", "Sleep.", {"type": "object"}, sleepy))
+        async def note(args, ctx):  # exclusive: records when it starts and ends
+            self.calls.append(("start", args["x"]))
+            await anyio.sleep(0.01)
+            self.calls.append(("end", args["x"]))
+            return "ok"
+
+        register(FunctionTool("echo", "Echo x.", {"type": "object"}, echo, parallel_safe=True))
+        register(FunctionTool("sleepy", "Sleep.", {"type": "object"}, sleepy, parallel_safe=True))
+        register(FunctionTool("note", "Note x.", {"type": "object"}, note))
 
 
 async def _host(script: Path, tools: Tools | None = None):
@@ -187,6 +194,33 @@ async def test_cancel_during_a_tool_gives_every_call_a_result(scripted, tmp_path
         await agent.wait_idle()
         results = [e for e in _events(host, agent) if isinstance(e, ToolResultEvent)]
         assert [(r.result.name, r.code) for r in results] == [("sleepy", "ABORTED"), ("echo", None)]
+
+
+async def test_exclusive_calls_of_one_message_run_alone_in_order(scripted, tmp_path):
+    # Two writes of one assistant message used to run concurrently; exclusive tools now run
+    # one after the other, in the model's order, and a parallel-safe call waits its turn too.
+    script = scripted({"default": [{"tools": [{"name": "note", "args": {"x": "1"}}, {"name": "echo", "args": {"x": "e"}},
+                                              {"name": "note", "args": {"x": "2"}}]}, {"text": "done"}]})
+    tools = Tools()
+    async with await _host(script, tools) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await agent.wait_idle()
+    assert tools.calls == [("start", "1"), ("end", "1"), {"x": "e"}, ("start", "2"), ("end", "2")]
+
+
+async def test_an_exclusive_call_waits_for_the_parallel_safe_calls_before_it(scripted, tmp_path):
+    script = scripted({"default": [{"tools": [{"name": "sleepy", "args": {}}, {"name": "note", "args": {"x": "1"}}]}]})
+    tools = Tools()
+    async with await _host(script, tools) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await anyio.sleep(0.1)
+        assert tools.calls == []  # note has not started while sleepy runs
+        agent.cancel()
+        await agent.wait_idle()
+        results = [e for e in _events(host, agent) if isinstance(e, ToolResultEvent)]
+        assert [(r.result.name, r.code) for r in results] == [("sleepy", "ABORTED"), ("note", "ABORTED")]
 
 
 async def test_retryable_errors_are_retried_and_recorded(scripted, tmp_path):

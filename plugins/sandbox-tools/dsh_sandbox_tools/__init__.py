@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dsh_core import hookimpl
 
+from .confine import Confined, confine
 from .mechanisms import get_runner
 from .policy import PLUGIN, Settings, temp_roots
 from .tools import Sandbox, make_tools
@@ -26,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.agent import AgentSpec
     from dsh_core.host import Host
 
-__all__ = ["Sandbox", "Settings", "sandbox_for"]
+__all__ = ["Confined", "Sandbox", "Settings", "confine", "sandbox_for"]
 
 _by_host: "weakref.WeakKeyDictionary[Any, Sandbox]" = weakref.WeakKeyDictionary()
 _last: Sandbox | None = None  # the sandbox configured most recently (dsh_register_tools has no host yet)

@@ -132,6 +132,47 @@ def _schema(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
+def _out(props: dict[str, Any]) -> dict[str, Any]:
+    """An output schema: every listed property is always present."""
+    return {"type": "object", "properties": props, "required": list(props)}
+
+
+_INT = {"type": "integer"}
+_STR = {"type": "string"}
+_BOOL = {"type": "boolean"}
+_OPT_INT = {"type": ["integer", "null"]}
+_OPT_STR = {"type": ["string", "null"]}
+
+# The structured results (ToolOutput.structured) that programs see in code mode; the model's
+# text results are unchanged.
+BASH_OUTPUT = _out({
+    "exit_code": {**_OPT_INT, "description": "The exit status; None when timed out or killed by a signal."},
+    "output": {**_STR, "description": "stdout and stderr merged, bounded; when spilled it names the file "
+               "holding the whole output."},
+    "timed_out": _BOOL,
+    "signal": {**_OPT_INT, "description": "The signal that killed the command, if any."},
+    "spill_path": {**_OPT_STR, "description": "The file with the full output when it was too long, else None."},
+})
+READ_OUTPUT = _out({
+    "path": _STR,
+    "text": {**_STR, "description": "The lines of the window, exactly as in the file (no line numbers)."},
+    "first_line": {**_INT, "description": "1-based number of the first line shown (0 when none)."},
+    "last_line": {**_INT, "description": "Number of the last line shown (0 when none)."},
+    "total_lines": _INT,
+})
+WRITE_OUTPUT = _out({"path": _STR, "created": {**_BOOL, "description": "false when it overwrote a file"},
+                     "bytes": _INT})
+EDIT_OUTPUT = _out({"path": _STR, "replacements": _INT})
+GLOB_OUTPUT = _out({"paths": {"type": "array", "items": _STR, "description": "Relative to the workspace when "
+                              "inside it."}, "truncated": _BOOL})
+GREP_OUTPUT = _out({
+    "matches": {"type": "array", "items": _out({"path": _STR, "line": _INT, "text": _STR})},
+    "truncated": _BOOL,
+})
+READ_IMAGE_OUTPUT = _out({"path": _STR, "mime": _STR, "bytes": _INT,
+                          "width": _OPT_INT, "height": _OPT_INT})
+
+
 def _str_arg(args: dict[str, Any], key: str, *, required: bool = True, allow_empty: bool = False) -> str | None:
     v = args.get(key)
     if v is None:
@@ -185,6 +226,7 @@ class BashTool:
                 },
                 ["command"],
             ),
+            output_schema=BASH_OUTPUT,
         )
 
     async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput:
@@ -244,14 +286,23 @@ class BashTool:
             hint = self.sb.hint(mode)
             if hint:
                 lines.append(hint)
-        return ToolOutput.text("\n".join(lines), is_error=is_error, code="TIMEOUT" if result.timed_out else None)
+        out = ToolOutput.text("\n".join(lines), is_error=is_error, code="TIMEOUT" if result.timed_out else None)
+        out.structured = {
+            "exit_code": result.exit_code if result.signal is None else None,
+            "output": text,
+            "timed_out": result.timed_out,
+            "signal": result.signal,
+            "spill_path": str(result.spill_path) if result.spill_path is not None else None,
+        }
+        return out
 
 
 # ------------------------------------------------------------------------------ read / write / edit
 
 
-def _read_window(path: str, offset: int, limit: int) -> tuple[str, int, int, int, int]:
-    """(numbered text, first line, last line, total lines, mtime_ns) of a text file."""
+def _read_window(path: str, offset: int, limit: int, exact: list[str] | None = None) -> tuple[str, int, int, int, int]:
+    """(numbered text, first line, last line, total lines, mtime_ns) of a text file; the window's
+    exact lines are appended to ``exact`` when given."""
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
         head = f.read(8192)
@@ -265,6 +316,8 @@ def _read_window(path: str, offset: int, limit: int) -> tuple[str, int, int, int
         n = 0
         for n, raw in enumerate(f, start=1):
             if offset <= n < offset + limit:
+                if exact is not None:
+                    exact.append(raw.decode("utf-8", errors="replace"))
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                 if len(line) > READ_MAX_LINE:
                     line = line[:READ_MAX_LINE] + f"… [line truncated, {len(line)} chars]"
@@ -290,6 +343,8 @@ class ReadTool:
                 },
                 ["path"],
             ),
+            output_schema=READ_OUTPUT,
+            parallel_safe=True,
         )
 
     async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput:
@@ -301,20 +356,22 @@ class ReadTool:
         if os.path.isdir(path):
             raise ToolError(f"{raw} is a directory; use glob to list it", code="IS_DIRECTORY")
         try:
-            text, first, last, total, mtime = await anyio.to_thread.run_sync(_read_window, path, offset, limit)
+            exact: list[str] = []
+            text, first, last, total, mtime = await anyio.to_thread.run_sync(_read_window, path, offset, limit, exact)
         except FileNotFoundError:
             raise ToolError(f"{raw} does not exist (paths are relative to {ctx.cwd})", code="NOT_FOUND") from None
         except PermissionError:
             raise ToolError(f"{raw}: permission denied", code="PERMISSION_DENIED") from None
         self.sb.reads(ctx.agent)[os.path.realpath(path)] = mtime
+        data = {"path": raw, "text": "".join(exact), "first_line": first, "last_line": last, "total_lines": total}
         if total == 0:
-            return ToolOutput.text(f"{raw} is empty (0 lines)")
-        if not text:
-            return ToolOutput.text(f"{raw} has {total} lines; offset {offset} is past the end")
-        if first != 1 or last != total:
+            text = f"{raw} is empty (0 lines)"
+        elif not text:
+            text = f"{raw} has {total} lines; offset {offset} is past the end"
+        elif first != 1 or last != total:
             more = f"; continue with offset={last + 1}" if last < total else ""
             text += f"\n[lines {first}–{last} of {total}{more}]"
-        return ToolOutput.text(text)
+        return ToolOutput(content=[TextBlock(text=text)], structured=data)
 
 
 def _denied(sb: Sandbox, exc: PathDenied, mode: str, raw: str) -> ToolError:
@@ -356,6 +413,7 @@ class WriteTool:
                 },
                 ["path", "content"],
             ),
+            output_schema=WRITE_OUTPUT,
         )
 
     async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput:
@@ -377,7 +435,9 @@ class WriteTool:
             raise ToolError(f"cannot write {raw}: {exc.strerror}", code="WRITE_FAILED") from None
         self.sb.reads(ctx.agent)[os.path.realpath(path)] = mtime
         verb = "overwrote" if existed else "created"
-        return ToolOutput.text(f"{verb} {raw} ({len(data)} bytes)")
+        out = ToolOutput.text(f"{verb} {raw} ({len(data)} bytes)")
+        out.structured = {"path": raw, "created": not existed, "bytes": len(data)}
+        return out
 
 
 class EditTool:
@@ -399,6 +459,7 @@ class EditTool:
                 },
                 ["path", "old_string", "new_string"],
             ),
+            output_schema=EDIT_OUTPUT,
         )
 
     async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput:
@@ -447,7 +508,9 @@ class EditTool:
             raise ToolError(f"cannot write {raw}: {exc.strerror}", code="WRITE_FAILED") from None
         reads[real] = mtime
         n = count if replace_all else 1
-        return ToolOutput.text(f"edited {raw}: replaced {n} occurrence{'s' if n != 1 else ''}")
+        out = ToolOutput.text(f"edited {raw}: replaced {n} occurrence{'s' if n != 1 else ''}")
+        out.structured = {"path": raw, "replacements": n}
+        return out
 
 
 # ------------------------------------------------------------------------------ glob / grep
@@ -483,6 +546,8 @@ class GlobTool:
                 },
                 ["pattern"],
             ),
+            output_schema=GLOB_OUTPUT,
+            parallel_safe=True,
         )
 
     async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput:
@@ -497,15 +562,19 @@ class GlobTool:
             found, more = await anyio.to_thread.run_sync(_glob, base, pattern)
         except ValueError as exc:
             raise ToolError(f"bad glob pattern: {exc}", code="INVALID_ARGUMENTS") from None
+        shown = [_display(p, ctx.cwd) for p in found]
+        data = {"paths": shown, "truncated": more}
         if not found:
-            return ToolOutput.text(f"no files match {pattern!r} under {_display(base, ctx.cwd)}")
-        lines = [_display(p, ctx.cwd) for p in found]
+            return ToolOutput(content=[TextBlock(text=f"no files match {pattern!r} under {_display(base, ctx.cwd)}")],
+                              structured=data)
+        lines = list(shown)
         if more:
             lines.append(f"[more than {GLOB_MAX} matches; narrow the pattern]")
-        return ToolOutput.text("\n".join(lines))
+        return ToolOutput(content=[TextBlock(text="\n".join(lines))], structured=data)
 
 
-def _grep(base: str, rx: "re.Pattern[str]", name_glob: str | None, cwd: str) -> tuple[list[str], bool]:
+def _grep(base: str, rx: "re.Pattern[str]", name_glob: str | None, cwd: str,
+          found: list[dict[str, Any]] | None = None) -> tuple[list[str], bool]:
     out: list[str] = []
 
     def scan(path: str) -> bool:
@@ -523,6 +592,8 @@ def _grep(base: str, rx: "re.Pattern[str]", name_glob: str | None, cwd: str) -> 
                 if len(line) > 500:
                     line = line[:500] + "…"
                 out.append(f"{_display(path, cwd)}:{n}: {line}")
+                if found is not None:
+                    found.append({"path": _display(path, cwd), "line": n, "text": line})
                 if len(out) >= GREP_MAX:
                     return True
         return False
@@ -555,6 +626,8 @@ class GrepTool:
                 },
                 ["pattern"],
             ),
+            output_schema=GREP_OUTPUT,
+            parallel_safe=True,
         )
 
     async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput:
@@ -568,13 +641,15 @@ class GrepTool:
             raise ToolError(f"bad regular expression: {exc}", code="INVALID_ARGUMENTS") from None
         if not os.path.exists(base):
             raise ToolError(f"{base} does not exist", code="NOT_FOUND")
-        hits, more = await anyio.to_thread.run_sync(_grep, base, rx, name_glob, os.path.realpath(ctx.cwd),
+        found: list[dict[str, Any]] = []
+        hits, more = await anyio.to_thread.run_sync(_grep, base, rx, name_glob, os.path.realpath(ctx.cwd), found,
                                                     abandon_on_cancel=True)
+        data = {"matches": found, "truncated": more}
         if not hits:
-            return ToolOutput.text(f"no matches for {pattern!r}")
+            return ToolOutput(content=[TextBlock(text=f"no matches for {pattern!r}")], structured=data)
         if more:
             hits.append(f"[stopped after {GREP_MAX} matches; narrow the pattern or path]")
-        return ToolOutput.text("\n".join(hits))
+        return ToolOutput(content=[TextBlock(text="\n".join(hits))], structured=data)
 
 
 # ------------------------------------------------------------------------------ read_image
@@ -588,6 +663,8 @@ class ReadImageTool:
             description="Look at an image file in the workspace (png, jpeg, gif, webp): it is attached to the "
             "conversation so you can see it. Only for models with image input.",
             parameters=_schema({"path": {"type": "string", "description": "Image file to view."}}, ["path"]),
+            output_schema=READ_IMAGE_OUTPUT,
+            parallel_safe=True,
         )
 
     async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput:
@@ -626,7 +703,10 @@ class ReadImageTool:
         except Exception as exc:
             raise ToolError(f'cannot attach "{raw}": {exc}', code="ATTACHMENT_FAILED") from None
         assert isinstance(block, ImageBlock)
-        return ToolOutput(content=[TextBlock(text=f"image {raw} ({mime}, {len(data)} bytes)"), block])
+        return ToolOutput(
+            content=[TextBlock(text=f"image {raw} ({mime}, {len(data)} bytes)"), block],
+            structured={"path": raw, "mime": mime, "bytes": len(data), "width": block.width, "height": block.height},
+        )
 
 
 def make_tools(sb: Sandbox) -> list[Any]:

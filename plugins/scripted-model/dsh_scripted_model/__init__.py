@@ -188,8 +188,10 @@ class ScriptedProvider:
     def _cursor(self, request: ModelRequest, loaded: _Loaded) -> tuple[_Cursor, str, str]:
         msgs = request.messages
         # The prompt is the latest user message (a failed earlier turn leaves its message in the
-        # history right before it; that one is not part of this prompt).
-        last = next((i for i in range(len(msgs) - 1, -1, -1) if isinstance(msgs[i], UserMessage)), -1)
+        # history right before it; that one is not part of this prompt). Messages a tool spliced in
+        # mid-turn (source "tool", e.g. images from code mode) belong to the prompt before them.
+        last = next((i for i in range(len(msgs) - 1, -1, -1)
+                     if isinstance(msgs[i], UserMessage) and msgs[i].source != "tool"), -1)
         prompt = _flatten(msgs[last].content) if last >= 0 else ""  # type: ignore[union-attr]
         prompt_id = msgs[last].id if last >= 0 else ""  # type: ignore[union-attr]
         tool_result = ""

@@ -228,6 +228,9 @@ class SubagentAcpTool:
                 "Returns its final answer and how it stopped."
             ),
             parameters=PARAMETERS,
+            # Delegations of one message run side by side, as before tools declared scheduling;
+            # each child is its own agent and max-live-children bounds them.
+            parallel_safe=True,
         )
 
     async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput:

@@ -1,0 +1,328 @@
+"""The program side of code mode's Python runtime (standard library only; run as a script).
+
+    python3 -I -S _child.py FD
+
+FD is this process's end of a private socketpair: JSON lines, one message each. The host
+sends one ``run`` message (the program, the tool names, the limits); this side applies the
+rlimits, compiles the program as the body of an ``async def`` (top-level ``await`` and
+``return``), runs it with ``tools`` bound, and answers ``done``. A tool call is a ``call``
+message; the host answers ``reply``. stdout and stderr (``print``) go to a pipe the host
+captures as the program's output, never to the channel.
+
+Start-up time is most of an empty run, so the child imports little: a program that does not
+mention ``asyncio`` is driven by a small synchronous loop (each ``await tools.x(...)`` is one
+blocking round trip); one that does runs on asyncio, so ``asyncio.gather`` overlaps calls.
+
+host → child   {"t": "run", "program": str, "names": [str], "limits": {...}}
+               {"t": "reply", "id": int, "ok": true, "value": any}
+               {"t": "reply", "id": int, "ok": false, "tool": str, "error": str, "code": str|null}
+child → host   {"t": "call", "id": int, "name": str, "args": {...}}
+               {"t": "done", "ok": true, "value": any}            (null: no value)
+               {"t": "done", "ok": false, "kind": "exception"|"timeout"|"output-limit", "error": str}
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import resource
+import signal
+import sys
+
+FILENAME = "<run_code>"
+READ_CHUNK = 1 << 16
+
+
+class ToolCallError(Exception):
+    """A tool called from the program failed: ``tool_name``, the message, and the tool's error ``code``."""
+
+    def __init__(self, tool_name: str, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.tool_name = tool_name
+        self.message = message
+        self.code = code
+
+    def __str__(self) -> str:
+        return f"{self.tool_name}: {self.message}"
+
+
+def _encode(msg: dict) -> bytes:
+    return json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _failed(msg: dict) -> ToolCallError:
+    return ToolCallError(str(msg.get("tool")), str(msg.get("error")), msg.get("code"))
+
+
+class SyncChannel:
+    """Blocking JSON lines on the fd: one call at a time (programs that do not use asyncio)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = b""
+        self.next_id = 0
+
+    def send(self, msg: dict) -> None:
+        data = memoryview(_encode(msg))
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def readline(self) -> bytes:
+        while b"\n" not in self.buf:
+            chunk = os.read(self.fd, READ_CHUNK)
+            if not chunk:
+                os._exit(0)  # the host went away: nothing left to do
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line
+
+    def call(self, name: str, args: dict) -> object:
+        self.next_id += 1
+        self.send({"t": "call", "id": self.next_id, "name": name, "args": args})
+        while True:
+            msg = json.loads(self.readline())
+            if msg.get("id") == self.next_id:
+                if msg.get("ok"):
+                    return msg.get("value")
+                raise _failed(msg)
+
+
+class _Request:
+    """What ``tools.x(...)`` returns under the synchronous driver; awaiting it makes the call."""
+
+    def __init__(self, name: str, args: dict) -> None:
+        self.name = name
+        self.args = args
+
+    def __await__(self):
+        return (yield self)
+
+
+class AsyncChannel:
+    """JSON lines on the fd under asyncio: calls overlap (programs that use asyncio)."""
+
+    def __init__(self, reader, writer) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.pending: dict = {}
+        self.next_id = 0
+
+    def send(self, msg: dict) -> None:
+        self.writer.write(_encode(msg))
+
+    async def pump(self) -> None:
+        while True:
+            line = await self.reader.readline()
+            if not line:
+                os._exit(0)
+            msg = json.loads(line)
+            fut = self.pending.pop(msg.get("id"), None)
+            if fut is None or fut.done():
+                continue
+            if msg.get("ok"):
+                fut.set_result(msg.get("value"))
+            else:
+                fut.set_exception(_failed(msg))
+
+    async def call(self, name: str, args: dict) -> object:
+        import asyncio
+
+        self.next_id += 1
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[self.next_id] = fut
+        self.send({"t": "call", "id": self.next_id, "name": name, "args": args})
+        await self.writer.drain()
+        return await fut
+
+
+class Tools:
+    """``await tools.<name>(**arguments)`` calls that tool through the host."""
+
+    def __init__(self, names: list[str], make_call) -> None:
+        self._names = tuple(names)
+        self._make_call = make_call
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name not in self._names:
+            raise AttributeError(f"no tool {name!r}; the tools are: {', '.join(self._names)}")
+        make_call = self._make_call
+
+        def call(**arguments: object):
+            return make_call(name, arguments)
+
+        call.__name__ = name
+        return call
+
+    def __dir__(self) -> list[str]:
+        return list(self._names)
+
+
+def apply_limits(limits: dict) -> None:
+    cpu = int(limits.get("cpu_seconds", 60))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU at the budget, SIGKILL a second later
+    address = int(limits.get("address_space_bytes", 0))
+    if address > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (address, address))
+    nproc = int(limits.get("nproc", 0))
+    if nproc > 0:
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def parse_program(program: str) -> tuple[object, bool]:
+    """(code object of ``async def __program__``, whether the program uses asyncio)."""
+    tree = ast.parse(program, filename=FILENAME)
+    uses_asyncio = any(
+        (isinstance(node, ast.Name) and node.id == "asyncio")
+        or (isinstance(node, (ast.Import, ast.ImportFrom))
+            and any("asyncio" in (a.name or "") for a in node.names) or getattr(node, "module", None) == "asyncio")
+        for node in ast.walk(tree)
+    )
+    fn = ast.AsyncFunctionDef(
+        name="__program__",
+        args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        body=tree.body or [ast.Pass()],
+        decorator_list=[],
+        returns=None,
+        lineno=1,
+        col_offset=0,
+    )
+    module = ast.Module(body=[fn], type_ignores=[])
+    ast.fix_missing_locations(module)
+    return compile(module, FILENAME, "exec"), uses_asyncio
+
+
+def describe(exc: BaseException) -> str:
+    """The exception and the program lines it passed through (host frames left out)."""
+    import traceback
+
+    lines = [f"line {f.lineno}" for f in traceback.extract_tb(exc.__traceback__) if f.filename == FILENAME]
+    head = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if isinstance(exc, SyntaxError):
+        return head
+    return head + (f" (program {', '.join(lines)})" if lines else "")
+
+
+def outcome(run) -> dict:
+    """Run ``run()`` (the program, to completion) and turn what happened into the ``done`` message."""
+    try:
+        value = run()
+    except BaseException as exc:  # the program's failure is a result, whatever it raised (SystemExit too)
+        return {"t": "done", "ok": False, "kind": "exception", "error": describe(exc)}
+    return {"t": "done", "ok": True, "value": value}
+
+
+def encode_done(msg: dict, max_value: int) -> bytes:
+    if not msg["ok"]:
+        return _encode(msg)
+    try:
+        text = json.dumps(msg["value"], ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        return _encode({"t": "done", "ok": False, "kind": "exception",
+                        "error": f"the return value is not JSON-serializable: {exc}"})
+    except MemoryError:
+        return _encode({"t": "done", "ok": False, "kind": "output-limit", "error": "the return value is too large"})
+    size = len(text.encode())
+    if size > max_value:
+        return _encode({"t": "done", "ok": False, "kind": "output-limit",
+                        "error": f"the return value is {size} bytes as JSON; the limit is {max_value} bytes"})
+    return b'{"t":"done","ok":true,"value":' + text.encode() + b"}\n"
+
+
+def drive(coro, channel: SyncChannel):
+    """Run a coroutine whose only awaits are tool calls, one blocking round trip each."""
+    send, throw = None, None
+    while True:
+        try:
+            request = coro.throw(throw) if throw is not None else coro.send(send)
+        except StopIteration as stop:
+            return stop.value
+        send, throw = None, None
+        if not isinstance(request, _Request):
+            coro.close()
+            raise RuntimeError("only `await tools.<name>(...)` can be awaited in a program that does not "
+                               "import asyncio; import asyncio to use it")
+        try:
+            send = channel.call(request.name, request.args)
+        except ToolCallError as exc:
+            throw = exc
+
+
+def main(fd: int) -> None:
+    sys.stdout.reconfigure(line_buffering=True)  # a killed program keeps the lines it printed
+    channel = SyncChannel(fd)
+    run = json.loads(channel.readline())
+    limits = run.get("limits", {})
+    max_value = int(limits.get("max_value_bytes", 1 << 20))
+    names = run.get("names", [])
+
+    def on_xcpu(signum, frame):  # the compute budget is spent: say so on the channel, then end
+        sys.stdout.flush()
+        msg = {"t": "done", "ok": False, "kind": "timeout",
+               "error": f"the program used its compute budget of {limits.get('cpu_seconds', 60)} s of CPU time"}
+        try:
+            os.write(fd, _encode(msg))
+        finally:
+            os._exit(3)
+
+    signal.signal(signal.SIGXCPU, on_xcpu)
+    apply_limits(limits)
+    try:
+        code, uses_asyncio = parse_program(run["program"])
+    except BaseException as exc:
+        finish(channel, encode_done({"t": "done", "ok": False, "kind": "exception", "error": describe(exc)}, 0))
+        return
+    namespace = {"__name__": "__run_code__", "ToolCallError": ToolCallError}
+    if not uses_asyncio:
+        namespace["tools"] = Tools(names, _Request)
+        exec(code, namespace)
+        finish(channel, encode_done(outcome(lambda: drive(namespace["__program__"](), channel)), max_value))
+        return
+    import asyncio
+    import socket
+
+    async def main_async() -> None:
+        reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd), limit=64 * 1024 * 1024)
+        achannel = AsyncChannel(reader, writer)
+        if channel.buf:  # nothing should be pending, but never drop bytes
+            reader.feed_data(channel.buf)
+        asyncio.get_running_loop().create_task(achannel.pump())
+        namespace["tools"] = Tools(names, achannel.call)
+        namespace["asyncio"] = asyncio
+        exec(code, namespace)
+        try:
+            value = await namespace["__program__"]()
+            msg = {"t": "done", "ok": True, "value": value}
+        except BaseException as exc:
+            msg = {"t": "done", "ok": False, "kind": "exception", "error": describe(exc)}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        writer.write(encode_done(msg, max_value))
+        writer.transport.set_write_buffer_limits(high=0)  # drain now waits until all of it is sent
+        await writer.drain()
+        await linger(lambda: asyncio.sleep(60))
+
+    asyncio.run(main_async())
+
+
+def finish(channel: SyncChannel, data: bytes) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(channel.fd, view):]
+    # Stay until the host has read ``done`` and closes the channel (or kills us): exiting first
+    # could make the host's socket fail on a late reply and drop the unread ``done``.
+    while os.read(channel.fd, READ_CHUNK):
+        pass
+
+
+async def linger(sleep) -> None:
+    await sleep()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
+    sys.stdout.flush()
+    os._exit(0)

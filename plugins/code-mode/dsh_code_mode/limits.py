@@ -1,0 +1,114 @@
+"""Budgets of one program run, and the bound on how many processes it may have at once."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one ``run_code`` program may use (``[config.code-mode]`` keys in brackets)."""
+
+    compute_seconds: int = 60  # CPU time of the program's process (compute-seconds)
+    wall_seconds: float = 600.0  # from start to finish (wall-seconds)
+    max_output_bytes: int = 1 * MiB  # captured stdout+stderr (max-output-bytes)
+    max_value_bytes: int = 1 * MiB  # the return value, as JSON (max-value-bytes)
+    max_message_bytes: int = 16 * MiB  # one channel message: a call's arguments, a reply
+    address_space_bytes: int = 1024 * MiB  # RLIMIT_AS of the program's process (address-space-bytes)
+    max_processes: int = 64  # processes/threads at once (max-processes)
+    max_calls: int = 10_000  # tool calls per run (max-calls)
+    max_pending_calls: int = 256  # tool calls waiting or running at once
+
+
+PIDS_V1 = Path("/sys/fs/cgroup/pids")
+
+
+class ProcessBound:
+    """Keeps a fork bomb from taking the machine.
+
+    RLIMIT_NPROC does not bind root (the kernel exempts it), so as root a run gets its own
+    ``pids`` cgroup (``pids.max``), joined before the sandbox starts; the cgroup also lets us
+    kill every process of the run, daemons that left the process group included. As another
+    user, RLIMIT_NPROC is set in the program's process: the user's current process count plus
+    the budget. ``kind`` says which bound applies ("pids-cgroup", "rlimit-nproc", or "none").
+    """
+
+    def __init__(self, kind: str, *, nproc: int = 0, cgroup: Path | None = None) -> None:
+        self.kind = kind
+        self.nproc = nproc
+        self.cgroup = cgroup
+
+    @classmethod
+    def create(cls, max_processes: int) -> "ProcessBound":
+        if os.geteuid() != 0:
+            return cls("rlimit-nproc", nproc=_user_process_count(os.getuid()) + max_processes)
+        if os.access(PIDS_V1, os.W_OK) and (PIDS_V1 / "cgroup.procs").exists():
+            path = PIDS_V1 / f"dsh-code-{os.getpid()}-{secrets.token_hex(4)}"
+            try:
+                path.mkdir()
+                (path / "pids.max").write_text(str(max_processes))
+                return cls("pids-cgroup", cgroup=path)
+            except OSError:
+                _rmdir(path)
+        return cls("none")
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """Join the cgroup (if any) with a tiny shell, then exec ``argv``: nothing forks before joining."""
+        if self.cgroup is None:
+            return argv
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.cgroup / "cgroup.procs"), *argv]
+
+    def kill_all(self) -> None:
+        """SIGKILL every process in the cgroup until it is empty (bounded effort)."""
+        if self.cgroup is None:
+            return
+        procs = self.cgroup / "cgroup.procs"
+        for _ in range(200):
+            try:
+                pids = [int(p) for p in procs.read_text().split()]
+            except (OSError, ValueError):
+                return
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        if self.cgroup is not None:
+            self.kill_all()
+            _rmdir(self.cgroup)
+            self.cgroup = None
+
+
+def _rmdir(path: Path) -> None:
+    for _ in range(100):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)  # the last tasks are still being reaped
+
+
+def _user_process_count(uid: int) -> int:
+    n = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    n += 1
+            except OSError:
+                pass
+    return n

@@ -1,0 +1,349 @@
+"""The shipped code runtime: a fresh Python subprocess per run, confined like ``bash``.
+
+The program's process is started through sandbox-tools' ``confine`` (the session's
+permission mode, bubblewrap or Landlock, the scrubbed environment), in its own process
+group, bounded by ``ProcessBound`` and the rlimits the child applies (CPU seconds, address
+space). Tool calls cross a private socketpair (JSON lines, see ``_child.py``); stdout and
+stderr are a separate pipe, captured as the program's output. Everything the child sends
+is hostile input: every line is bounded, decoded strictly into one of two message types,
+and checked (increasing call ids, known tools, outstanding-call and total-call caps). The
+first of done / failure / budget / cancel ends the run; then outstanding calls are
+cancelled and drained and the whole process group (and cgroup) is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any, Awaitable
+
+import anyio
+import anyio.abc
+import msgspec
+
+from dsh_core.errors import CodeCallError
+from dsh_core.types import CodeRunError, CodeRunResult
+
+from .limits import Limits, ProcessBound
+
+CHILD = str(Path(__file__).resolve().parent / "_child.py")
+KINDS_FROM_CHILD = ("exception", "timeout", "output-limit")
+DRAIN_GRACE_S = 0.5  # after the end, how long the last output may still take to arrive
+CHANNEL_GRACE_S = 5.0  # after the process exits, how long the rest of the channel may take to read
+
+
+class _Call(msgspec.Struct, tag="call", tag_field="t", forbid_unknown_fields=True):
+    id: int
+    name: str
+    args: dict[str, Any]
+
+
+class _Done(msgspec.Struct, tag="done", tag_field="t", forbid_unknown_fields=True):
+    ok: bool
+    value: Any = None
+    kind: str = ""
+    error: str = ""
+
+
+_decode = msgspec.json.Decoder(_Call | _Done).decode
+_encode = msgspec.json.Encoder().encode
+
+
+class _Ended(Exception):
+    pass
+
+
+class PythonRuntime:
+    """``CodeRuntime`` for Python: one confined subprocess per run."""
+
+    language = "python"
+
+    def __init__(self, host: Any, cwd: str, limits: Limits | None = None) -> None:
+        self.host = host
+        self.cwd = cwd
+        self.limits = limits or Limits()
+
+    async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
+        from dsh_sandbox_tools import confine
+
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        bound: ProcessBound | None = None
+        try:
+            confined = await confine([sys.executable, "-I", "-S", CHILD, str(child.fileno())],
+                                     host=self.host, cwd=self.cwd)
+            bound = await anyio.to_thread.run_sync(ProcessBound.create, self.limits.max_processes)
+            proc = await anyio.open_process(
+                bound.wrap(confined.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, cwd=os.path.realpath(self.cwd), env=confined.env,
+                start_new_session=True, pass_fds=(child.fileno(),),
+            )
+        except BaseException:
+            parent.close()
+            if bound is not None:
+                bound.close()
+            raise
+        finally:
+            child.close()
+        run = _Run(self.limits, bindings, proc, bound)
+        try:
+            stream = await anyio.abc.SocketStream.from_socket(parent)
+        except BaseException:
+            parent.close()
+            with anyio.CancelScope(shield=True):
+                await run.stop()
+            raise
+        return await run.execute(stream, program, list(bindings.names), cancel)
+
+
+class _Run:
+    def __init__(self, limits: Limits, bindings: Any, proc: anyio.abc.Process, bound: ProcessBound) -> None:
+        self.limits = limits
+        self.bindings = bindings
+        self.proc = proc
+        self.bound = bound
+        self.output = bytearray()
+        self.output_total = 0
+        self.output_done = anyio.Event()
+        self.channel_closed = anyio.Event()
+        self.error: CodeRunError | None = None
+        self.value: Any = None
+        self.finished = False
+        self.last_id = 0
+        self.calls = 0
+        self.pending = 0
+        self.messages = 0
+        self.outbox: deque[bytes] = deque()
+        self.outbox_ready = anyio.Event()
+        self.stream: anyio.abc.SocketStream | None = None
+        self.names: set[str] = set()
+
+    # ------------------------------------------------------------------ ending
+
+    def fail(self, kind: str, message: str) -> None:
+        if not self.finished:
+            self.finished = True
+            self.error = CodeRunError(kind=kind, message=message)  # type: ignore[arg-type]
+        raise _Ended
+
+    def succeed(self, value: Any) -> None:
+        if not self.finished:
+            self.finished = True
+            self.value = value
+        raise _Ended
+
+    async def stop(self) -> None:
+        """Kill the program's whole process group (and cgroup) and reap it."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        await anyio.to_thread.run_sync(self.bound.kill_all)
+        with anyio.move_on_after(5):
+            await self.proc.wait()
+        await anyio.to_thread.run_sync(self.bound.close)
+        await self.proc.aclose()
+
+    # ------------------------------------------------------------------ the run
+
+    async def execute(self, stream: anyio.abc.SocketStream, program: str, names: list[str],
+                      cancel: anyio.Event) -> CodeRunResult:
+        self.stream = stream
+        self.names = set(names)
+        lim = self.limits
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._read_output)
+                try:
+                    with anyio.fail_after(lim.wall_seconds):
+                        async with anyio.create_task_group() as calls:
+                            calls.start_soon(self._writer)
+                            try:
+                                async with anyio.create_task_group() as watch:
+                                    watch.start_soon(self._watch_cancel, cancel)
+                                    watch.start_soon(self._watch_exit)
+                                    watch.start_soon(self._read_channel, calls)
+                                    run = {"t": "run", "program": program, "names": names, "limits": {
+                                        "cpu_seconds": lim.compute_seconds,
+                                        "address_space_bytes": lim.address_space_bytes,
+                                        "nproc": self.bound.nproc,
+                                        "max_value_bytes": lim.max_value_bytes}}
+                                    self._send(run)
+                            except* _Ended:
+                                pass
+                            calls.cancel_scope.cancel()  # the program ended: outstanding calls are cancelled, drained
+                except TimeoutError:
+                    self._set("timeout", f"the program ran past its wall-clock budget of {lim.wall_seconds:g} s")
+                # The program is done one way or another: kill what is left, then collect its last output.
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                with anyio.move_on_after(DRAIN_GRACE_S):
+                    await self.output_done.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+                await self.stop()
+        text = bytes(self.output[: lim.max_output_bytes]).decode("utf-8", errors="replace")
+        logs = text.rstrip("\n").split("\n") if text.strip("\n") else []
+        return CodeRunResult(logs=logs, value=None if self.error else self.value, error=self.error)
+
+    def _set(self, kind: str, message: str) -> None:
+        if not self.finished:
+            self.finished = True
+            self.error = CodeRunError(kind=kind, message=message)  # type: ignore[arg-type]
+
+    async def _watch_cancel(self, cancel: anyio.Event) -> None:
+        await cancel.wait()
+        self.fail("abort", "the program was aborted")
+
+    async def _watch_exit(self) -> None:
+        code = await self.proc.wait()
+        try:  # stragglers must not keep the channel open
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        with anyio.move_on_after(CHANNEL_GRACE_S):  # a done message written before the exit is still read
+            await self.channel_closed.wait()
+        self.fail("worker-exit", f"the program's process ended without finishing (exit status {code})")
+
+    async def _read_output(self) -> None:
+        assert self.proc.stdout is not None
+        try:
+            async for chunk in self.proc.stdout:
+                self.output_total += len(chunk)
+                room = self.limits.max_output_bytes - len(self.output)
+                if room > 0:
+                    self.output += chunk[:room]
+                if self.output_total > self.limits.max_output_bytes and not self.finished:
+                    self._set("output-limit", f"the program printed more than {self.limits.max_output_bytes} bytes")
+                    try:
+                        os.killpg(self.proc.pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        finally:
+            self.output_done.set()
+
+    async def _read_channel(self, calls: anyio.abc.TaskGroup) -> None:
+        assert self.stream is not None
+        buf = bytearray()
+        scanned = 0
+        limit = self.limits.max_message_bytes
+        while True:
+            try:
+                chunk = await self.stream.receive(1 << 16)
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self.channel_closed.set()
+                await anyio.sleep_forever()  # the exit watcher reports how the process ended
+            buf += chunk
+            while True:
+                nl = buf.find(b"\n", scanned)
+                if nl < 0:
+                    scanned = len(buf)
+                    if len(buf) > limit:
+                        self.fail("output-limit", f"the program sent a message larger than {limit} bytes")
+                    break
+                line = bytes(buf[:nl])
+                del buf[: nl + 1]
+                scanned = 0
+                if len(line) > limit:
+                    self.fail("output-limit", f"the program sent a message larger than {limit} bytes")
+                self._handle(line, calls)
+
+    def _handle(self, line: bytes, calls: anyio.abc.TaskGroup) -> None:
+        try:
+            msg = _decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            self.fail("invalid-output", f"the program's runtime sent an invalid message ({str(exc)[:200]})")
+        if isinstance(msg, _Done):
+            if msg.ok:
+                size = len(line)
+                if size > self.limits.max_value_bytes + 64:
+                    self.fail("output-limit", f"the return value is larger than {self.limits.max_value_bytes} bytes")
+                self.succeed(msg.value)
+            kind = msg.kind if msg.kind in KINDS_FROM_CHILD else "invalid-output"
+            self.fail(kind, msg.error[:16_000] or "the program failed")
+        assert isinstance(msg, _Call)
+        if msg.id <= self.last_id:
+            self.fail("invalid-output", f"the program's runtime reused call id {msg.id}")
+        self.last_id = msg.id
+        self.messages += 1
+        if self.messages > 2 * self.limits.max_calls:  # refusals cost a reply each: bound them too
+            self.fail("output-limit", f"the program sent more than {2 * self.limits.max_calls} tool calls")
+        if msg.name not in self.names:
+            self._reply_error(msg.id, msg.name, f"no tool {msg.name!r}", "UNKNOWN_TOOL")
+            return
+        if self.calls >= self.limits.max_calls:
+            self._reply_error(msg.id, msg.name,
+                              f"this program already made {self.limits.max_calls} tool calls; no more are allowed",
+                              "TOO_MANY_CALLS")
+            return
+        if self.pending >= self.limits.max_pending_calls:
+            self._reply_error(msg.id, msg.name,
+                              f"{self.limits.max_pending_calls} tool calls are already in flight; await some first",
+                              "TOO_MANY_CALLS")
+            return
+        self.calls += 1
+        self.pending += 1
+        awaitable = self.bindings.call(msg.name, msg.args)  # takes its place in line now, in program order
+        calls.start_soon(self._run_call, msg.id, msg.name, awaitable)
+
+    async def _run_call(self, call_id: int, name: str, awaitable: Awaitable[Any]) -> None:
+        try:
+            value = await awaitable
+        except CodeCallError as exc:
+            self._reply_error(call_id, name, exc.message, exc.code)
+            return
+        except Exception as exc:  # a bindings bug answers this call, it does not end the run
+            self._reply_error(call_id, name, f"internal error: {exc!r}", "INTERNAL")
+            return
+        finally:
+            self.pending -= 1
+        try:
+            data = _encode({"t": "reply", "id": call_id, "ok": True, "value": value})
+        except (TypeError, msgspec.EncodeError) as exc:
+            self._reply_error(call_id, name, f"the result cannot be encoded: {exc}", "INTERNAL")
+            return
+        if len(data) > self.limits.max_message_bytes:
+            self._reply_error(call_id, name, f"the result is larger than {self.limits.max_message_bytes} bytes",
+                              "RESULT_TOO_LARGE")
+            return
+        self._post(data)
+
+    def _reply_error(self, call_id: int, name: str, message: str, code: str | None) -> None:
+        self._send({"t": "reply", "id": call_id, "ok": False, "tool": name, "error": message, "code": code})
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        self._post(json.dumps(msg, ensure_ascii=False).encode())
+
+    def _post(self, data: bytes) -> None:
+        """Queue one message for the writer (never blocks the reader, so a child that does not read
+        its replies cannot deadlock the host; the queue is bounded by the call caps)."""
+        self.outbox.append(data + b"\n")
+        self.outbox_ready.set()
+
+    async def _writer(self) -> None:
+        assert self.stream is not None
+        while True:
+            await self.outbox_ready.wait()
+            self.outbox_ready = anyio.Event()
+            while self.outbox:
+                batch = [self.outbox.popleft()]
+                size = len(batch[0])
+                while self.outbox and size < (1 << 20):
+                    size += len(self.outbox[0])
+                    batch.append(self.outbox.popleft())
+                try:
+                    await self.stream.send(b"".join(batch))
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    self.outbox.clear()
+                    await anyio.sleep_forever()

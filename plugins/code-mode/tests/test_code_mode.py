@@ -1,0 +1,287 @@
+"""run_code through a real host: the real runtime (a confined Python subprocess), real tools, real files."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import anyio
+import pytest
+
+from conftest import run
+from dsh_core.types import (
+    AssistantMessageEvent,
+    CodeDispatch,
+    CodeDispatchStart,
+    RequestHeader,
+    ToolResultEvent,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def _result(turn) -> ToolResultEvent:
+    (result,) = turn.of(ToolResultEvent)
+    return result
+
+
+def _text(result: ToolResultEvent) -> str:
+    return result.result.content[0].text
+
+
+async def test_a_program_writes_through_tools_and_reads_back_through_bash(code_host, workspace):
+    code = textwrap.dedent('''
+        w = await tools.write(path="notes/a.txt", content="alpha\\n")
+        b = await tools.bash(command="cat notes/a.txt && echo beta")
+        print("wrote", w["bytes"], "bytes; created:", w["created"])
+        return b["output"].strip() + f" (exit {b['exit_code']})"
+    ''')
+    async with code_host([run(code), {"text": "said: {tool_result}"}]) as turn:
+        await turn.agent.wait_idle()
+    assert (workspace / "notes" / "a.txt").read_text() == "alpha\n"
+    result = _result(turn)
+    assert not result.result.is_error
+    assert _text(result) == "wrote 6 bytes; created: True\nalpha\nbeta (exit 0)"
+    starts, dispatches = turn.of(CodeDispatchStart), turn.of(CodeDispatch)
+    assert [s.call_id for s in starts] == ["call_1:code:1", "call_1:code:2"]
+    assert [(d.name, d.is_error, json.loads(d.arguments)) for d in dispatches] == [
+        ("write", False, {"path": "notes/a.txt", "content": "alpha\n"}),
+        ("bash", False, {"command": "cat notes/a.txt && echo beta"}),
+    ]
+    assert dispatches[1].result[0].text == "alpha\nbeta"  # the native result, recorded durably
+    assert all(d.parent_call_id == "call_1" for d in starts + dispatches)
+    # Only the outer run_code result is in the model's history: one tool result, no nested ones.
+    assert [r.result.name for r in turn.of(ToolResultEvent)] == ["run_code"]
+
+
+async def test_code_mode_offers_only_run_code_and_points_direct_calls_at_it(code_host):
+    steps = [{"tool": "bash", "args": {"command": "echo hi"}}, {"text": "{tool_result}"}]
+    async with code_host(steps) as turn:
+        await turn.agent.wait_idle()
+    (header,) = turn.of(RequestHeader)
+    assert [t["name"] for t in header.tools] == ["run_code"]
+    assert "run_code is your only tool" in header.system
+    assert "class Tools(Protocol):" in header.system and "async def bash(self, *, command: str" in header.system
+    result = _result(turn)
+    assert result.code == "UNKNOWN_TOOL"
+    assert _text(result) == (
+        "Error: unknown tool 'bash'. Available tools: run_code. Tools are called from programs in this session: "
+        "call run_code and use `await tools.<name>(...)` inside it."
+    )
+
+
+async def test_both_mode_offers_the_native_tools_and_run_code(code_host):
+    steps = [{"tool": "bash", "args": {"command": "echo native"}},
+             run('return (await tools.bash(command="echo coded"))["output"]'), {"text": "{tool_result}"}]
+    async with code_host(steps, mode="both") as turn:
+        await turn.agent.wait_idle()
+    (header,) = turn.of(RequestHeader)
+    assert [t["name"] for t in header.tools] == ["bash", "read", "write", "edit", "glob", "grep", "read_image",
+                                                 "run_code"]
+    assert "only tool" not in header.system and "class Tools(Protocol):" in header.system
+    assert [_text(r) for r in turn.of(ToolResultEvent)] == ["native", "coded\n"]
+
+
+async def test_a_blank_description_is_refused(code_host):
+    async with code_host([run("return 1", description="  "), {"text": "{tool_result}"}]) as turn:
+        await turn.agent.wait_idle()
+    result = _result(turn)
+    assert result.code == "INVALID_ARGUMENTS" and "description" in _text(result)
+    assert not turn.of(CodeDispatchStart)
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("pass", "(run_code completed with no output)"),
+        ("print('a')\nprint('b')", "a\nb"),
+        ("return 'plain'", "plain"),
+        ("print('x')\nreturn {'n': [1, 2]}", 'x\n{\n  "n": [\n    1,\n    2\n  ]\n}'),
+        ("return None", "(run_code completed with no output)"),
+    ],
+)
+async def test_the_outer_result_is_the_logs_then_the_value(code_host, code, expected):
+    async with code_host([run(code), {"text": "{tool_result}"}]) as turn:
+        await turn.agent.wait_idle()
+    assert _text(_result(turn)) == expected
+
+
+async def test_an_exception_is_an_error_result_with_the_captured_output(code_host):
+    code = "print('before')\nx = 1\nraise ValueError('boom')"
+    async with code_host([run(code), {"text": "{tool_result}"}]) as turn:
+        await turn.agent.wait_idle()
+    result = _result(turn)
+    assert result.result.is_error and result.code == "CODE_EXCEPTION"
+    assert _text(result) == "code run failed (exception): ValueError: boom (program line 3)\nbefore"
+
+
+async def test_a_failed_call_raises_tool_call_error_with_the_tool_name_and_code(code_host):
+    code = textwrap.dedent('''
+        try:
+            await tools.read(path="missing.txt")
+        except ToolCallError as e:
+            return f"{e.tool_name} {e.code}: {e.message}"
+    ''')
+    async with code_host([run(code), {"text": "{tool_result}"}]) as turn:
+        await turn.agent.wait_idle()
+    assert _text(_result(turn)).startswith("read NOT_FOUND: missing.txt does not exist")
+    (dispatch,) = turn.of(CodeDispatch)
+    assert dispatch.is_error and dispatch.code == "NOT_FOUND"
+
+
+async def test_an_uncaught_tool_call_error_fails_the_run(code_host):
+    async with code_host([run('await tools.read(path="nope")'), {"text": "{tool_result}"}]) as turn:
+        await turn.agent.wait_idle()
+    text = _text(_result(turn))
+    assert text.startswith("code run failed (exception): ToolCallError: read: nope does not exist")
+
+
+async def test_bash_does_not_raise_for_a_non_zero_exit(code_host):
+    code = 'r = await tools.bash(command="echo oops; exit 3")\nreturn [r["exit_code"], r["output"], r["timed_out"]]'
+    async with code_host([run(code), {"text": "{tool_result}"}]) as turn:
+        await turn.agent.wait_idle()
+    assert json.loads(_text(_result(turn))) == [3, "oops\n", False]
+
+
+async def test_structured_results_of_read_glob_grep(code_host, workspace):
+    (workspace / "a.py").write_text("one\ntwo\nthree\n")
+    code = textwrap.dedent('''
+        r = await tools.read(path="a.py", offset=2, limit=1)
+        g = await tools.glob(pattern="*.py")
+        m = await tools.grep(pattern="t", path="a.py")
+        return {"read": r, "glob": g, "grep": m}
+    ''')
+    async with code_host([run(code), {"text": "{tool_result}"}]) as turn:
+        await turn.agent.wait_idle()
+    assert json.loads(_text(_result(turn))) == {
+        "read": {"path": "a.py", "text": "two\n", "first_line": 2, "last_line": 2, "total_lines": 3},
+        "glob": {"paths": ["a.py"], "truncated": False},
+        "grep": {"matches": [{"path": "a.py", "line": 2, "text": "two"}, {"path": "a.py", "line": 3, "text": "three"}],
+                 "truncated": False},
+    }
+
+
+async def test_gathered_reads_overlap_and_writes_run_alone_in_order(code_host, workspace):
+    # A slow parallel-safe tool records how many of its calls run at once.
+    from dsh_core import FunctionTool, hookimpl
+
+    state = {"now": 0, "peak": 0, "order": []}
+
+    class Slow:
+        @hookimpl
+        def dsh_register_tools(self, register):
+            async def peek(args, ctx):
+                state["now"] += 1
+                state["peak"] = max(state["peak"], state["now"])
+                await anyio.sleep(0.05)
+                state["now"] -= 1
+                return f"peeked {args['n']}"
+
+            async def poke(args, ctx):
+                state["order"].append(("start", args["n"], state["now"]))
+                await anyio.sleep(0.01)
+                state["order"].append(("end", args["n"]))
+                return "poked"
+
+            register(FunctionTool("peek", "Peek.", {"type": "object", "properties": {"n": {"type": "integer"}}}, peek,
+                                  parallel_safe=True))
+            register(FunctionTool("poke", "Poke.", {"type": "object", "properties": {"n": {"type": "integer"}}}, poke))
+
+    code = textwrap.dedent('''
+        import asyncio
+        got = await asyncio.gather(*[tools.peek(n=i) for i in range(12)])
+        await asyncio.gather(tools.poke(n=1), tools.poke(n=2), tools.peek(n=99))
+        return len(got)
+    ''')
+    async with code_host([run(code), {"text": "{tool_result}"}], extra=(Slow(),), max_parallel_sub_calls=4) as turn:
+        await turn.agent.wait_idle()
+    assert _text(_result(turn)) == "12"
+    assert state["peak"] == 4  # overlapping, up to max-parallel-sub-calls
+    assert state["order"] == [("start", 1, 0), ("end", 1), ("start", 2, 0), ("end", 2)]
+    ids = [s.call_id for s in turn.of(CodeDispatchStart)]
+    assert ids[-3:] == ["call_1:code:13", "call_1:code:14", "call_1:code:15"]  # started in submission order
+
+
+async def test_outstanding_calls_are_cancelled_and_drained_when_the_program_ends(code_host):
+    code = textwrap.dedent('''
+        import asyncio
+        asyncio.ensure_future(tools.bash(command="sleep 30"))
+        await asyncio.sleep(0.3)
+        return "left early"
+    ''')
+    with anyio.fail_after(20):
+        async with code_host([run(code), {"text": "{tool_result}"}]) as turn:
+            await turn.agent.wait_idle()
+    assert _text(_result(turn)) == "left early"
+    (dispatch,) = turn.of(CodeDispatch)
+    assert dispatch.code == "ABORTED" and dispatch.is_error
+
+
+async def test_unknown_attribute_on_tools_names_the_tools(code_host):
+    async with code_host([run("await tools.run_code(code='1', description='x')"), {"text": "{tool_result}"}]) as turn:
+        await turn.agent.wait_idle()
+    text = _text(_result(turn))
+    assert "AttributeError: no tool 'run_code'; the tools are: bash, read, write, edit, glob, grep, read_image" in text
+
+
+async def test_the_model_history_holds_only_the_outer_result(code_host):
+    async with code_host([run('await tools.bash(command="echo secret-$((40+2))")\nreturn "outer"'),
+                          {"text": "{tool_result}"}]) as turn:
+        await turn.agent.wait_idle()
+    history = turn.agent._history
+    assert "secret-42" not in json.dumps([str(m) for m in history])
+    assert "secret-42" in turn.of(CodeDispatch)[0].result[0].text
+    final = turn.of(AssistantMessageEvent)[-1]
+    assert final.message.content[0].text == "outer"
+
+
+@pytest.mark.parametrize("vision", [True, False])
+async def test_an_image_from_a_nested_read_image_is_spliced_in_before_the_next_step(code_host, workspace, vision):
+    from dsh_core.testing import make_png
+    from dsh_core.types import ImageBlock, UserMessageEvent
+
+    (workspace / "red.png").write_bytes(make_png(3, 2))
+    code = 'r = await tools.read_image(path="red.png")\nreturn [r["mime"], r["width"], r["height"]]'
+    async with code_host([run(code), {"text": "{tool_result}"}], capabilities={"image_input": vision}) as turn:
+        await turn.agent.wait_idle()
+    kinds = [type(e).__name__ for e in turn.events]
+    users = turn.of(UserMessageEvent)
+    if vision:
+        assert json.loads(_text(_result(turn))) == ["image/png", 3, 2]
+        spliced = users[-1].message
+        assert spliced.source == "tool"
+        assert [type(b).__name__ for b in spliced.content] == ["TextBlock", "TextBlock", "ImageBlock"]
+        assert isinstance(spliced.content[-1], ImageBlock) and spliced.content[-1].mime == "image/png"
+        # after the run_code result, before the next model call
+        assert kinds.index("ToolResultEvent") < len(kinds) - 1 - kinds[::-1].index("UserMessageEvent")
+        assert kinds[::-1].index("UserMessageEvent") > kinds[::-1].index("AssistantMessageEvent")
+    else:
+        assert "ToolCallError: read_image: cannot read \"red.png\" as an image" in _text(_result(turn))
+        assert [u.message.source for u in users] == ["user"]
+
+
+async def test_setting_cancel_aborts_the_run_and_kills_the_program(workspace):
+    from dsh_code_mode.runtime import PythonRuntime
+
+    from dsh_core.testing import memory_host
+
+    class NoTools:
+        names: list[str] = []
+
+        def call(self, name, args):  # pragma: no cover - the program makes no calls
+            raise AssertionError
+
+    async with memory_host("unused.json", plugins=("sandbox-tools",)) as host:
+        runtime = PythonRuntime(host, str(workspace))
+        cancel = anyio.Event()
+
+        async def later():
+            await anyio.sleep(0.5)
+            cancel.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(later)
+            with anyio.fail_after(10):
+                result = await runtime.run('print("spinning")\nwhile True:\n    pass', NoTools(), cancel)
+    assert result.error is not None and result.error.kind == "abort"
+    assert result.logs == ["spinning"]

@@ -285,7 +285,7 @@ PINS_HEADER = {"code-mode-turn", "both-mode-turn"}
 
 # Scenarios whose commands run confined: once per sandbox mechanism the machine has, against the
 # same pinned files (the transcript must not depend on the mechanism).
-CONFINED = {"bash-tool-turn", "bash-spill", "cancel-tool-calls"}
+CONFINED = {"bash-tool-turn", "bash-spill", "cancel-tool-calls", "code-mode-turn", "both-mode-turn"}
 CASES = [
     pytest.param(name, mechanism, id=f"{name}-{mechanism}" if mechanism else name)
     for name in SCENARIOS

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from dsh_sandbox_tools.testing import home_outside_roots
 
 
 @pytest.fixture(autouse=True)
@@ -17,15 +18,10 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _home_outside_roots(monkeypatch: pytest.MonkeyPatch) -> Path:
-    """HOME (``~`` for the file tools, ``$HOME`` for bash) is a fresh directory outside every writable
-    root, so the escape attempts on it never touch the user's real home, and they mean the same
-    whatever HOME the suite was started with (a HOME under /tmp would be a writable root)."""
-    d = Path("/var/tmp") / f"dsh-sandbox-home-{secrets.token_hex(4)}"
-    d.mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(d))
-    yield d.resolve()
-    shutil.rmtree(d, ignore_errors=True)
+def _home(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME (``~`` for the file tools, ``$HOME`` for bash) lies outside every writable root."""
+    with home_outside_roots(monkeypatch) as home:
+        yield home
 
 
 @pytest.fixture

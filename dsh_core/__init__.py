@@ -16,6 +16,7 @@ from .errors import (
     DshError,
     ModelError,
     RouteError,
+    SessionLogFailed,
     ToolError,
 )
 from .host import Host, hookimpl, open_host
@@ -39,6 +40,7 @@ __all__ = [
     "Host",
     "ModelError",
     "RouteError",
+    "SessionLogFailed",
     "ToolContext",
     "ToolError",
     "hookimpl",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .diag import warn
-from .errors import AgentDisposed, ModelError, ToolError
+from .errors import AgentDisposed, ModelError, SessionLogFailed, ToolError
 from .schedule import ToolScheduler
 from .types import (
     AgentError,
@@ -36,6 +36,7 @@ from .types import (
     DurableEvent,
     Event,
     Finish,
+    HistoryView,
     ImageBlock,
     ImageDelta,
     InboxClaimed,
@@ -122,9 +123,23 @@ class ToolContext:
     def emit(self, event: Event) -> None:
         self.agent.emit(event)
 
-    async def approve(self, reason: str) -> ApprovalOutcome:
-        """Ask the approval seam (one-shot). Returns the outcome; nothing is remembered."""
-        req = ApprovalRequest(agent=self.agent, tool_name=self.tool_name, call_id=self.call_id, reason=reason)
+    async def approve(
+        self,
+        reason: str,
+        *,
+        kind: str | None = None,
+        subject: str | None = None,
+        args: dict[str, Any] | None = None,
+        tier: str | None = None,
+        justification: str | None = None,
+    ) -> ApprovalOutcome:
+        """Ask the approval seam (one-shot). Returns the outcome; nothing is remembered.
+
+        The keywords describe the call to whoever answers (see ``ApprovalRequest``)."""
+        req = ApprovalRequest(
+            agent=self.agent, tool_name=self.tool_name, call_id=self.call_id, reason=reason,
+            kind=kind, subject=subject, args=args, tier=tier, justification=justification,
+        )
         return await self.host.approvals.request(req)
 
     def splice(self, content: list[ContentBlock]) -> None:
@@ -257,12 +272,16 @@ class Agent:
         self._seq += 1
         event.seq = self._seq
         event.time = now()
-        try:
-            self.log.append(event)  # type: ignore[arg-type]
-        except Exception as exc:  # e.g. disk full: say so loudly, but keep the session serving
-            if self.log_error is None:
-                warn(f"session log of {self.session_id} failed, events are being lost: {exc}")
-            self.log_error = exc
+        if self.log_error is None:
+            try:
+                self.log.append(event)  # type: ignore[arg-type]
+            except Exception as exc:  # e.g. disk full, no descriptor left
+                # No work without a record: the running turn fails (LOG_FAILED), later prompts are
+                # refused, and the log stops at the failure (no gaps). Other sessions are untouched.
+                warn(f"session log of {self.session_id} failed; the session stops taking prompts: {exc}")
+                self.log_error = exc
+                if self._scope is not None and not self._scope.cancel_called:
+                    self._scope.cancel()
         for obs in list(self._observers):
             try:
                 obs(self, event)  # type: ignore[arg-type]
@@ -306,7 +325,10 @@ class Agent:
         """Publish ``user/message`` and queue it for the next turn. Never blocks."""
         if self._disposed:
             raise AgentDisposed(f"agent {self.session_id} was disposed")
-        self.emit(UserMessageEvent(message=message))
+        if self.log_error is None:
+            self.emit(UserMessageEvent(message=message))
+        if self.log_error is not None:
+            raise SessionLogFailed(self._log_failure())
         self._inbox.append(message)
         if not self._busy:
             self._busy = True
@@ -355,6 +377,10 @@ class Agent:
         if errors:
             raise ExceptionGroup(f"disposing children of {self.session_id} failed", errors)
 
+    def _log_failure(self) -> str:
+        return (f"the session log cannot be written ({self.log_error}); nothing more of this session is "
+                "recorded, so it takes no more prompts — start a new session")
+
     # ------------------------------------------------------------------ the loop
 
     async def _drive(self) -> None:
@@ -386,14 +412,17 @@ class Agent:
         with anyio.CancelScope() as scope:
             self._scope = scope
             try:
-                reason = await self._turn_body(turn)
+                if self.log_error is None:  # InboxClaimed/TurnStart already failed to record: do no work
+                    reason = await self._turn_body(turn)
             except _TurnFailed as exc:
                 reason, error, code = "error", exc.message, exc.code
             except Exception as exc:  # a plugin bug fails this turn, never the host's other sessions
                 warn(f"turn {turn} of {self.session_id} crashed: {exc!r}")
                 reason, error, code = "error", f"internal error: {type(exc).__name__}: {exc}", "INTERNAL"
         self._scope = None
-        if scope.cancelled_caught or (scope.cancel_called and reason == "completed"):
+        if self.log_error is not None:
+            reason, error, code = "error", self._log_failure(), "LOG_FAILED"
+        elif scope.cancelled_caught or (scope.cancel_called and reason == "completed"):
             reason = "aborted"
         if reason == "error":
             self.emit(AgentError(turn=turn, message=error or "unknown error", code=code or ""))
@@ -422,7 +451,7 @@ class Agent:
         return ModelRequest(
             route=self.route,
             system=self.system,
-            messages=list(self._history),
+            messages=HistoryView(self._history),
             tools=tools,
             session_id=self.session_id,
             cwd=self.cwd,

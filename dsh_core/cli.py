@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -113,5 +115,22 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
     return out
 
 
+def entry() -> None:  # pragma: no cover - the process entry point (the `dsh` script, python -m dsh_core.cli)
+    """Run ``main`` and end the process without tearing the interpreter down object by object.
+
+    By the time ``main`` returns everything that has an owner is closed (agents disposed,
+    logs flushed, lifespans ended); freeing a 10,000-session host's objects one by one during
+    interpreter finalization added ~0.4 s to every exit. Exit handlers still run.
+    """
+    code = main()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()

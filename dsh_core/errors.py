@@ -23,6 +23,10 @@ class AgentDisposed(DshError):
     """The agent was disposed; it accepts no more work."""
 
 
+class SessionLogFailed(DshError):
+    """The session's durable log cannot be written: the session takes no more prompts."""
+
+
 class ModelError(DshError):
     """A model call failed the way a real provider's would.
 

@@ -11,6 +11,8 @@ JSONL line decodes straight back into the right class.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
+from itertools import islice
 from typing import Any, Literal, Union
 
 import msgspec
@@ -286,12 +288,54 @@ class ToolSpec(_Base, kw_only=True):
     parallel_safe: bool = False
 
 
+class HistoryView(Sequence):
+    """The first ``n`` messages of an append-only history, as a read-only sequence.
+
+    Taking one is O(1): the agent hands each model call a view instead of a copy, so a long
+    session does not pay O(history) per call for the copy (and its deallocation) on top of
+    what the provider itself does with the messages. Since the history only ever grows, the
+    view is a snapshot in effect. Slices return plain lists.
+    """
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list[Any], n: int | None = None) -> None:
+        self._items = items
+        self._n = len(items) if n is None else n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._items[i] for i in range(*index.indices(self._n))]
+        if index < 0:
+            index += self._n
+        if not 0 <= index < self._n:
+            raise IndexError("history index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return islice(self._items, self._n)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (HistoryView, list, tuple)):
+            return len(other) == self._n and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"HistoryView({list(self)!r})"
+
+
 class ModelRequest(_Base, kw_only=True):
-    """One model call. ``messages`` grows append-only across the calls of a session."""
+    """One model call. ``messages`` grows append-only across the calls of a session; the agent
+    passes a ``HistoryView`` (read-only, O(1)), tests and tools may pass a plain list."""
 
     route: ModelInfo
     system: str
-    messages: list[Union[UserMessage, AssistantMessage, ToolResultMessage]]
+    messages: Sequence[Union[UserMessage, AssistantMessage, ToolResultMessage]]
     tools: list[ToolSpec]
     session_id: str = ""
     cwd: str = ""
@@ -362,13 +406,21 @@ class ToolOutput(_Base, kw_only=True):
 
 
 class ApprovalRequest(msgspec.Struct, kw_only=True):
-    """Asked by a tool that needs more than its tier allows. Not durable: ``agent`` is live."""
+    """Asked by a tool that needs more than its tier allows. Not durable: ``agent`` is live.
+
+    The optional fields describe the call for a person who must judge it; an answerer
+    shows them as it can (the ACP door: ``toolCall.kind``/``title``/``rawInput``), bounded."""
 
     agent: Any  # the exact Agent object (answerers check identity)
     tool_name: str
     call_id: str | None
     reason: str
     id: str = ""
+    kind: str | None = None  # what the call does, in ACP ToolKind words: execute, edit, read, search, fetch, …
+    subject: str | None = None  # what it acts on, as a person reads it: the command line, the path
+    args: dict[str, Any] | None = None  # the call's arguments (answerers bound what they show)
+    tier: str | None = None  # the sandbox tier asked for, e.g. "danger-full-access"
+    justification: str | None = None  # the model's reason for asking, in its words
 
 
 class CodeRunError(_Base, kw_only=True):

@@ -13,6 +13,7 @@ import pytest
 from acp import RequestError, text_block
 from acp.helpers import (
     audio_block,
+    embedded_blob_resource,
     embedded_text_resource,
     resource_block,
     resource_link_block,
@@ -81,14 +82,29 @@ async def test_resource_link_is_flattened_in_the_durable_user_event(acp_agent, s
     ]
 
 
+async def test_embedded_text_resource_is_flattened_naming_its_uri(acp_agent, scripted):
+    async with acp_agent(scripted({"default": [{"text": "ok"}]})) as run:
+        init = await run.conn.initialize(protocol_version=1)
+        assert init.agent_capabilities.prompt_capabilities.embedded_context is True
+        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        resp = await run.conn.prompt(session_id=sid, prompt=[
+            text_block("explain @notes.md"),
+            resource_block(embedded_text_resource("file:///w/notes.md", "line one\nline two\n")),
+        ])
+        assert resp.stop_reason == "end_turn"
+    (user,) = [e for e in session_log(acp_agent.home, sid) if e["type"] == "user/message"]
+    assert user["message"]["content"] == [{"type": "text", "text": (
+        "explain @notes.md\n[Resource: file:///w/notes.md]\nline one\nline two\n[End of resource: file:///w/notes.md]")}]
+
+
 @pytest.mark.parametrize(
     "blocks, message",
     [
         ([text_block("   ")], "Invalid params: empty prompt"),
         ([audio_block("AAAA", "audio/wav")], "Invalid params: audio prompt content is not supported"),
         (
-            [resource_block(embedded_text_resource("file:///x", "x"))],
-            "Invalid params: embedded resource prompt content is not supported",
+            [text_block("look"), resource_block(embedded_blob_resource("file:///x.bin", "AAAA"))],
+            "Invalid params: embedded binary resources are not supported (file:///x.bin); send text, or a resource_link",
         ),
     ],
 )
@@ -99,6 +115,7 @@ async def test_bad_prompts_are_invalid_params_and_the_session_lives(acp_agent, s
             await run.conn.prompt(session_id=sid, prompt=blocks)
         assert err.value.code == -32602
         assert message in str(err.value)
+        assert err.value.data == {"details": message.removeprefix("Invalid params: ")}  # what Toad shows
         assert (await run.conn.prompt(session_id=sid, prompt=[text_block("hi")])).stop_reason == "end_turn"
 
 
@@ -201,7 +218,9 @@ async def test_permission_is_one_shot_and_fails_closed(acp_agent, scripted, answ
         assert [(o.option_id, o.kind) for o in options] == [("allow-once", "allow_once"), ("reject-once", "reject_once")]
     assert (run.cwd / "out.txt").exists() is written
     perm = next(f for f in run.frames if f.get("method") == "session/request_permission")
-    assert perm["params"]["toolCall"] == {"toolCallId": "call_1"}  # nothing but the call id
+    assert perm["params"]["toolCall"] == {  # what the testkit tool told the approval seam
+        "toolCallId": "call_1", "kind": "edit", "title": "guarded_write: out.txt",
+        "rawInput": {"path": "out.txt", "content": "hello"}}
     log = session_log(acp_agent.home, sid)
     asked = [e for e in log if e["type"] == "approval/asked"]
     decided = [e for e in log if e["type"] == "approval/decided"]
@@ -304,6 +323,12 @@ async def test_bash_escalation_is_one_shot_over_acp(acp_agent, scripted, answer,
             assert not Path(OUTSIDE).exists()
             assert "escalation" in run.client.text(sid)[-1]
             assert len(client.permission_requests) == 1
+            # the SDK client parsed a toolCall a person can judge (and check_frames validates the frame on close)
+            (_, tool_call, _) = client.permission_requests[0]
+            assert tool_call.kind == "execute"
+            assert tool_call.title == f"bash: echo escalated > {OUTSIDE} → danger-full-access"
+            assert tool_call.raw_input == {"command": f"echo escalated > {OUTSIDE}", "tier": "danger-full-access",
+                                           "justification": "the report lives outside the workspace"}
     finally:
         Path(OUTSIDE).unlink(missing_ok=True)
 

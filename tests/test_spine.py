@@ -316,17 +316,34 @@ async def test_a_crashing_provider_fails_the_turn_not_the_host(scripted, tmp_pat
         assert _events(host, agent)[-1].reason == "completed"
 
 
-async def test_a_failing_session_log_is_reported_and_the_agent_keeps_serving(scripted, tmp_path, capfd):
-    class FullDisk:
+@pytest.mark.parametrize("fail_after", [0, 2, 4])  # the user message, TurnStart, the model's answer
+async def test_a_failing_session_log_fails_that_prompt_and_the_host_keeps_serving(scripted, tmp_path, capfd,
+                                                                                   fail_after):
+    # Changed with issue 12: a failing log used to be reported once while the session carried on
+    # unrecorded. Now no work happens without a record: the turn fails (LOG_FAILED), later prompts
+    # are refused, and the log stops at the failure. Other sessions of the host are untouched.
+    from dsh_core import SessionLogFailed
+    from dsh_core.types import AssistantMessageEvent, TurnEnd
+
+    class Log:
+        def __init__(self, fail_after):
+            self.fail_after = fail_after
+            self.events = []
+
         def append(self, event):
-            raise OSError(28, "No space left on device")
+            if self.fail_after is not None and len(self.events) >= self.fail_after:
+                raise OSError(28, "No space left on device")
+            self.events.append(event)
 
         async def close(self):
             pass
 
+    logs = []
+
     class Store:
         def open(self, header):
-            return FullDisk()
+            logs.append(Log(fail_after if not logs else None))  # only the first session's disk is full
+            return logs[-1]
 
         async def list_sessions(self):
             return []
@@ -342,10 +359,25 @@ async def test_a_failing_session_log_is_reported_and_the_agent_keeps_serving(scr
     script = scripted({"default": [{"text": "fine"}]})
     seen: list = []
     async with memory_host(script, StorePlugin()) as host:
-        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        agent.subscribe(lambda a, e: seen.append(e))
-        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-        await agent.wait_idle()
-    assert isinstance(agent.log_error, OSError)
-    assert seen[-1].reason == "completed"
+        broken = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        healthy = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        broken.subscribe(lambda a, e: seen.append(e))
+        if fail_after == 0:
+            with pytest.raises(SessionLogFailed, match="session log cannot be written"):
+                broken.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        else:
+            broken.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+            await broken.wait_idle()
+            end = seen[-1]
+            assert isinstance(end, TurnEnd) and end.reason == "error" and end.code == "LOG_FAILED"
+            assert "No space left on device" in end.error and "start a new session" in end.error
+            assert len(logs[0].events) == fail_after  # the log stops at the failure: no gaps
+        with pytest.raises(SessionLogFailed):  # and the session takes no more prompts
+            broken.submit(UserMessage(id="u2", content=[TextBlock(text="again")]))
+        healthy.submit(UserMessage(id="h1", content=[TextBlock(text="go")]))
+        await healthy.wait_idle()
+        assert logs[1].events[-1].reason == "completed"
+    assert isinstance(broken.log_error, OSError)
+    if fail_after < 4:  # failed before the model call: no work was done without a record
+        assert not any(isinstance(e, AssistantMessageEvent) for e in seen)
     assert capfd.readouterr().err.count("No space left on device") == 1  # said once, not per event

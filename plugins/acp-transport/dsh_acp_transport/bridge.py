@@ -36,6 +36,7 @@ from dsh_core.types import (
 )
 
 from . import wire
+from .permission import tool_call_of
 from .rpc import (
     INVALID_REQUEST,
     Peer,
@@ -51,6 +52,23 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.host import Host
 
 _PROMPT_BLOCKS = msgspec.json.Decoder(wire.ContentIn)
+
+
+CLOSING = "the connection is closing (the client closed stdin, or the agent was signalled to stop); "
+
+
+def _embedded_text(block: wire.ResourceIn) -> tuple[str, str]:
+    """(uri, text) of an embedded text resource; a blob or a malformed resource is invalid params."""
+    res = block.resource
+    if not isinstance(res, dict) or not isinstance(res.get("uri"), str):
+        raise invalid_params("embedded resource needs a resource with a uri and text")
+    if "blob" in res and "text" not in res:
+        raise invalid_params(
+            f"embedded binary resources are not supported ({res['uri']}); send text, or a resource_link"
+        )
+    if not isinstance(res.get("text"), str):
+        raise invalid_params(f"embedded resource {res['uri']} has no text")
+    return res["uri"], res["text"]
 
 
 def agent_info() -> wire.Implementation:
@@ -171,6 +189,7 @@ class Session:
     slot: Slot | None = None
     unsubscribe: Any = None
     permissions: set[int] = field(default_factory=set)
+    cancel_seq: int = 0  # read order of the last session/cancel: it applies to every prompt read before it
 
 
 class Bridge:
@@ -204,17 +223,27 @@ class Bridge:
     def _gate(self, method: str) -> None:
         if method == "initialize":
             if self.initialized:
-                raise RpcFailure(INVALID_REQUEST, "Invalid request: already initialized")
+                raise RpcFailure(INVALID_REQUEST, "Invalid request: already initialized",
+                                 details="initialize was already answered on this connection")
         elif not self.initialized and method in self.peer.requests:
-            raise RpcFailure(INVALID_REQUEST, "Invalid request: not initialized (send initialize first)")
+            raise RpcFailure(INVALID_REQUEST, "Invalid request: not initialized (send initialize first)",
+                             details="send initialize first")
 
-    def _cancel_request(self, request_id: Any) -> bool:
-        """``$/cancel_request`` for an open ``session/prompt`` is a ``session/cancel`` (ACP-8; client facts, 7)."""
+    def _cancel_request(self, request_id: Any, method: str) -> bool:
+        """``$/cancel_request`` for a ``session/prompt`` is a ``session/cancel`` of that prompt
+        (ACP-8; client facts, 7). Its handler may not have started yet: then it finds the cancel
+        when it does."""
+        if method != "session/prompt":
+            return False
         for session in self.sessions.values():
             if session.slot is not None and session.slot.request_id == request_id:
                 self._cancel_session(session)
-                return True
-        return False
+        return True
+
+    def _cancelled_before_start(self, rid: Any, session: Session) -> bool:
+        """A cancel read after this prompt but handled before its handler started (one write)."""
+        entry = self.peer.inbound(rid)
+        return entry is not None and (entry.cancel_requested or session.cancel_seq > entry.seq)
 
     # ------------------------------------------------------------------ initialize, capabilities (ACP-2)
 
@@ -234,7 +263,7 @@ class Bridge:
         return wire.InitializeResult(
             protocol_version=wire.PROTOCOL_VERSION,
             agent_capabilities=wire.AgentCapabilities(
-                prompt_capabilities=wire.PromptCapabilities(image=self.image_capable())
+                prompt_capabilities=wire.PromptCapabilities(image=self.image_capable(), embedded_context=True)
             ),
             agent_info=agent_info(),
             auth_methods=[],
@@ -248,7 +277,7 @@ class Bridge:
     async def new_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
         p = decode_params(params, wire.NewSessionParams)
         if self.closed:
-            raise internal_error("the ACP bridge has been disposed")
+            raise internal_error(CLOSING + "no session was created")
         if not osp.isabs(p.cwd):
             raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
         if p.mcp_servers:
@@ -266,7 +295,7 @@ class Bridge:
             with anyio.CancelScope(shield=True):
                 await agent.dispose()
             self.host.forget(agent)
-            raise internal_error("connection closed during session/new")
+            raise internal_error(CLOSING + "no session was created")
         session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self, agent.session_id))
         session.unsubscribe = agent.subscribe(self._observer(session))
         self.sessions[session.id] = session
@@ -304,10 +333,12 @@ class Bridge:
     async def prompt(self, rid: Any, params: msgspec.Raw | None) -> Any:
         p = decode_params(params, wire.PromptParams)
         if self.closed:
-            raise internal_error("the ACP bridge has been disposed")
+            raise internal_error(CLOSING + "the prompt was not run")
         session = self.sessions.get(p.session_id)
         if session is None:
             raise invalid_params(f"unknown session: {p.session_id}")
+        if self._cancelled_before_start(rid, session):
+            return wire.PromptResult(stop_reason="cancelled")  # nothing was submitted
         if session.slot is not None:
             raise invalid_params("a prompt is already in flight for this session")
         slot = session.slot = Slot()  # reserved before any await (ACP-5, ACP-8)
@@ -380,8 +411,12 @@ class Bridge:
                 add_text(f"{sep}[Resource link: {block.name} <{block.uri}>]")
             elif isinstance(block, wire.AudioIn):
                 raise invalid_params("audio prompt content is not supported")
-            elif isinstance(block, wire.ResourceIn):
-                raise invalid_params("embedded resource prompt content is not supported")
+            elif isinstance(block, wire.ResourceIn):  # embedded text, e.g. an @file mention
+                uri, text = _embedded_text(block)
+                prev = content[-1].text if content and isinstance(content[-1], TextBlock) else ""
+                sep = "\n" if prev and not prev.endswith("\n") else ""
+                end = "" if text.endswith("\n") or not text else "\n"
+                add_text(f"{sep}[Resource: {uri}]\n{text}{end}[End of resource: {uri}]")
             elif isinstance(block, wire.ImageIn):
                 images.append((len(content), block.mime_type, self._decode_image(block)))
                 content.append(None)  # placeholder, filled after the batch is saved
@@ -435,6 +470,7 @@ class Bridge:
         if session is None:
             debug(f"acp: session/cancel for unknown session {p.session_id!r} ignored")
             return
+        session.cancel_seq = self.peer.read_seq  # also for prompts read before it whose handler has not run
         self._cancel_session(session)
 
     def _cancel_session(self, session: Session, kind: str = "user") -> None:
@@ -462,7 +498,7 @@ class Bridge:
             return "unavailable"
         params = wire.PermissionParams(
             session_id=session.id,
-            tool_call=wire.ToolCallRef(tool_call_id=request.call_id),
+            tool_call=tool_call_of(request),
             options=wire.PERMISSION_OPTIONS,
         )
         try:
@@ -500,7 +536,8 @@ class Bridge:
                     s.agent.cancel("disposed")
             async with anyio.create_task_group() as tg:  # … and bring them to rest
                 for s in sessions:
-                    tg.start_soon(s.agent.wait_idle)
+                    if s.agent.busy:  # a task per busy session only: 10,000 idle ones cost no tasks
+                        tg.start_soon(s.agent.wait_idle)
             with anyio.move_on_after(2.0):
                 for s in sessions:
                     await s.delivery.drain()
@@ -518,7 +555,10 @@ class Bridge:
 
             async with anyio.create_task_group() as tg:
                 for s in sessions:
-                    tg.start_soon(dispose, s)
+                    if s.agent.children:
+                        tg.start_soon(dispose, s)  # may wait on its children: in parallel
+                    else:
+                        await dispose(s)  # at rest already: completes without suspending
             if errors:
                 self._teardown_error = ExceptionGroup(
                     f"ACP agent teardown failed for {len(errors)} session(s)", errors

@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from dsh_core.diag import debug, warn
 
 from .wire import (
+    CancelRequestParams,
     ErrorResponse,
     Frame,
     Notification,
@@ -38,6 +41,8 @@ from .wire import (
 
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024  # 64 MiB: a 40 MiB image in base64 fits
 READ_CHUNK = 1 << 20
+MAX_DEPTH = 128  # arrays/objects nested deeper than this are refused before decoding
+WRITE_GRACE = 1.0  # seconds a blocked write may still take once the connection is closing
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -48,21 +53,38 @@ REQUEST_CANCELLED = -32800
 
 
 class RpcFailure(Exception):
-    """Raised by a handler to answer with a JSON-RPC error (or received from the peer)."""
+    """Raised by a handler to answer with a JSON-RPC error (or received from the peer).
 
-    def __init__(self, code: int, message: str, data: Any = msgspec.UNSET) -> None:
+    ``details`` is the reason in words a person can act on; an answer carries it as
+    ``error.data.details`` (clients such as Toad show only that), beside any other ``data``."""
+
+    def __init__(self, code: int, message: str, data: Any = msgspec.UNSET, *, details: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
+        self.details = details
+
+    def rpc_error(self) -> RpcError:
+        return error_with_details(self.code, self.message, self.data, self.details)
+
+
+def error_with_details(code: int, message: str, data: Any = msgspec.UNSET, details: str | None = None) -> RpcError:
+    """An error object whose ``data`` also says ``details`` (the message when no detail is given)."""
+    details = details or message
+    if data is msgspec.UNSET or data is None:
+        data = {"details": details}
+    elif isinstance(data, dict) and "details" not in data:
+        data = {**data, "details": details}
+    return RpcError(code=code, message=message, data=data)
 
 
 def invalid_params(detail: str) -> RpcFailure:
-    return RpcFailure(INVALID_PARAMS, f"Invalid params: {detail}")
+    return RpcFailure(INVALID_PARAMS, f"Invalid params: {detail}", details=detail)
 
 
 def internal_error(detail: str) -> RpcFailure:
-    return RpcFailure(INTERNAL_ERROR, f"Internal error: {detail}")
+    return RpcFailure(INTERNAL_ERROR, f"Internal error: {detail}", details=detail)
 
 
 class TransportClosed(Exception):
@@ -92,8 +114,12 @@ class FdReader:
                 raise
 
     def close(self) -> None:
+        """Idempotent: a second close must not close whatever reused the fd number."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
         try:
-            os.close(self.fd)
+            os.close(fd)
         except OSError:
             pass
 
@@ -104,9 +130,13 @@ class FdWriter:
         self._pollable = not stat.S_ISREG(os.fstat(fd).st_mode)
         if self._pollable:
             os.set_blocking(fd, False)
+        self.aborted = False
+        self._blocked: set[anyio.CancelScope] = set()
 
     def send_nowait(self, data: bytes) -> int:
         """Write what the pipe takes now without waiting; returns the number of bytes written."""
+        if self.aborted:
+            raise TransportClosed("output dropped: the connection is closing")
         try:
             return os.write(self.fd, data)
         except BlockingIOError:
@@ -117,17 +147,34 @@ class FdWriter:
     async def send(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
+            if self.aborted:
+                raise TransportClosed("output dropped: the connection is closing")
             try:
                 n = os.write(self.fd, view)
                 view = view[n:]
             except BlockingIOError:
-                await anyio.wait_writable(self.fd)
+                with anyio.CancelScope() as scope:  # abort() cancels it, even inside a shield
+                    self._blocked.add(scope)
+                    try:
+                        await anyio.wait_writable(self.fd)
+                    finally:
+                        self._blocked.discard(scope)
             except (BrokenPipeError, ConnectionResetError, OSError) as exc:
                 raise TransportClosed(str(exc)) from exc
 
+    def abort(self) -> None:
+        """Drop what is still waiting for the reader: blocked and later sends raise TransportClosed."""
+        self.aborted = True
+        for scope in list(self._blocked):
+            scope.cancel()
+
     def close(self) -> None:
+        """Idempotent: a second close must not close whatever reused the fd number."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
         try:
-            os.close(self.fd)
+            os.close(fd)
         except OSError:
             pass
 
@@ -147,8 +194,73 @@ class _Pending:
         self.error: RpcFailure | None = None
 
 
+class Inbound:
+    """An inbound request from the moment it is read (before its handler starts) to its answer.
+
+    ``seq`` is its place in the one ordered stream of frames read; ``cancel_requested`` is set
+    by a ``$/cancel_request`` read after it, whether or not its handler has started."""
+
+    __slots__ = ("seq", "method", "scope", "cancel_requested")
+
+    def __init__(self, seq: int, method: str) -> None:
+        self.seq = seq
+        self.method = method
+        self.scope = anyio.CancelScope()
+        self.cancel_requested = False
+
+
+_FRAME = msgspec.json.Decoder(Frame)
+_CANCEL_REQUEST = msgspec.json.Decoder(CancelRequestParams)
+# One JSON escape at a time, left to right: an escaped backslash, a valid surrogate pair, or a
+# lone surrogate (legal JSON that msgspec refuses). Only the last is rewritten, to U+FFFD.
+_ESCAPES = re.compile(
+    rb"\\(?:\\|u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(u[dD][89a-fA-F][0-9a-fA-F]{2}))"
+)
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _lone_surrogates_replaced(line: bytes) -> bytes | None:
+    """``line`` with each lone-surrogate escape replaced by ``\\ufffd``, or None if it has none."""
+    found = False
+
+    def fix(m: re.Match[bytes]) -> bytes:
+        nonlocal found
+        if m.group(1) is None:
+            return m.group(0)
+        found = True
+        return rb"\ufffd"
+
+    fixed = _ESCAPES.sub(fix, line)
+    return fixed if found else None
+
+
+def nesting_depth_exceeds(line: bytes, limit: int = MAX_DEPTH) -> bool:
+    """True when arrays/objects in ``line`` nest deeper than ``limit`` (brackets inside strings
+    do not count). Cheap unless the line holds more than ``limit`` opening brackets."""
+    if line.count(b"[") + line.count(b"{") <= limit:
+        return False
+    depth = 0
+    for b in _STRINGS.sub(b'""', line).translate(None, _NOT_BRACKETS):
+        if b == 91 or b == 123:  # [ {
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+def _valid_id(value: Any) -> bool:
+    return value is None or type(value) is int or type(value) is str
+
+
 class Peer:
-    """One JSON-RPC connection. ``serve()`` reads until EOF; handlers run in its task group."""
+    """One JSON-RPC connection. ``serve()`` reads until EOF; handlers run in its task group.
+
+    Frames are one ordered stream: each is numbered as it is read (``read_seq``), and an
+    inbound request is registered (``inbound(id)``) before its handler starts, so that a
+    cancel read after it applies even when the handler has not run yet."""
 
     def __init__(
         self,
@@ -157,23 +269,28 @@ class Peer:
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
         name: str = "dsh",
+        write_grace: float = WRITE_GRACE,
     ) -> None:
         self.reader = reader
         self.writer = writer
         self.max_frame = max_frame
         self.name = name
+        self.write_grace = write_grace
         self.requests: dict[str, Handler] = {}
         self.notifications: dict[str, NotificationHandler] = {}
         # Called for an inbound request before dispatch; may raise RpcFailure (e.g. "not initialized").
         self.gate: Callable[[str], None] | None = None
-        self.on_cancel_request: Callable[[RequestId], bool] | None = None
+        # Called for ``$/cancel_request`` naming an open inbound request (started or not) as
+        # (id, method); returns True when it took care of the cancel, else the handler's scope is cancelled.
+        self.on_cancel_request: Callable[[RequestId, str], bool] | None = None
         # A semaphore, not a Lock: a frame started by one task may be finished by another.
         self._write_lock = anyio.Semaphore(1)
         self._next_id = 0
         self._pending: dict[RequestId, _Pending] = {}
-        self._inbound: dict[Any, anyio.CancelScope] = {}
+        self._inbound: dict[Any, Inbound] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self.closed = False
+        self.read_seq = 0  # the number of the frame being (or last) read
         self._handlers_idle = anyio.Event()
         self._handlers_idle.set()
         self._handlers = 0
@@ -256,7 +373,8 @@ class Peer:
     async def serve(self, on_close: Callable[[], Awaitable[None]] | None = None, grace: float = 5.0) -> None:
         """Read frames until EOF or a transport error; then fail outstanding outbound requests,
         run ``on_close`` (shielded), give in-flight handlers ``grace`` seconds to answer, and
-        cancel the rest."""
+        cancel the rest. Output still blocked ``write_grace`` seconds after the close (a client
+        that stopped reading) is dropped, so nothing waits on it."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
@@ -267,12 +385,21 @@ class Peer:
                 for p in self._pending.values():
                     p.error = RpcFailure(INTERNAL_ERROR, "connection closed")
                     p.done.set()
+                self._pending.clear()
+                tg.start_soon(self._drop_output_after, self.write_grace)
                 with anyio.CancelScope(shield=True):
                     if on_close is not None:
                         await on_close()
                     with anyio.move_on_after(grace):
                         await self._handlers_idle.wait()
+                self.writer.abort()
                 tg.cancel_scope.cancel()
+
+    async def _drop_output_after(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+        if self.writer._blocked:
+            debug(f"{self.name}: the client is not reading; dropping output still blocked after {seconds:g}s")
+        self.writer.abort()
 
     def stop_reading(self) -> None:
         """End the read loop as if the peer had closed its end (signals, tests)."""
@@ -286,8 +413,15 @@ class Peer:
         await self._handlers_idle.wait()
 
     def cancel_handlers(self) -> None:
-        for scope in list(self._inbound.values()):
-            scope.cancel()
+        for entry in list(self._inbound.values()):
+            entry.scope.cancel()
+
+    def inbound(self, rid: Any) -> Inbound | None:
+        """The open inbound request with this id (registered when read, before its handler runs)."""
+        try:
+            return self._inbound.get(rid)
+        except TypeError:  # unhashable
+            return None
 
     async def _read_loop(self) -> None:
         buf = bytearray()
@@ -327,16 +461,12 @@ class Peer:
                 await self._frame(line)
 
     async def _too_large(self) -> None:
-        await self._safe_write(
-            ErrorResponse(
-                id=None,
-                error=RpcError(
-                    code=INVALID_REQUEST,
-                    message=f"Invalid request: frame exceeds the {self.max_frame} byte limit",
-                    data={"maxFrameBytes": self.max_frame},
-                ),
-            )
-        )
+        await self._error(None, INVALID_REQUEST, f"Invalid request: frame exceeds the {self.max_frame} byte limit",
+                          {"maxFrameBytes": self.max_frame})
+
+    async def _error(self, rid: Any, code: int, message: str, data: Any = msgspec.UNSET,
+                     details: str | None = None) -> None:
+        await self._safe_write(ErrorResponse(id=rid, error=error_with_details(code, message, data, details)))
 
     async def _safe_write(self, message: Any) -> None:
         try:
@@ -349,77 +479,119 @@ class Peer:
             line = line[:-1]
         if not line.strip():
             return
+        self.read_seq += 1
         try:
-            frame = msgspec.json.decode(line, type=Frame)
-        except msgspec.ValidationError:
-            # valid JSON, wrong shape (array, scalar, wrong member types)
+            await self._dispatch(line)
+        except Exception as exc:  # a frame never ends the connection
+            warn(f"{self.name}: a frame could not be handled: {exc!r}")
+
+    async def _dispatch(self, line: bytes) -> None:
+        if nesting_depth_exceeds(line):
+            await self._error(None, INVALID_REQUEST, f"Invalid request: nested deeper than {MAX_DEPTH} levels",
+                              {"maxDepth": MAX_DEPTH})
+            return
+        bad_utf8 = False
+        if not line.isascii():
             try:
-                msgspec.json.decode(line)
-            except msgspec.DecodeError:
-                await self._safe_write(ErrorResponse(id=None, error=RpcError(code=PARSE_ERROR, message="Parse error")))
-                return
-            await self._safe_write(
-                ErrorResponse(id=None, error=RpcError(code=INVALID_REQUEST, message="Invalid request"))
-            )
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                bad_utf8 = True  # not JSON; decoded leniently only to answer the right id
+                line = line.decode("utf-8", "replace").encode("utf-8")
+        try:
+            frame = _FRAME.decode(line)
+        except msgspec.ValidationError:  # valid JSON, wrong shape (array, scalar) or out-of-range numbers
+            await self._error(None, INVALID_REQUEST, "Invalid request", details="a frame must be one JSON-RPC 2.0 object")
             return
         except msgspec.DecodeError:
-            await self._safe_write(ErrorResponse(id=None, error=RpcError(code=PARSE_ERROR, message="Parse error")))
-            return
+            fixed = _lone_surrogates_replaced(line) if b"\\u" in line else None
+            try:
+                if fixed is None:
+                    raise
+                frame = _FRAME.decode(fixed)  # lone surrogates (legal JSON) are carried as U+FFFD
+            except msgspec.ValidationError:
+                await self._error(None, INVALID_REQUEST, "Invalid request",
+                                  details="a frame must be one JSON-RPC 2.0 object")
+                return
+            except msgspec.DecodeError:
+                await self._error(None, PARSE_ERROR, "Parse error", details="the line is not valid JSON")
+                return
         has_id = frame.id is not msgspec.UNSET
+        id_ok = has_id and _valid_id(frame.id)
+        reply_id = frame.id if id_ok else None
+        is_response = (
+            frame.method is msgspec.UNSET and has_id
+            and (frame.result is not msgspec.UNSET or frame.error is not msgspec.UNSET)
+        )
+        if is_response:
+            pending = self._pending.pop(frame.id, None) if id_ok else None
+            if pending is not None:  # the first response settles the request; later ones find nothing
+                self._settle(pending, frame, bad_utf8)
+                return
+            if id_ok and (frame.jsonrpc == "2.0" or self._issued(frame.id)):
+                # a later answer to a request already settled, in any shape, is only a debug note
+                debug(f"{self.name}: dropped a response to unknown or settled request id {frame.id!r}")
+                return
         if frame.jsonrpc != "2.0":
-            if has_id or frame.method is not msgspec.UNSET:
-                await self._safe_write(
-                    ErrorResponse(
-                        id=frame.id if has_id else None,  # type: ignore[arg-type]
-                        error=RpcError(code=INVALID_REQUEST, message='Invalid request: jsonrpc must be "2.0"'),
-                    )
-                )
+            await self._error(reply_id, INVALID_REQUEST, 'Invalid request: jsonrpc must be "2.0"')
             return
         if frame.method is not msgspec.UNSET:
-            params = frame.params if frame.params is not msgspec.UNSET else None
-            if has_id:
-                self._handlers += 1
-                if self._handlers == 1:
-                    self._handlers_idle = anyio.Event()
-                assert self._tg is not None
-                self._tg.start_soon(self._handle, frame.id, frame.method, params)
-            else:
-                await self._notification(frame.method, params)
-            return
-        if has_id and (frame.result is not msgspec.UNSET or frame.error is not msgspec.UNSET):
-            pending = self._pending.get(frame.id)  # type: ignore[arg-type]
-            if pending is None:
-                debug(f"{self.name}: dropped a response to unknown request id {frame.id!r}")
+            if not isinstance(frame.method, str) or (has_id and not id_ok):
+                await self._error(reply_id, INVALID_REQUEST, "Invalid request",
+                                  details="method must be a string and id a string, an integer or null")
                 return
-            if frame.error is not msgspec.UNSET:
-                err = frame.error if isinstance(frame.error, dict) else {}
-                pending.error = RpcFailure(
-                    int(err.get("code", INTERNAL_ERROR)) if isinstance(err.get("code"), int) else INTERNAL_ERROR,
-                    str(err.get("message", "error")),
-                    err.get("data", msgspec.UNSET),
-                )
-            else:
-                pending.result = frame.result  # type: ignore[assignment]
-            pending.done.set()
+            params = frame.params if frame.params is not msgspec.UNSET else None
+            if not has_id:
+                if not bad_utf8:
+                    await self._notification(frame.method, params)
+                return
+            if bad_utf8:
+                await self._error(frame.id, INVALID_PARAMS, "Invalid params: the frame is not valid UTF-8",
+                                  details="the frame is not valid UTF-8")
+                return
+            entry = Inbound(self.read_seq, frame.method)
+            self._inbound[frame.id] = entry  # registered now: a cancel read next applies to it
+            self._handlers += 1
+            if self._handlers == 1:
+                self._handlers_idle = anyio.Event()
+            assert self._tg is not None
+            self._tg.start_soon(self._handle, frame.id, frame.method, params, entry)
             return
-        await self._safe_write(
-            ErrorResponse(
-                id=frame.id if has_id else None,  # type: ignore[arg-type]
-                error=RpcError(code=INVALID_REQUEST, message="Invalid request"),
+        await self._error(reply_id, INVALID_REQUEST, "Invalid request",
+                          details="not a request, a notification or a response")
+
+    def _issued(self, rid: Any) -> bool:
+        return type(rid) is int and 0 <= rid < self._next_id
+
+    def _settle(self, pending: _Pending, frame: Frame, bad_utf8: bool) -> None:
+        """Anything but a well-formed result is an error for the requester (which fails closed)."""
+        if frame.jsonrpc == "2.0" and frame.error is msgspec.UNSET and not bad_utf8:
+            pending.result = frame.result  # type: ignore[assignment]
+        else:
+            err = frame.error if isinstance(frame.error, dict) else {}
+            code = err.get("code")
+            message = err.get("message")
+            pending.error = RpcFailure(
+                code if type(code) is int else INTERNAL_ERROR,
+                message if isinstance(message, str) else "malformed response",
+                err.get("data", msgspec.UNSET),
             )
-        )
+        pending.done.set()
 
     async def _notification(self, method: str, params: msgspec.Raw | None) -> None:
         if method == "$/cancel_request":
             try:
-                rid = msgspec.json.decode(params or b"{}", type=dict).get("requestId")
-            except Exception:
+                rid = _CANCEL_REQUEST.decode(params or b"{}").request_id
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                debug(f"{self.name}: ignored a $/cancel_request without a valid requestId")
                 return
-            if self.on_cancel_request is not None and self.on_cancel_request(rid):
+            entry = self._inbound.get(rid)
+            if entry is None:
+                debug(f"{self.name}: $/cancel_request for unknown request id {rid!r} ignored")
                 return
-            scope = self._inbound.get(rid)
-            if scope is not None:
-                scope.cancel()
+            entry.cancel_requested = True
+            if self.on_cancel_request is not None and self.on_cancel_request(rid, entry.method):
+                return
+            entry.scope.cancel()  # before its handler starts, too: it then answers -32800 at once
             return
         handler = self.notifications.get(method)
         if handler is None:
@@ -431,31 +603,40 @@ class Peer:
         except Exception as exc:
             warn(f"{self.name}: notification {method} failed: {exc!r}")
 
-    async def _handle(self, rid: RequestId, method: str, params: msgspec.Raw | None) -> None:
+    async def _handle(self, rid: RequestId, method: str, params: msgspec.Raw | None, entry: Inbound) -> None:
         reply: Any
         try:
-            with anyio.CancelScope() as scope:
-                self._inbound[rid] = scope
+            with entry.scope as scope:
                 try:
                     if self.gate is not None:
                         self.gate(method)
                     handler = self.requests.get(method)
                     if handler is None:
-                        raise RpcFailure(METHOD_NOT_FOUND, "Method not found", {"method": method})
+                        raise RpcFailure(METHOD_NOT_FOUND, "Method not found", {"method": method},
+                                         details=f"method not found: {method}")
+                    if entry.cancel_requested:
+                        await anyio.lowlevel.checkpoint()  # cancelled before it started
                     result = await handler(rid, params)
                     reply = Response(id=rid, result=result)
                 except RpcFailure as exc:
-                    reply = ErrorResponse(id=rid, error=RpcError(code=exc.code, message=exc.message, data=exc.data))
+                    reply = ErrorResponse(id=rid, error=exc.rpc_error())
                 except Exception as exc:
                     warn(f"{self.name}: {method} failed: {exc!r}")
-                    reply = ErrorResponse(id=rid, error=RpcError(code=INTERNAL_ERROR, message=f"Internal error: {exc}"))
+                    reply = ErrorResponse(id=rid, error=error_with_details(
+                        INTERNAL_ERROR, f"Internal error: {exc}", details=str(exc) or type(exc).__name__))
             if scope.cancelled_caught:
-                reply = ErrorResponse(id=rid, error=RpcError(code=REQUEST_CANCELLED, message="Request cancelled"))
-            if not self.write_nowait(reply):
+                reply = ErrorResponse(id=rid, error=error_with_details(
+                    REQUEST_CANCELLED, "Request cancelled", details="the client cancelled this request"))
+            try:
+                written = self.write_nowait(reply)
+            except TransportClosed:
+                written = True
+            if not written:
                 with anyio.CancelScope(shield=True):
                     await self._safe_write(reply)
         finally:
-            self._inbound.pop(rid, None)
+            if self._inbound.get(rid) is entry:
+                del self._inbound[rid]
             self._handlers -= 1
             if self._handlers == 0:
                 self._handlers_idle.set()
@@ -467,5 +648,5 @@ def decode_params(params: msgspec.Raw | None, type_: type[Any]) -> Any:
         return msgspec.json.decode(params if params is not None else b"null", type=type_)
     except msgspec.ValidationError as exc:
         raise invalid_params(str(exc)) from None
-    except msgspec.DecodeError as exc:  # pragma: no cover - the frame already parsed
+    except msgspec.DecodeError as exc:  # e.g. invalid UTF-8 is caught per frame; kept as a guard
         raise invalid_params(str(exc)) from None

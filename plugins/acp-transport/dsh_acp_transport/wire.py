@@ -28,14 +28,17 @@ RequestId = Union[int, str, None]
 
 
 class Frame(msgspec.Struct, kw_only=True):
-    """Any inbound JSON-RPC message; ``params``/``result`` stay raw until the method is known."""
+    """Any inbound JSON object; ``params``/``result`` stay raw until the method is known.
+
+    Members are untyped so that every object decodes and the reader itself classifies it
+    (a response with a malformed ``error`` must still settle its request)."""
 
     jsonrpc: Any = UNSET
-    id: Union[int, str, None, UnsetType] = UNSET
-    method: Union[str, UnsetType] = UNSET
+    id: Any = UNSET
+    method: Any = UNSET
     params: Union[msgspec.Raw, UnsetType] = UNSET
     result: Union[msgspec.Raw, UnsetType] = UNSET
-    error: Union[dict[str, Any], UnsetType] = UNSET
+    error: Any = UNSET
 
 
 class RpcError(_Out):
@@ -188,8 +191,16 @@ class SessionNotification(_Out):
     update: MessageChunk
 
 
-class ToolCallRef(_Out):
+TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"})
+
+
+class PermissionToolCall(_Out):
+    """``toolCall`` of a permission request (ACP's ToolCallUpdate): what a person judges."""
+
     tool_call_id: str
+    kind: Union[str, UnsetType] = UNSET
+    title: Union[str, UnsetType] = UNSET
+    raw_input: Any = UNSET
 
 
 class PermissionOption(_Out):
@@ -206,7 +217,7 @@ PERMISSION_OPTIONS = [
 
 class PermissionParams(_Out):
     session_id: str
-    tool_call: ToolCallRef
+    tool_call: PermissionToolCall
     options: list[PermissionOption]
 
 

@@ -129,7 +129,8 @@ async def test_malformed_frames_get_jsonrpc_errors_and_the_server_keeps_serving(
         sid = await client.start(tmp_path)
         # unknown method, wrong param types, unknown notification (no reply), bad cancel (no reply)
         resp = await client.call("session/frobnicate", {})
-        assert resp["error"] == {"code": -32601, "message": "Method not found", "data": {"method": "session/frobnicate"}}
+        assert resp["error"] == {"code": -32601, "message": "Method not found",
+                                 "data": {"method": "session/frobnicate", "details": "method not found: session/frobnicate"}}
         resp = await client.call("session/prompt", {"sessionId": sid, "prompt": "not a list"})
         assert resp["error"]["code"] == -32602
         resp = await client.call("session/new", {"cwd": 5, "mcpServers": []})
@@ -171,7 +172,8 @@ async def test_session_new_rules(echo, params, message):
     async with served(echo) as (client, bridge, host):
         await client.call("initialize", {"protocolVersion": 1})
         resp = await client.call("session/new", params)
-        assert resp["error"] == {"code": -32602, "message": message}
+        assert resp["error"] == {"code": -32602, "message": message,
+                                 "data": {"details": message.removeprefix("Invalid params: ")}}
         assert not host.agents  # nothing was created
 
 
@@ -187,7 +189,8 @@ async def test_unknown_session_prompt_is_invalid_params_and_unknown_cancel_is_si
     async with served(echo) as (client, bridge, host):
         await client.start(tmp_path)
         resp = await client.call("session/prompt", {"sessionId": "nope", "prompt": [{"type": "text", "text": "x"}]})
-        assert resp["error"] == {"code": -32602, "message": "Invalid params: unknown session: nope"}
+        assert resp["error"] == {"code": -32602, "message": "Invalid params: unknown session: nope",
+                                 "data": {"details": "unknown session: nope"}}
         await client.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "nope"}})
         assert (await client.call("authenticate", {}))["result"] == {}
 
@@ -198,7 +201,8 @@ async def test_images_are_refused_when_not_advertised(echo, tmp_path):
         resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [
             {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}]})
         assert resp["error"] == {
-            "code": -32602, "message": "Invalid params: inline image prompts were not advertised by this connection"}
+            "code": -32602, "message": "Invalid params: inline image prompts were not advertised by this connection",
+            "data": {"details": "inline image prompts were not advertised by this connection"}}
 
 
 # --------------------------------------------------------------------------- large frames
@@ -372,7 +376,9 @@ async def test_requests_after_close_get_disposed_errors(echo, tmp_path):
         await bridge.quiesce()
         with pytest.raises(RpcFailure) as err:
             await bridge.new_session(0, b'{"cwd": "/", "mcpServers": []}')
-        assert (err.value.code, err.value.message) == (-32603, "Internal error: the ACP bridge has been disposed")
+        assert err.value.code == -32603
+        assert err.value.message == ("Internal error: the connection is closing (the client closed stdin, or the agent "
+                                     "was signalled to stop); no session was created")
 
 
 async def test_teardown_raises_every_disposal_failure_together(echo, tmp_path):
@@ -469,7 +475,8 @@ async def test_image_admission_rechecks_the_sessions_current_route(scripted, tmp
         resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [
             {"type": "image", "data": _png_b64(), "mimeType": "image/png"}]})
         assert resp["error"] == {"code": -32602,
-                                 "message": f'Invalid params: model "{text_only}" does not declare image input'}
+                                 "message": f'Invalid params: model "{text_only}" does not declare image input',
+                                 "data": {"details": f'model "{text_only}" does not declare image input'}}
 
 
 @pytest.mark.parametrize("store, image_route, advertised", [
@@ -480,7 +487,7 @@ async def test_capability_matrix(scripted, tmp_path, store, image_route, adverti
     async with served(script, *extra) as (client, bridge, host):
         init = await client.call("initialize", {"protocolVersion": 1})
         assert init["result"]["agentCapabilities"]["promptCapabilities"] == {
-            "image": advertised, "audio": False, "embeddedContext": False}
+            "image": advertised, "audio": False, "embeddedContext": True}
 
 
 async def test_a_failing_store_is_an_internal_error(scripted, tmp_path):
@@ -493,4 +500,5 @@ async def test_a_failing_store_is_an_internal_error(scripted, tmp_path):
         sid = await client.start(tmp_path)
         resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [
             {"type": "image", "data": _png_b64(), "mimeType": "image/png"}]})
-        assert resp["error"] == {"code": -32603, "message": "Internal error: unable to persist the prompt image batch"}
+        assert resp["error"] == {"code": -32603, "message": "Internal error: unable to persist the prompt image batch",
+                                 "data": {"details": "unable to persist the prompt image batch"}}

@@ -6,7 +6,9 @@ Files live at ``$DSH_HOME/sessions/<session-id>.jsonl`` (platformdirs' user data
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 from dsh_core import hookimpl
 
@@ -40,6 +42,21 @@ __all__ = [
 @hookimpl
 def dsh_session_store(host: "Host") -> JsonlStore:
     return JsonlStore()
+
+
+@asynccontextmanager
+async def _flush_at_exit(host: "Host") -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        store = host.session_store
+        if isinstance(store, JsonlStore):
+            await store.flush()  # agents are disposed (logs closed) before lifespans end
+
+
+@hookimpl
+def dsh_lifespan(host: "Host") -> Any:
+    return _flush_at_exit(host)
 
 
 @hookimpl

@@ -65,7 +65,10 @@ async def _probe_at_start(sb: Sandbox) -> AsyncIterator[None]:
                 f'commands in "{sb.settings.mode}" mode (sandbox unavailable)',
                 file=sys.stderr,
             )
-    yield
+    try:
+        yield
+    finally:
+        await sb.aclose()  # the per-session command servers (agents are disposed before lifespans end)
 
 
 @hookimpl

@@ -74,16 +74,23 @@ def _fail(msg: str) -> "None":
     os._exit(EXIT_RUNNER_FAILED)
 
 
-def restrict(rw_dirs: list[str], rw_files: list[str]) -> int:
-    """Confine this process (and everything it execs) to writing only the given paths."""
+def _raise(msg: str) -> "None":
+    raise OSError(f"landlock-run: {msg}")
+
+
+def restrict(rw_dirs: list[str], rw_files: list[str], *, fatal: bool = True) -> int:
+    """Confine this process (and everything it execs) to writing only the given paths.
+
+    A failure exits (125) when ``fatal``, else raises ``OSError`` (the command server reports it)."""
+    fail = _fail if fatal else _raise
     abi = abi_version()
     if abi < 1:
-        _fail("Landlock is not available in this kernel")
+        fail("Landlock is not available in this kernel")
     dir_rights, file_rights = write_rights(abi)
     handled = ctypes.c_uint64(dir_rights)
     ruleset = _libc.syscall(ctypes.c_long(SYS_CREATE_RULESET), ctypes.byref(handled), ctypes.c_size_t(8), ctypes.c_uint32(0))
     if ruleset < 0:
-        _fail(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
+        fail(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     for paths, rights, flags in ((rw_dirs, dir_rights, os.O_DIRECTORY), (rw_files, file_rights, 0)):
         for path in paths:
             try:
@@ -95,11 +102,11 @@ def restrict(rw_dirs: list[str], rw_files: list[str]) -> int:
             err = ctypes.get_errno()
             os.close(fd)
             if r < 0:
-                _fail(f"landlock_add_rule({path}) failed: {os.strerror(err)}")
+                fail(f"landlock_add_rule({path}) failed: {os.strerror(err)}")
     if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        _fail(f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")
+        fail(f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")
     if _libc.syscall(ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
-        _fail(f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
+        fail(f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
     os.close(ruleset)
     return abi
 

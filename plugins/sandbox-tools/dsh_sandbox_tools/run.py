@@ -99,10 +99,14 @@ async def run_command(
     argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path
 ) -> CommandResult:
     sink = _Sink(limit, spill)
-    proc = await anyio.open_process(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        cwd=cwd, env=env, start_new_session=True,
-    )
+    # Shielded: a cancel that lands while the process is being spawned must not lose the handle
+    # (asyncio would SIGKILL only the leader, leaving what it already forked running). The
+    # cancel is seen at the first checkpoint inside the try below, whose finally kills the group.
+    with anyio.CancelScope(shield=True):
+        proc = await anyio.open_process(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=cwd, env=env, start_new_session=True,
+        )
     pgid = proc.pid  # start_new_session: the leader's pid is the group id
     timed_out = False
     drained = anyio.Event()

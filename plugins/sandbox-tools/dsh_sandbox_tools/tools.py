@@ -17,9 +17,10 @@ from dsh_core.media import sniff_image
 from dsh_core.types import ImageBlock, TextBlock, ToolOutput, ToolSpec
 
 from .fspath import PathDenied, absolute, open_for_write
-from .mechanisms import PARTIAL_NOTICE, get_runner
+from .mechanisms import PARTIAL_NOTICE, Runner, get_runner
 from .policy import MODES, Settings, scrubbed_env, wider, writable_roots
-from .run import run_command, spill_path_for
+from .run import CommandResult, run_command, spill_path_for
+from .server import CommandServer, ServerError, ServerPool, server_argv
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.agent import ToolContext
@@ -37,6 +38,7 @@ class Sandbox:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.servers = ServerPool()
         self._reads: "weakref.WeakKeyDictionary[Any, dict[str, int]]" = weakref.WeakKeyDictionary()
 
     def reads(self, agent: Any) -> dict[str, int]:
@@ -94,7 +96,15 @@ class Sandbox:
                 "call again without it",
                 code="INVALID_ARGUMENTS",
             )
-        outcome = await ctx.approve(f"escalate sandbox to {target}: {justification.strip()}")
+        call = {k: v for k, v in args.items() if k not in ("sandbox_permissions", "justification")}
+        outcome = await ctx.approve(
+            f"escalate sandbox to {target}: {justification.strip()}",
+            kind="execute" if what == "command" else "edit",  # bash runs; write/edit modify files
+            subject=args.get("command") if what == "command" else args.get("path"),
+            args=call,
+            tier=target,
+            justification=justification.strip(),
+        )
         if outcome == "allowed-once":
             return target
         if outcome == "rejected":
@@ -126,6 +136,78 @@ class Sandbox:
 
     def write_roots(self, mode: str, cwd: str) -> list[str] | None:
         return None if mode == "danger-full-access" else writable_roots(mode, cwd)
+
+    # -------------------------------------------------------------- running commands
+
+    async def runner_for(self, mode: str) -> Runner | None:
+        """The confinement for ``mode`` (None: danger-full-access); refuses when none works."""
+        if mode == "danger-full-access":
+            return None
+        probe = await get_runner(self.settings.mechanism)
+        if probe.runner is None:
+            raise ToolError(
+                f'sandbox mode "{mode}" is requested but no sandbox backend is usable on this host; '
+                f"refusing to run the command unconfined. Tried: {probe.summary()}. "
+                "Fix: install bubblewrap (apt-get install bubblewrap) or use a kernel with Landlock; "
+                "only on a disposable machine set DSH_PERMISSION_MODE=danger-full-access.",
+                code="SANDBOX_UNAVAILABLE",
+            )
+        return probe.runner
+
+    async def run_argv(
+        self,
+        argv: list[str],
+        *,
+        mode: str,
+        cwd: str,
+        spill: Path,
+        owner: Any = None,
+        timeout_s: float | None = None,
+        limit: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> tuple[CommandResult, Runner | None]:
+        """Run any ``argv`` in ``cwd`` confined by ``mode``; returns the result and the runner used.
+
+        Calls in the configured mode of a session (``owner``: its agent) go through that
+        session's confined command server (a fork per call); escalated one-shot calls, and
+        calls without an owner, start a fresh confined process (``Runner.wrap``). Either way,
+        when this returns (or is cancelled) no process of the call is alive.
+        """
+        s = self.settings
+        runner = await self.runner_for(mode)
+        env = scrubbed_env(mode=mode) if env is None else env
+        timeout_s = s.default_timeout_ms / 1000 if timeout_s is None else timeout_s
+        limit = s.max_output_bytes if limit is None else limit
+        if runner is None:
+            return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill), None
+        roots = writable_roots(mode, cwd)
+        if owner is None or mode != s.mode:
+            argv = runner.wrap(argv, roots, cwd)
+            return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill), runner
+        key = (getattr(owner, "session_id", id(owner)), runner.name, tuple(roots))
+        server_env = scrubbed_env(mode=mode)
+        for attempt in (1, 2):
+            try:
+                server = await self.servers.get(
+                    key, owner,
+                    lambda: CommandServer(lambda fd: server_argv(runner, roots, cwd, fd), env=server_env, cwd=cwd),
+                )
+            except ServerError as exc:
+                raise ToolError(
+                    f'sandbox mode "{mode}" could not be applied ({runner.detail or runner.name} command server: '
+                    f"{exc}); refusing to run the command unconfined.",
+                    code="SANDBOX_UNAVAILABLE",
+                ) from None
+            try:
+                return await server.run(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill), runner
+            except ServerError as exc:
+                await self.servers.discard(key)
+                if attempt == 2 or not exc.before_start:  # lost mid-call: never run the command twice
+                    raise ToolError(f"the sandbox command server failed: {exc}", code="SANDBOX_FAILED") from None
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        await self.servers.aclose()
 
 
 def _schema(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -239,26 +321,12 @@ class BashTool:
         if not os.path.isdir(cwd):
             raise ToolError(f"the session directory {cwd} does not exist", code="NO_CWD")
         bash = shutil.which("bash") or "/bin/sh"
-        argv = [bash, "-c", command]
-        runner = None
-        if mode != "danger-full-access":
-            probe = await get_runner(s.mechanism)
-            runner = probe.runner
-            if runner is None:
-                raise ToolError(
-                    f'sandbox mode "{mode}" is requested but no sandbox backend is usable on this host; '
-                    f"refusing to run the command unconfined. Tried: {probe.summary()}. "
-                    "Fix: install bubblewrap (apt-get install bubblewrap) or use a kernel with Landlock; "
-                    "only on a disposable machine set DSH_PERMISSION_MODE=danger-full-access.",
-                    code="SANDBOX_UNAVAILABLE",
-                )
-            argv = runner.wrap(argv, writable_roots(mode, cwd), cwd)
-        result = await run_command(
-            argv,
+        result, runner = await self.sb.run_argv(
+            [bash, "-c", command],
+            mode=mode,
             cwd=cwd,
-            env=scrubbed_env(mode=mode),
+            owner=ctx.agent,
             timeout_s=timeout_ms / 1000,
-            limit=s.max_output_bytes,
             spill=spill_path_for(s.spill_root(), ctx.session_id, ctx.call_id),
         )
         text = result.text

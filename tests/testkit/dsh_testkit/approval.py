@@ -22,7 +22,7 @@ WRITE_SCHEMA = {
 
 
 async def guarded_write(args: dict[str, Any], ctx: Any) -> str:
-    outcome = await ctx.approve(f"write {args['path']}")
+    outcome = await ctx.approve(f"write {args['path']}", kind="edit", subject=args["path"], args=args)
     if outcome != "allowed-once":
         return f"not written: approval {outcome}"
     target = Path(ctx.cwd) / args["path"]

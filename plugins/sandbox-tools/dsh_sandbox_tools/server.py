@@ -1,0 +1,291 @@
+"""The harness side of the confined command server (``_cmdserver.py``): start it once per
+session and confinement, run commands through it, keep a bounded pool of them.
+
+A command run here costs a fork and an exec inside an already-confined process. Its lifetime
+is tied to a call socket this side holds: the reaper kills and reaps the whole call (setsid'd
+and double-forked stragglers included) when asked, when the command ends, or when the socket
+closes — a cancel at any instant, even mid-spawn, or this process dying. ``run`` returns only
+after the reaper reported that every process of the call is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from .run import DRAIN_GRACE_S, TERM_GRACE_S, CommandResult, _Sink
+
+SERVER = str(Path(__file__).with_name("_cmdserver.py").resolve())
+START_TIMEOUT_S = 20.0
+EXIT_WAIT_S = 10.0  # after "kill", how long to wait for the reaper's "exit" before giving up on it
+MAX_SERVERS = 32  # idle servers beyond this many are closed, least recently used first
+
+
+class ServerError(Exception):
+    """The command server could not be started or lost the call (never run unconfined instead)."""
+
+    def __init__(self, message: str, *, before_start: bool = False) -> None:
+        super().__init__(message)
+        self.before_start = before_start  # nothing of the call ran: trying again is safe
+
+
+def server_argv(runner: Any, roots: list[str], cwd: str, fd: int) -> list[str]:
+    """The argv that starts a command server confined like ``runner.wrap`` would confine a command."""
+    from .mechanisms import bwrap_argv
+
+    base = [sys.executable, "-I", "-S", SERVER]
+    if runner.name == "bwrap":
+        return bwrap_argv([*base, str(fd)], roots, cwd)
+    out = [*base, "--landlock"]
+    for r in roots:
+        out += ["--rw", r]
+    return [*out, "--rw-file", "/dev/null", str(fd)]
+
+
+async def _recv(sock: socket.socket) -> bytes:
+    while True:
+        try:
+            return sock.recv(4096)
+        except BlockingIOError:
+            await anyio.wait_readable(sock)
+        except OSError:
+            return b""
+
+
+class CommandServer:
+    """One running ``_cmdserver`` process and its control socket."""
+
+    def __init__(self, argv_for_fd: Callable[[int], list[str]], *, env: dict[str, str], cwd: str) -> None:
+        self._argv_for_fd = argv_for_fd
+        self._env = env
+        self._cwd = cwd
+        self.control: socket.socket | None = None
+        self.proc: Any = None
+        self.active = 0
+        self.closed = False
+
+    async def start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with anyio.CancelScope(shield=True):
+                self.proc = await anyio.open_process(
+                    self._argv_for_fd(theirs.fileno()), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),), env=self._env, cwd=self._cwd,
+                    start_new_session=True,
+                )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.control = ours
+        ours.setblocking(False)
+        try:
+            with anyio.fail_after(START_TIMEOUT_S):
+                first = await _recv(ours)
+            if first != b"ready":
+                err = b""
+                if self.proc.stderr is not None:
+                    with anyio.move_on_after(2):
+                        async for chunk in self.proc.stderr:
+                            err += chunk
+                detail = (first[6:] if first.startswith(b"error ") else err).decode(errors="replace").strip()
+                raise ServerError(detail.splitlines()[-1] if detail else "the command server exited at start")
+            if self.proc.stderr is not None:
+                await self.proc.stderr.aclose()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """End the server (end-of-file on its control socket) and reap it."""
+        self.closed = True
+        if self.control is not None:
+            self.control.close()
+        if self.proc is not None:
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(5) as slow:
+                    await self.proc.wait()
+                if slow.cancelled_caught:
+                    self.proc.kill()
+                    await self.proc.wait()
+                await self.proc.aclose()
+
+    def _send(self, fds: list[int]) -> None:
+        assert self.control is not None
+        try:
+            socket.send_fds(self.control, [b"run"], fds)
+        except OSError as exc:  # BlockingIOError included: a healthy server never lags by a whole buffer
+            self.closed = True
+            raise ServerError(f"the command server is gone ({exc})", before_start=True) from None
+
+    async def run(
+        self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path
+    ) -> CommandResult:
+        sink = _Sink(limit, spill)
+        payload = json.dumps({"argv": argv, "cwd": cwd, "env": env}).encode()
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        call, call_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        memfd = os.memfd_create("dsh-command", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(memfd, view):]
+            self._send([memfd, out_w, call_theirs.fileno()])
+        except BaseException:
+            os.close(out_r)
+            call.close()
+            raise
+        finally:
+            os.close(memfd)
+            os.close(out_w)
+            call_theirs.close()
+        # From here the call socket is the call's lifeline: closing it kills the whole call.
+        self.active += 1
+        code: int | None = None
+        finished = False
+        timed_out = False
+        drained = anyio.Event()
+        call.setblocking(False)
+        os.set_blocking(out_r, False)
+
+        async def reader() -> None:
+            try:
+                while True:
+                    try:
+                        chunk = os.read(out_r, 1 << 16)
+                    except BlockingIOError:
+                        await anyio.wait_readable(out_r)
+                        continue
+                    if not chunk:
+                        return
+                    sink.feed(chunk)
+            finally:
+                drained.set()
+
+        async def stop(first: bytes) -> tuple[bool, int | None]:
+            try:
+                call.send(first)
+            except OSError:
+                return False, None  # the reaper is gone without reporting
+            if first == b"term":
+                with anyio.move_on_after(TERM_GRACE_S):
+                    return _parse(await _recv(call))
+                try:
+                    call.send(b"kill")
+                except OSError:
+                    return False, None
+            with anyio.move_on_after(EXIT_WAIT_S):
+                return _parse(await _recv(call))
+            return False, None
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reader)
+                with anyio.move_on_after(timeout_s) as deadline:
+                    finished, code = _parse(await _recv(call))
+                if deadline.cancelled_caught:
+                    timed_out = True
+                    with anyio.CancelScope(shield=True):
+                        finished, code = await stop(b"term")
+                with anyio.move_on_after(DRAIN_GRACE_S):
+                    await drained.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                if not finished:  # cancelled (or the wait failed): kill now, and wait until all is gone
+                    finished, code = await stop(b"kill")
+                call.close()
+                os.close(out_r)
+                sink.close()
+                self.active -= 1
+        if not finished:
+            raise ServerError("the command server lost the call (it died or did not answer)")
+        return CommandResult(
+            exit_code=None if timed_out else code,
+            signal=-code if code is not None and code < 0 else None,
+            timed_out=timed_out,
+            text=sink.text(),
+            total_bytes=sink.total,
+            spill_path=spill if sink.file is not None else None,
+        )
+
+
+def _parse(msg: bytes) -> tuple[bool, int | None]:
+    """(finished, exit code) from a reaper message; end-of-file means the call was lost."""
+    if msg.startswith(b"exit "):
+        try:
+            return True, int(msg[5:])
+        except ValueError:
+            pass
+    return False, None
+
+
+class ServerPool:
+    """Command servers by key (session, mechanism, roots), at most ``limit`` kept when idle."""
+
+    def __init__(self, limit: int = MAX_SERVERS) -> None:
+        self.limit = limit
+        self._servers: OrderedDict[Hashable, tuple[CommandServer, Any]] = OrderedDict()
+        self._locks: weakref.WeakValueDictionary[Hashable, anyio.Lock] = weakref.WeakValueDictionary()
+
+    def __len__(self) -> int:
+        return len(self._servers)
+
+    async def get(self, key: Hashable, owner: Any, make: Callable[[], CommandServer]) -> CommandServer:
+        entry = self._servers.get(key)
+        if entry is not None and not entry[0].closed:
+            self._servers.move_to_end(key)
+            return entry[0]
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = anyio.Lock()
+        async with lock:
+            entry = self._servers.get(key)
+            if entry is not None and not entry[0].closed:
+                return entry[0]
+            if entry is not None:
+                self._servers.pop(key, None)
+                await entry[0].aclose()
+            server = make()
+            await server.start()
+            self._servers[key] = (server, weakref.ref(owner) if owner is not None else (lambda: None))
+            await self._shrink()
+            return server
+
+    async def discard(self, key: Hashable) -> None:
+        entry = self._servers.pop(key, None)
+        if entry is not None:
+            await entry[0].aclose()
+
+    async def _shrink(self) -> None:
+        if len(self._servers) <= self.limit:
+            return
+
+        def gone(owner_ref: Any) -> bool:
+            owner = owner_ref()
+            return owner is None or getattr(owner, "disposed", False)
+
+        idle = [k for k, (srv, _) in self._servers.items() if srv.active == 0]
+        # servers of finished sessions first, then least recently used
+        idle.sort(key=lambda k: 0 if gone(self._servers[k][1]) else 1)
+        for key in idle[: len(self._servers) - self.limit]:
+            await self.discard(key)
+
+    async def aclose(self) -> None:
+        entries = list(self._servers.values())
+        self._servers.clear()
+        async with anyio.create_task_group() as tg:
+            for server, _ in entries:
+                tg.start_soon(server.aclose)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import os
 import weakref
 from collections import Counter
 from collections.abc import Mapping
@@ -28,13 +29,15 @@ if TYPE_CHECKING:  # pragma: no cover
 PLUGIN = "guards"
 DEFAULT_THRESHOLDS = (3, 5, 8)
 DEFAULT_MAX_STEPS = 200
+ENV_MAX_STEPS = "DSH_MAX_STEPS"  # overrides max-steps (a client that spawns dsh sets it)
 
 _counts: "weakref.WeakKeyDictionary[Any, Counter[tuple[str, str]]]" = weakref.WeakKeyDictionary()
 
 
 def _settings(host: "Host") -> tuple[tuple[int, ...], int]:
     table = host.config.get(PLUGIN, {})
-    return tuple(table.get("repeat-thresholds", DEFAULT_THRESHOLDS)), int(table.get("max-steps", DEFAULT_MAX_STEPS))
+    steps = os.environ.get(ENV_MAX_STEPS) or table.get("max-steps", DEFAULT_MAX_STEPS)
+    return tuple(table.get("repeat-thresholds", DEFAULT_THRESHOLDS)), int(steps)
 
 
 @hookimpl
@@ -47,6 +50,11 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None
     if not isinstance(th, list | tuple) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 2 for n in th):
         raise ConfigError(f"[config.{PLUGIN}] repeat-thresholds must be a list of integers >= 2, got {th!r}")
     steps = table.get("max-steps", DEFAULT_MAX_STEPS)
+    if os.environ.get(ENV_MAX_STEPS):
+        try:
+            steps = int(os.environ[ENV_MAX_STEPS])
+        except ValueError:
+            raise ConfigError(f"{ENV_MAX_STEPS} must be an integer >= 1, got {os.environ[ENV_MAX_STEPS]!r}") from None
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ConfigError(f"[config.{PLUGIN}] max-steps must be an integer >= 1 (model calls per turn), got {steps!r}")
 

@@ -123,7 +123,7 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None
         raise ConfigError(f"[config.{PLUGIN}] remind-every must be an integer >= 1 (tool results), got {every!r}")
 
 
-@hookimpl
+@hookimpl(trylast=True)  # after the workspace tools: the tool list the model saw before only grows at its end
 def dsh_register_tools(register: Callable[["Tool"], None], host: "Host") -> None:
     register(make_tool())
 

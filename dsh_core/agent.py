@@ -26,7 +26,9 @@ import anyio
 from .diag import warn
 from .errors import AgentDisposed, ModelError, SessionLogFailed, ToolError
 from .schedule import ToolScheduler
+from .spill import bound, spill_path_for
 from .types import (
+    AfterTool,
     AgentError,
     ApprovalOutcome,
     ApprovalRequest,
@@ -461,6 +463,8 @@ class Agent:
         step = 0
         while True:
             step += 1
+            if self.host.pm.hook.dsh_check_step(session=self, turn=turn, step=step) == "stop":
+                return "max-steps"  # a step budget: everything so far is committed, every call answered
             partial = await self._call_model(turn, step)
             truncated = partial.finish == "max-tokens"
             content = partial.content(keep_tools=not truncated)
@@ -570,6 +574,42 @@ class Agent:
                 self.emit(UserMessageEvent(message=message))
 
     async def _run_tool(self, turn: int, step: int, call: ToolCallBlock) -> ToolOutput:
+        return self._after_tool(call, await self._dispatch(turn, step, call))
+
+    def _after_tool(self, call: ToolCallBlock, out: ToolOutput) -> ToolOutput:
+        """Bound the result (one spill mechanism for every tool), then fold the ``dsh_after_tool``
+        decisions: feedback that blocks replaces the content, context is appended after it."""
+        if out.spill_path is None:
+            spilled_any = False
+            content: list[ContentBlock] = []
+            text = "\n".join(b.text for b in out.content if isinstance(b, TextBlock))
+            if len(text.encode("utf-8", errors="replace")) > self.host.spill_limit:
+                path = spill_path_for(self.host.spill_root, self.session_id, call.id)
+                try:
+                    bounded, spilled_any = bound(text, self.host.spill_limit, path)
+                except OSError as exc:  # no spill file: still never flood the model
+                    warn(f"spill of {call.name} result failed: {exc}")
+                    bounded = text[: self.host.spill_limit] + f"\n[… output truncated; the spill file failed: {exc}]"
+                content = [TextBlock(text=bounded)] + [b for b in out.content if not isinstance(b, TextBlock)]
+                out = ToolOutput(
+                    content=content, is_error=out.is_error, code=out.code, structured=out.structured,
+                    spill_path=str(path) if spilled_any else None,
+                )
+        answers: list[AfterTool] = [a for a in self.host.pm.hook.dsh_after_tool(session=self, call=call, output=out) if a]
+        if not answers:
+            return out
+        blocks = [a.block for a in answers if a.block]
+        context = [c for a in answers for c in a.context if c]
+        content = list(out.content)
+        if blocks:
+            content = [TextBlock(text="\n\n".join(blocks))]
+        content += [TextBlock(text=f"<system-reminder>\n{c}\n</system-reminder>") for c in context]
+        return ToolOutput(
+            content=content, is_error=out.is_error or bool(blocks), code="BLOCKED" if blocks else out.code,
+            structured=out.structured, spill_path=out.spill_path,
+        )
+
+    async def _dispatch(self, turn: int, step: int, call: ToolCallBlock) -> ToolOutput:
         if call.name not in self.offered:
             known = ", ".join(self.offered) or "none"
             hint = f" {self._unknown_hint}" if self._unknown_hint and call.name in self.tools else ""

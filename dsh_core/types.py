@@ -124,7 +124,7 @@ class TurnStart(Event, tag="turn/start", kw_only=True):
     turn: int
 
 
-TurnEndReason = Literal["completed", "max-tokens", "aborted", "error", "blocked", "disposed"]
+TurnEndReason = Literal["completed", "max-tokens", "max-steps", "aborted", "error", "blocked", "disposed"]
 
 
 class TurnEnd(Event, tag="turn/end", kw_only=True):
@@ -399,10 +399,24 @@ class ToolOutput(_Base, kw_only=True):
     is_error: bool = False
     code: str | None = None
     structured: Any = None
+    spill_path: str | None = None  # set when the tool already bounded its text through dsh_core.spill
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False, code: str | None = None) -> "ToolOutput":
         return cls(content=[TextBlock(text=text)], is_error=is_error, code=code)
+
+
+class AfterTool(_Base, kw_only=True):
+    """One plugin's decision about a tool result the model is about to see (``dsh_after_tool``).
+
+    ``context``: texts appended after the result, in order (advisory: reminders, discovered
+    instructions); the loop wraps each in a ``<system-reminder>`` block. ``block``: replace the
+    result with this feedback, marked an error (for hooks that veto a result; several blocks are
+    joined). Neither ever rewrites earlier history: the result is only decided here, and the agent
+    loop applies the folded decisions once, before the result is committed."""
+
+    context: list[str] = []
+    block: str | None = None
 
 
 class ApprovalRequest(msgspec.Struct, kw_only=True):

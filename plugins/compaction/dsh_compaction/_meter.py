@@ -1,0 +1,81 @@
+"""The token meter: how full a route's context window a request would be, before it is sent.
+
+Reading = the provider's reported prompt tokens for the previous call of this history (exact,
+when the provider reports usage) + an estimate of what was appended since. With no report (a
+provider without usage, or just after a compaction) the whole request is estimated.
+
+The estimator is UTF-8 bytes / 4 (rounded up) over the text a provider would render — message
+text, reasoning, tool-call names and arguments, tool results — plus a small per-message
+overhead for the role markers, and a flat charge per image. It is deliberately simple (no
+tokenizer download, O(size of the new messages)); its error is measured against the fake
+DeepSeek server's counts in tests/test_meter.py and reported in the README.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from dsh_core.types import (
+    AssistantMessage,
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    ToolSpec,
+)
+
+BYTES_PER_TOKEN = 4
+MESSAGE_OVERHEAD = 4  # role marker and separators, per message
+IMAGE_TOKENS = 1_000  # a flat charge: providers bill images by size, we only need "roughly"
+
+
+def text_tokens(text: str) -> int:
+    n = len(text.encode("utf-8"))
+    return -(-n // BYTES_PER_TOKEN)
+
+
+def message_tokens(message: Any) -> int:
+    """Estimated prompt tokens of one history message."""
+    total = MESSAGE_OVERHEAD
+    if isinstance(message, ToolResultMessage):
+        total += text_tokens(message.call_id)
+    for block in getattr(message, "content", ()):
+        if isinstance(block, (TextBlock, ReasoningBlock)):
+            total += text_tokens(block.text)
+        elif isinstance(block, ToolCallBlock):
+            total += text_tokens(block.id) + text_tokens(block.name) + text_tokens(block.arguments) + 6
+        elif isinstance(block, ImageBlock):
+            total += IMAGE_TOKENS
+    return total
+
+
+def prefix_tokens(system: str, tools: Iterable[ToolSpec]) -> int:
+    """Estimated tokens of the stable prefix: the system prompt and the tool schemas."""
+    import msgspec
+
+    total = text_tokens(system) + MESSAGE_OVERHEAD
+    for tool in tools:
+        total += text_tokens(msgspec.json.encode(tool).decode())
+    return total
+
+
+def history_tokens(messages: Iterable[Any]) -> int:
+    return sum(message_tokens(m) for m in messages)
+
+
+def reading(
+    *,
+    system: str,
+    tools: Sequence[ToolSpec],
+    history: Sequence[Any],
+    metered_tokens: int | None,
+    metered_messages: int,
+) -> int:
+    """Tokens the next request would carry: the provider's last count + an estimate of the rest.
+
+    O(messages appended since the last reported call) when a count is known."""
+    if metered_tokens is not None and 0 < metered_messages <= len(history):
+        return metered_tokens + history_tokens(history[metered_messages:])
+    return prefix_tokens(system, tools) + history_tokens(history)

@@ -17,6 +17,12 @@ and everything else are ignored. ``session/request_permission`` goes to the
 the client picks an *offered* option (never invents one) and fails closed. The child's
 stderr is drained continuously into a bounded tail (and optionally forwarded), so a
 chatty child never blocks on a full pipe (INTEROP.md / acp-peers.md #4).
+
+Many sessions on one connection (``dsh batch``): ``await c.initialize()`` once, then
+``s = await c.new_session(cwd, on_permission=…)`` per task; each ``AcpSession`` has its own
+``prompt``/``cancel``/``close`` and collects only its own text and permission questions.
+``close`` sends ``session/close`` only when the agent advertised
+``sessionCapabilities.close``; otherwise it only forgets the session on the client side.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from .wire import PROTOCOL_VERSION
 
 __all__ = [
     "AcpClient",
+    "AcpSession",
     "AcpClientError",
     "PermissionAsk",
     "PromptResult",
@@ -165,6 +172,7 @@ class _InitializeParams(_Out):
 class _InitializeResult(_In):
     protocol_version: Any = None
     agent_info: dict[str, Any] | None = None
+    agent_capabilities: dict[str, Any] | None = None
 
 
 class _NewSessionParams(_Out):
@@ -249,6 +257,11 @@ class PromptResult:
     text: str
     session_id: str | None = None
     error: str | None = None
+    # set by AcpSession.prompt when stop_reason == "error": "rpc" (the agent answered a
+    # JSON-RPC error, ``error_code``), "closed" (the connection or the process went away),
+    # "malformed" (an undecodable result)
+    error_kind: str | None = None
+    error_code: int | None = None
 
 
 PermissionPolicy = Callable[[PermissionAsk], Awaitable[PermissionVerdict]]
@@ -302,6 +315,9 @@ class AcpClient:
     exit_status: str | None = None  # "eof", "sigterm", "sigkill" once shut down
     _tg: Any = None
     _service_scopes: set[anyio.CancelScope] = field(default_factory=set)
+    agent_capabilities: dict[str, Any] | None = None
+    _initialized: bool = False
+    _sessions: dict[str, "AcpSession"] = field(default_factory=dict)
 
     def _start_service(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run ``fn`` in the client's task group, shielded from the caller's cancellation
@@ -338,6 +354,18 @@ class AcpClient:
 
     async def start(self, *, timeout: float | None = 30.0) -> str:
         """``initialize`` (the agent must answer protocol version 1), then ``session/new``."""
+        await self.initialize(timeout=timeout)
+        raw = await self._call(
+            "session/new", _NewSessionParams(cwd=os.path.abspath(self.cwd), mcp_servers=[]), timeout=timeout
+        )
+        self.session_id = msgspec.json.decode(raw, type=_NewSessionResult).session_id
+        return self.session_id
+
+    async def initialize(self, *, timeout: float | None = 30.0) -> dict[str, Any]:
+        """``initialize`` once (the agent must answer protocol version 1); returns the
+        agent's capabilities (``{}`` when it sent none)."""
+        if self._initialized:
+            return self.agent_capabilities or {}
         raw = await self._call(
             "initialize",
             _InitializeParams(
@@ -354,11 +382,32 @@ class AcpClient:
                 f"dsh speaks version {PROTOCOL_VERSION}"
             )
         self.agent_info = init.agent_info
-        raw = await self._call(
-            "session/new", _NewSessionParams(cwd=os.path.abspath(self.cwd), mcp_servers=[]), timeout=timeout
-        )
-        self.session_id = msgspec.json.decode(raw, type=_NewSessionResult).session_id
-        return self.session_id
+        self.agent_capabilities = init.agent_capabilities if isinstance(init.agent_capabilities, dict) else {}
+        self._initialized = True
+        return self.agent_capabilities
+
+    @property
+    def can_close_sessions(self) -> bool:
+        """The agent advertised ``sessionCapabilities.close`` (so ``session/close`` exists)."""
+        caps = (self.agent_capabilities or {}).get("sessionCapabilities")
+        return isinstance(caps, dict) and isinstance(caps.get("close"), dict)
+
+    @property
+    def alive(self) -> bool:
+        """The connection is open and the process has not exited."""
+        return not self.peer.closed and self.process.returncode is None
+
+    async def new_session(
+        self, cwd: str | None = None, *, on_permission: PermissionPolicy | None = None, timeout: float | None = 30.0
+    ) -> "AcpSession":
+        """Open one more session on this connection (``initialize`` first, once)."""
+        await self.initialize(timeout=timeout)
+        where = os.path.abspath(cwd or self.cwd)
+        raw = await self._call("session/new", _NewSessionParams(cwd=where, mcp_servers=[]), timeout=timeout)
+        sid = msgspec.json.decode(raw, type=_NewSessionResult).session_id
+        session = AcpSession(client=self, session_id=sid, cwd=where, on_permission=on_permission)
+        self._sessions[sid] = session
+        return session
 
     async def _call(self, method: str, params: Any, *, timeout: float | None = None) -> msgspec.Raw:
         try:
@@ -453,6 +502,11 @@ class AcpClient:
         except (msgspec.ValidationError, msgspec.DecodeError):
             return
         update = note.update
+        extra = self._sessions.get(note.session_id)
+        if extra is not None:
+            if update is not None:
+                extra._on_update(update)
+            return
         if note.session_id != self.session_id or update is None:
             return
         if update.session_update != "agent_message_chunk" or update.content is None:
@@ -478,6 +532,9 @@ class AcpClient:
             kind=call.kind,
             options=[(o.option_id, o.kind) for o in p.options],
         )
+        extra = self._sessions.get(p.session_id)
+        if extra is not None:
+            return await extra._on_permission(ask)
         verdict: str = "cancelled"
         if p.session_id == self.session_id and self.on_permission is not None and not self._cancel_sent:
             with anyio.CancelScope() as scope:
@@ -561,6 +618,9 @@ class AcpClient:
         with anyio.CancelScope(shield=True):
             for scope in list(self._permission_scopes):
                 scope.cancel()
+            for session in list(self._sessions.values()):
+                for scope in list(session._permission_scopes):
+                    scope.cancel()
             tracked = tree_pids(self.pid) if self.process.returncode is None else {}
             self.peer.writer.close()  # stdin EOF
             status = "eof"
@@ -578,6 +638,144 @@ class AcpClient:
             if survivors:
                 raise AcpClientError(f"ACP child {self.pid}: processes survived SIGKILL: {sorted(survivors)}")
             return status
+
+
+@dataclass(eq=False)
+class AcpSession:
+    """One session of an ``AcpClient`` connection that may carry many (``new_session``)."""
+
+    client: AcpClient
+    session_id: str
+    cwd: str
+    on_permission: PermissionPolicy | None = None
+    permissions: list[tuple[PermissionAsk, str]] = field(default_factory=list)  # (question, verdict)
+    closed: bool = False
+    _text: list[str] = field(default_factory=list)
+    _on_text: Callable[[str], Any] | None = None
+    _permission_scopes: set[anyio.CancelScope] = field(default_factory=set)
+    _cancel_sent: bool = False
+
+    @property
+    def text(self) -> str:
+        """Committed agent text received so far for the current prompt."""
+        return "".join(self._text)
+
+    async def prompt(
+        self, text: str, *, on_text: Callable[[str], Any] | None = None, cancel_grace: float = 2.0
+    ) -> PromptResult:
+        """Like ``AcpClient.prompt`` for this session: never raises for agent-side failures
+        (``stop_reason="error"`` with ``error_kind`` set); a cancelled caller sends
+        ``session/cancel`` and waits ``cancel_grace`` (shielded) before propagating."""
+        if self.closed:
+            raise AcpClientError(f"session {self.session_id} is closed")
+        done = anyio.Event()
+        box: list[PromptResult] = []
+
+        async def run() -> None:
+            try:
+                box.append(await self._prompt(text, on_text))
+            finally:
+                done.set()
+
+        self.client._start_service(run)
+        try:
+            await done.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self.cancel()
+                with anyio.move_on_after(cancel_grace):
+                    await done.wait()
+            raise
+        return box[0]
+
+    async def _prompt(self, text: str, on_text: Callable[[str], Any] | None) -> PromptResult:
+        self._text = []
+        self._on_text = on_text
+        self._cancel_sent = False
+        params = _PromptParams(session_id=self.session_id, prompt=[_TextBlock(type="text", text=text)])
+        sid = self.session_id
+        try:
+            raw = await self.client.peer.request("session/prompt", params)
+        except RpcFailure as exc:
+            if self.client.peer.closed:
+                msg = await self.client._gone("session/prompt failed: the agent closed the connection")
+                return PromptResult("error", self.text, sid, msg, error_kind="closed")
+            return PromptResult("error", self.text, sid, exc.message, error_kind="rpc", error_code=exc.code)
+        except (TransportClosed, OSError):
+            msg = await self.client._gone("session/prompt failed: the agent's stdin is closed")
+            return PromptResult("error", self.text, sid, msg, error_kind="closed")
+        finally:
+            self._on_text = None
+        try:
+            stop = msgspec.json.decode(raw, type=_PromptResult).stop_reason
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return PromptResult(
+                "error", self.text, sid, f"malformed session/prompt result: {exc}", error_kind="malformed"
+            )
+        return PromptResult(stop, self.text, sid)
+
+    async def cancel(self) -> None:
+        """``session/cancel`` (best effort, once per prompt) and withdraw pending permission questions."""
+        for scope in list(self._permission_scopes):
+            scope.cancel()
+        if self.client.peer.closed or self._cancel_sent or self.closed:
+            return
+        self._cancel_sent = True
+        try:
+            await self.client.peer.notify("session/cancel", {"sessionId": self.session_id})
+        except (TransportClosed, OSError):
+            pass
+
+    async def close(self, *, timeout: float | None = 10.0) -> bool:
+        """Forget the session; send ``session/close`` first when the agent advertised it.
+        True when the agent released it. Never raises for agent-side failures."""
+        if self.closed:
+            return False
+        self.closed = True
+        for scope in list(self._permission_scopes):
+            scope.cancel()
+        released = False
+        if self.client.can_close_sessions and not self.client.peer.closed:
+            try:
+                await self.client.peer.request("session/close", {"sessionId": self.session_id}, timeout=timeout)
+                released = True
+            except (RpcFailure, TransportClosed, TimeoutError, OSError):
+                pass
+        self.client._sessions.pop(self.session_id, None)
+        return released
+
+    def _on_update(self, update: _Update) -> None:
+        if update.session_update != "agent_message_chunk" or update.content is None:
+            return
+        if update.content.type == "text" and update.content.text:
+            self._text.append(update.content.text)
+            if self._on_text is not None:
+                try:
+                    self._on_text(update.content.text)
+                except Exception as exc:
+                    print(f"dsh acp client: text callback failed: {exc!r}", file=sys.stderr)
+
+    async def _on_permission(self, ask: PermissionAsk) -> Any:
+        verdict: str = "cancelled"
+        if self.on_permission is None:
+            verdict = "reject"
+        elif not self._cancel_sent and not self.closed:
+            with anyio.CancelScope() as scope:
+                self._permission_scopes.add(scope)
+                try:
+                    verdict = await self.on_permission(ask)
+                except Exception as exc:  # a failing policy closes the gate
+                    print(f"dsh acp client: permission policy failed: {exc!r}", file=sys.stderr)
+                    verdict = "reject"
+                finally:
+                    self._permission_scopes.discard(scope)
+            if scope.cancelled_caught:
+                verdict = "cancelled"
+        self.permissions.append((ask, verdict))
+        option = pick_option(ask.options, verdict) if verdict in ("allow", "reject") else None
+        if option is None:
+            return {"outcome": {"outcome": "cancelled"}}
+        return {"outcome": {"outcome": "selected", "optionId": option}}
 
 
 @asynccontextmanager

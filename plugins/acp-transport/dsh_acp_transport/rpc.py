@@ -114,8 +114,12 @@ class FdReader:
                 raise
 
     def close(self) -> None:
+        """Idempotent: a second close must not close whatever reused the fd number."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
         try:
-            os.close(self.fd)
+            os.close(fd)
         except OSError:
             pass
 
@@ -165,8 +169,12 @@ class FdWriter:
             scope.cancel()
 
     def close(self) -> None:
+        """Idempotent: a second close must not close whatever reused the fd number."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
         try:
-            os.close(self.fd)
+            os.close(fd)
         except OSError:
             pass
 

@@ -1,0 +1,199 @@
+"""``dsh batch TASKS.jsonl --out RESULTS.jsonl``: argument parsing and the run.
+
+Exit status: 0 when every task of the list is ``ok`` in --out (this run or an earlier one);
+1 when some task there is not ``ok`` or some task line was invalid; 2 for bad usage; 130 when interrupted (Ctrl-C or
+SIGTERM; re-run the same command to finish).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+DESCRIPTION = (
+    "Run every task of TASKS.jsonl (one JSON object per line: id, prompt, and optionally cwd, example, "
+    "provider, model, timeout_s, approve) in a fresh ACP session of a pooled `dsh run --example …` agent, "
+    "and append one result line per task to --out. Re-running the same command skips the ids already in "
+    "--out (and reruns failures with --retry-failed). Ctrl-C cancels the tasks in flight (recorded "
+    "`interrupted`, rerun next time) and exits 130. --ray runs the pool as Ray actors "
+    "(pip install 'dsh-batch[ray]'). Keyless demo: dsh batch tasks.jsonl --out results.jsonl "
+    "--provider scripted --model examples/acp-agent/demo.json"
+)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be a positive number")
+    return value
+
+
+def setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tasks", metavar="TASKS.jsonl", help="the task list, one JSON object per line")
+    p.add_argument("--out", "-o", required=True, metavar="RESULTS.jsonl", help="results file (appended; resumable)")
+    p.add_argument("--concurrency", "-j", type=_positive_int, default=4, metavar="N", help="tasks in flight at once (default 4)")
+    p.add_argument(
+        "--sessions-per-agent", type=_positive_int, default=4, metavar="M",
+        help="concurrent sessions per agent process (default 4)",
+    )
+    p.add_argument(
+        "--recycle-after", type=_positive_int, default=250, metavar="K",
+        help="replace an agent process after K sessions when it cannot close sessions (default 250)",
+    )
+    p.add_argument(
+        "--retries", type=_non_negative_int, default=2, metavar="R",
+        help="rerun a task whose agent process crashed or could not start, on a fresh process, up to R times (default 2)",
+    )
+    p.add_argument("--retry-failed", action="store_true", help="also rerun the tasks recorded `failed` in --out")
+    p.add_argument("--example", "-e", default="acp-agent", help="default example to run as the agent (default: acp-agent)")
+    p.add_argument("--provider", help="default model provider (env DSH_PROVIDER)")
+    p.add_argument("--model", help="default model; for scripted: a script path")
+    p.add_argument("--cwd", help="default session cwd; a task's relative cwd is relative to it (default: here)")
+    p.add_argument("--timeout", type=_positive_float, metavar="S", help="default per-task timeout in seconds (then cancelled)")
+    p.add_argument(
+        "--approve", choices=("deny", "allow"), default="deny",
+        help="default answer to the agents' permission requests (default: deny)",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout at the end")
+    p.add_argument(
+        "--progress-interval", type=_positive_float, default=10.0, metavar="S",
+        help="seconds between progress lines when stderr is not a terminal (default 10)",
+    )
+    p.add_argument(
+        "--ray", nargs="?", const="local", metavar="ADDRESS",
+        help="run on Ray: `auto`, `ray://host:port`, host:port, or (no value) a new local instance",
+    )
+    p.add_argument("--ray-actors", type=_positive_int, metavar="A", help="Ray actors (default: one per alive node)")
+    p.add_argument("--verbose", "-v", action="store_true", help="forward the agents' stderr")
+
+
+def _usage_error(message: str) -> int:
+    print(f"dsh batch: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from .records import ResultsLocked, load_tasks, open_results
+    from .runner import Defaults
+
+    if not os.path.isfile(args.tasks):
+        return _usage_error(f"{args.tasks}: no such file")
+    cwd = os.path.abspath(args.cwd or os.getcwd())
+    if not os.path.isdir(cwd):
+        return _usage_error(f"--cwd {args.cwd!r} is not a directory")
+    try:
+        task_list = load_tasks(args.tasks)
+    except OSError as exc:
+        return _usage_error(f"{args.tasks}: {exc.strerror or exc}")
+    for line, reason in task_list.invalid:
+        print(f"dsh batch: {args.tasks}:{line}: invalid task, skipped: {reason}", file=sys.stderr)
+    rerun = {"interrupted", "failed"} if args.retry_failed else {"interrupted"}
+    try:
+        results = open_results(args.out, rerun=rerun)
+    except ResultsLocked as exc:
+        return _usage_error(str(exc))
+    except OSError as exc:
+        return _usage_error(f"--out {args.out}: {exc.strerror or exc}")
+    for line, reason in results.dropped_lines:
+        print(f"dsh batch: {args.out}:{line}: {reason}", file=sys.stderr)
+    try:
+        todo = [t for t in task_list.tasks if t.id not in results.kept]
+        skipped = len(task_list.tasks) - len(todo)
+        model = args.model
+        if model and os.path.exists(model):
+            model = os.path.abspath(model)
+        defaults = Defaults(
+            example=args.example, provider=args.provider, model=model, cwd=cwd, timeout_s=args.timeout, approve=args.approve
+        )
+        ids = [t.id for t in task_list.tasks]
+        return anyio.run(_main, args, todo, skipped, len(task_list.invalid), results, defaults, ids)
+    finally:
+        results.close()
+
+
+async def _main(args: argparse.Namespace, todo: list, skipped: int, invalid: int, results, defaults, ids: list[str]) -> int:
+    import anyio
+
+    from . import progress as prog
+    from .engine import Stats, drive
+
+    stats = Stats(total=len(todo), skipped=skipped)
+    if sys.stderr.isatty():
+        listener: object = prog.LiveBar()
+    else:
+        listener = prog.PlainLines(args.progress_interval)
+    engine = "local"
+    if args.ray is not None:
+        try:
+            from .ray_engine import RayExecutor
+        except ImportError as exc:
+            print(f"dsh batch: --ray needs Ray: pip install 'dsh-batch[ray]' ({exc})", file=sys.stderr)
+            return EXIT_USAGE
+        executor_cm = RayExecutor(
+            args.ray,
+            defaults,
+            concurrency=args.concurrency,
+            sessions_per_agent=args.sessions_per_agent,
+            recycle_after=args.recycle_after,
+            actors=args.ray_actors,
+            verbose=args.verbose,
+            note=listener.note,  # type: ignore[attr-defined]
+        )
+        engine = f"ray {args.ray}"
+    else:
+        from .runner import Runner
+
+        executor_cm = Runner(
+            defaults, sessions_per_agent=args.sessions_per_agent, recycle_after=args.recycle_after, verbose=args.verbose
+        )
+    if skipped:
+        listener.note(f"{skipped} task(s) already in {args.out}: skipped")  # type: ignore[attr-defined]
+    listener.start(stats)  # type: ignore[attr-defined]
+    try:
+        async with executor_cm as executor, anyio.create_task_group() as tg:
+            tg.start_soon(listener.tick, stats)  # type: ignore[attr-defined]
+            await drive(todo, executor, results, stats, listener, concurrency=args.concurrency, retries=args.retries)  # type: ignore[arg-type]
+            tg.cancel_scope.cancel()
+    finally:
+        listener.stop(stats)  # type: ignore[attr-defined]
+    # the state of the whole list in --out, this run and earlier ones together
+    state = {"ok": 0, "failed": 0, "interrupted": 0, "missing": 0}
+    for task_id in ids:
+        found = results.kept.get(task_id)
+        state[found.status if found is not None else "missing"] += 1
+    if stats.interrupted_by is not None:
+        status = EXIT_INTERRUPTED
+    elif state["ok"] != len(ids) or invalid:
+        status = EXIT_FAILED
+    else:
+        status = EXIT_OK
+    data = prog.summary(stats, out=str(args.out), engine=engine, invalid=invalid, status=status)
+    data["results"] = state  # the whole list as --out now holds it
+    prog.print_table(data)
+    if args.json:
+        sys.stdout.write(json.dumps(data) + "\n")
+        sys.stdout.flush()
+    return status

@@ -45,9 +45,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "plugins" / "deepseek-model" / "tests"))
 
+from dsh_compaction import SUMMARY_SYSTEM  # noqa: E402
 from fake_deepseek import FakeDeepSeek, Turn, _lcp, render_prompt  # noqa: E402
 
-from dsh_compaction import SUMMARY_SYSTEM  # noqa: E402
 from dsh_core.agent import AgentSpec, new_id  # noqa: E402
 from dsh_core.compose import load_composition  # noqa: E402
 from dsh_core.host import open_host  # noqa: E402

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dsh_core.types import (
-    AssistantMessage,
     ImageBlock,
     ReasoningBlock,
     TextBlock,

@@ -7,10 +7,10 @@ import json
 
 import anyio
 import pytest
-from fake_deepseek import render_prompt
-
 from dsh_compaction import Compactor, Settings, parse_settings, render_transcript, split_point
 from dsh_compaction._meter import history_tokens, message_tokens, prefix_tokens, reading, text_tokens
+from fake_deepseek import render_prompt
+
 from dsh_core import ConfigError
 from dsh_core.types import (
     AssistantMessage,

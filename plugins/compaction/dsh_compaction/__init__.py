@@ -39,9 +39,9 @@ from dsh_core.types import (
     UserMessage,
 )
 
-from ._meter import history_tokens, message_tokens, prefix_tokens, reading, text_tokens
+from ._meter import Meter, history_tokens, message_tokens, prefix_tokens, reading, text_tokens
 
-__all__ = ["Compactor", "Settings", "split_point", "reading", "render_transcript"]
+__all__ = ["Compactor", "Meter", "Settings", "split_point", "reading", "render_transcript"]
 
 SOURCE = "compaction"  # UserMessage.source of a summary message
 SUMMARY_PREFIX = "[Earlier conversation, compacted. Summary of what happened before the messages that follow:]\n\n"
@@ -143,10 +143,11 @@ class Compactor:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._failed_at: tuple[int, int] | None = None
+        self._meter = Meter()
 
     def meter(self, ctx: HistoryContext) -> int:
-        return reading(system=ctx.system, tools=ctx.tools, history=ctx.history,
-                       metered_tokens=ctx.metered_tokens, metered_messages=ctx.metered_messages)
+        return self._meter.reading(system=ctx.system, tools=ctx.tools, history=ctx.history,
+                                   metered_tokens=ctx.metered_tokens, metered_messages=ctx.metered_messages)
 
     async def prepare(self, ctx: HistoryContext) -> list[Any] | None:
         window = ctx.route.context_window

@@ -78,3 +78,45 @@ def reading(
     if metered_tokens is not None and 0 < metered_messages <= len(history):
         return metered_tokens + history_tokens(history[metered_messages:])
     return prefix_tokens(system, tools) + history_tokens(history)
+
+
+class Meter:
+    """``reading`` with memory, for one session: the estimate of the history is kept as a running
+    total, so a provider that reports no usage (the scripted model) still costs O(new messages)
+    per call, not O(history). A rewrite of the history (compaction) is noticed by identity and
+    recounted once."""
+
+    def __init__(self) -> None:
+        self._prefix_key: tuple[str, tuple[str, ...]] | None = None
+        self._prefix = 0
+        self._first: Any = None
+        self._last: Any = None
+        self._count = 0
+        self._total = 0
+
+    def prefix(self, system: str, tools: Sequence[ToolSpec]) -> int:
+        key = (system, tuple(t.name for t in tools))
+        if key != self._prefix_key:
+            self._prefix_key, self._prefix = key, prefix_tokens(system, tools)
+        return self._prefix
+
+    def history(self, history: Sequence[Any]) -> int:
+        n = len(history)
+        same = self._count and n >= self._count and history[0] is self._first and history[self._count - 1] is self._last
+        if not same:
+            self._count, self._total = 0, 0
+        if n > self._count:
+            self._total += history_tokens(history[self._count:])
+        self._count = n
+        self._first = history[0] if n else None
+        self._last = history[n - 1] if n else None
+        return self._total
+
+    def reading(
+        self, *, system: str, tools: Sequence[ToolSpec], history: Sequence[Any],
+        metered_tokens: int | None, metered_messages: int,
+    ) -> int:
+        """Same figure as the module's ``reading``."""
+        if metered_tokens is not None and 0 < metered_messages <= len(history):
+            return metered_tokens + history_tokens(history[metered_messages:])
+        return self.prefix(system, tools) + self.history(history)

@@ -8,7 +8,7 @@ import json
 import anyio
 import pytest
 from dsh_compaction import Compactor, Settings, parse_settings, render_transcript, split_point
-from dsh_compaction._meter import history_tokens, message_tokens, prefix_tokens, reading, text_tokens
+from dsh_compaction._meter import Meter, history_tokens, message_tokens, prefix_tokens, reading, text_tokens
 from fake_deepseek import render_prompt
 
 from dsh_core import ConfigError
@@ -60,6 +60,21 @@ def test_reading_adds_the_estimate_of_what_was_appended_to_the_reported_count():
     whole = prefix_tokens("s", TOOLS) + history_tokens(history)
     assert reading(system="s", tools=TOOLS, history=history, metered_tokens=None, metered_messages=0) == whole
     assert reading(system="s", tools=TOOLS, history=history, metered_tokens=5000, metered_messages=99) == whole
+
+
+def test_meter_keeps_a_running_total_and_notices_a_rewrite():
+    history = _session(4)
+    meter = Meter()
+    whole = prefix_tokens("s", TOOLS) + history_tokens(history)
+    for n in (3, 7, 16):  # the history growing append-only
+        assert meter.reading(system="s", tools=TOOLS, history=history[:n], metered_tokens=None, metered_messages=0) == (
+            prefix_tokens("s", TOOLS) + history_tokens(history[:n]))
+    rewritten = [UserMessage(id="sum", content=[TextBlock(text="summary")]), *history[-3:]]
+    assert meter.reading(system="s", tools=TOOLS, history=rewritten, metered_tokens=None, metered_messages=0) == (
+        prefix_tokens("s", TOOLS) + history_tokens(rewritten))
+    assert meter.reading(system="s", tools=TOOLS, history=history, metered_tokens=None, metered_messages=0) == whole
+    assert meter.reading(system="s", tools=TOOLS, history=history, metered_tokens=7, metered_messages=15) == (
+        7 + message_tokens(history[-1]))
 
 
 @pytest.mark.parametrize("turns", [1, 4, 12])

@@ -1,6 +1,6 @@
 """Diagnostics on stderr, bounded.
 
-ACP clients often pipe an agent's stderr and never read it (acp/INTEROP.md #4): past about
+ACP clients often pipe an agent's stderr and never read it (docs/acp-contract.md#client-facts, 4): past about
 64 KiB the agent's next write blocks forever. So warnings share a 16 KiB budget per process,
 after which one line says they are suppressed; ``DSH_DEBUG=1`` lifts the budget and also
 prints ``debug`` lines (client-caused noise such as a cancel for an unknown session).

@@ -67,7 +67,7 @@ def register_plugin(pm: pluggy.PluginManager, plugin: object, name: str) -> None
             if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
                 raise CompositionError(
                     f"plugin {name!r}: hook {attr} is `async def`; hooks must be synchronous and return an "
-                    "object whose async methods do the I/O (DESIGN.md house rule 3)"
+                    "object whose async methods do the I/O (see dsh_core/hookspecs.py: hooks decide, objects act)"
                 )
     pm.register(plugin, name=name)
 

@@ -1,4 +1,4 @@
-"""Protect the protocol stream at the file-descriptor level (ACP-1).
+"""Protect the protocol stream at the file-descriptor level (ACP-1: stdout is protocol, docs/acp-contract.md).
 
 ``claim_stdout()`` duplicates fd 1 to a private descriptor for protocol frames and
 then points fd 1 at stderr. After it, ``print``, a C extension writing to fd 1 or a

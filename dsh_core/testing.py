@@ -2,6 +2,8 @@
 
 Gives you:
 
+- ``dsh_home`` (autouse) fixture: every test runs with its own ``DSH_HOME`` under its
+  ``tmp_path``, and the ``dsh`` processes it spawns inherit it;
 - ``scripted(tmp_path)`` fixture: ``scripted({...script...})`` writes a scripted-model script
   and returns its path;
 - ``acp_agent`` fixture: an async context manager factory that spawns
@@ -34,8 +36,17 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def shared_dir() -> Path:
-    return Path(os.environ.get("DSH_SHARED_DIR", REPO.parent / "shared"))
+def acp_schema_file() -> Any:
+    """The vendored ACP v1 schema (v1.21.0), shipped as package data: ``dsh_core/_vendor/acp/``
+    holds it with its upstream LICENSE and SOURCE.md (commit, release, sha256)."""
+    from importlib.resources import files
+
+    return files("dsh_core").joinpath("_vendor", "acp", "schema.json")
+
+
+@cache
+def acp_schema() -> dict[str, Any]:
+    return json.loads(acp_schema_file().read_text(encoding="utf-8"))
 
 
 @cache
@@ -43,7 +54,7 @@ def acp_validator() -> Any:
     """A jsonschema validator for any frame an agent may send (request, response, notification)."""
     import jsonschema
 
-    schema = json.loads((shared_dir() / "acp" / "schema.json").read_text())
+    schema = acp_schema()
     wrapper = {
         "$schema": schema.get("$schema", "https://json-schema.org/draft/2020-12/schema"),
         "$defs": schema["$defs"],
@@ -69,7 +80,9 @@ def check_frames(raw: bytes) -> list[dict[str, Any]]:
             raise AssertionError(f"stdout line {n} is not JSON: {line[:200]!r}") from None
         assert isinstance(frame, dict) and frame.get("jsonrpc") == "2.0", f"line {n} is not JSON-RPC: {line[:200]!r}"
         method = frame.get("method", "")
-        assert not method.startswith(("fs/", "terminal/")), f"the agent called the client's {method} (ACP-12)"
+        assert not method.startswith(("fs/", "terminal/")), (
+            f"the agent called the client's {method} (ACP-12: tools run in the harness, docs/acp-contract.md)"
+        )
         errors = sorted(acp_validator().iter_errors(frame), key=str)
         assert not errors, f"stdout line {n} violates ACP schema: {errors[0].message}\n{line[:500]!r}"
         frames.append(frame)
@@ -117,8 +130,10 @@ def memory_host(
 
 
 def minimal_env(**extra: str) -> dict[str, str]:
-    """The environment the official Python client passes (INTEROP.md #3), plus ``extra``."""
-    env = {k: os.environ[k] for k in ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER") if k in os.environ}
+    """The small environment the official ACP Python SDK gives an agent it spawns (HOME, LOGNAME,
+    PATH, SHELL, TERM, USER), plus the test's ``DSH_HOME`` (so a spawned ``dsh`` writes under the
+    test's temporary directory, never the user's data dir), plus ``extra``."""
+    env = {k: os.environ[k] for k in ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "DSH_HOME") if k in os.environ}
     env.update(extra)
     return env
 
@@ -251,6 +266,79 @@ async def spawn_acp(
             run.frames = check_frames(bytes(raw))
 
 
+# ---------------------------------------------------------------- test isolation: DSH_HOME per test
+
+_run_temp: list[Path] = []  # this pytest run's base temp dir, once a test has asked for tmp_path
+
+
+@pytest.fixture(autouse=True)
+def dsh_home(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own ``DSH_HOME`` (session logs, attachments, spill files) under its
+    ``tmp_path``. Autouse: no test writes to the user's data dir. In-process hosts read it from
+    ``os.environ``; ``spawn_acp``/``minimal_env`` pass it to the ``dsh`` processes they start, and
+    subagent-acp passes it on to its children (its ``inherit-env`` default)."""
+    if not _run_temp:
+        _run_temp.append(tmp_path_factory.getbasetemp().resolve())
+    home = tmp_path / "dsh-home"
+    monkeypatch.setenv("DSH_HOME", str(home))
+    return home
+
+
+def user_data_dirs() -> list[Path]:
+    """Where a ``dsh`` started from this environment writes: ``$DSH_HOME`` if set, and the user's
+    data dir (where it writes when ``DSH_HOME`` was scrubbed from its environment)."""
+    import platformdirs
+
+    dirs = [Path(platformdirs.user_data_dir("dsh"))]
+    if os.environ.get("DSH_HOME"):
+        dirs.append(Path(os.environ["DSH_HOME"]).expanduser())
+    return dirs
+
+
+def leaked_session_logs(data_dirs: Iterable[Path], run_temp: Path) -> list[Path]:
+    """Session logs in ``data_dirs`` that a test of this run wrote: their header's ``cwd`` lies
+    under this run's base temp dir (unique per run, so other runs and real use do not count)."""
+    found = []
+    for d in data_dirs:
+        for log in sorted((d / "sessions").glob("*.jsonl")) if (d / "sessions").is_dir() else []:
+            try:
+                with log.open("rb") as f:
+                    cwd = json.loads(f.readline()).get("cwd", "")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(cwd, str) and cwd and Path(cwd).resolve().is_relative_to(run_temp):
+                found.append(log)
+    return found
+
+
+_DATA_DIRS = pytest.StashKey[list[Path]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_DATA_DIRS] = user_data_dirs()  # before any test's monkeypatch
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if a test (or a process it spawned) left a session log in the user's data dir."""
+    if not _run_temp or _DATA_DIRS not in session.config.stash:
+        return
+    leaks = leaked_session_logs(session.config.stash[_DATA_DIRS], _run_temp[0])
+    if leaks:
+        lines = [
+            f"dsh_core.testing: tests wrote {len(leaks)} session log(s) outside their temporary directories "
+            "(a dsh they started did not get the test's DSH_HOME):",
+            *(f"  {p}" for p in leaks),
+        ]
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            print("\n".join(lines), file=sys.stderr)
+        else:
+            reporter.ensure_newline()
+            for line in lines:
+                reporter.write_line(line, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture
 def scripted(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
     counter = iter(range(10**6))
@@ -264,11 +352,11 @@ def scripted(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
 
 
 @pytest.fixture
-def acp_agent(tmp_path: Path) -> Callable[..., Any]:
+def acp_agent(tmp_path: Path, dsh_home: Path) -> Callable[..., Any]:
     """``async with acp_agent(script_path, example=…, env=…) as run: …`` (see ``spawn_acp``)."""
     work = tmp_path / "work"
     work.mkdir()
-    home = tmp_path / "dsh-home"
+    home = dsh_home
 
     def factory(script: Path | None, **kw: Any) -> Any:
         env = {"DSH_HOME": str(home), **kw.pop("env", {})}

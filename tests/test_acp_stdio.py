@@ -18,6 +18,7 @@ from acp.helpers import (
     resource_block,
     resource_link_block,
 )
+from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
 from dsh_core.testing import Recorder
 
@@ -50,7 +51,7 @@ async def test_text_turn_end_to_end(acp_agent, scripted):
         assert resp.stop_reason == "end_turn"
         assert run.client.text(sid) == ["PONG"]
         assert await run.close_stdin() == 0
-    # the chunk was written before the response (ACP-5/6)
+    # the chunk was written before the response (ACP-5/6, docs/acp-contract.md)
     kinds = [f.get("method") or ("result" if "result" in f else "error") for f in run.frames]
     assert kinds.index("session/update") < len(kinds) - 1
     log = session_log(acp_agent.home, sid)
@@ -296,6 +297,7 @@ BASH_ESCALATION = {
 }
 
 
+@pytest.mark.parametrize("mechanism", MECHANISMS)
 @pytest.mark.parametrize(
     "answer, written, seen",
     [
@@ -304,12 +306,13 @@ BASH_ESCALATION = {
         (RuntimeError("client exploded"), False, "no approval channel is available"),
     ],
 )
-async def test_bash_escalation_is_one_shot_over_acp(acp_agent, scripted, answer, written, seen):
+async def test_bash_escalation_is_one_shot_over_acp(acp_agent, scripted, answer, written, seen, mechanism):
+    require_mechanism(mechanism)
     Path(OUTSIDE).unlink(missing_ok=True)
     client = Recorder(permission_answers=[answer])
     try:
         async with acp_agent(scripted(BASH_ESCALATION), client=client,
-                             env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+                             env={"DSH_PERMISSION_MODE": "workspace-write", "DSH_SANDBOX_MECHANISM": mechanism}) as run:
             sid = await run.start()
             assert (await run.conn.prompt(session_id=sid, prompt=[text_block("escalate")])).stop_reason == "end_turn"
             assert Path(OUTSIDE).exists() is written
@@ -330,11 +333,14 @@ async def test_bash_escalation_is_one_shot_over_acp(acp_agent, scripted, answer,
         Path(OUTSIDE).unlink(missing_ok=True)
 
 
-async def test_cancelling_a_running_bash_kills_its_grandchild(acp_agent, scripted):
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_cancelling_a_running_bash_kills_its_grandchild(acp_agent, scripted, mechanism):
+    require_mechanism(mechanism)
     marker = f"{os.getpid() % 1000}.{time.time_ns() % 10**6}"  # a unique sleep length to find the processes by
     script = scripted({"default": [{"tool": "bash", "args": {
         "command": f"(sleep {marker} & sleep {marker}; wait) & touch started; wait"}}]})
-    async with acp_agent(script, env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+    env = {"DSH_PERMISSION_MODE": "workspace-write", "DSH_SANDBOX_MECHANISM": mechanism}
+    async with acp_agent(script, env=env) as run:
         sid = await run.start()
         pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("go")]))
         await wait_for(lambda: len(_sleepers(marker)) >= 2)

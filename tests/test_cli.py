@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.anyio
 def dsh(*args: str, env: dict[str, str] | None = None, input: bytes | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "dsh_core.cli", *args], capture_output=True, timeout=60,
-        env=env or minimal_env(DSH_HOME=os.environ.get("DSH_HOME", "/tmp/dsh-cli-test")), input=input,
+        env=env or minimal_env(), input=input,
     )
 
 

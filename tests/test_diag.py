@@ -1,4 +1,4 @@
-"""Diagnostics are bounded, because ACP clients may never read stderr (INTEROP.md #4)."""
+"""Diagnostics are bounded, because ACP clients may never read stderr (docs/acp-contract.md#client-facts, 4)."""
 
 from dsh_core import diag
 

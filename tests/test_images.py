@@ -1,4 +1,5 @@
-"""Images end to end over real stdio with the official SDK client (ACP-2, ACP-4, ACP-6)."""
+"""Images end to end over real stdio with the official SDK client: capability, admission and
+committed output (ACP-2, ACP-4, ACP-6 in docs/acp-contract.md)."""
 
 from __future__ import annotations
 

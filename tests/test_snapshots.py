@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from acp import RequestError, text_block
 from acp.helpers import image_block, resource_link_block
+from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
 from dsh_core.testing import Recorder, make_png, normalize_transcript
 
@@ -327,13 +328,26 @@ def _check_compaction(name: str, home: Path, sid: str) -> None:
     assert end["reason"] == "completed"
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
-async def test_scenario(name, acp_agent, scripted, snapshot):
+# Scenarios whose commands run confined: once per sandbox mechanism the machine has, against the
+# same pinned files (the transcript must not depend on the mechanism).
+CONFINED = {"bash-tool-turn", "bash-spill", "cancel-tool-calls", "code-mode-turn", "both-mode-turn"}
+CASES = [
+    pytest.param(name, mechanism, id=f"{name}-{mechanism}" if mechanism else name)
+    for name in SCENARIOS
+    for mechanism in (MECHANISMS if name in CONFINED else (None,))
+]
+
+
+@pytest.mark.parametrize("name, mechanism", CASES)
+async def test_scenario(name, mechanism, acp_agent, scripted, snapshot):
     example, body, *override = SCENARIOS[name]
     script = scripted(override[0] if override else SCRIPT)
     sids: list[str] = []
     Path(ESCALATION_TARGET).unlink(missing_ok=True)
     env = {"DSH_PERMISSION_MODE": "workspace-write"}
+    if mechanism:
+        require_mechanism(mechanism)
+        env["DSH_SANDBOX_MECHANISM"] = mechanism
     async with acp_agent(script, example=example, client=Recorder(), env=env) as run:
         run.home = acp_agent.home
         await body(run, sids)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dsh_sandbox_tools.mechanisms import probe_cached
+from dsh_sandbox_tools.testing import require_mechanism
 from raw_stdio import STRESS, RawAgent, frame, live_in_dir, live_with_marker
 
 # The prompt text is the command: {prompt} is substituted into the bash call's arguments.
@@ -24,8 +24,7 @@ SWEEPS = 6 if STRESS else 1
 
 
 def _require(mechanism: str) -> None:
-    if probe_cached(mechanism).runner is None:
-        pytest.skip(f"{mechanism} unusable here: {probe_cached(mechanism).summary()}")
+    require_mechanism(mechanism)  # skips only when the machine lacks it (bubblewrap missing, no Landlock)
 
 
 def _command(marker: str, flag: Path) -> str:

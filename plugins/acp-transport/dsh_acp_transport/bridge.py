@@ -1,5 +1,6 @@
 """The ACP bridge: sessions, prompt admission and settlement, committed-only output,
-cancel, one-shot permission, teardown. Numbers (ACP-n) cite DESIGN.md's contract.
+cancel, one-shot permission, teardown. ACP-n cites a rule of the door's contract,
+docs/acp-contract.md (anchor #acp-n).
 
 It programs the interface-level services of the host (``create_agent``, ``Agent``,
 the approval seam, the attachment store), never the concrete loop.
@@ -82,7 +83,8 @@ def agent_info() -> wire.Implementation:
 
 
 class Delivery:
-    """A per-session ordered delivery chain (ACP-6): frames leave in the order they were queued.
+    """A per-session ordered delivery chain (ACP-6, committed-only output): frames leave in the
+    order they were queued.
 
     Queuing is synchronous (called from the agent's event observer); a worker task
     re-reads assistant images from the store and writes each frame. ``drain`` returns
@@ -166,7 +168,7 @@ class Delivery:
 
 @dataclass(eq=False)
 class Slot:
-    """One admitted prompt: the responsibility interval of ACP-7."""
+    """One admitted prompt: the interval it is responsible for (ACP-7, settlement)."""
 
     request_id: Any = None
     cancelled: bool = False
@@ -229,7 +231,8 @@ class Bridge:
 
     def _cancel_request(self, request_id: Any, method: str) -> bool:
         """``$/cancel_request`` for a ``session/prompt`` is a ``session/cancel`` of that prompt
-        (INTEROP #7). Its handler may not have started yet: then it finds the cancel when it does."""
+        (ACP-8; client facts, 7). Its handler may not have started yet: then it finds the cancel
+        when it does."""
         if method != "session/prompt":
             return False
         for session in self.sessions.values():
@@ -242,7 +245,7 @@ class Bridge:
         entry = self.peer.inbound(rid)
         return entry is not None and (entry.cancel_requested or session.cancel_seq > entry.seq)
 
-    # ------------------------------------------------------------------ ACP-2
+    # ------------------------------------------------------------------ initialize, capabilities (ACP-2)
 
     def image_capable(self) -> bool:
         """Truthful: a store is mounted and the configured exact route declares image input."""
@@ -269,7 +272,7 @@ class Bridge:
     async def authenticate(self, rid: Any, params: msgspec.Raw | None) -> Any:
         return {}
 
-    # ------------------------------------------------------------------ ACP-3
+    # ------------------------------------------------------------------ session/new (ACP-3)
 
     async def new_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
         p = decode_params(params, wire.NewSessionParams)
@@ -325,7 +328,7 @@ class Bridge:
 
         return observe
 
-    # ------------------------------------------------------------------ ACP-4/5/7
+    # ------------------------------------------------------------------ prompt: admission, one in flight, settlement (ACP-4/5/7)
 
     async def prompt(self, rid: Any, params: msgspec.Raw | None) -> Any:
         p = decode_params(params, wire.PromptParams)
@@ -338,7 +341,7 @@ class Bridge:
             return wire.PromptResult(stop_reason="cancelled")  # nothing was submitted
         if session.slot is not None:
             raise invalid_params("a prompt is already in flight for this session")
-        slot = session.slot = Slot()  # reserved before any await (ACP-8)
+        slot = session.slot = Slot()  # reserved before any await (ACP-5, ACP-8)
         slot.request_id = rid
         session.delivery.take_failure()
         try:
@@ -364,7 +367,7 @@ class Bridge:
             session.slot = None
 
     def _settle(self, session: Session, slot: Slot) -> wire.PromptResult:
-        """ACP-7 precedence, first match wins."""
+        """Settlement precedence (ACP-7), first match wins."""
         if slot.cancelled:
             return wire.PromptResult(stop_reason="cancelled")
         failure = session.delivery.take_failure()
@@ -382,8 +385,8 @@ class Bridge:
         return wire.PromptResult(stop_reason="end_turn")  # completed, max-tokens, hook-aborted, blocked
 
     def _admit(self, raw_blocks: list[msgspec.Raw]) -> tuple[list[Any], list[tuple[int, str, bytes]]]:
-        """Validate and convert a prompt without awaiting (ACP-4). Images are decoded here and
-        returned as (index, mime, bytes) for ``_store_images``; their slots in content are None."""
+        """Validate and convert a prompt without awaiting (ACP-4, prompt admission). Images are
+        decoded here and returned as (index, mime, bytes) for ``_store_images``; their slots in content are None."""
         blocks: list[Any] = []
         for i, raw in enumerate(raw_blocks):
             try:
@@ -456,7 +459,7 @@ class Bridge:
             warn(f"acp: saving prompt images failed: {exc!r}")
             raise internal_error("unable to persist the prompt image batch") from None
 
-    # ------------------------------------------------------------------ ACP-8
+    # ------------------------------------------------------------------ cancel (ACP-8)
 
     def cancel(self, params: msgspec.Raw | None) -> None:
         try:
@@ -481,7 +484,7 @@ class Bridge:
         else:
             session.agent.cancel(kind)
 
-    # ------------------------------------------------------------------ ACP-9
+    # ------------------------------------------------------------------ permission requests (ACP-9)
 
     def _owned(self, agent: Any) -> Session | None:
         session = self.sessions.get(getattr(agent, "session_id", ""))
@@ -513,7 +516,7 @@ class Bridge:
             return "allowed-once"
         return "rejected"  # reject-once, an option we did not offer, anything else
 
-    # ------------------------------------------------------------------ ACP-11
+    # ------------------------------------------------------------------ teardown (ACP-11)
 
     async def quiesce(self) -> None:
         """The one memoized teardown routine shared by EOF, transport failure and disposal."""

@@ -16,7 +16,7 @@ and everything else are ignored. ``session/request_permission`` goes to the
 ``on_permission`` callback, which answers ``"allow"``, ``"reject"`` or ``"cancelled"``;
 the client picks an *offered* option (never invents one) and fails closed. The child's
 stderr is drained continuously into a bounded tail (and optionally forwarded), so a
-chatty child never blocks on a full pipe (INTEROP.md / acp-peers.md #4).
+chatty child never blocks on a full pipe (docs/acp-contract.md#client-facts, 4).
 
 Many sessions on one connection (``dsh batch``): ``await c.initialize()`` once, then
 ``s = await c.new_session(cwd, on_permission=…)`` per task; each ``AcpSession`` has its own

@@ -8,8 +8,8 @@ whole frames one at a time through a single lock.
 
 Hand-written rather than built on the ACP SDK: the SDK's pydantic models cost about
 6x msgspec per frame in our measurements (bench/acp_roundtrip.py), its reader uses
-asyncio's 64 KiB line limit (INTEROP.md #10), and it skips garbage lines without the
--32700 that PROTOCOL.md §11 asks for.
+asyncio's 64 KiB line limit (docs/acp-contract.md#client-facts, 8), and it skips garbage lines
+without the -32700 Parse error that JSON-RPC 2.0 prescribes (ACP-1, docs/acp-contract.md).
 """
 
 from __future__ import annotations

@@ -68,7 +68,9 @@ def expected(task: dict[str, Any]) -> dict[str, Any]:
     return {"status": "ok", "stopReason": "end_turn",
             "text": "tool said: " + ("wrote out.txt" if allowed else "not written: approval rejected"),
             "error": None, "usage": None,
-            "permissions": [{"toolCallId": "call_1", "verdict": "allow" if allowed else "reject"}]}  # fmt: skip
+            # the title is the one the agent's permission request shows (acp-transport permission.py)
+            "permissions": [{"toolCallId": "call_1", "title": "guarded_write: out.txt",
+                             "verdict": "allow" if allowed else "reject"}]}  # fmt: skip
 
 
 def comparable(result: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dsh_sandbox_tools.testing import home_outside_roots
 
 from dsh_core.agent import AgentSpec
 from dsh_core.testing import memory_host
@@ -14,10 +15,17 @@ from dsh_core.types import TextBlock, UserMessage
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # DSH_HOME: every test already has its own (dsh_core.testing's autouse dsh_home fixture).
     monkeypatch.delenv("DSH_PERMISSION_MODE", raising=False)
     monkeypatch.delenv("DSH_SANDBOX_MECHANISM", raising=False)
-    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh-home"))
+
+
+@pytest.fixture(autouse=True)
+def _home(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME lies outside every writable root, so programs aiming at ``~`` never reach the real home."""
+    with home_outside_roots(monkeypatch) as home:
+        yield home
 
 
 class Turn:

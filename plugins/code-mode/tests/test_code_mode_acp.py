@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from acp import text_block
+from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
 pytestmark = pytest.mark.anyio
 ENV = {"DSH_PERMISSION_MODE": "workspace-write"}
@@ -54,10 +55,13 @@ async def test_code_mode_serves_acp_offering_only_run_code_and_commits_the_progr
                for f in run.frames)
 
 
+@pytest.mark.parametrize("mechanism", MECHANISMS)
 @pytest.mark.parametrize(("answer", "written"), [("allow-once", True), ("reject-once", False)])
 async def test_an_escalation_inside_code_is_a_one_shot_permission_request(acp_agent, scripted, tmp_path, answer,
-                                                                          written):
+                                                                          written, mechanism):
     from dsh_core.testing import Recorder
+
+    require_mechanism(mechanism)
 
     target = Path("/var/tmp") / f"dsh-code-escalation-{os.getpid()}-{answer}.txt"
     program = f'''
@@ -69,7 +73,8 @@ async def test_an_escalation_inside_code_is_a_one_shot_permission_request(acp_ag
     script = scripted({"default": [step(program), {"text": "{tool_result}"}]})
     client = Recorder(permission_answers=[answer])
     try:
-        async with acp_agent(script, example="code-mode", env=ENV, client=client) as run:
+        async with acp_agent(script, example="code-mode", env={**ENV, "DSH_SANDBOX_MECHANISM": mechanism},
+                             client=client) as run:
             sid = await run.start()
             assert (await run.conn.prompt(session_id=sid, prompt=[text_block("go")])).stop_reason == "end_turn"
             (request,) = client.permission_requests
@@ -102,8 +107,10 @@ def _processes(pred) -> list[int]:
     return found
 
 
+@pytest.mark.parametrize("mechanism", MECHANISMS)
 @pytest.mark.parametrize("kind", ["bash-sleep", "python-spin"])
-async def test_cancel_kills_the_program_and_everything_it_started(acp_agent, scripted, kind):
+async def test_cancel_kills_the_program_and_everything_it_started(acp_agent, scripted, kind, mechanism):
+    require_mechanism(mechanism)
     marker = f"{os.getpid() % 1000}.{time.time_ns() % 10**6}"
     if kind == "bash-sleep":
         program = f'await tools.bash(command="(sleep {marker} & sleep {marker}; wait) & wait")'
@@ -115,7 +122,7 @@ async def test_cancel_kills_the_program_and_everything_it_started(acp_agent, scr
                 pass
         '''
     script = scripted({"rules": [{"when": "go", "steps": [step(program)]}], "default": [{"text": "still here"}]})
-    async with acp_agent(script, example="code-mode", env=ENV) as run:
+    async with acp_agent(script, example="code-mode", env={**ENV, "DSH_SANDBOX_MECHANISM": mechanism}) as run:
         sid = await run.start()
         ws = str(run.cwd)
 

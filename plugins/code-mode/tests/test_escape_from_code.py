@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from dsh_sandbox_tools.mechanisms import probe_cached
+from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
 from conftest import run
 from dsh_core.types import ToolResultEvent
@@ -105,10 +105,9 @@ def outside():
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
+@pytest.mark.parametrize("mechanism", MECHANISMS)
 async def test_nothing_outside_the_writable_roots_changes(code_host, workspace, outside, mechanism):
-    if probe_cached(mechanism).runner is None:
-        pytest.skip(f"{mechanism} is not usable here: {probe_cached(mechanism).summary()}")
+    require_mechanism(mechanism)
     token = secrets.token_hex(4)
     home_file = Path.home() / f".dsh-code-escape-{token}"
     program = textwrap.dedent(PROGRAM.format(out=str(outside), token=token))

@@ -1,4 +1,4 @@
-"""The DeepSeek model catalogue (API.md §1, Oct–Nov 2026).
+"""The DeepSeek model catalogue (as DeepSeek documented its models, Oct–Nov 2026).
 
 Capabilities are declared truthfully: only the flash routes that DeepSeek documents as
 vision-capable say ``image_input``. Unlisted ids pass through as text-only routes (with a

@@ -3,9 +3,9 @@
 The output for a history is a pure function of that history and the settings, so the
 request for model call *n+1* starts with exactly the bytes of call *n*'s messages: the
 system prompt first, tools in the order given, earlier messages never rewritten. That is
-what keeps DeepSeek's prefix cache hitting (API.md §5).
+what keeps DeepSeek's prefix cache (which matches the longest common request prefix) hitting.
 
-Reasoning replay follows API.md §4's adapter policy: with thinking on, every assistant
+Reasoning replay follows DeepSeek's rules for thinking mode across turns: with thinking on, every assistant
 message carries ``reasoning_content`` verbatim (``""`` when the turn produced none); with
 thinking off the field is omitted. Tool-call-only turns send ``content: ""``.
 """

@@ -1,4 +1,4 @@
-"""A real DeepSeek-compatible HTTP server on loopback, for tests (API.md §7).
+"""A real DeepSeek-compatible HTTP server on loopback, for tests (plugin README, "Tests").
 
 Stdlib only: ``http.server.ThreadingHTTPServer`` in a daemon thread, HTTP/1.1 with
 chunked transfer encoding for streams. Scripted per chat request with ``Turn`` (an
@@ -281,7 +281,7 @@ class FakeDeepSeek:
             time.sleep(0.01)
         return predicate()
 
-    # -- validation (API.md §7, first match wins) ---------------------------
+    # -- validation (first match wins) -------------------------------------
 
     def validate(self, body: Any) -> tuple[bool, list[bytes]]:
         def deser(where: str, what: str) -> _Reject:

@@ -1,4 +1,4 @@
-"""Fixtures: a workspace under /tmp, a directory outside every writable root, a clean env."""
+"""Fixtures: a workspace under /tmp, directories outside every writable root (and HOME there), a clean env."""
 
 from __future__ import annotations
 
@@ -7,13 +7,21 @@ import shutil
 from pathlib import Path
 
 import pytest
+from dsh_sandbox_tools.testing import home_outside_roots
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # DSH_HOME: every test already has its own (dsh_core.testing's autouse dsh_home fixture).
     monkeypatch.delenv("DSH_PERMISSION_MODE", raising=False)
     monkeypatch.delenv("DSH_SANDBOX_MECHANISM", raising=False)
-    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh-home"))
+
+
+@pytest.fixture(autouse=True)
+def _home(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME (``~`` for the file tools, ``$HOME`` for bash) lies outside every writable root."""
+    with home_outside_roots(monkeypatch) as home:
+        yield home
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import dsh_sandbox_tools
-import pytest
-from dsh_sandbox_tools.mechanisms import probe_cached
+from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
 from dsh_core import ToolError, hookimpl
 from dsh_core.agent import AgentSpec, ToolContext
@@ -74,14 +73,10 @@ def text(out: ToolOutput) -> str:
     return "\n".join(getattr(b, "text", "") for b in out.content)
 
 
-def require(mechanism: str) -> None:
-    if mechanism in ("bwrap", "landlock") and probe_cached(mechanism).runner is None:
-        pytest.skip(f"{mechanism} unusable on this machine: {probe_cached(mechanism).summary()}")
-
-
 @asynccontextmanager
 async def running_host(mode: str = "workspace-write", mechanism: str = "auto", **extra: Any):
-    require(mechanism)
+    if mechanism in MECHANISMS:
+        require_mechanism(mechanism)  # skips with the reason only when the machine lacks it
     pm = make_plugin_manager()
     register_plugin(pm, FakeModelPlugin(), "fake-model")
     register_plugin(pm, dsh_sandbox_tools, "sandbox-tools")
@@ -97,7 +92,8 @@ async def running_host(mode: str = "workspace-write", mechanism: str = "auto", *
 
 
 def mechanisms() -> list[str]:
-    return ["bwrap", "landlock"]
+    """Every mechanism; a test parametrised over these runs once per mechanism the machine has."""
+    return list(MECHANISMS)
 
 
 def host_alive_with(token: str) -> list[int]:

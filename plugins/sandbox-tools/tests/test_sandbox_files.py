@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
-from sandbox_helpers import FakeProvider, Session, running_host, text
+from sandbox_helpers import FakeProvider, Session, mechanisms, running_host, text
 
 from dsh_core import hookimpl
 from dsh_core.types import (
@@ -155,7 +155,8 @@ class ScriptProvider(FakeProvider):
             yield Finish(reason="stop")
 
 
-async def test_agent_turn_records_tool_call_and_result(root: Path) -> None:
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_agent_turn_records_tool_call_and_result(mechanism: str, root: Path) -> None:
     from dsh_core.agent import AgentSpec
     from dsh_core.types import UserMessage
 
@@ -166,7 +167,7 @@ async def test_agent_turn_records_tool_call_and_result(root: Path) -> None:
         def dsh_register_models(self, register: Any) -> None:
             register(provider)
 
-    async with running_host(plugins={"script-model": P()}) as host:
+    async with running_host(mechanism=mechanism, plugins={"script-model": P()}) as host:
         agent = host.create_agent(AgentSpec(cwd=str(root), provider="script", model="s"))
         agent.submit(UserMessage(id="u1", content=[TextBlock(text="make a file")]))
         with anyio.fail_after(20):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import time
 from pathlib import Path
 
@@ -98,15 +99,17 @@ async def test_spill_holds_full_output(mechanism: str, root: Path, tmp_path: Pat
     assert data.endswith(b"END\n")
 
 
-async def test_small_output_has_no_spill(root: Path, tmp_path: Path) -> None:
-    async with running_host(**{"max-output-bytes": 100}) as host:
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_small_output_has_no_spill(mechanism: str, root: Path, tmp_path: Path) -> None:
+    async with running_host(mechanism=mechanism, **{"max-output-bytes": 100}) as host:
         out = await Session(host, root).call("bash", command="echo hello; exit 3")
     assert text(out) == "hello\n[exit code 3]" and out.is_error
     assert not (tmp_path / "dsh-home" / "spill").exists()
 
 
-async def test_background_job_does_not_hold_the_call(root: Path) -> None:
-    async with running_host() as host:
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_background_job_does_not_hold_the_call(mechanism: str, root: Path) -> None:
+    async with running_host(mechanism=mechanism) as host:
         t0 = time.monotonic()
         out = await Session(host, root).call("bash", command="sleep 30 & echo quick")
         assert time.monotonic() - t0 < 3
@@ -117,6 +120,8 @@ def test_probe_reports_mechanisms() -> None:
     bw, ll = probe_cached("bwrap"), probe_cached("landlock")
     assert probe_cached("none").runner is None
     auto = probe_cached("auto")
+    if shutil.which("bwrap") is None:  # a machine without bubblewrap says what to install
+        assert bw.attempts == {"bwrap": "not installed (Debian package: bubblewrap)"}
     if bw.runner is not None:
         assert auto.runner is not None and auto.runner.name == "bwrap"
     elif ll.runner is not None:

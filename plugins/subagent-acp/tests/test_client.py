@@ -27,6 +27,12 @@ pytestmark = pytest.mark.anyio
 DEMO = REPO / "examples" / "acp-agent" / "demo.json"
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """What the client module gives a child (scrubbed), keeping the test's own DSH_HOME so a spawned
+    dsh writes its session logs under the test's tmp_path, not the user's data dir."""
+    return scrub_env(inherit=["DSH_HOME"], extra=extra)
+
+
 def dsh_argv(script: Path, example: str = "acp-agent") -> list[str]:
     return [sys.executable, "-m", "dsh_core.cli", "run", "--example", example, "--provider", "scripted",
             "--model", str(script)]  # fmt: skip
@@ -50,7 +56,7 @@ def test_pick_option_never_invents_an_id():
 
 async def test_our_acp_agent_answers_and_exits_on_eof(tmp_path):
     chunks: list[str] = []
-    async with open_client(dsh_argv(DEMO), cwd=str(tmp_path), env=scrub_env()) as client:
+    async with open_client(dsh_argv(DEMO), cwd=str(tmp_path), env=child_env()) as client:
         sid = await client.start()
         tree = tree_pids(client.pid)
         result = await client.prompt("ping", on_text=chunks.append)
@@ -63,7 +69,7 @@ async def test_our_acp_agent_answers_and_exits_on_eof(tmp_path):
 
 
 async def test_third_party_agent_text_thoughts_and_tool_updates_ignored(tmp_path):
-    async with open_client(peer_argv("answer"), cwd=str(tmp_path), env=scrub_env()) as client:
+    async with open_client(peer_argv("answer"), cwd=str(tmp_path), env=child_env()) as client:
         assert await client.start() == "peer-session-1"
         result = await client.prompt("hello")
     assert (result.stop_reason, result.text) == ("end_turn", "peer: hello")
@@ -71,7 +77,7 @@ async def test_third_party_agent_text_thoughts_and_tool_updates_ignored(tmp_path
 
 @pytest.mark.parametrize("mode, stop", [("stop:max_tokens", "max_tokens"), ("stop:refusal", "refusal")])
 async def test_stop_reasons_pass_through(tmp_path, mode, stop):
-    async with open_client(peer_argv(mode), cwd=str(tmp_path), env=scrub_env()) as client:
+    async with open_client(peer_argv(mode), cwd=str(tmp_path), env=child_env()) as client:
         await client.start()
         assert (await client.prompt("x")).stop_reason == stop
 
@@ -88,7 +94,7 @@ async def test_permission_goes_through_the_policy_and_picks_an_offered_option(tm
             raise verdict
         return verdict
 
-    async with open_client(peer_argv("permission"), cwd=str(tmp_path), env=scrub_env(), on_permission=policy) as c:
+    async with open_client(peer_argv("permission"), cwd=str(tmp_path), env=child_env(), on_permission=policy) as c:
         await c.start()
         result = await c.prompt("go")
     assert result.text == f"peer permission: {answer}"
@@ -98,7 +104,7 @@ async def test_permission_goes_through_the_policy_and_picks_an_offered_option(tm
 
 async def test_a_crash_mid_prompt_is_an_error_result_not_a_hang(tmp_path):
     with anyio.fail_after(10):
-        async with open_client(peer_argv("crash"), cwd=str(tmp_path), env=scrub_env()) as client:
+        async with open_client(peer_argv("crash"), cwd=str(tmp_path), env=child_env()) as client:
             await client.start()
             result = await client.prompt("go")
     assert result.stop_reason == "error"
@@ -107,7 +113,7 @@ async def test_a_crash_mid_prompt_is_an_error_result_not_a_hang(tmp_path):
 
 
 async def test_large_frames_and_a_stderr_flood_do_not_break_the_client(tmp_path):
-    async with open_client(peer_argv("big"), cwd=str(tmp_path), env=scrub_env(), stderr_limit=4096) as client:
+    async with open_client(peer_argv("big"), cwd=str(tmp_path), env=child_env(), stderr_limit=4096) as client:
         await client.start()
         result = await client.prompt("go")
     assert result.stop_reason == "end_turn"
@@ -116,7 +122,7 @@ async def test_large_frames_and_a_stderr_flood_do_not_break_the_client(tmp_path)
 
 
 async def test_cancel_sends_session_cancel_and_keeps_the_partial_output(tmp_path):
-    async with open_client(peer_argv("hang"), cwd=str(tmp_path), env=scrub_env()) as client:
+    async with open_client(peer_argv("hang"), cwd=str(tmp_path), env=child_env()) as client:
         await client.start()
         async with anyio.create_task_group() as tg:
             box = []
@@ -153,7 +159,7 @@ async def test_cancel_at_each_phase_leaves_no_process(tmp_path, delay):
     seen: list[int] = []
     tracked: dict[int, int] = {}
     with anyio.move_on_after(delay):
-        async with open_client(dsh_argv(script), cwd=str(tmp_path), env=scrub_env()) as client:
+        async with open_client(dsh_argv(script), cwd=str(tmp_path), env=child_env()) as client:
             seen.append(client.pid)
             tracked.update(tree_pids(client.pid))
             await client.start()
@@ -167,7 +173,7 @@ async def test_cancel_at_each_phase_leaves_no_process(tmp_path, delay):
 async def test_a_child_that_ignores_cancel_eof_and_sigterm_is_killed_with_its_tree(tmp_path):
     mark = tmp_path / "mark"
     started = time.monotonic()
-    env = scrub_env(extra={"PEER_MARK": str(mark)})
+    env = child_env(PEER_MARK=str(mark))
     async with open_client(peer_argv("stubborn"), cwd=str(tmp_path), env=env, eof_grace=0.3, term_grace=0.3) as c:
         await c.start()
         with anyio.move_on_after(0.3):
@@ -182,7 +188,7 @@ async def test_a_child_that_ignores_cancel_eof_and_sigterm_is_killed_with_its_tr
 
 
 async def test_version_mismatch_is_refused(tmp_path):
-    async with open_client(peer_argv("version"), cwd=str(tmp_path), env=scrub_env()) as client:
+    async with open_client(peer_argv("version"), cwd=str(tmp_path), env=child_env()) as client:
         with pytest.raises(AcpClientError, match="protocol version 2"):
             await client.start()
 
@@ -195,7 +201,7 @@ async def test_a_missing_command_is_a_clear_error(tmp_path):
 
 async def test_a_child_that_exits_at_once_reports_its_stderr(tmp_path):
     argv = [sys.executable, "-m", "dsh_core.cli", "run", "--example", "no-such-example"]
-    async with open_client(argv, cwd=str(tmp_path), env=scrub_env()) as client:
+    async with open_client(argv, cwd=str(tmp_path), env=child_env()) as client:
         with pytest.raises(AcpClientError, match="unknown example 'no-such-example'"):
             await client.start()
 

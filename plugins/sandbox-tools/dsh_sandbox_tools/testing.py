@@ -1,0 +1,56 @@
+"""Pytest helpers: run a sandbox test once per confinement mechanism this machine has.
+
+    @pytest.mark.parametrize("mechanism", MECHANISMS)
+    def test_x(mechanism):
+        require_mechanism(mechanism)   # skip (with the reason) or fail, see below
+        ...                            # config "mechanism" or env DSH_SANDBOX_MECHANISM = mechanism
+
+``home_outside_roots(monkeypatch)`` points HOME at a fresh directory outside every writable
+root, so escape tests aimed at ``~`` never touch the real home and mean the same wherever the
+suite was started (a HOME under /tmp would itself be a writable root).
+
+A parametrisation skips only when the machine lacks that mechanism: bubblewrap not installed,
+or installed but unable to start here (e.g. user namespaces disabled), or a kernel without
+Landlock. A mechanism that is present but does not confine (or a Landlock launcher that fails
+on a Landlock kernel) fails the test: that is a defect, not an environment.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from . import _landlock_exec
+from .mechanisms import probe_cached
+
+MECHANISMS = ("bwrap", "landlock")
+
+
+def require_mechanism(name: str) -> None:
+    result = probe_cached(name)
+    if result.runner is not None:
+        return
+    outcome = result.attempts.get(name, "")
+    if name == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (Debian package: bubblewrap); the Landlock parametrisation runs")
+    if name == "bwrap" and outcome.startswith("cannot start"):
+        pytest.skip(f"bubblewrap is installed but cannot start on this machine: {outcome}")
+    if name == "landlock" and _landlock_exec.abi_version() < 1:
+        pytest.skip("this kernel has no Landlock (ABI 0: not built in, or not in the lsm= list)")
+    pytest.fail(f"{name} is present on this machine but the real probe says it does not work: {result.summary()}")
+
+
+@contextmanager
+def home_outside_roots(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    d = Path("/var/tmp") / f"dsh-test-home-{secrets.token_hex(4)}"
+    d.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(d))
+    try:
+        yield d.resolve()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

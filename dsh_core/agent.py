@@ -150,6 +150,26 @@ class ToolContext:
         self.agent.splice(content)
 
 
+@dataclass(kw_only=True)
+class HistoryContext:
+    """What a ``HistoryPolicy`` sees before a model call (see ``protocols.HistoryPolicy``).
+
+    ``metered_tokens`` is the prompt-token count the provider reported for the previous call of
+    this history (None when none was reported, or the history was rewritten since) and
+    ``metered_messages`` how many of ``history``'s messages that call carried; what follows them
+    was appended since and is not yet counted by the provider."""
+
+    agent: "Agent"
+    turn: int
+    step: int
+    route: ModelInfo
+    system: str
+    tools: list[Any]
+    history: HistoryView
+    metered_tokens: int | None = None
+    metered_messages: int = 0
+
+
 class _TurnFailed(Exception):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
@@ -255,8 +275,10 @@ class Agent:
         self._offered: list[str] | None = None  # None: every tool is offered to the model
         self._unknown_hint = ""
         self._spliced: list[UserMessage] = []
+        self._metered: tuple[int, int] | None = None  # (reported prompt tokens, messages in that request)
         if spec.parent is not None:
             spec.parent.children.append(self)
+        self.history_policy = host.pm.hook.dsh_history_policy(session=self, host=host)
 
     # ------------------------------------------------------------------ events
 
@@ -488,9 +510,31 @@ class Agent:
                 return "completed"
             await self._run_tools(turn, step, calls)
 
+    @property
+    def history(self) -> HistoryView:
+        """The model history as a read-only view (O(1))."""
+        return HistoryView(self._history)
+
+    def _history_context(self, turn: int, step: int, request: ModelRequest) -> HistoryContext:
+        tokens, count = self._metered if self._metered is not None else (None, 0)
+        return HistoryContext(
+            agent=self, turn=turn, step=step, route=request.route, system=request.system, tools=request.tools,
+            history=HistoryView(self._history), metered_tokens=tokens, metered_messages=count,
+        )
+
+    def _replace_history(self, messages: Any) -> None:
+        # A new list, never an in-place edit: views handed to earlier calls stay what they were.
+        self._history = list(messages)
+        self._metered = None
+
     async def _call_model(self, turn: int, step: int) -> _Partial:
         policy = self.provider.retry_policy
         attempt = 0
+        recovered = False
+        if self.history_policy is not None:
+            replacement = await self.history_policy.prepare(self._history_context(turn, step, self._request()))
+            if replacement is not None:
+                self._replace_history(replacement)
         while True:
             request = self._request()
             partial = _Partial()
@@ -499,8 +543,16 @@ class Agent:
                 async with contextlib.aclosing(self.provider.stream(request)) as deltas:
                     async for delta in deltas:
                         partial.apply(delta)
+                if partial.usage is not None and partial.usage.input_tokens:
+                    self._metered = (partial.usage.input_tokens, len(request.messages))
                 return partial
             except ModelError as exc:
+                if exc.code == "CONTEXT_WINDOW_EXCEEDED" and self.history_policy is not None and not recovered:
+                    recovered = True  # one retry after a rewrite, never a loop
+                    replacement = await self.history_policy.recover(self._history_context(turn, step, request), exc)
+                    if replacement is not None:
+                        self._replace_history(replacement)
+                        continue
                 if not exc.retryable or attempt >= policy.max_retries:
                     suffix = f" (after {attempt} retries)" if attempt else ""
                     raise _TurnFailed(exc.message + suffix, exc.code) from exc

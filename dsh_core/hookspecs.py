@@ -23,7 +23,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from .agent import Agent, AgentSpec
     from .cli import CommandRegistry
     from .host import Host
-    from .protocols import AttachmentStore, CodeRuntime, DoctorCheck, FrontDoor, ModelProvider, SessionStore, Tool
+    from .protocols import (
+        AttachmentStore,
+        CodeRuntime,
+        DoctorCheck,
+        FrontDoor,
+        HistoryPolicy,
+        ModelProvider,
+        SessionStore,
+        Tool,
+    )
     from .types import AfterTool, ApprovalRequest, DurableEvent, ToolCallBlock, ToolOutput
 
 hookspec = pluggy.HookspecMarker("dsh")
@@ -181,6 +190,20 @@ def dsh_code_runtime(session: "Agent", host: "Host") -> "CodeRuntime | None":
     fresh Python subprocess per run, confined by the sandbox ``bash`` uses. A runtime
     declares its ``language`` (the prompt's API is rendered for it) and implements
     ``run(program, bindings, cancel)`` (see ``protocols.CodeRuntime``).
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_history_policy(session: "Agent", host: "Host") -> "HistoryPolicy | None":
+    """Pick the object that may rewrite ``session``'s model history (compaction).
+
+    Called by the agent once, when it is built. First non-None wins; None (the default)
+    means the history is only ever appended to. The policy's ``prepare`` runs before each
+    model call and its ``recover`` after a context-length error (``CONTEXT_WINDOW_EXCEEDED``);
+    either may return a replacement history, which the agent adopts whole (a new list: views
+    handed to earlier calls stay valid). Rewriting is the policy's alone and should be rare,
+    so everything between rewrites stays append-only and the provider's prefix cache keeps
+    hitting. See ``protocols.HistoryPolicy``.
     """
 
 

@@ -235,6 +235,49 @@ class Note(Event, tag="note", kw_only=True):
     data: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class CompactionStart(Event, tag="compaction/start", kw_only=True):
+    """A history policy began rewriting the history before model call ``step`` of ``turn``.
+
+    ``reason`` is ``pressure`` (the request would pass the threshold) or ``overflow`` (the provider
+    answered a context-length error); ``estimated_tokens`` is the meter's reading then."""
+
+    turn: int
+    step: int
+    reason: str
+    estimated_tokens: int = 0
+    context_window: int = 0
+    messages: int = 0  # history length before the rewrite
+
+
+class CompactionSummary(Event, tag="compaction/summary", kw_only=True):
+    """The history was rewritten: messages ``[covered_from, covered_to)`` of the history as it stood
+    (after replaying every earlier event) were replaced by ``message``; the rest (``retained``
+    messages) follows verbatim. Enough to rebuild the compacted history from the log alone:
+    ``history = history[:covered_from] + [message] + history[covered_to:]``."""
+
+    turn: int
+    step: int
+    reason: str
+    covered_from: int
+    covered_to: int
+    retained: int
+    message: UserMessage
+    tokens_before: int = 0  # meter estimates of the whole request, before and after
+    tokens_after: int = 0
+    usage: Usage | None = None  # what the summary call itself cost
+
+
+class CompactionFailed(Event, tag="compaction/failed", kw_only=True):
+    """A compaction was abandoned (the summary call failed or was cancelled, or nothing could be
+    summarised); the history is untouched."""
+
+    turn: int
+    step: int
+    reason: str
+    error: str
+    code: str = ""
+
+
 DurableEvent = Union[
     UserMessageEvent,
     InboxClaimed,
@@ -251,6 +294,9 @@ DurableEvent = Union[
     ApprovalDecided,
     CodeDispatchStart,
     CodeDispatch,
+    CompactionStart,
+    CompactionSummary,
+    CompactionFailed,
     Note,
 ]
 

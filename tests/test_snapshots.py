@@ -325,6 +325,31 @@ CODE_SCRIPT = {
 }
 CODE_VISION_SCRIPT = {**CODE_SCRIPT, "capabilities": {"image_input": True}}
 
+# Compaction (plugins/compaction): a 4000-token window (the sandbox tools' schemas and the system
+# prompt take ~1900 of it), so a handful of 800-byte tool results passes the 0.8 threshold; the
+# summary call is a separate request whose only message starts with "<transcript>".
+_BURST = {"tool": "bash", "args": {"command": "head -c 800 /dev/zero | tr '\\0' x"}}
+_SUMMARY_OK = {"when": "^<transcript>", "steps": [{"text": "SUMMARY: the user asked for output bursts; they came."}]}
+COMPACTION_SCRIPT = {
+    "capabilities": {"context_window": 4000},
+    "rules": [
+        _SUMMARY_OK,
+        {"when": "^grow", "steps": [*[_BURST] * 7, {"text": "still here"}]},
+        {"when": "^overflow", "steps": [_BURST, _BURST, {"error": "context_length"}, {"text": "recovered"}]},
+    ],
+}
+COMPACTION_FAIL_SCRIPT = {
+    **COMPACTION_SCRIPT,
+    "rules": [{"when": "^<transcript>", "steps": [{"error": "server"}]}, *COMPACTION_SCRIPT["rules"][1:]],
+}
+
+
+async def sc_compaction_failed(run, sids):
+    await _handshake(run, sids)
+    with pytest.raises(RequestError):
+        await _prompt(run, sids[0], text_block("overflow now"))
+
+
 SCENARIOS = {
     "handshake": ("acp-agent", sc_handshake),
     "reject-extra-dirs": ("acp-agent", sc_reject_extra_dirs),
@@ -354,6 +379,9 @@ SCENARIOS = {
     "todo-write": ("acp-agent", sc_todo_write, GUARD_SCRIPT),
     "read-spill": ("acp-agent", sc_big_read_spill, GUARD_SCRIPT),
     "max-steps": ("acp-agent", sc_max_steps, GUARD_SCRIPT),
+    "compaction-pressure": ("acp-agent", sc_one_prompt("grow the history"), COMPACTION_SCRIPT),
+    "compaction-overflow": ("acp-agent", sc_one_prompt("overflow now"), COMPACTION_SCRIPT),
+    "compaction-failed": ("acp-agent", sc_compaction_failed, COMPACTION_FAIL_SCRIPT),
     # code mode (snapshots/code-mode/): run_code's nested calls appear only in the durable log
     "code-mode-turn": ("code-mode", sc_one_prompt("code please"), CODE_SCRIPT),
     "both-mode-turn": ("both-mode", sc_one_prompt("both ways"), CODE_SCRIPT),
@@ -362,6 +390,23 @@ SCENARIOS = {
 SCENARIO_ENV = {"max-steps": {"DSH_MAX_STEPS": "3"}}
 # These also pin the request header (system prompt with the generated API, and the tool schemas).
 PINS_HEADER = {"code-mode-turn", "both-mode-turn", "agent-instructions"}
+
+
+def _check_compaction(name: str, home: Path, sid: str) -> None:
+    """What each compaction scenario proves, beyond "same as last time"."""
+    log = [json.loads(line) for line in (home / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
+    kinds = [e["type"] for e in log]
+    end = [e for e in log if e["type"] == "turn/end"][-1]
+    if name == "compaction-failed":
+        assert "compaction/failed" in kinds and "compaction/summary" not in kinds
+        assert end["reason"] == "error" and end["code"] == "CONTEXT_WINDOW_EXCEEDED"  # the original error
+        return
+    (start,) = [e for e in log if e["type"] == "compaction/start"]
+    (summary,) = [e for e in log if e["type"] == "compaction/summary"]
+    assert start["reason"] == summary["reason"] == ("pressure" if name == "compaction-pressure" else "overflow")
+    assert summary["message"]["content"][0]["text"].endswith("SUMMARY: the user asked for output bursts; they came.")
+    assert summary["coveredTo"] > summary["coveredFrom"] == 0 and summary["retained"] >= 1
+    assert end["reason"] == "completed"
 
 
 # Scenarios whose commands run confined: once per sandbox mechanism the machine has, against the
@@ -395,6 +440,8 @@ async def test_scenario(name, mechanism, acp_agent, scripted, snapshot):
         Path(ESCALATION_TARGET).unlink()
     elif name == "bash-escalation-rejected":
         assert not Path(ESCALATION_TARGET).exists()
+    elif name.startswith("compaction-"):
+        _check_compaction(name, acp_agent.home, sids[0])
     logs = [s for s in sids if (acp_agent.home / "sessions" / f"{s}.jsonl").exists()]
     snapshot.assert_match(normalize_log(acp_agent.home, logs, replacements) if logs else "", "session.jsonl")
     if name in PINS_HEADER:

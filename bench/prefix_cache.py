@@ -12,6 +12,11 @@ the history rewritten on every call:
 - "elide old tool output": tool results older than the last 4 replaced by a stub, the
   boundary moving forward each call (a common context-trimming scheme).
 
+A second dsh run gives the route a context window small enough (7/8 of the first run's last
+prompt) that the compaction plugin compacts once: its row shows the hit ratio before and
+after the compaction (the first call after it is necessarily cold), and the prompt tokens
+(and cache-miss tokens) it saved against the uncompacted run, the summary call included.
+
 The tools are sandbox-tools' real ``read`` / ``grep`` / ``glob`` on a temporary workspace.
 Exits 1 only when dsh rewrote history (any token of a previous prompt not re-sent
 unchanged): that is the property dsh controls. The ratio itself also depends on the
@@ -40,6 +45,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "plugins" / "deepseek-model" / "tests"))
 
+from dsh_compaction import SUMMARY_SYSTEM  # noqa: E402
 from fake_deepseek import FakeDeepSeek, Turn, _lcp, render_prompt  # noqa: E402
 
 from dsh_core.agent import AgentSpec, new_id  # noqa: E402
@@ -99,13 +105,36 @@ def totals(fake: FakeDeepSeek) -> tuple[int, int, int, int]:
     return len(chats), sum(r.prompt_tokens for r in chats), sum(r.cache_hit_tokens for r in chats), rewritten
 
 
-async def run_dsh(workspace: Path) -> tuple[FakeDeepSeek, list[dict[str, Any]], int, float]:
-    fake = FakeDeepSeek(keepalive_every_s=0.05).start()
+class SummarisingFake(FakeDeepSeek):
+    """The fake, answering compaction's summary call (recognised by its system prompt) out of band,
+    so the session's own answers stay in the same order as in the uncompacted run."""
+
+    def validate(self, body: Any) -> Any:
+        first = (body.get("messages") or [{}])[0] if isinstance(body, dict) else {}
+        self._summary_call = first.get("content") == SUMMARY_SYSTEM
+        return super().validate(body)
+
+    def next_item(self) -> Any:
+        if getattr(self, "_summary_call", False):
+            return Turn(content="Audited the first modules of src/ and their tests; every TODO so far is a bounds check.")
+        return super().next_item()
+
+
+def is_summary(body: dict[str, Any]) -> bool:
+    return body["messages"][0].get("content") == SUMMARY_SYSTEM
+
+
+async def run_dsh(workspace: Path, window: int | None = None) -> tuple[FakeDeepSeek, list[dict[str, Any]], int, float]:
+    fake = (SummarisingFake if window else FakeDeepSeek)(keepalive_every_s=0.05).start()
     os.environ["DEEPSEEK_BASE_URL"] = fake.base_url
     os.environ["DEEPSEEK_API_KEY"] = fake.api_key  # a dummy: the fake's own key
     fake.push(*script())
     shipped = load_composition("acp-agent")  # the real example: its plugins, tools and system prompt
-    config = {**shipped.config, **{k: {**shipped.config.get(k, {}), **v} for k, v in CONFIG.items()}}
+    overrides = dict(CONFIG)
+    if window:
+        overrides["deepseek-model"] = {**CONFIG["deepseek-model"],
+                                       "models": {MODEL: {"context-window": window, "max-output": 1000}}}
+    config = {**shipped.config, **{k: {**shipped.config.get(k, {}), **v} for k, v in overrides.items()}}
     composition = dataclasses.replace(shipped, config=config)
     t0 = time.perf_counter()
     async with open_host(composition, provider="deepseek", model=MODEL) as host:
@@ -118,7 +147,8 @@ async def run_dsh(workspace: Path) -> tuple[FakeDeepSeek, list[dict[str, Any]], 
     # The session as jsonl-persistence wrote it under $DSH_HOME: what dsh recorded.
     log = Path(os.environ["DSH_HOME"]) / "sessions" / f"{session_id}.jsonl"
     events = [json.loads(line) for line in log.read_text().splitlines()]
-    usage_hit = sum((e.get("usage") or {}).get("cacheHitTokens", 0) for e in events if e["type"] == "assistant/message")
+    usage_hit = sum((e.get("usage") or {}).get("cacheHitTokens", 0) for e in events
+                    if e["type"] in ("assistant/message", "compaction/summary"))
     _, _, server_hit, _ = totals(fake)
     if usage_hit != server_hit:
         raise SystemExit(f"dsh recorded {usage_hit} cache-hit tokens, the server reported {server_hit}")
@@ -174,6 +204,8 @@ def main() -> int:
         os.environ["DSH_HOME"] = str(Path(tmp) / "home")
         make_workspace(workspace)
         fake, bodies, tool_results, elapsed = asyncio.run(run_dsh(workspace))
+        window = round(fake.chat_requests[-1].prompt_tokens * 7 / 8)
+        compacted, _, _, _ = asyncio.run(run_dsh(workspace, window))
     calls, prompt, hit, rewritten = totals(fake)
     if calls != CALLS:
         print(f"expected {CALLS} model calls, the fake saw {calls}", file=sys.stderr)
@@ -192,9 +224,41 @@ def main() -> int:
         print(row(name, *totals(replay(bodies, rewrite))))
     print(f"dsh misses {prompt - hit:,} tokens: {cold:,} cold first call, {prompt - hit - cold:,} new tool output "
           f"and 64-token block rounding, {rewritten:,} rewritten; excluding the cold call the ratio is {warm_ratio:.1%}")
+    compaction_report(chats, compacted.chat_requests, window)
     verdict = "meets" if ratio >= GOAL else "MISSES"
     print(f"goal: hit ratio >= {GOAL:.0%} over all {CALLS} calls -> {verdict} ({ratio:.1%})")
     return 0 if rewritten == 0 else 1
+
+
+def compaction_report(plain: list[Any], chats: list[Any], window: int) -> None:
+    """The compacting run: hit ratio before and after its compaction, and what it saved."""
+    if any(r.status != 200 for r in chats):
+        raise SystemExit(f"the compacting run was rejected: HTTP {[r.status for r in chats]}")
+    marks = [i for i, r in enumerate(chats) if is_summary(r.body)]
+    if len(marks) != 1:
+        print(f"compacting run: expected one compaction, saw {len(marks)}")
+        return
+    (s,) = marks
+    before, summary, after = chats[:s], chats[s], chats[s + 1:]
+
+    def ratio(rs: list[Any]) -> float:
+        return sum(r.cache_hit_tokens for r in rs) / max(1, sum(r.prompt_tokens for r in rs))
+
+    main = before + after
+    spent = sum(r.prompt_tokens for r in chats)
+    misses = spent - sum(r.cache_hit_tokens for r in chats)
+    plain_prompt = sum(r.prompt_tokens for r in plain)
+    plain_misses = plain_prompt - sum(r.cache_hit_tokens for r in plain)
+    prompts = [render_prompt(r.body) for r in main]
+    rewritten = sum(len(a) - _lcp(a, b) for a, b in zip(prompts, prompts[1:], strict=False))
+    print(row(f"dsh, window {window:,} (compacts once)", len(main), sum(r.prompt_tokens for r in main),
+              sum(r.cache_hit_tokens for r in main), rewritten))
+    print(f"  compaction before call {len(before) + 1}: hit ratio {ratio(before):.1%} over the {len(before)} calls before, "
+          f"{ratio(after):.1%} over the {len(after)} after ({ratio(after[1:]):.1%} after the first, cold one); "
+          f"summary call {summary.prompt_tokens:,} prompt tokens ({summary.cache_hit_tokens:,} hit)")
+    print(f"  saved against the uncompacted run, summary call included: {plain_prompt - spent:,} prompt tokens "
+          f"({(plain_prompt - spent) / plain_prompt:.0%}), {plain_misses - misses:,} cache-miss tokens; "
+          f"largest prompt {max(r.prompt_tokens for r in chats):,} vs {max(r.prompt_tokens for r in plain):,}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ import anyio
 from .diag import warn
 from .errors import AgentDisposed, ModelError, SessionLogFailed, ToolError
 from .schedule import ToolScheduler
+from .spill import bound, spill_path_for
 from .types import (
+    AfterTool,
     AgentError,
     ApprovalOutcome,
     ApprovalRequest,
@@ -148,6 +150,26 @@ class ToolContext:
         self.agent.splice(content)
 
 
+@dataclass(kw_only=True)
+class HistoryContext:
+    """What a ``HistoryPolicy`` sees before a model call (see ``protocols.HistoryPolicy``).
+
+    ``metered_tokens`` is the prompt-token count the provider reported for the previous call of
+    this history (None when none was reported, or the history was rewritten since) and
+    ``metered_messages`` how many of ``history``'s messages that call carried; what follows them
+    was appended since and is not yet counted by the provider."""
+
+    agent: "Agent"
+    turn: int
+    step: int
+    route: ModelInfo
+    system: str
+    tools: list[Any]
+    history: HistoryView
+    metered_tokens: int | None = None
+    metered_messages: int = 0
+
+
 class _TurnFailed(Exception):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
@@ -253,8 +275,10 @@ class Agent:
         self._offered: list[str] | None = None  # None: every tool is offered to the model
         self._unknown_hint = ""
         self._spliced: list[UserMessage] = []
+        self._metered: tuple[int, int] | None = None  # (reported prompt tokens, messages in that request)
         if spec.parent is not None:
             spec.parent.children.append(self)
+        self.history_policy = host.pm.hook.dsh_history_policy(session=self, host=host)
 
     # ------------------------------------------------------------------ events
 
@@ -527,6 +551,8 @@ class Agent:
         step = 0
         while True:
             step += 1
+            if self.host.pm.hook.dsh_check_step(session=self, turn=turn, step=step) == "stop":
+                return "max-steps"  # a step budget: everything so far is committed, every call answered
             partial = await self._call_model(turn, step)
             truncated = partial.finish == "max-tokens"
             content = partial.content(keep_tools=not truncated)
@@ -550,9 +576,31 @@ class Agent:
                 return "completed"
             await self._run_tools(turn, step, calls)
 
+    @property
+    def history(self) -> HistoryView:
+        """The model history as a read-only view (O(1))."""
+        return HistoryView(self._history)
+
+    def _history_context(self, turn: int, step: int, request: ModelRequest) -> HistoryContext:
+        tokens, count = self._metered if self._metered is not None else (None, 0)
+        return HistoryContext(
+            agent=self, turn=turn, step=step, route=request.route, system=request.system, tools=request.tools,
+            history=HistoryView(self._history), metered_tokens=tokens, metered_messages=count,
+        )
+
+    def _replace_history(self, messages: Any) -> None:
+        # A new list, never an in-place edit: views handed to earlier calls stay what they were.
+        self._history = list(messages)
+        self._metered = None
+
     async def _call_model(self, turn: int, step: int) -> _Partial:
         policy = self.provider.retry_policy
         attempt = 0
+        recovered = False
+        if self.history_policy is not None:
+            replacement = await self.history_policy.prepare(self._history_context(turn, step, self._request()))
+            if replacement is not None:
+                self._replace_history(replacement)
         while True:
             request = self._request()
             partial = _Partial()
@@ -561,8 +609,16 @@ class Agent:
                 async with contextlib.aclosing(self.provider.stream(request)) as deltas:
                     async for delta in deltas:
                         partial.apply(delta)
+                if partial.usage is not None and partial.usage.input_tokens:
+                    self._metered = (partial.usage.input_tokens, len(request.messages))
                 return partial
             except ModelError as exc:
+                if exc.code == "CONTEXT_WINDOW_EXCEEDED" and self.history_policy is not None and not recovered:
+                    recovered = True  # one retry after a rewrite, never a loop
+                    replacement = await self.history_policy.recover(self._history_context(turn, step, request), exc)
+                    if replacement is not None:
+                        self._replace_history(replacement)
+                        continue
                 if not exc.retryable or attempt >= policy.max_retries:
                     suffix = f" (after {attempt} retries)" if attempt else ""
                     raise _TurnFailed(exc.message + suffix, exc.code) from exc
@@ -636,6 +692,42 @@ class Agent:
                 self.emit(UserMessageEvent(message=message))
 
     async def _run_tool(self, turn: int, step: int, call: ToolCallBlock) -> ToolOutput:
+        return self._after_tool(call, await self._dispatch(turn, step, call))
+
+    def _after_tool(self, call: ToolCallBlock, out: ToolOutput) -> ToolOutput:
+        """Bound the result (one spill mechanism for every tool), then fold the ``dsh_after_tool``
+        decisions: feedback that blocks replaces the content, context is appended after it."""
+        if out.spill_path is None:
+            spilled_any = False
+            content: list[ContentBlock] = []
+            text = "\n".join(b.text for b in out.content if isinstance(b, TextBlock))
+            if len(text.encode("utf-8", errors="replace")) > self.host.spill_limit:
+                path = spill_path_for(self.host.spill_root, self.session_id, call.id)
+                try:
+                    bounded, spilled_any = bound(text, self.host.spill_limit, path)
+                except OSError as exc:  # no spill file: still never flood the model
+                    warn(f"spill of {call.name} result failed: {exc}")
+                    bounded = text[: self.host.spill_limit] + f"\n[… output truncated; the spill file failed: {exc}]"
+                content = [TextBlock(text=bounded)] + [b for b in out.content if not isinstance(b, TextBlock)]
+                out = ToolOutput(
+                    content=content, is_error=out.is_error, code=out.code, structured=out.structured,
+                    spill_path=str(path) if spilled_any else None,
+                )
+        answers: list[AfterTool] = [a for a in self.host.pm.hook.dsh_after_tool(session=self, call=call, output=out) if a]
+        if not answers:
+            return out
+        blocks = [a.block for a in answers if a.block]
+        context = [c for a in answers for c in a.context if c]
+        content = list(out.content)
+        if blocks:
+            content = [TextBlock(text="\n\n".join(blocks))]
+        content += [TextBlock(text=f"<system-reminder>\n{c}\n</system-reminder>") for c in context]
+        return ToolOutput(
+            content=content, is_error=out.is_error or bool(blocks), code="BLOCKED" if blocks else out.code,
+            structured=out.structured, spill_path=out.spill_path,
+        )
+
+    async def _dispatch(self, turn: int, step: int, call: ToolCallBlock) -> ToolOutput:
         if call.name not in self.offered:
             known = ", ".join(self.offered) or "none"
             hint = f" {self._unknown_hint}" if self._unknown_hint and call.name in self.tools else ""

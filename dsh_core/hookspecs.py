@@ -25,8 +25,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from .agent import Agent, AgentSpec
     from .cli import CommandRegistry
     from .host import Host
-    from .protocols import AttachmentStore, CodeRuntime, DoctorCheck, FrontDoor, ModelProvider, SessionStore, Tool
-    from .types import ApprovalRequest, DurableEvent
+    from .protocols import (
+        AttachmentStore,
+        CodeRuntime,
+        DoctorCheck,
+        FrontDoor,
+        HistoryPolicy,
+        ModelProvider,
+        SessionStore,
+        Tool,
+    )
+    from .types import AfterTool, ApprovalRequest, DurableEvent, ToolCallBlock, ToolOutput
 
 hookspec = pluggy.HookspecMarker("dsh")
 
@@ -98,10 +107,39 @@ def dsh_register_tools(register: Callable[["Tool"], None], host: "Host") -> None
 def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str | None:
     """Contribute a section of an agent's system prompt.
 
-    Called by the agent service once when it creates an agent. Return a string
+    Called by the agent service once when it creates an agent (``spec.cwd`` is the
+    session's directory, ``spec.session_id`` its id). Return a string
     (a section) or None. The spine's base section comes first, then the plugins'
     sections in registration order. The result is stable for the session's
     life, so the provider's prefix cache keeps hitting.
+    """
+
+
+@hookspec
+def dsh_after_tool(session: "Agent", call: "ToolCallBlock", output: "ToolOutput") -> "AfterTool | None":
+    """Decide what follows one tool result the model is about to see.
+
+    Called by the agent loop once per tool call the *model* made (not for calls a program
+    makes through ``Agent.call_tool``), after the tool ran and after the spine bounded the
+    result (``dsh_core.spill``: over ``host.spill_limit`` bytes, the model gets head, tail and
+    the spill file's path), before the result is committed. ``call`` has the raw JSON
+    ``arguments``; ``output`` is the (bounded) result — read it, never mutate it. Return an
+    ``AfterTool`` or None. Every implementation is called (registration order) and the loop
+    folds the answers: all ``context`` texts are appended after the result, each in a
+    ``<system-reminder>`` block (append-only: nothing earlier is rewritten, so the prefix cache
+    keeps hitting); any ``block`` replaces the result's content with the joined feedback and
+    marks it an error. Hooks decide; the loop applies.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_check_step(session: "Agent", turn: int, step: int) -> Literal["stop"] | None:
+    """Say whether a turn may make its next model call.
+
+    Called by the agent loop before each model call of a turn (``step`` counts them from 1).
+    ``"stop"`` ends the turn now with reason ``max-steps`` (the ACP door answers
+    ``max_turn_requests``); what was answered so far is already committed, and every tool call
+    already has its result. None (no opinion) lets the call go ahead. First non-None wins.
     """
 
 
@@ -154,6 +192,20 @@ def dsh_code_runtime(session: "Agent", host: "Host") -> "CodeRuntime | None":
     fresh Python subprocess per run, confined by the sandbox ``bash`` uses. A runtime
     declares its ``language`` (the prompt's API is rendered for it) and implements
     ``run(program, bindings, cancel)`` (see ``protocols.CodeRuntime``).
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_history_policy(session: "Agent", host: "Host") -> "HistoryPolicy | None":
+    """Pick the object that may rewrite ``session``'s model history (compaction).
+
+    Called by the agent once, when it is built. First non-None wins; None (the default)
+    means the history is only ever appended to. The policy's ``prepare`` runs before each
+    model call and its ``recover`` after a context-length error (``CONTEXT_WINDOW_EXCEEDED``);
+    either may return a replacement history, which the agent adopts whole (a new list: views
+    handed to earlier calls stay valid). Rewriting is the policy's alone and should be rare,
+    so everything between rewrites stays append-only and the provider's prefix cache keeps
+    hitting. See ``protocols.HistoryPolicy``.
     """
 
 

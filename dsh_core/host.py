@@ -19,7 +19,9 @@ from . import hookspecs
 from .agent import Agent, AgentSpec, new_id
 from .compose import Composition
 from .diag import warn
-from .errors import CompositionError, DshError, RouteError
+from .spill import DEFAULT_LIMIT as DEFAULT_SPILL_LIMIT
+from .spill import default_root as default_spill_root
+from .errors import CompositionError, ConfigError, DshError, RouteError
 from .protocols import (
     Answerer,
     AttachmentStore,
@@ -176,6 +178,15 @@ class Host:
         self.approvals = ApprovalService(pm)
         self.agents: set[Agent] = set()
         self._task_group: anyio.abc.TaskGroup | None = None
+        # The spine's spill of every tool result (dsh_core.spill): `[config.spill]` max-bytes / dir.
+        spill = self.config.get("spill", {})
+        try:
+            self.spill_limit: int = int(spill.get("max-bytes", DEFAULT_SPILL_LIMIT))
+        except (TypeError, ValueError):
+            raise ConfigError("[config.spill] max-bytes must be an integer number of bytes") from None
+        if self.spill_limit < 1:
+            raise ConfigError("[config.spill] max-bytes must be at least 1")
+        self.spill_root: Path = Path(str(spill["dir"])) if "dir" in spill else default_spill_root()
         pm.hook.dsh_configure.call_historic(kwargs={"config": self.config, "host": self})
         pm.hook.dsh_register_models(register=self._add_model, host=self)
         pm.hook.dsh_register_tools(register=self._add_tool, host=self)

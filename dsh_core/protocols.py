@@ -55,6 +55,25 @@ class ModelProvider(Protocol):
 
 
 @runtime_checkable
+class HistoryPolicy(Protocol):
+    """Rewrites an agent's model history (offered by ``dsh_history_policy``); compaction is one.
+
+    Both methods get a ``dsh_core.agent.HistoryContext`` (the agent, the history as a read-only
+    view, the request prefix, the previous call's reported prompt tokens) and return a whole
+    replacement history, or None to keep it. ``prepare`` runs before every model call of a turn
+    (keep the no-op path cheap: O(messages appended since the last call));
+    ``recover`` runs once per model call that failed with ``CONTEXT_WINDOW_EXCEEDED`` — a
+    replacement is retried once, None fails the turn with the provider's error. A policy
+    records what it did as durable events (``agent.emit``); it must never leave a half-rewritten
+    history (cancellation propagates, the history stays as it was).
+    """
+
+    async def prepare(self, ctx: Any) -> "Sequence[Any] | None": ...
+
+    async def recover(self, ctx: Any, error: Exception) -> "Sequence[Any] | None": ...
+
+
+@runtime_checkable
 class Tool(Protocol):
     """A tool the model can call. ``run`` returns a ToolOutput or raises ``ToolError``."""
 

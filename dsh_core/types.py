@@ -124,7 +124,7 @@ class TurnStart(Event, tag="turn/start", kw_only=True):
     turn: int
 
 
-TurnEndReason = Literal["completed", "max-tokens", "aborted", "error", "blocked", "disposed"]
+TurnEndReason = Literal["completed", "max-tokens", "max-steps", "aborted", "error", "blocked", "disposed"]
 
 
 class TurnEnd(Event, tag="turn/end", kw_only=True):
@@ -235,6 +235,49 @@ class Note(Event, tag="note", kw_only=True):
     data: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class CompactionStart(Event, tag="compaction/start", kw_only=True):
+    """A history policy began rewriting the history before model call ``step`` of ``turn``.
+
+    ``reason`` is ``pressure`` (the request would pass the threshold) or ``overflow`` (the provider
+    answered a context-length error); ``estimated_tokens`` is the meter's reading then."""
+
+    turn: int
+    step: int
+    reason: str
+    estimated_tokens: int = 0
+    context_window: int = 0
+    messages: int = 0  # history length before the rewrite
+
+
+class CompactionSummary(Event, tag="compaction/summary", kw_only=True):
+    """The history was rewritten: messages ``[covered_from, covered_to)`` of the history as it stood
+    (after replaying every earlier event) were replaced by ``message``; the rest (``retained``
+    messages) follows verbatim. Enough to rebuild the compacted history from the log alone:
+    ``history = history[:covered_from] + [message] + history[covered_to:]``."""
+
+    turn: int
+    step: int
+    reason: str
+    covered_from: int
+    covered_to: int
+    retained: int
+    message: UserMessage
+    tokens_before: int = 0  # meter estimates of the whole request, before and after
+    tokens_after: int = 0
+    usage: Usage | None = None  # what the summary call itself cost
+
+
+class CompactionFailed(Event, tag="compaction/failed", kw_only=True):
+    """A compaction was abandoned (the summary call failed or was cancelled, or nothing could be
+    summarised); the history is untouched."""
+
+    turn: int
+    step: int
+    reason: str
+    error: str
+    code: str = ""
+
+
 DurableEvent = Union[
     UserMessageEvent,
     InboxClaimed,
@@ -251,6 +294,9 @@ DurableEvent = Union[
     ApprovalDecided,
     CodeDispatchStart,
     CodeDispatch,
+    CompactionStart,
+    CompactionSummary,
+    CompactionFailed,
     Note,
 ]
 
@@ -399,10 +445,24 @@ class ToolOutput(_Base, kw_only=True):
     is_error: bool = False
     code: str | None = None
     structured: Any = None
+    spill_path: str | None = None  # set when the tool already bounded its text through dsh_core.spill
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False, code: str | None = None) -> "ToolOutput":
         return cls(content=[TextBlock(text=text)], is_error=is_error, code=code)
+
+
+class AfterTool(_Base, kw_only=True):
+    """One plugin's decision about a tool result the model is about to see (``dsh_after_tool``).
+
+    ``context``: texts appended after the result, in order (advisory: reminders, discovered
+    instructions); the loop wraps each in a ``<system-reminder>`` block. ``block``: replace the
+    result with this feedback, marked an error (for hooks that veto a result; several blocks are
+    joined). Neither ever rewrites earlier history: the result is only decided here, and the agent
+    loop applies the folded decisions once, before the result is committed."""
+
+    context: list[str] = []
+    block: str | None = None
 
 
 class ApprovalRequest(msgspec.Struct, kw_only=True):

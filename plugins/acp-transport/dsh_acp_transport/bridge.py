@@ -485,6 +485,8 @@ class Bridge:
             raise internal_error(f"turn failed: {end.error}")
         if end.reason == "disposed" or (end.reason == "aborted" and end.abort_kind == "disposed"):
             return wire.PromptResult(stop_reason="cancelled")
+        if end.reason == "max-steps":  # a step budget ran out; the answer so far is committed
+            return wire.PromptResult(stop_reason="max_turn_requests")
         return wire.PromptResult(stop_reason="end_turn")  # completed, max-tokens, hook-aborted, blocked
 
     def _admit(self, raw_blocks: list[msgspec.Raw]) -> tuple[list[Any], list[tuple[int, str, bytes]]]:

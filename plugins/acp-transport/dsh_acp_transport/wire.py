@@ -205,7 +205,7 @@ class CancelRequestParams(_In):
     request_id: Union[int, str, None]
 
 
-StopReason = Literal["end_turn", "cancelled"]
+StopReason = Literal["end_turn", "cancelled", "max_turn_requests"]
 
 
 class PromptResult(_Out):

@@ -72,12 +72,9 @@ class Settings:
     def spill_root(self) -> Path:
         if self.spill_dir is not None:
             return self.spill_dir
-        home = os.environ.get("DSH_HOME")
-        if not home:
-            import platformdirs
+        from dsh_core.spill import default_root
 
-            home = platformdirs.user_data_dir("dsh")
-        return Path(home) / "spill"
+        return default_root()
 
 
 def temp_roots() -> list[str]:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+
+from dsh_core.spill import Sink as _Sink  # the spine's one spill mechanism (streaming form)
+from dsh_core.spill import spill_path_for  # noqa: F401  (re-exported for the tools)
 
 TERM_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this long
 DRAIN_GRACE_S = 0.5  # after the command exits, how long output from stragglers may still arrive
@@ -23,14 +25,6 @@ class CommandResult:
     text: str  # bounded: the whole output, or head + marker + tail
     total_bytes: int
     spill_path: Path | None
-
-
-def _safe_name(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", s)[:100] or "call"
-
-
-def spill_path_for(root: Path, session_id: str, call_id: str) -> Path:
-    return root / _safe_name(session_id) / f"{_safe_name(call_id)}.log"
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -48,51 +42,6 @@ async def kill_group(proc: "anyio.abc.Process", pgid: int) -> None:
     _killpg(pgid, signal.SIGKILL)
     with anyio.move_on_after(TERM_GRACE_S):
         await proc.wait()
-
-
-class _Sink:
-    """Keeps head and tail in memory; past the limit, streams everything to the spill file."""
-
-    def __init__(self, limit: int, spill: Path) -> None:
-        self.limit = limit
-        self.half = max(1, limit // 2)
-        self.spill_target = spill
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-        self.file = None
-
-    def feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        if self.file is None:
-            self.head += chunk
-            if len(self.head) > self.limit:
-                self.spill_target.parent.mkdir(parents=True, exist_ok=True)
-                self.file = open(self.spill_target, "wb")
-                self.file.write(self.head)
-                self.tail = bytearray(self.head[-self.half :])
-                del self.head[self.half :]
-            return
-        self.file.write(chunk)
-        self.tail += chunk
-        if len(self.tail) > 4 * self.half:
-            del self.tail[: -self.half]
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-
-    def text(self) -> str:
-        if self.file is None:
-            return self.head.decode("utf-8", errors="replace")
-        tail = bytes(self.tail[-self.half :])
-        omitted = self.total - len(self.head) - len(tail)
-        return (
-            self.head.decode("utf-8", errors="replace")
-            + f"\n\n[… {omitted} bytes omitted; the full output ({self.total} bytes) is in {self.spill_target} "
-            "— read it with the read tool (offset/limit) or grep it …]\n\n"
-            + tail.decode("utf-8", errors="replace")
-        )
 
 
 async def run_command(

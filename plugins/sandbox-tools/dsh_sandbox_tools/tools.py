@@ -355,6 +355,8 @@ class BashTool:
             if hint:
                 lines.append(hint)
         out = ToolOutput.text("\n".join(lines), is_error=is_error, code="TIMEOUT" if result.timed_out else None)
+        if result.spill_path is not None:  # already bounded by the spine's Sink: the loop spills nothing more
+            out.spill_path = str(result.spill_path)
         out.structured = {
             "exit_code": result.exit_code if result.signal is None else None,
             "output": text,

@@ -101,6 +101,7 @@ class _Cursor:
     """Where one session is in its script: the prompt it serves and the next step."""
 
     prompt_id: str = ""
+    prompt: str = ""
     steps: list[Step] = field(default_factory=list)
     repeat: bool = False
     index: int = 0
@@ -189,9 +190,11 @@ class ScriptedProvider:
         msgs = request.messages
         # The prompt is the latest user message (a failed earlier turn leaves its message in the
         # history right before it; that one is not part of this prompt). Messages a tool spliced in
-        # mid-turn (source "tool", e.g. images from code mode) belong to the prompt before them.
+        # mid-turn (source "tool", e.g. images from code mode) belong to the prompt before them, and
+        # a compaction summary (source "compaction") belongs to no prompt: when the prompt itself was
+        # compacted away, the session goes on with the steps it was playing.
         last = next((i for i in range(len(msgs) - 1, -1, -1)
-                     if isinstance(msgs[i], UserMessage) and msgs[i].source != "tool"), -1)
+                     if isinstance(msgs[i], UserMessage) and msgs[i].source not in ("tool", "compaction")), -1)
         prompt = _flatten(msgs[last].content) if last >= 0 else ""  # type: ignore[union-attr]
         prompt_id = msgs[last].id if last >= 0 else ""  # type: ignore[union-attr]
         tool_result = ""
@@ -199,7 +202,9 @@ class ScriptedProvider:
             if isinstance(m, ToolResultMessage):
                 tool_result = _flatten(m.content)
         cursor = self._cursors.setdefault(request.session_id, _Cursor())
-        if cursor.prompt_id != prompt_id:
+        if last < 0 and cursor.prompt_id:
+            prompt = cursor.prompt
+        elif cursor.prompt_id != prompt_id:
             script = loaded.script
             for rule, pattern in zip(script.rules, loaded.patterns, strict=False):
                 if pattern.search(prompt):
@@ -211,6 +216,7 @@ class ScriptedProvider:
                 else:
                     steps, repeat = [Step(text="echo: {prompt}")], False
             cursor.prompt_id, cursor.steps, cursor.repeat, cursor.index = prompt_id, steps, repeat, 0
+            cursor.prompt = prompt
         return cursor, prompt, tool_result
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta]:

@@ -1,0 +1,94 @@
+"""The one spill mechanism: a tool result too big for the model goes to a file, the model gets head, tail and path.
+
+``Sink`` streams (a command's output never sits whole in memory: past the limit everything goes
+to the file, only head and tail stay); ``bound`` is the same for a result that is already text
+(the agent loop applies it to every tool result the model is about to see). Both write
+``<root>/<session>/<call>.log`` — ``root`` is ``$DSH_HOME/spill`` unless configured — and both
+render the identical head/marker/tail text, so a spilled ``read`` and a spilled ``bash`` look alike.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import IO
+
+from .paths import data_home
+
+DEFAULT_LIMIT = 30_000  # bytes of UTF-8 text the model sees of one tool result
+
+
+def default_root() -> Path:
+    return data_home() / "spill"
+
+
+def _safe_name(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", s)[:100] or "call"
+
+
+def spill_path_for(root: Path, session_id: str, call_id: str) -> Path:
+    """``<root>/<session>/<call>.log`` with both ids reduced to safe file-name characters."""
+    return root / _safe_name(session_id) / f"{_safe_name(call_id)}.log"
+
+
+class Sink:
+    """Keeps head and tail in memory; past ``limit`` bytes, streams everything to the spill file."""
+
+    def __init__(self, limit: int, spill: Path) -> None:
+        self.limit = limit
+        self.half = max(1, limit // 2)
+        self.spill_target = spill
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.file: IO[bytes] | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if self.file is None:
+            self.head += chunk
+            if len(self.head) > self.limit:
+                self.spill_target.parent.mkdir(parents=True, exist_ok=True)
+                self.file = open(self.spill_target, "wb")
+                self.file.write(self.head)
+                self.tail = bytearray(self.head[-self.half :])
+                del self.head[self.half :]
+            return
+        self.file.write(chunk)
+        self.tail += chunk
+        if len(self.tail) > 4 * self.half:
+            del self.tail[: -self.half]
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+    @property
+    def spilled(self) -> bool:
+        return self.file is not None
+
+    def text(self) -> str:
+        if self.file is None:
+            return self.head.decode("utf-8", errors="replace")
+        tail = bytes(self.tail[-self.half :])
+        omitted = self.total - len(self.head) - len(tail)
+        return (
+            self.head.decode("utf-8", errors="replace")
+            + f"\n\n[… {omitted} bytes omitted; the full output ({self.total} bytes) is in {self.spill_target} "
+            "— read it with the read tool (offset/limit) or grep it …]\n\n"
+            + tail.decode("utf-8", errors="replace")
+        )
+
+
+def bound(text: str, limit: int, spill: Path) -> tuple[str, bool]:
+    """(what the model sees, whether it spilled): ``text`` itself when it fits in ``limit`` bytes,
+    else head + marker + tail with the whole text written to ``spill``."""
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= limit:
+        return text, False
+    sink = Sink(limit, spill)
+    try:
+        sink.feed(data)
+    finally:
+        sink.close()
+    return sink.text(), True

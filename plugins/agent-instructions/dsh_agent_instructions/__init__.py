@@ -1,0 +1,169 @@
+"""dsh plugin ``agent-instructions``: a repository's ``AGENTS.md`` reaches the model.
+
+At session start (``dsh_system_prompt``) the files of the session's cwd and its parents up
+to the repository root (the nearest directory holding ``.git``; without one, the cwd alone)
+go into the system prompt — the stable, cached prefix — outermost first, so the nearest
+file, the most specific, is read last. In each directory ``AGENTS.md`` is used, or
+``CLAUDE.md`` when there is no ``AGENTS.md``. The total is bounded (``max-bytes``).
+
+Nested discovery (``dsh_after_tool``): when a tool call names a ``path`` in a subdirectory of
+the cwd whose instructions this session has not seen, they are appended once after that
+tool's result. Symlinked files or directories and paths outside the session's directory
+are never followed. Text that would open or close a system block is escaped. See README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from dsh_core import hookimpl
+from dsh_core.errors import ConfigError
+from dsh_core.types import AfterTool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.agent import Agent, AgentSpec
+    from dsh_core.host import Host
+    from dsh_core.types import ToolCallBlock, ToolOutput
+
+PLUGIN = "agent-instructions"
+NAMES = ("AGENTS.md", "CLAUDE.md")
+DEFAULT_MAX_BYTES = 64 * 1024
+_SEEN = "agent-instructions/seen"  # key in AgentSpec.extra: directories already looked at
+_BUDGET = "agent-instructions/budget"  # bytes of instructions this session may still add
+_SYSTEM_TAG = re.compile(r"<(\s*/?\s*system[\w-]*)", re.IGNORECASE)
+
+
+def escape(text: str) -> str:
+    """Neutralise anything that would open or close a system block (``<system…>``, ``</system-reminder>``)."""
+    return _SYSTEM_TAG.sub(r"&lt;\1", text)
+
+
+def max_bytes(host: "Host") -> int:
+    return int(host.config.get(PLUGIN, {}).get("max-bytes", DEFAULT_MAX_BYTES))
+
+
+@hookimpl
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+    table = config.get(PLUGIN, {})
+    unknown = set(table) - {"max-bytes"}
+    if unknown:
+        raise ConfigError(f"[config.{PLUGIN}]: unknown key(s) {sorted(unknown)}; the only key is max-bytes")
+    value = table.get("max-bytes", DEFAULT_MAX_BYTES)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"[config.{PLUGIN}] max-bytes must be a non-negative integer (bytes), got {value!r}")
+
+
+def read_instructions(directory: str, limit: int) -> tuple[str, str] | None:
+    """(path, text) of the directory's AGENTS.md (else CLAUDE.md), at most ``limit`` bytes; a
+    symlink or anything but a regular file is not followed (and hides CLAUDE.md no more than absence)."""
+    for name in NAMES:
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):  # a symlink (not followed), a directory, a fifo…
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+        text = data[:limit].decode("utf-8", errors="replace")
+        if len(data) > limit:
+            text += f"\n[… {path} truncated at {limit} bytes]"
+        return path, text
+    return None
+
+
+def repo_chain(cwd: str) -> list[str]:
+    """The cwd and its parents up to the nearest ``.git`` (inclusive), outermost first."""
+    here = os.path.realpath(cwd)
+    chain = [here]
+    d = here
+    while not os.path.lexists(os.path.join(d, ".git")):
+        parent = os.path.dirname(d)
+        if parent == d:  # no repository: the cwd alone
+            return [here]
+        d = parent
+        chain.append(d)
+    return list(reversed(chain))
+
+
+def _section(path: str, text: str) -> str:
+    return f"Instructions from {path}:\n\n{escape(text).strip()}"
+
+
+@hookimpl
+def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str | None:
+    budget = max_bytes(host)
+    chain = repo_chain(spec.cwd)
+    spec.extra[_SEEN] = set(chain)
+    sections = []
+    for d in chain:
+        if budget <= 0:
+            break
+        found = read_instructions(d, budget)
+        if found is not None:
+            budget -= len(found[1].encode("utf-8", errors="replace"))
+            sections.append(_section(*found))
+    spec.extra[_BUDGET] = max_bytes(host)  # nested files: each bounded alone, like the root set
+    if not sections:
+        return None
+    return "# Repository instructions (AGENTS.md)\n\n" + "\n\n".join(sections)
+
+
+def _named_path(arguments: str) -> str | None:
+    try:
+        args = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return None
+    if not isinstance(args, dict):
+        return None
+    for key in ("path", "file_path"):
+        value = args.get(key)
+        if isinstance(value, str) and value and "\0" not in value:
+            return value
+    return None
+
+
+def nested_dirs(cwd: str, named: str) -> list[str]:
+    """Directories strictly below the session's directory, from it down to the one ``named``
+    is in (outermost first); empty when ``named`` leaves the directory or passes a symlink."""
+    root = os.path.realpath(cwd)
+    target = os.path.normpath(named if os.path.isabs(named) else os.path.join(root, named))
+    directory = target if os.path.isdir(target) and not os.path.islink(target) else os.path.dirname(target)
+    if os.path.commonpath([root, directory]) != root or directory == root:
+        return []
+    if os.path.realpath(directory) != directory:  # some component is a symlink: not followed
+        return []
+    out = []
+    d = directory
+    while d != root:
+        out.append(d)
+        d = os.path.dirname(d)
+    return list(reversed(out))
+
+
+@hookimpl
+def dsh_after_tool(session: "Agent", call: "ToolCallBlock", output: "ToolOutput") -> AfterTool | None:
+    named = _named_path(call.arguments)
+    if named is None:
+        return None
+    seen: set[str] = session.spec.extra.setdefault(_SEEN, set(repo_chain(session.cwd)))
+    limit = session.spec.extra.get(_BUDGET, max_bytes(session.host))
+    context = []
+    for d in nested_dirs(session.cwd, named):
+        if d in seen:
+            continue
+        seen.add(d)
+        found = read_instructions(d, limit)
+        if found is not None:
+            context.append(_section(*found) + f"\n\n(These apply to files under {d}.)")
+    return AfterTool(context=context) if context else None

@@ -34,6 +34,7 @@ from .types import (
     ApprovalRequest,
     AssistantMessage,
     AssistantMessageEvent,
+    CompactionSummary,
     ContentBlock,
     DurableEvent,
     Event,
@@ -455,6 +456,8 @@ class Agent:
             elif isinstance(ev, ToolResultEvent):
                 history.append(ev.result)
                 answered.add(ev.result.call_id)
+            elif isinstance(ev, CompactionSummary):  # replayed exactly as the policy rewrote it
+                history = history[: ev.covered_from] + [ev.message] + history[ev.covered_to :]
         self._history = history
         if open_turn is not None:
             for turn, step, call in calls:

@@ -329,3 +329,37 @@ async def test_delete_removes_a_closed_sessions_log_and_spill_files_and_refuses_
             assert "unknown session" in err.value.data["details"]
         assert (await run.conn.prompt(session_id=keep, prompt=[text_block("ping")])).stop_reason == "end_turn"
     assert (acp_agent.home / "sessions" / f"{keep}.jsonl").exists()
+
+
+async def test_restore_rebuilds_history_including_a_compaction(scripted, tmp_path):
+    """``Agent.restore`` replays the log's history edits: a compaction summary replaces the span it covered."""
+    from dsh_core.agent import AgentSpec
+    from dsh_core.testing import memory_host
+    from dsh_core.types import (
+        AssistantMessage, AssistantMessageEvent, CompactionSummary, InboxClaimed, TextBlock, TurnEnd, TurnStart,
+        UserMessage, UserMessageEvent,
+    )
+
+    def user(i: str) -> UserMessage:
+        return UserMessage(id=f"u{i}", content=[TextBlock(text=f"q{i}")])
+
+    def said(i: str) -> AssistantMessage:
+        return AssistantMessage(id=f"a{i}", content=[TextBlock(text=f"a{i}")])
+
+    summary = UserMessage(id="s", content=[TextBlock(text="summary of turn 1")], source="plugin")
+    events = []
+    for n in ("1", "2"):
+        t = int(n)
+        events += [UserMessageEvent(message=user(n)), InboxClaimed(turn=t, message_ids=[f"u{n}"]), TurnStart(turn=t)]
+        if n == "2":
+            events.append(CompactionSummary(turn=2, step=1, reason="pressure", covered_from=0, covered_to=2,
+                                            retained=1, message=summary))
+        events += [AssistantMessageEvent(turn=t, step=1, message=said(n)), TurnEnd(turn=t, reason="completed")]
+    for i, ev in enumerate(events, 1):
+        ev.seq = i
+    script = scripted({})
+    async with memory_host(script) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.restore(events)
+        assert [m.id for m in agent.history] == ["s", "u2", "a2"]
+        assert agent._seq == len(events) and agent._turn == 2

@@ -34,6 +34,7 @@ from .types import (
     ApprovalRequest,
     AssistantMessage,
     AssistantMessageEvent,
+    CompactionSummary,
     ContentBlock,
     DurableEvent,
     Event,
@@ -396,6 +397,12 @@ class Agent:
                 errors.append(exc)
         with anyio.CancelScope(shield=True):
             await self.log.close()
+        forget = getattr(self.provider, "forget", None)  # optional: per-session provider state
+        if forget is not None:
+            try:
+                forget(self.session_id)
+            except Exception as exc:
+                warn(f"provider {self.provider.name!r} failed to forget session {self.session_id}: {exc!r}")
         if self.spec.parent is not None and self in self.spec.parent.children:
             self.spec.parent.children.remove(self)
         if errors:
@@ -404,6 +411,68 @@ class Agent:
     def _log_failure(self) -> str:
         return (f"the session log cannot be written ({self.log_error}); nothing more of this session is "
                 "recorded, so it takes no more prompts — start a new session")
+
+    # ------------------------------------------------------------------ resume
+
+    def restore(self, events: list[DurableEvent]) -> None:
+        """Rebuild this (fresh, idle) agent's conversation from a recorded log's events, so the
+        session continues where it stopped. Nothing is re-run and nothing is re-published to
+        observers; the log keeps growing after ``events``.
+
+        The model's history gets exactly what the original loop had put there: claimed user
+        messages, committed assistant messages (reasoning blocks included, so a provider that
+        needs them replayed gets them), tool results and spliced messages. A turn the log
+        shows started but not ended (the process died mid-turn) stays interrupted: each of its
+        tool calls without a result gets an error result saying it was not re-run, and a
+        ``turn/end`` (aborted, ``interrupted``) is recorded, so history stays a valid conversation."""
+        if self._busy or self._seq or self._history:
+            raise RuntimeError("restore() needs a fresh, idle agent")
+        pending: dict[str, UserMessage] = {}
+        history: list[UserMessage | AssistantMessage | ToolResultMessage] = []
+        open_turn: int | None = None
+        answered: set[str] = set()
+        calls: list[tuple[int, int, ToolCallBlock]] = []  # (turn, step, call) of the open turn
+        for ev in events:
+            self._seq = max(self._seq, ev.seq)
+            if isinstance(ev, UserMessageEvent):
+                if ev.message.source == "tool":  # spliced after tool results: history at once
+                    history.append(ev.message)
+                else:
+                    pending[ev.message.id] = ev.message
+            elif isinstance(ev, InboxClaimed):
+                history.extend(pending.pop(i) for i in ev.message_ids if i in pending)
+                self._turn = max(self._turn, ev.turn)
+            elif isinstance(ev, InboxDropped):
+                for i in ev.message_ids:
+                    pending.pop(i, None)
+            elif isinstance(ev, TurnStart):
+                open_turn, answered, calls = ev.turn, set(), []
+                self._turn = max(self._turn, ev.turn)
+            elif isinstance(ev, TurnEnd):
+                open_turn = None
+            elif isinstance(ev, AssistantMessageEvent):
+                history.append(ev.message)
+                calls.extend((ev.turn, ev.step, b) for b in ev.message.content if isinstance(b, ToolCallBlock))
+            elif isinstance(ev, ToolResultEvent):
+                history.append(ev.result)
+                answered.add(ev.result.call_id)
+            elif isinstance(ev, CompactionSummary):  # replayed exactly as the policy rewrote it
+                history = history[: ev.covered_from] + [ev.message] + history[ev.covered_to :]
+        self._history = history
+        if open_turn is not None:
+            for turn, step, call in calls:
+                if call.id in answered:
+                    continue
+                result = ToolResultMessage(
+                    call_id=call.id,
+                    name=call.name,
+                    content=[TextBlock(text="Error: interrupted (the agent process stopped during this call); "
+                                            "it was not re-run")],
+                    is_error=True,
+                )
+                self._history.append(result)
+                self.emit(ToolResultEvent(turn=turn, step=step, result=result, code="INTERRUPTED"))
+            self.emit(TurnEnd(turn=open_turn, reason="aborted", abort_kind="interrupted"))
 
     # ------------------------------------------------------------------ the loop
 

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import pluggy
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
     from .agent import Agent, AgentSpec
     from .cli import CommandRegistry
     from .host import Host
@@ -204,6 +206,16 @@ def dsh_history_policy(session: "Agent", host: "Host") -> "HistoryPolicy | None"
     handed to earlier calls stay valid). Rewriting is the policy's alone and should be rare,
     so everything between rewrites stays append-only and the provider's prefix cache keeps
     hitting. See ``protocols.HistoryPolicy``.
+    """
+
+
+@hookspec
+def dsh_session_artifacts(session_id: str, host: "Host") -> "list[Path] | None":
+    """Name the files a plugin keeps for one session besides its log (e.g. spill files).
+
+    Called by a front door when a client deletes a recorded session that is not open
+    (ACP ``session/delete``). Return the paths (files or directories) to remove, or None;
+    the caller removes them after the session's log. Do no I/O here. Collects every result.
     """
 
 

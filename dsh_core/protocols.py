@@ -41,6 +41,9 @@ class ModelProvider(Protocol):
     ``resolve`` is a catalogue lookup (no I/O); it raises ``RouteError`` for a model it
     will not serve. ``stream`` yields deltas and raises ``ModelError`` on failure.
     Cancellation of the calling task must close the underlying stream at once.
+
+    Optional: ``forget(session_id)``, called by ``Agent.dispose``, lets a provider that keeps
+    per-session state drop it (a long-lived process closes sessions by the thousand).
     """
 
     name: str

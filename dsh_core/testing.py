@@ -95,14 +95,20 @@ _UUIDISH = re.compile(r"\b[0-9a-f]{32}\b")
 
 def normalize_transcript(frames: Iterable[dict[str, Any]], cwd: str | None = None) -> str:
     """One JSON line per frame; ids renumbered by first appearance (client and agent id
-    spaces kept apart), session ids → {{sessionId}}, the cwd → {{cwd}}."""
+    spaces kept apart), session ids → {{sessionId}}, the cwd → {{cwd}}, each message id →
+    {{messageId-N}} numbered by first appearance (chunks of one message keep one number)."""
     ids: dict[Any, int] = {}
+    message_ids: dict[str, int] = {}
     out = []
     for f in frames:
         f = json.loads(json.dumps(f))
         if "id" in f and f["id"] is not None:
             key = ("agent" if "method" in f else "client", f["id"])
             f["id"] = ids.setdefault(key, len(ids) + 1)
+        update = (f.get("params") or {}).get("update") if isinstance(f.get("params"), dict) else None
+        if isinstance(update, dict) and isinstance(update.get("messageId"), str):
+            n = message_ids.setdefault(update["messageId"], len(message_ids) + 1)
+            update["messageId"] = f"{{{{messageId-{n}}}}}"
         text = json.dumps(f, sort_keys=True)
         text = _UUIDISH.sub("{{sessionId}}", text)
         if cwd:

@@ -6,6 +6,9 @@ Config (``[config.acp-transport]`` in an example's manifest):
   one is answered with ``-32600`` and skipped, and the connection lives on.
 - ``permission-timeout`` (seconds, default 300): an unanswered ``session/request_permission``
   fails closed (``unavailable``) after this long.
+- ``usage-updates`` (bool, default false): after each turn whose model calls reported usage,
+  send a ``usage_update`` session update (``used``: tokens in context, ``size``: the routed
+  model's window). Off by default: the default wire carries committed text only.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.host import Host
 
 NAME = "acp-transport"
-_KEYS = {"max-frame-bytes": int, "permission-timeout": (int, float)}
+_KEYS = {"max-frame-bytes": int, "permission-timeout": (int, float), "usage-updates": bool}
 
 
 def _settings(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -36,18 +39,24 @@ def _settings(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         kind = _KEYS.get(key)
         if kind is None:
             raise ConfigError(f"[config.{NAME}] unknown key {key!r} (known: {', '.join(_KEYS)})")
-        if not isinstance(value, kind) or isinstance(value, bool) or value <= 0:
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"[config.{NAME}] {key} must be true or false")
+        elif not isinstance(value, kind) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"[config.{NAME}] {key} must be a positive number")
     return {
         "max_frame": int(table.get("max-frame-bytes", DEFAULT_MAX_FRAME)),
         "permission_timeout": float(table.get("permission-timeout", 300.0)),
+        "usage_updates": bool(table.get("usage-updates", False)),
     }
 
 
 def make_bridge(host: "Host", reader: FdReader, writer: FdWriter) -> Bridge:
     settings = _settings(host.config)
     peer = Peer(reader, writer, max_frame=settings["max_frame"], name="acp")
-    return Bridge(host, peer, permission_timeout=settings["permission_timeout"])
+    return Bridge(
+        host, peer, permission_timeout=settings["permission_timeout"], usage_updates=settings["usage_updates"]
+    )
 
 
 async def serve_bridge(bridge: Bridge) -> None:

@@ -7,6 +7,10 @@ streams the committed answer to stdout, and exits:
 - 0 on ``end_turn``; 130 on ``cancelled`` (the first Ctrl-C sends ``session/cancel``, a
   second one kills the agent's process tree); 124 when ``--timeout`` expires;
 - 1 when the agent fails (the message, with the tail of the agent's stderr, on stderr);
+``--resume ID`` continues a recorded session (``session/resume``) instead of opening one;
+``--session-list`` prints the recorded sessions (``session/list``: id, updatedAt, cwd,
+title; tab-separated, or a JSON array with ``--json``) and exits.
+
   2 for bad usage; 3 for another stop reason (``max_tokens``, ``refusal``, …).
 
 stdout carries the answer only (or, with ``--json``, one object: stopReason, text,
@@ -37,7 +41,13 @@ CANCEL_GRACE = 3.0  # after session/cancel (timeout path), how long the agent ge
 
 
 def setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("task", help="the task, sent as one text prompt")
+    p.add_argument("task", nargs="?", help="the task, sent as one text prompt")
+    p.add_argument("--resume", metavar="ID", help="continue the recorded session ID (session/resume) instead of a new one")
+    p.add_argument(
+        "--session-list",
+        action="store_true",
+        help="list the agent's recorded sessions (session/list), newest first, and exit; --cwd filters",
+    )
     p.add_argument("--example", "-e", default="acp-agent", help="example to run as the agent (default: acp-agent)")
     p.add_argument("--cwd", help="the session's working directory (default: the current directory)")
     p.add_argument("--provider", help="model provider of the exact route (env DSH_PROVIDER)")
@@ -142,6 +152,14 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(cwd):
         print(f"dsh ask: --cwd {args.cwd!r} is not a directory", file=sys.stderr)
         return EXIT_USAGE
+    if args.session_list:
+        if args.task or args.resume:
+            print("dsh ask: --session-list takes no task and no --resume", file=sys.stderr)
+            return EXIT_USAGE
+        return anyio.run(_list, args, argv, cwd)
+    if args.task is None:
+        print("dsh ask: a task is required (or --session-list)", file=sys.stderr)
+        return EXIT_USAGE
     if args.timeout is not None and args.timeout <= 0:
         print("dsh ask: --timeout must be a positive number of seconds", file=sys.stderr)
         return EXIT_USAGE
@@ -149,6 +167,26 @@ def run(args: argparse.Namespace) -> int:
         print("dsh ask: the task is empty", file=sys.stderr)
         return EXIT_USAGE
     return anyio.run(_ask, args, argv, cwd)
+
+
+async def _list(args: argparse.Namespace, argv: list[str], cwd: str) -> int:
+    """``--session-list``: one line per session (id, updatedAt, cwd, title), or one JSON array."""
+    from .client import AcpClientError, open_client
+
+    try:
+        async with open_client(argv, cwd=cwd, env=dict(os.environ)) as client:
+            sessions = await client.list_sessions(cwd if args.cwd else None)
+    except AcpClientError as exc:
+        print(f"dsh ask: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        sys.stdout.write(json.dumps(sessions) + "\n")
+    else:
+        for s in sessions:
+            title = (s.get("title") or "").replace("\t", " ")
+            sys.stdout.write(f"{s.get('sessionId')}\t{s.get('updatedAt', '')}\t{s.get('cwd')}\t{title}\n")
+    sys.stdout.flush()
+    return EXIT_OK
 
 
 async def _ask(args: argparse.Namespace, argv: list[str], cwd: str) -> int:
@@ -243,7 +281,10 @@ async def _ask(args: argparse.Namespace, argv: list[str], cwd: str) -> int:
                 on_stderr=forward if args.verbose else None,
             ) as client:
                 state.client = client
-                await client.start()
+                if args.resume:
+                    await client.resume(args.resume)
+                else:
+                    await client.start()
                 result = await client.prompt(args.task, on_text=on_text)
         except AcpClientError as exc:
             error = str(exc)

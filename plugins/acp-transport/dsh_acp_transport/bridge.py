@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import base64
 import math
+import shutil
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from os import path as osp
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
 
 from dsh_core import AttachmentCorrupt, AttachmentError, RouteError
+from dsh_core.errors import DshError
 from dsh_core.agent import AgentSpec, new_id
 from dsh_core.diag import debug, warn
 from dsh_core.media import RASTER_MIME_TYPES, Base64Error, decode_base64_strict
@@ -30,8 +34,11 @@ from dsh_core.types import (
     ImageBlock,
     InboxClaimed,
     InboxDropped,
+    RequestHeader,
+    SessionHeader,
     TextBlock,
     TurnEnd,
+    Usage,
     UserMessage,
 )
 
@@ -39,6 +46,7 @@ from . import wire
 from .permission import tool_call_of
 from .rpc import (
     INVALID_REQUEST,
+    METHOD_NOT_FOUND,
     Peer,
     RpcFailure,
     TransportClosed,
@@ -79,6 +87,57 @@ def agent_info() -> wire.Implementation:
     return wire.Implementation(name="dsh", title="dsh", version=v)
 
 
+# --------------------------------------------------------------------------- usage
+
+
+def _add_usage(total: Usage | None, u: Usage) -> Usage:
+    if total is None:
+        total = Usage()
+    out = Usage(
+        input_tokens=total.input_tokens + u.input_tokens,
+        output_tokens=total.output_tokens + u.output_tokens,
+        cache_hit_tokens=total.cache_hit_tokens + u.cache_hit_tokens,
+        cache_miss_tokens=total.cache_miss_tokens + u.cache_miss_tokens,
+        reasoning_tokens=total.reasoning_tokens + u.reasoning_tokens,
+    )
+    return out
+
+
+def _usage_meta(u: Usage, calls: int) -> dict[str, int]:
+    """The turn's usage as ``_meta.usage`` of the prompt response (camelCase, like the wire)."""
+    return {
+        "inputTokens": u.input_tokens,
+        "outputTokens": u.output_tokens,
+        "totalTokens": u.input_tokens + u.output_tokens,
+        "cacheHitTokens": u.cache_hit_tokens,
+        "cacheMissTokens": u.cache_miss_tokens,
+        "reasoningTokens": u.reasoning_tokens,
+        "modelCalls": calls,
+    }
+
+
+# --------------------------------------------------------------------------- session/list
+
+LIST_PAGE = 50
+LOG_FORMAT = SessionHeader(id="-").version  # the session log format this dsh writes (and reads)
+
+
+def _encode_cursor(updated_ns: int, session_id: str) -> str:
+    return base64.urlsafe_b64encode(msgspec.json.encode([updated_ns, session_id])).decode("ascii")
+
+
+def _decode_cursor(cursor: str) -> tuple[int, str]:
+    try:
+        ns, sid = msgspec.json.decode(base64.urlsafe_b64decode(cursor.encode("ascii")), type=tuple[int, str])
+    except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
+        raise invalid_params("cursor is not one this agent gave out (pass nextCursor unchanged)") from None
+    return ns, sid
+
+
+def _iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 # --------------------------------------------------------------------------- delivery
 
 
@@ -100,24 +159,31 @@ class Delivery:
         self._changed = anyio.Event()
         self.failure: str | None = None  # first failure since the last ``take_failure``
 
-    def push(self, block: TextBlock | ImageBlock) -> None:
+    def push(self, block: TextBlock | ImageBlock, message_id: str) -> None:
         self._queued += 1
         if self._done == self._queued - 1 and isinstance(block, TextBlock):
             # Nothing of this session is waiting: write text now, skipping the worker hop
             # (two event-loop iterations of the eight a prompt round trip takes).
             try:
-                if self.bridge.peer.write_nowait(self._frame(wire.TextOut(text=block.text))):
+                if self.bridge.peer.write_nowait(self._frame(wire.TextOut(text=block.text), message_id)):
                     self._done = self._queued
                     return
             except TransportClosed:
                 self._done = self._queued
                 return
-        self._send.send_nowait((self._queued, block))
+        self._send.send_nowait((self._queued, (block, message_id)))
 
-    def _frame(self, content: Any) -> wire.Notification:
+    def push_update(self, update: Any) -> None:
+        """Queue a non-chunk session update (``usage_update``) behind the output already queued."""
+        self._queued += 1
+        self._send.send_nowait((self._queued, update))
+
+    def _frame(self, content: Any, message_id: str) -> wire.Notification:
         return wire.Notification(
             method="session/update",
-            params=wire.SessionNotification(session_id=self.session_id, update=wire.MessageChunk(content=content)),
+            params=wire.SessionNotification(
+                session_id=self.session_id, update=wire.MessageChunk(content=content, message_id=message_id)
+            ),
         )
 
     def take_failure(self) -> str | None:
@@ -148,7 +214,13 @@ class Delivery:
                     self._changed.set()
                     self._changed = anyio.Event()
 
-    async def _deliver(self, block: TextBlock | ImageBlock) -> None:
+    async def _deliver(self, item: Any) -> None:
+        if isinstance(item, wire.UsageUpdate):
+            await self.bridge.peer.notify(
+                "session/update", wire.SessionNotification(session_id=self.session_id, update=item)
+            )
+            return
+        block, message_id = item
         if isinstance(block, TextBlock):
             content: Any = wire.TextOut(text=block.text)
         else:
@@ -160,7 +232,7 @@ class Delivery:
             except (AttachmentCorrupt, OSError) as exc:
                 raise RuntimeError(f"cannot deliver assistant image: {exc}") from exc
             content = wire.ImageOut(data=base64.b64encode(data).decode("ascii"), mime_type=block.mime)
-        await self.bridge.peer.write(self._frame(content))
+        await self.bridge.peer.write(self._frame(content, message_id))
 
 
 # --------------------------------------------------------------------------- sessions and prompts
@@ -179,6 +251,10 @@ class Slot:
     end: TurnEnd | None = None
     interval_error: str | None = None
     dropped: bool = False
+    usage: Usage | None = None  # summed over the turn's committed model calls that reported usage
+    calls: int = 0  # model calls of the turn that reported usage
+    context: int = 0  # tokens in context after the last such call: its prompt plus its answer
+    settled: anyio.Event = field(default_factory=anyio.Event)  # the prompt handler is done with it
 
 
 @dataclass(eq=False)
@@ -190,6 +266,7 @@ class Session:
     unsubscribe: Any = None
     permissions: set[int] = field(default_factory=set)
     cancel_seq: int = 0  # read order of the last session/cancel: it applies to every prompt read before it
+    closed: anyio.Event | None = None  # set by session/close; fires when the session is disposed
 
 
 class Bridge:
@@ -197,11 +274,15 @@ class Bridge:
 
     name = "acp"  # recorded as ``answeredBy`` in approval/decided events
 
-    def __init__(self, host: "Host", peer: Peer, *, permission_timeout: float = 300.0) -> None:
+    def __init__(
+        self, host: "Host", peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False
+    ) -> None:
         self.host = host
         self.peer = peer
         self.permission_timeout = permission_timeout
+        self.usage_updates = usage_updates
         self.sessions: dict[str, Session] = {}
+        self.closing: dict[str, Session] = {}  # closed by the client, still being disposed
         self.initialized = False
         self.closed = False
         self._quiesced: anyio.Event | None = None
@@ -212,6 +293,10 @@ class Bridge:
                 "authenticate": self.authenticate,
                 "session/new": self.new_session,
                 "session/prompt": self.prompt,
+                "session/close": self.close_session,
+                "session/list": self.list_sessions,
+                "session/resume": self.resume_session,
+                "session/delete": self.delete_session,
             }
         )
         peer.notifications["session/cancel"] = self.cancel
@@ -263,7 +348,11 @@ class Bridge:
         return wire.InitializeResult(
             protocol_version=wire.PROTOCOL_VERSION,
             agent_capabilities=wire.AgentCapabilities(
-                prompt_capabilities=wire.PromptCapabilities(image=self.image_capable(), embedded_context=True)
+                prompt_capabilities=wire.PromptCapabilities(image=self.image_capable(), embedded_context=True),
+                session_capabilities=wire.SessionCapabilities(
+                    close={},
+                    **({"list": {}, "resume": {}, "delete": {}} if self.durable_store() is not None else {}),
+                ),
             ),
             agent_info=agent_info(),
             auth_methods=[],
@@ -296,11 +385,15 @@ class Bridge:
                 await agent.dispose()
             self.host.forget(agent)
             raise internal_error(CLOSING + "no session was created")
+        self._publish(agent)
+        return wire.NewSessionResult(session_id=agent.session_id)
+
+    def _publish(self, agent: "Agent") -> Session:
         session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self, agent.session_id))
         session.unsubscribe = agent.subscribe(self._observer(session))
         self.sessions[session.id] = session
         self.peer.start_soon(session.delivery.run)
-        return wire.NewSessionResult(session_id=session.id)
+        return session
 
     def _observer(self, session: Session) -> Any:
         def observe(agent: "Agent", event: Any) -> None:
@@ -310,7 +403,11 @@ class Bridge:
             if isinstance(event, AssistantMessageEvent):
                 for block in event.message.content:
                     if (isinstance(block, TextBlock) and block.text) or isinstance(block, ImageBlock):
-                        session.delivery.push(block)
+                        session.delivery.push(block, event.message.id)
+                if slot is not None and event.usage is not None and event.turn == slot.turn:
+                    slot.usage = _add_usage(slot.usage, event.usage)
+                    slot.calls += 1
+                    slot.context = event.usage.input_tokens + event.usage.output_tokens
             elif slot is None:
                 return
             elif isinstance(event, InboxClaimed):
@@ -319,6 +416,8 @@ class Bridge:
             elif isinstance(event, TurnEnd):
                 if slot.turn == event.turn:
                     slot.end = event
+                    if self.usage_updates and slot.usage is not None:
+                        session.delivery.push_update(self._usage_update(session, slot))
             elif isinstance(event, AgentError):
                 if slot.in_inbox and event.turn != slot.turn and slot.interval_error is None:
                     slot.interval_error = event.message
@@ -362,9 +461,13 @@ class Bridge:
             slot.in_inbox = True
             await session.agent.wait_idle()
             await session.delivery.drain()
-            return self._settle(session, slot)
+            result = self._settle(session, slot)
+            if slot.usage is not None:
+                result.meta = {"usage": _usage_meta(slot.usage, slot.calls)}
+            return result
         finally:
             session.slot = None
+            slot.settled.set()
 
     def _settle(self, session: Session, slot: Slot) -> wire.PromptResult:
         """Settlement precedence (ACP-7), first match wins."""
@@ -461,6 +564,191 @@ class Bridge:
             warn(f"acp: saving prompt images failed: {exc!r}")
             raise internal_error("unable to persist the prompt image batch") from None
 
+    # ------------------------------------------------------------------ usage
+
+    def _usage_update(self, session: Session, slot: Slot) -> wire.UsageUpdate:
+        """Context in use after the turn (the last call's prompt plus its answer) of the routed window."""
+        return wire.UsageUpdate(used=slot.context, size=session.agent.route.context_window)
+
+    # ------------------------------------------------------------------ session/list
+
+    def durable_store(self) -> Any:
+        """The mounted session store if its logs outlive the process (jsonl-persistence), else None."""
+        store = self.host.session_store
+        return store if getattr(store, "durable", False) else None
+
+    def _needs_store(self, method: str) -> Any:
+        store = self.durable_store()
+        if store is None:
+            detail = (f"{method} needs a durable session store (the jsonl-persistence plugin), "
+                      "which this example does not mount; it was not advertised in initialize")
+            raise RpcFailure(METHOD_NOT_FOUND, "Method not found", {"method": method}, details=detail)
+        return store
+
+    async def list_sessions(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """Recorded top-level sessions, newest first (log mtime, then id), ``LIST_PAGE`` a page.
+        The cursor is the (mtime, id) of the last row sent: pages stay consistent when
+        sessions are added or touched meanwhile (a touched one moves to the front)."""
+        store = self._needs_store("session/list")
+        p = decode_params(params, wire.ListSessionsParams)
+        if p.cwd is not None and not osp.isabs(p.cwd):
+            raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
+        after: tuple[int, str] | None = None
+        if p.cursor is not None:
+            after = _decode_cursor(p.cursor)
+        rows = await store.summaries(cwd=osp.normpath(p.cwd) if p.cwd else None)
+        if after is not None:
+            rows = [r for r in rows if (-r.updated_ns, r.id) > (-after[0], after[1])]
+        page, rest = rows[:LIST_PAGE], rows[LIST_PAGE:]
+        result = wire.ListSessionsResult(sessions=[
+            wire.SessionInfo(
+                session_id=r.id, cwd=r.cwd, updated_at=_iso(r.updated_ns),
+                **({"title": r.title} if r.title else {}),
+            )
+            for r in page
+        ])
+        if rest:
+            result.next_cursor = _encode_cursor(page[-1].updated_ns, page[-1].id)
+        return result
+
+    # ------------------------------------------------------------------ session/resume, session/delete
+
+    def _open_here(self, session_id: str) -> bool:
+        """Open in this process: on this connection (or closing), or any live agent of the host."""
+        return (session_id in self.sessions or session_id in self.closing
+                or any(a.session_id == session_id for a in self.host.agents))
+
+    def _recorded(self, store: Any, session_id: str) -> Any:
+        try:
+            path = store.path_for(session_id)
+        except DshError:
+            raise invalid_params(f"unknown session: {session_id}") from None
+        if not path.is_file():
+            raise invalid_params(f"unknown session: {session_id} (no log in the session store)")
+        return path
+
+    async def resume_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """Re-open a recorded session: history rebuilt from its log (``Agent.restore``), the route
+        the log recorded last, appending to the same file. Nothing is sent to the client."""
+        store = self._needs_store("session/resume")
+        p = decode_params(params, wire.ResumeSessionParams)
+        if self.closed:
+            raise internal_error(CLOSING + "the session was not resumed")
+        if not osp.isabs(p.cwd):
+            raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
+        if p.mcp_servers:
+            raise invalid_params("mcpServers is not supported")
+        if p.additional_directories:
+            raise invalid_params("additionalDirectories is not supported")
+        self._recorded(store, p.session_id)
+        if self._open_here(p.session_id):
+            raise invalid_params(f"session {p.session_id} is already open in this agent process")
+        try:
+            contents = (await store.read(p.session_id)).contents
+        except DshError as exc:
+            raise internal_error(f"the session log cannot be read: {exc}") from None
+        header = contents.header
+        if header.version > LOG_FORMAT:
+            raise invalid_params(
+                f"session {p.session_id} was recorded in log format {header.version}, newer than this "
+                f"dsh reads ({LOG_FORMAT}); resume it with a newer dsh"
+            )
+        if header.parent_session is not None:
+            raise invalid_params(f"session {p.session_id} is a subagent's session; resume its parent")
+        cwd = osp.normpath(p.cwd)
+        if cwd != header.cwd:
+            raise invalid_params(f"cwd {p.cwd} differs from the session's recorded cwd {header.cwd}")
+        if not osp.isdir(cwd):
+            raise invalid_params(f"cwd is not a directory: {p.cwd}")
+        provider, model = header.provider, header.model
+        for ev in contents.events:  # the route last recorded (a session may switch models)
+            if isinstance(ev, RequestHeader):
+                provider, model = ev.provider, ev.model
+        if self._open_here(p.session_id):  # re-checked: the read awaited
+            raise invalid_params(f"session {p.session_id} is already open in this agent process")
+        try:
+            self.host.check_route(provider, model)
+            agent = self.host.create_agent(
+                AgentSpec(cwd=cwd, provider=provider, model=model, session_id=header.id, origin=header.origin)
+            )
+        except RouteError as exc:
+            raise internal_error(f"the recorded route {provider}/{model} is not available here: {exc}") from None
+        try:
+            agent.restore(contents.events)
+        except Exception as exc:
+            with anyio.CancelScope(shield=True):
+                await agent.dispose()
+            self.host.forget(agent)
+            raise internal_error(f"the session could not be rebuilt from its log: {exc}") from None
+        if self.closed:
+            with anyio.CancelScope(shield=True):
+                await agent.dispose()
+            self.host.forget(agent)
+            raise internal_error(CLOSING + "the session was not resumed")
+        self._publish(agent)
+        return {}
+
+    async def delete_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """Remove a closed session's log and the files plugins keep for it (spill files)."""
+        store = self._needs_store("session/delete")
+        p = decode_params(params, wire.DeleteSessionParams)
+        path = self._recorded(store, p.session_id)
+        if self._open_here(p.session_id):
+            raise invalid_params(f"session {p.session_id} is open; close it (session/close) before deleting it")
+        artifacts = [Path(a) for paths in self.host.pm.hook.dsh_session_artifacts(session_id=p.session_id,
+                                                                                   host=self.host) if paths
+                     for a in paths]
+
+        def remove() -> None:
+            path.unlink(missing_ok=True)
+            for a in artifacts:
+                if a.is_dir() and not a.is_symlink():
+                    shutil.rmtree(a, ignore_errors=True)
+                else:
+                    a.unlink(missing_ok=True)
+
+        await anyio.to_thread.run_sync(remove)
+        return {}
+
+    # ------------------------------------------------------------------ session/close
+
+    async def close_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """Cancel the prompt in flight (it settles ``cancelled``), withdraw a pending permission
+        request (the turn's cancel cancels it), dispose the agent (children first) and forget it.
+        A close racing another close of the same session waits for the same disposal."""
+        p = decode_params(params, wire.CloseSessionParams)
+        session = self.sessions.pop(p.session_id, None)
+        if session is None:
+            closing = self.closing.get(p.session_id)
+            if closing is None or closing.closed is None:
+                raise invalid_params(f"unknown session: {p.session_id}")
+            await closing.closed.wait()
+            return {}
+        session.closed = anyio.Event()
+        self.closing[session.id] = session
+        try:
+            with anyio.CancelScope(shield=True):  # a half-closed session would leak: finish it
+                await self._dispose_session(session)
+                slot = session.slot
+                if slot is not None:
+                    await slot.settled.wait()
+        finally:
+            self.closing.pop(session.id, None)
+            session.closed.set()
+        return {}
+
+    async def _dispose_session(self, session: Session) -> None:
+        if session.slot is not None:
+            self._cancel_session(session, "disposed")
+        try:
+            await session.agent.dispose()  # cancels, waits for rest, children first, closes the log
+            with anyio.move_on_after(2.0):
+                await session.delivery.drain()
+        finally:
+            session.unsubscribe()
+            session.delivery.close()
+            self.host.forget(session.agent)
+
     # ------------------------------------------------------------------ cancel (ACP-8)
 
     def cancel(self, params: msgspec.Raw | None) -> None:
@@ -531,6 +819,7 @@ class Bridge:
         try:
             self.closed = True  # 1. close the doors
             sessions = list(self.sessions.values())
+            closing = [s.closed for s in self.closing.values() if s.closed is not None]
             for s in sessions:  # 2. settle pending prompts as cancelled, stop agents
                 if s.slot is not None:
                     self._cancel_session(s, "disposed")
@@ -561,6 +850,8 @@ class Bridge:
                         tg.start_soon(dispose, s)  # may wait on its children: in parallel
                     else:
                         await dispose(s)  # at rest already: completes without suspending
+                for event in closing:  # sessions the client closed: their close finishes them
+                    tg.start_soon(event.wait)
             if errors:
                 self._teardown_error = ExceptionGroup(
                     f"ACP agent teardown failed for {len(errors)} session(s)", errors

@@ -386,6 +386,42 @@ class AcpClient:
         self._initialized = True
         return self.agent_capabilities
 
+    def _session_capability(self, name: str) -> bool:
+        caps = (self.agent_capabilities or {}).get("sessionCapabilities")
+        return isinstance(caps, dict) and isinstance(caps.get(name), dict)
+
+    async def resume(self, session_id: str, *, timeout: float | None = 30.0) -> str:
+        """``initialize``, then ``session/resume`` of a recorded session in this client's cwd
+        (the agent must advertise ``sessionCapabilities.resume``); it becomes the current session."""
+        await self.initialize(timeout=timeout)
+        if not self._session_capability("resume"):
+            raise AcpClientError(f"the ACP agent {self.argv[0]!r} does not offer session/resume")
+        await self._call("session/resume", {"sessionId": session_id, "cwd": os.path.abspath(self.cwd)},
+                         timeout=timeout)
+        self.session_id = session_id
+        return session_id
+
+    async def list_sessions(self, cwd: str | None = None, *, timeout: float | None = 30.0) -> list[dict[str, Any]]:
+        """Every recorded session the agent lists (``session/list``, all pages), newest first."""
+        await self.initialize(timeout=timeout)
+        if not self._session_capability("list"):
+            raise AcpClientError(f"the ACP agent {self.argv[0]!r} does not offer session/list")
+        out: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            params: dict[str, Any] = {}
+            if cwd is not None:
+                params["cwd"] = os.path.abspath(cwd)
+            if cursor is not None:
+                params["cursor"] = cursor
+            page = msgspec.json.decode(await self._call("session/list", params, timeout=timeout))
+            if not isinstance(page, dict) or not isinstance(page.get("sessions"), list):
+                raise AcpClientError("malformed session/list result")
+            out += [s for s in page["sessions"] if isinstance(s, dict)]
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str):
+                return out
+
     @property
     def can_close_sessions(self) -> bool:
         """The agent advertised ``sessionCapabilities.close`` (so ``session/close`` exists)."""

@@ -89,8 +89,18 @@ class PromptCapabilities(msgspec.Struct, rename="camel", kw_only=True):
     embedded_context: bool = False
 
 
+class SessionCapabilities(_Out):
+    """Optional session methods: a member is sent (as ``{}``) only when the method is supported."""
+
+    close: Union[dict[str, Any], UnsetType] = UNSET
+    list: Union[dict[str, Any], UnsetType] = UNSET
+    resume: Union[dict[str, Any], UnsetType] = UNSET
+    delete: Union[dict[str, Any], UnsetType] = UNSET
+
+
 class AgentCapabilities(_Out):
     prompt_capabilities: PromptCapabilities
+    session_capabilities: Union[SessionCapabilities, UnsetType] = UNSET
 
 
 class Implementation(_Out):
@@ -159,6 +169,38 @@ class CancelParams(_In):
     session_id: str
 
 
+class CloseSessionParams(_In):
+    session_id: str
+
+
+class ResumeSessionParams(_In):
+    session_id: str
+    cwd: str
+    mcp_servers: list[Any] | None = None
+    additional_directories: list[Any] | None = None
+
+
+class DeleteSessionParams(_In):
+    session_id: str
+
+
+class ListSessionsParams(_In):
+    cwd: str | None = None
+    cursor: str | None = None
+
+
+class SessionInfo(_Out):
+    session_id: str
+    cwd: str
+    title: Union[str, UnsetType] = UNSET
+    updated_at: Union[str, UnsetType] = UNSET
+
+
+class ListSessionsResult(_Out):
+    sessions: list[SessionInfo]
+    next_cursor: Union[str, UnsetType] = UNSET
+
+
 class CancelRequestParams(_In):
     request_id: Union[int, str, None]
 
@@ -168,6 +210,7 @@ StopReason = Literal["end_turn", "cancelled", "max_turn_requests"]
 
 class PromptResult(_Out):
     stop_reason: StopReason
+    meta: Union[dict[str, Any], UnsetType] = msgspec.field(default=UNSET, name="_meta")
 
 
 # --------------------------------------------------------------------------- agent → client
@@ -184,11 +227,17 @@ class ImageOut(_Out, tag="image", tag_field="type"):
 
 class MessageChunk(_Out, tag="agent_message_chunk", tag_field="sessionUpdate"):
     content: Union[TextOut, ImageOut]
+    message_id: Union[str, UnsetType] = UNSET  # chunks of one assistant message share it
+
+
+class UsageUpdate(_Out, tag="usage_update", tag_field="sessionUpdate"):
+    used: int
+    size: int
 
 
 class SessionNotification(_Out):
     session_id: str
-    update: MessageChunk
+    update: Union[MessageChunk, UsageUpdate]
 
 
 TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"})

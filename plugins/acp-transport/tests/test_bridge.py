@@ -502,3 +502,27 @@ async def test_a_failing_store_is_an_internal_error(scripted, tmp_path):
             {"type": "image", "data": _png_b64(), "mimeType": "image/png"}]})
         assert resp["error"] == {"code": -32603, "message": "Internal error: unable to persist the prompt image batch",
                                  "data": {"details": "unable to persist the prompt image batch"}}
+
+
+# --------------------------------------------------------------------------- session/close (issue 17)
+
+
+async def test_close_frees_the_session_agent_and_all_per_session_state(echo, tmp_path):
+    import gc
+    import weakref
+
+    async with served(echo) as (client, bridge, host):
+        sid = await client.start(tmp_path)
+        refs = [weakref.ref(bridge.sessions[sid]), weakref.ref(bridge.sessions[sid].agent)]
+        resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]})
+        assert resp["result"]["stopReason"] == "end_turn"
+        assert sid in host.provider("scripted")._cursors  # the provider kept per-session state
+        assert (await client.call("session/close", {"sessionId": sid}))["result"] == {}
+        assert bridge.sessions == {} and bridge.closing == {} and host.agents == set()
+        assert sid not in host.provider("scripted")._cursors  # Agent.dispose told the provider to forget
+        assert not any(e.method == "session/prompt" for e in bridge.peer._inbound.values())
+        await anyio.sleep(0.05)  # the delivery worker ends once its stream is closed
+        gc.collect()
+        assert [r() for r in refs] == [None, None]  # nothing holds the session or its agent
+        again = await client.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]})
+        assert again["error"]["code"] == -32602 and "unknown session" in again["error"]["message"]

@@ -74,10 +74,11 @@ def test_200_mixed_tasks_exact_results(setup):
     assert (summary["ok"], summary["failed"], summary["interrupted"]) == (120, 80, 0)
     assert summary["failures"] == {"agent_error": 40, "timeout": 40}
     assert summary["tokens"] == 40 * 10 and summary["exitStatus"] == 1
-    # one fresh session per task, several per process, processes recycled after 30 sessions
+    # one fresh session per task, several per process; dsh advertises session/close (issue 17),
+    # so each session is closed when it settles and no process is recycled after 30 sessions
     assert len({r["sessionId"] for r in results}) == 200
     per_pid = Counter(r["agent"]["pid"] for r in results)
-    assert max(per_pid.values()) <= 30 and len(per_pid) >= 7
+    assert max(per_pid.values()) > 30 and len(per_pid) >= 2
     assert not wait_gone(per_pid)  # no agent outlives the batch
     # the session id leads to the log
     sid = by_id["t0000"]["sessionId"]

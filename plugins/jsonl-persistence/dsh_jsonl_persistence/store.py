@@ -252,6 +252,40 @@ def default_max_open() -> int:
     return max(4, min(256, soft // 4))
 
 
+TITLE_MAX = 100  # characters of the first prompt's first line kept as a session's title
+
+
+class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One recorded session as ``session/list`` shows it."""
+
+    id: str
+    cwd: str
+    title: str | None
+    updated_ns: int  # the log's mtime
+    created_at: float
+
+
+def _title_of(f: "object") -> str | None:
+    """The first user prompt's first line (bounded), read line by line from an open log."""
+    for line in f:  # type: ignore[attr-defined]
+        if b'"user/message"' not in line or not line.endswith(b"\n"):
+            continue
+        try:
+            record = log_decoder.decode(line)
+        except msgspec.DecodeError:
+            return None
+        message = getattr(record, "message", None)
+        if message is None or getattr(message, "source", "user") != "user":
+            continue
+        for block in message.content:
+            text = getattr(block, "text", None)
+            if isinstance(text, str) and text.strip():
+                first = text.strip().splitlines()[0].strip()
+                return first if len(first) <= TITLE_MAX else first[: TITLE_MAX - 1] + "…"
+        return None
+    return None
+
+
 class JsonlStore:
     """``SessionStore`` over ``<root>/<id>.jsonl``.
 
@@ -260,6 +294,8 @@ class JsonlStore:
     a record on an open descriptor costs ~6 µs, an open-append-close ~20 µs; a prompt writes
     about five records, so keeping the busy logs open saves ~70 µs per prompt.
     """
+
+    durable = True  # logs outlive the process: front doors may offer list / resume / delete
 
     def __init__(self, root: Path | None = None, *, max_open: int | None = None) -> None:
         self.root = Path(root) if root is not None else sessions_dir()
@@ -337,6 +373,35 @@ class JsonlStore:
                 headers.append(header)
         headers.sort(key=lambda h: (h.created_at, h.id))
         return headers
+
+    def summaries_sync(self, *, cwd: str | None = None) -> list[SessionSummary]:
+        """Top-level recorded sessions (subagent logs excluded), newest first (mtime, then id)."""
+        out: list[SessionSummary] = []
+        for path in self._files():
+            try:
+                with open(path, "rb") as f:
+                    first = f.readline()
+                    if not first.endswith(b"\n"):
+                        continue
+                    try:
+                        header = log_decoder.decode(first)
+                    except msgspec.DecodeError:
+                        continue
+                    if not isinstance(header, SessionHeader) or header.parent_session is not None:
+                        continue
+                    if cwd is not None and header.cwd != cwd:
+                        continue
+                    title = _title_of(f)
+                    mtime = os.fstat(f.fileno()).st_mtime_ns
+            except OSError:
+                continue
+            out.append(SessionSummary(id=header.id, cwd=header.cwd, title=title, updated_ns=mtime,
+                                      created_at=header.created_at))
+        out.sort(key=lambda s: (-s.updated_ns, s.id))
+        return out
+
+    async def summaries(self, *, cwd: str | None = None) -> list[SessionSummary]:
+        return await anyio.to_thread.run_sync(lambda: self.summaries_sync(cwd=cwd))
 
     def read_header(self, path: Path) -> SessionHeader | None:
         try:

@@ -14,6 +14,7 @@ import sys
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import hookimpl
@@ -21,6 +22,7 @@ from dsh_core import hookimpl
 from .confine import Confined, confine
 from .mechanisms import get_runner
 from .policy import PLUGIN, Settings, temp_roots
+from .run import spill_path_for
 from .tools import Sandbox, make_tools
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,6 +71,12 @@ async def _probe_at_start(sb: Sandbox) -> AsyncIterator[None]:
         yield
     finally:
         await sb.aclose()  # the per-session command servers (agents are disposed before lifespans end)
+
+
+@hookimpl
+def dsh_session_artifacts(session_id: str, host: "Host") -> list[Path]:
+    """A deleted session's spill files: ``<spill root>/<session id>/`` (see ``run.spill_path_for``)."""
+    return [spill_path_for(sandbox_for(host).settings.spill_root(), session_id, "x").parent]
 
 
 @hookimpl

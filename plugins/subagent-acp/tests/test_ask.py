@@ -201,3 +201,38 @@ def test_spinner_goes_to_a_terminal_stderr_only(work, tmp_path):
     assert r.returncode == 0
     assert clean(r.stdout) == "PONG\n"
     assert "working" in err.decode(errors="replace") and "\x1b[K" in err.decode(errors="replace")
+
+
+def test_resume_continues_a_session_and_session_list_shows_it(work, tmp_path):
+    """Issue 17: a task continued from the shell with the same methods an orchestrator uses."""
+    home = tmp_path / "home"
+    demo = ("--provider", "scripted", "--model", str(DEMO))
+    first = ask(*demo, "--json", "ping", cwd=work, home=home)
+    assert first.returncode == 0, first.stderr
+    sid = json.loads(first.stdout)["sessionId"]
+    again = ask(*demo, "--json", "--resume", sid, "where are you?", cwd=work, home=home)
+    assert again.returncode == 0, again.stderr
+    out = json.loads(again.stdout)
+    assert out["sessionId"] == sid and out["text"] == f"I am working in {work}."
+    log = [json.loads(line) for line in (home / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
+    assert [e["type"] for e in log].count("session") == 1
+    assert [e["turn"] for e in log if e["type"] == "turn/end"] == [1, 2]
+    listed = ask(*demo, "--session-list", cwd=work, home=home)
+    assert listed.returncode == 0, listed.stderr
+    (row,) = listed.stdout.decode().splitlines()
+    sid_col, updated, cwd_col, title = row.split("\t")
+    assert (sid_col, cwd_col, title) == (sid, str(work), "ping") and updated.endswith("Z")
+    as_json = ask(*demo, "--session-list", "--json", "--cwd", str(tmp_path), cwd=work, home=home)
+    assert json.loads(as_json.stdout) == []  # the cwd filter: nothing recorded there
+    unknown = ask(*demo, "--resume", "nope", "hi", cwd=work, home=home)
+    assert unknown.returncode == 1 and b"unknown session" in unknown.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    moved = ask(*demo, "--resume", sid, "hi", "--cwd", str(other), cwd=work, home=home)
+    assert moved.returncode == 1 and b"differs" in moved.stderr
+
+
+def test_session_list_needs_a_store(work, tmp_path):
+    demo = ("--provider", "scripted", "--model", str(DEMO))
+    res = ask(*demo, "--example", "acp-nostore", "--session-list", cwd=work, home=tmp_path / "home")
+    assert res.returncode == 1 and b"does not offer session/list" in res.stderr

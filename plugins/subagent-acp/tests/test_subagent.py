@@ -239,3 +239,20 @@ async def test_cwd_outside_the_workspace_is_refused(acp_agent, scripted, example
         await run.conn.prompt(session_id=sid, prompt=[text_block("outside")])
         (text,) = run.client.text(sid)
     assert text.startswith("Error: cwd '/' is outside the working directory")
+
+
+async def test_session_close_with_a_subagent_child_alive_leaves_no_process(acp_agent, scripted, examples):
+    """Issue 17: ``session/close`` disposes the session's agent children first, as at teardown."""
+    path = examples("sub")
+    async with acp_agent(scripted(SCRIPT), example="sub", env={"DSH_EXAMPLES_PATH": path}) as run:
+        sid = await run.start()
+        pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("delegate-hang")]))
+        await wait_for(lambda: child_started(acp_agent.home, sid))
+        tree = tree_pids(run.proc.pid)
+        children = [p for p in tree if p != run.proc.pid]
+        assert children  # the child dsh is running
+        await asyncio.wait_for(run.conn.close_session(session_id=sid), 15)
+        assert (await asyncio.wait_for(pending, 10)).stop_reason == "cancelled"
+        assert live(children) == []  # gone by the time close answered
+        assert run.proc.returncode is None  # the agent process serves on
+        assert await run.close_stdin() == 0

@@ -163,7 +163,11 @@ def test_killed_agent_fails_only_its_own_tasks_which_rerun_on_a_fresh_process(se
     for r in retried:
         assert r["attempts"] == 2 and len(r["retried"]) == 1
         first = r["retried"][0]
-        assert first["class"] == "agent_crashed" and first["agent"]["pid"] == victim
+        # In flight on the victim (agent_crashed, naming it), or leased to it in the instant before its
+        # death was noticed, so its session never began (agent_start): either way the victim's task.
+        assert first["class"] in ("agent_crashed", "agent_start"), first
+        if first["class"] == "agent_crashed":
+            assert first["agent"]["pid"] == victim
         assert r["agent"]["pid"] != victim
     assert all(r["retried"] == [] for r in results if r["attempts"] == 1)
     assert b"retrying on a fresh agent" in stderr

@@ -478,25 +478,9 @@ class AcpClient:
         if self.session_id is None:
             raise AcpClientError("prompt before start()")
         assert self._tg is not None
-        done = anyio.Event()
-        box: list[PromptResult] = []
-
-        async def run() -> None:
-            try:
-                box.append(await self._prompt(text, on_text))
-            finally:
-                done.set()
-
-        self._start_service(run)
-        try:
-            await done.wait()
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                await self.cancel()
-                with anyio.move_on_after(cancel_grace):
-                    await done.wait()
-            raise
-        return box[0]
+        return await _prompt_as_service(
+            self._start_service, lambda: self._prompt(text, on_text), self.cancel, cancel_grace
+        )
 
     async def _prompt(self, text: str, on_text: Callable[[str], Any] | None) -> PromptResult:
         assert self.session_id is not None
@@ -704,25 +688,9 @@ class AcpSession:
         ``session/cancel`` and waits ``cancel_grace`` (shielded) before propagating."""
         if self.closed:
             raise AcpClientError(f"session {self.session_id} is closed")
-        done = anyio.Event()
-        box: list[PromptResult] = []
-
-        async def run() -> None:
-            try:
-                box.append(await self._prompt(text, on_text))
-            finally:
-                done.set()
-
-        self.client._start_service(run)
-        try:
-            await done.wait()
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                await self.cancel()
-                with anyio.move_on_after(cancel_grace):
-                    await done.wait()
-            raise
-        return box[0]
+        return await _prompt_as_service(
+            self.client._start_service, lambda: self._prompt(text, on_text), self.cancel, cancel_grace
+        )
 
     async def _prompt(self, text: str, on_text: Callable[[str], Any] | None) -> PromptResult:
         self._text = []
@@ -904,3 +872,34 @@ async def open_client(
         peer.writer.close()
         with anyio.CancelScope(shield=True):
             await process.aclose()
+
+
+async def _prompt_as_service(
+    start_service: Callable[[Callable[[], Awaitable[None]]], None],
+    prompt: Callable[[], Awaitable[PromptResult]],
+    cancel: Callable[[], Awaitable[Any]],
+    cancel_grace: float,
+) -> PromptResult:
+    """Run ``prompt`` in the connection's task group and wait for it. A cancelled caller does not
+    withdraw the request: ``cancel()`` goes out and the agent gets ``cancel_grace`` seconds
+    (shielded) to settle, so its committed partial output is kept; then the cancellation propagates.
+    Shared by ``AcpClient.prompt`` and ``AcpSession.prompt``."""
+    done = anyio.Event()
+    box: list[PromptResult] = []
+
+    async def run() -> None:
+        try:
+            box.append(await prompt())
+        finally:
+            done.set()
+
+    start_service(run)
+    try:
+        await done.wait()
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            await cancel()
+            with anyio.move_on_after(cancel_grace):
+                await done.wait()
+        raise
+    return box[0]

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "plugins" / "deepseek-model" / "tests"))
 
 from fake_deepseek import FakeDeepSeek, Turn  # noqa: E402
 
-from dsh_core.agent import AgentSpec, new_id  # noqa: E402
+from dsh_core.contracts import AgentSpec, new_id  # noqa: E402
 from dsh_core.compose import load_composition  # noqa: E402
 from dsh_core.host import open_host  # noqa: E402
 from dsh_core.types import TextBlock, ToolCallEvent, ToolResultEvent, UserMessage  # noqa: E402

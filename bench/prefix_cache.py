@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT / "plugins" / "deepseek-model" / "tests"))
 from dsh_compaction import SUMMARY_SYSTEM  # noqa: E402
 from fake_deepseek import FakeDeepSeek, Turn, _lcp, render_prompt  # noqa: E402
 
-from dsh_core.agent import AgentSpec, new_id  # noqa: E402
+from dsh_core.contracts import AgentSpec, new_id  # noqa: E402
 from dsh_core.compose import load_composition  # noqa: E402
 from dsh_core.host import open_host  # noqa: E402
 from dsh_core.types import TextBlock, UserMessage  # noqa: E402

@@ -6,7 +6,8 @@ The public surface is small: ``hookimpl`` for plugin authors, the seams in
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .agent import Agent, AgentSpec, ToolContext
+from .agent import Agent
+from .contracts import AgentSpec, ToolContext
 from .errors import (
     AgentDisposed,
     AttachmentCorrupt,

@@ -22,7 +22,8 @@ import pluggy
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
-    from .agent import Agent, AgentSpec
+    from .contracts import AgentSpec
+    from .protocols import Agent
     from .cli import CommandRegistry
     from .host import Host
     from .protocols import (

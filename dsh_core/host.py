@@ -16,7 +16,8 @@ import anyio
 import pluggy
 
 from . import hookspecs
-from .agent import Agent, AgentSpec, new_id
+from .agent import Agent
+from .contracts import AgentSpec, new_id
 from .compose import Composition
 from .diag import warn
 from .spill import DEFAULT_LIMIT as DEFAULT_SPILL_LIMIT

@@ -29,7 +29,7 @@ from .types import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .agent import ToolContext
+    from .contracts import ToolContext
     from .doctor import Finding
     from .host import Host
 

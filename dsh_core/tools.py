@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .types import ToolOutput, ToolSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .agent import ToolContext
+    from .contracts import ToolContext
 
 
 class FunctionTool:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dsh_core import FunctionTool, hookimpl
-from dsh_core.agent import AgentSpec
+from dsh_core.contracts import AgentSpec
 from dsh_core.spill import bound, spill_path_for
 from dsh_core.testing import memory_host
 from dsh_core.types import (

@@ -333,7 +333,7 @@ async def test_delete_removes_a_closed_sessions_log_and_spill_files_and_refuses_
 
 async def test_restore_rebuilds_history_including_a_compaction(scripted, tmp_path):
     """``Agent.restore`` replays the log's history edits: a compaction summary replaces the span it covered."""
-    from dsh_core.agent import AgentSpec
+    from dsh_core.contracts import AgentSpec
     from dsh_core.testing import memory_host
     from dsh_core.types import (
         AssistantMessage, AssistantMessageEvent, CompactionSummary, InboxClaimed, TextBlock, TurnEnd, TurnStart,

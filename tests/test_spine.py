@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from dsh_core import CompositionError, FunctionTool, hookimpl, hookspecs
-from dsh_core.agent import AgentSpec
+from dsh_core.contracts import AgentSpec
 from dsh_core.compose import Composition, load_composition
 from dsh_core.host import make_plugin_manager
 from dsh_core.testing import memory_host

@@ -23,7 +23,7 @@ import msgspec
 
 from dsh_core import AttachmentCorrupt, AttachmentError, RouteError
 from dsh_core.errors import DshError
-from dsh_core.agent import AgentSpec, new_id
+from dsh_core.contracts import AgentSpec, new_id
 from dsh_core.diag import debug, warn
 from dsh_core.media import RASTER_MIME_TYPES, Base64Error, decode_base64_strict
 from dsh_core.types import (
@@ -56,7 +56,7 @@ from .rpc import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.agent import Agent
+    from dsh_core.protocols import Agent
     from dsh_core.host import Host
 
 _PROMPT_BLOCKS = msgspec.json.Decoder(wire.ContentIn)

@@ -15,7 +15,7 @@ from dsh_acp_transport import make_bridge, serve_bridge
 from dsh_acp_transport.rpc import FdReader, FdWriter
 
 from dsh_core import FunctionTool, hookimpl
-from dsh_core.agent import AgentSpec
+from dsh_core.contracts import AgentSpec
 from dsh_core.compose import Composition
 from dsh_core.host import make_plugin_manager, open_host
 from dsh_core.testing import check_frames

@@ -10,7 +10,7 @@ import pytest
 
 import dsh_agent_instructions as ai
 from dsh_core import ConfigError
-from dsh_core.agent import AgentSpec
+from dsh_core.contracts import AgentSpec
 from dsh_core.types import ToolCallBlock, ToolOutput
 
 

@@ -24,7 +24,8 @@ from .stubs import callable_name, render
 from .tool import NAME, RunCodeTool, outer_result
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.agent import Agent, AgentSpec
+    from dsh_core.contracts import AgentSpec
+    from dsh_core.protocols import Agent
     from dsh_core.host import Host
 
 __all__ = ["Limits", "PythonRuntime", "RunCodeTool", "Settings", "outer_result", "render"]

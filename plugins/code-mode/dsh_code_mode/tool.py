@@ -24,7 +24,7 @@ from dsh_core.types import (
 from .stubs import callable_name
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.agent import ToolContext
+    from dsh_core.contracts import ToolContext
 
 NAME = "run_code"
 NO_OUTPUT = "(run_code completed with no output)"

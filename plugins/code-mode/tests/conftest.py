@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from dsh_sandbox_tools.testing import home_outside_roots
 
-from dsh_core.agent import AgentSpec
+from dsh_core.contracts import AgentSpec
 from dsh_core.testing import memory_host
 from dsh_core.types import TextBlock, UserMessage
 

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from dsh_core import ConfigError, ModelError, hookimpl
-from dsh_core.agent import HistoryContext, new_id
+from dsh_core.contracts import HistoryContext, new_id
 from dsh_core.diag import warn
 from dsh_core.types import (
     AssistantMessage,

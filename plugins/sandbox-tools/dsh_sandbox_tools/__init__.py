@@ -26,7 +26,7 @@ from .run import spill_path_for
 from .tools import Sandbox, make_tools
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.agent import AgentSpec
+    from dsh_core.contracts import AgentSpec
     from dsh_core.host import Host
 
 __all__ = ["Confined", "Sandbox", "Settings", "confine", "sandbox_for"]

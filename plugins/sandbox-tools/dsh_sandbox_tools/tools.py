@@ -23,7 +23,7 @@ from .run import CommandResult, run_command, spill_path_for
 from .server import CommandServer, ServerError, ServerPool, server_argv
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.agent import ToolContext
+    from dsh_core.contracts import ToolContext
 
 READ_DEFAULT_LIMIT = 2000
 READ_MAX_LINE = 2000

@@ -157,7 +157,7 @@ class ScriptProvider(FakeProvider):
 
 @pytest.mark.parametrize("mechanism", mechanisms())
 async def test_agent_turn_records_tool_call_and_result(mechanism: str, root: Path) -> None:
-    from dsh_core.agent import AgentSpec
+    from dsh_core.contracts import AgentSpec
     from dsh_core.types import UserMessage
 
     provider = ScriptProvider("echo hi > made.txt && cat made.txt")

@@ -31,12 +31,12 @@ from dsh_acp_transport.client import (
 )
 
 from dsh_core import ConfigError, hookimpl
-from dsh_core.agent import new_id
+from dsh_core.contracts import new_id
 from dsh_core.diag import warn
 from dsh_core.types import ApprovalDecided, ApprovalRequest, ToolOutput, ToolSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.agent import ToolContext
+    from dsh_core.contracts import ToolContext
     from dsh_core.host import Host
 
 NAME = "subagent-acp"

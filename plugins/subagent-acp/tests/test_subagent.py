@@ -95,7 +95,7 @@ async def test_nested_permission_is_answered_by_the_outermost_client(
 
 async def test_without_a_channel_the_static_policy_answers(tmp_path, scripted, examples):
     """In-process host, no front door: nobody can answer, so `permission = "allow"` applies."""
-    from dsh_core.agent import AgentSpec
+    from dsh_core.contracts import AgentSpec
     from dsh_core.compose import load_composition
     from dsh_core.host import open_host
     from dsh_core.types import TextBlock, UserMessage

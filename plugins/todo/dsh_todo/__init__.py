@@ -20,7 +20,8 @@ from dsh_core.errors import ConfigError
 from dsh_core.types import AfterTool
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.agent import Agent, ToolContext
+    from dsh_core.contracts import ToolContext
+    from dsh_core.protocols import Agent
     from dsh_core.host import Host
     from dsh_core.protocols import Tool
     from dsh_core.types import ToolCallBlock, ToolOutput

@@ -7,7 +7,7 @@ import pytest
 
 import dsh_todo
 from dsh_core import ConfigError, FunctionTool, hookimpl
-from dsh_core.agent import AgentSpec
+from dsh_core.contracts import AgentSpec
 from dsh_core.testing import memory_host
 from dsh_core.types import TextBlock, ToolResultEvent, UserMessage
 

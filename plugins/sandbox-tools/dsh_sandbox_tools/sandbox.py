@@ -10,12 +10,18 @@ from typing import TYPE_CHECKING, Any
 from dsh_core import ToolError
 
 from .mechanisms import Runner, get_runner
-from .policy import MODES, Settings, scrubbed_env, wider, writable_roots
+from .policy import MODES, PLUGIN, Settings, scrubbed_env, wider, writable_roots
 from .run import CommandResult, run_command
 from .server import CommandServer, ServerError, ServerPool, server_argv
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
+    from dsh_core.host import Host
+
+# Each host's Sandbox is registered on that host's own plugin manager (one per host) under this
+# name by ``dsh_configure``, so two hosts in one process never see each other's and this plugin
+# keeps no module state.
+SANDBOX_SLOT = f"{PLUGIN}.sandbox"
 
 
 class Sandbox:
@@ -194,3 +200,9 @@ class Sandbox:
     async def aclose(self) -> None:
         await self.servers.aclose()
 
+
+def sandbox_for(host: Host | None) -> Sandbox:
+    """``host``'s Sandbox, as ``dsh_configure`` set it up; for a host that does not mount this
+    plugin (or none), a fresh one with the default settings (``DSH_PERMISSION_MODE`` and co.)."""
+    sb = host.pm.get_plugin(SANDBOX_SLOT) if host is not None else None
+    return sb if isinstance(sb, Sandbox) else Sandbox(Settings.from_config(None))

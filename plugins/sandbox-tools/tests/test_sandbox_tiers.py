@@ -9,7 +9,7 @@ import pytest
 from dsh_sandbox_tools import confine, sandbox_for
 from sandbox_helpers import Answer, FakeModelPlugin, Session, mechanisms, running_host, text
 
-from dsh_core import ConfigError
+from dsh_core import ConfigError, diag
 from dsh_core.compose import Composition
 from dsh_core.contracts import AgentSpec
 from dsh_core.host import make_plugin_manager, open_host, register_plugin
@@ -57,6 +57,22 @@ async def test_fail_closed_when_no_sandbox(mode: str, root: Path) -> None:
     assert f'sandbox mode "{mode}" is requested but no sandbox backend is usable on this host; ' \
            "refusing to run the command unconfined" in text(out)
     assert not (root / "ran").exists()
+
+
+async def test_start_up_says_on_stderr_when_no_sandbox_is_usable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(diag, "_spent", 0)  # the budget is per process; earlier tests may have spent it
+    async with running_host("workspace-write", "none"):
+        pass
+    err = capsys.readouterr().err
+    assert "dsh: sandbox-tools: no sandbox mechanism is usable (" in err, err
+    assert 'bash will refuse to run commands in "workspace-write" mode (sandbox unavailable)' in err
+    # It is a diag.warn, so it is bounded like every other diagnostic: once the budget is spent, silence.
+    monkeypatch.setattr(diag, "_spent", diag.BUDGET)
+    async with running_host("workspace-write", "none"):
+        pass
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("mechanism", mechanisms())

@@ -15,8 +15,8 @@ from fake_deepseek import Fault, Turn
 
 from conftest import FAST
 from dsh_core import FunctionTool, hookimpl
-from dsh_core.contracts import AgentSpec, new_id
 from dsh_core.compose import Composition
+from dsh_core.contracts import AgentSpec, new_id
 from dsh_core.host import make_plugin_manager, open_host, register_plugin
 from dsh_core.types import (
     AgentError,

@@ -763,7 +763,7 @@ class Agent:
             reason = verdict.reason or f"a hook asks before {name} runs"
             outcome = await self.host.approvals.request(ApprovalRequest(
                 agent=self, tool_name=name, call_id=call_id, reason=reason,
-                kind=getattr(tool.spec, "kind", None), subject=_subject(args), args=args,
+                kind=getattr(tool.spec, "kind", None), subject=_subject(args, reason), args=args,
             ))
             if outcome != "allowed-once":
                 return ToolOutput.text(f"Error: the user rejected tool {name!r} ({reason})", is_error=True,
@@ -776,8 +776,9 @@ class Agent:
 IMMEDIATE_SOURCES = frozenset({"tool", "hook"})
 
 
-def _subject(args: dict[str, Any]) -> str | None:
+def _subject(args: dict[str, Any], reason: str) -> str:
+    """What a person judging the call reads: what it acts on, then why it is asked."""
     for key in ("command", "path", "pattern", "description"):
         if isinstance(args.get(key), str):
-            return args[key]
-    return None
+            return f"{args[key]} — {reason}"
+    return reason

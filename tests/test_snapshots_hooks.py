@@ -60,7 +60,8 @@ POST_CONTEXT = ("#!/bin/sh\ncat > .posttool-payload.json\n"
                 "printf '%s\\n' '{\"hookSpecificOutput\":{\"hookEventName\":\"PostToolUse\","
                 "\"additionalContext\":\"Note: command output has been verified against the audit log.\"}}'\n")
 POST_BLOCK = "#!/bin/sh\necho 'tool output rejected by codex policy: summarize instead' >&2\nexit 2\n"
-PROMPT_BLOCK = "#!/bin/sh\ncat > .prompt-payload.json\necho 'blocked by policy hook' >&2\nexit 2\n"
+PROMPT_BLOCK = ("#!/bin/sh\ncat > .prompt-payload.json\ngrep -q 'Delete everything' .prompt-payload.json || exit 0\n"
+                "echo 'blocked by policy hook' >&2\nexit 2\n")
 PROMPT_CONTEXT_JSON = ("#!/bin/sh\ncat > .prompt-payload.json\n"
                        "printf '%s\\n' '{\"hookSpecificOutput\":{\"hookEventName\":\"UserPromptSubmit\","
                        "\"additionalContext\":\"The user has previously stated their favorite color is teal.\"}}'\n")
@@ -148,8 +149,9 @@ async def sc_cc_pretool_ask(run, sids):
     await _open(run, sids)
     await _ask(run, sids[0], "create the file")
     assert not (run.cwd / "created.txt").exists()
-    (request,) = run.client.permission_requests
-    assert request.tool_call.raw_input == {"command": "echo HELLO > created.txt && cat created.txt"}
+    ((_, tool_call, _),) = run.client.permission_requests  # one one-shot question, answered reject-once
+    assert tool_call.raw_input == {"command": "echo HELLO > created.txt && cat created.txt"}
+    assert tool_call.title == "bash: echo HELLO > created.txt && cat created.txt — bash requires manual approval in this session"
 
 
 def posttool_block(file, script, prompt):
@@ -349,7 +351,7 @@ async def test_hook_denies_a_run_code_nested_call(acp_agent, scripted):
         await _open(run, sids := [])
         await _ask(run, sids[0], "code please")
         (said,) = run.client.text(sids[0])
-    assert "nested bash is not allowed" in said and "BLOCKED" in said, said
+    assert "ToolCallError: bash: nested bash is not allowed" in said, said
     assert not (cwd / "nested.txt").exists()
     sent = payload(cwd, ".nested-payload.json")
     assert sent["tool_name"] == "bash" and ":code:" in sent["tool_use_id"]

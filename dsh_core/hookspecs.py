@@ -256,7 +256,7 @@ def dsh_register_doctor_checks(register: Callable[["DoctorCheck"], None], host: 
 # The points a hook bridge (plugins hooks-claude-code, hooks-codex) or any native plugin sits on
 # to steer a session: session start, prompt submit, before a tool, after a tool (``dsh_after_tool``
 # above) and before a turn stops. Each is called synchronously by the agent loop with every
-# implementation (registration order); an implementation answers with a typed decision from
+# implementation (pluggy's order: the last registered first); an implementation answers with a typed decision from
 # ``dsh_core.interception`` (or ``types.AfterTool``), or with a ``Pending`` object whose async
 # ``decide()`` the agent awaits inside the turn (its cancel scope: cancelling the turn cancels the
 # work), or None (no opinion). ``dsh_after_tool`` accepts a ``Pending`` the same way. The loop

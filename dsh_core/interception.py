@@ -5,7 +5,7 @@ spine's most-restrictive fold of several plugins' answers.
 Hooks decide, objects act: a hookimpl answers synchronously, either with a decision (a Struct
 below, cheap native policy) or with a ``Pending`` object whose ``async decide()`` the agent awaits
 inside the turn (a hook bridge runs its commands there, so cancelling the turn cancels them).
-Every implementation is called, in registration order, and awaited one after another; the agent
+Every implementation is called (pluggy's order) and the answers awaited one after another; the agent
 folds the answers: ``deny`` > ``ask`` > ``allow`` for tools, any ``block`` wins for prompts,
 results and stops, and context texts accumulate in order.
 

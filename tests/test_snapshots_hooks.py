@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 from acp import text_block
+from test_snapshots import SNAPSHOTS, normalize_log, normalize_stdout
 
 from dsh_core.testing import Recorder
-
-from test_snapshots import SNAPSHOTS, normalize_log, normalize_stdout
 
 pytestmark = [pytest.mark.anyio]
 snapshot_scenario = pytest.mark.snapshot_scenario

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-
-from dsh_core.interception import BeforeTool, fold_before_tool
 from dsh_hooks_claude_code import DIALECT as CC
 from dsh_hooks_claude_code.protocol import (
     HookConfigError,
@@ -25,6 +23,8 @@ from dsh_hooks_claude_code.protocol import (
     run_command,
 )
 from dsh_hooks_codex import DIALECT as CODEX
+
+from dsh_core.interception import BeforeTool, fold_before_tool
 
 
 def test_matchers_by_dialect():

@@ -86,15 +86,15 @@ async def settle(answers: list[Any]) -> list[Any]:
     return out
 
 
-_RANK = {"allow": 1, "ask": 2, "deny": 3}
+_ORDER: tuple[Verdict, ...] = ("allow", "ask", "deny")  # least to most restrictive
 
 
 def fold_before_tool(answers: list[BeforeTool]) -> BeforeTool:
     """deny > ask > allow; the reasons given for the winning verdict, joined by blank lines."""
-    top = max((_RANK[a.decision] for a in answers if a.decision), default=0)
-    if not top:
+    given = [a.decision for a in answers if a.decision]
+    if not given:
         return BeforeTool()
-    verdict: Verdict = next(k for k, v in _RANK.items() if v == top)  # type: ignore[assignment]
+    verdict = max(given, key=_ORDER.index)
     reasons = [a.reason for a in answers if a.decision == verdict and a.reason]
     return BeforeTool(decision=verdict, reason="\n\n".join(reasons) or None)
 

@@ -119,7 +119,7 @@ def test_plugins_prints_only_json_naming_each_installed_distribution(installed, 
         "attachment-store": "dsh-attachment-store", "deepseek-model": "dsh-deepseek-model",
         "scripted-model": "dsh-scripted-model", "sandbox-tools": "dsh-sandbox-tools",
         "agent-instructions": "dsh-agent-instructions", "guards": "dsh-guards", "todo": "dsh-todo",
-        "compaction": "dsh-compaction",
+        "compaction": "dsh-compaction", "hooks-claude-code": "dsh-hooks-claude-code", "hooks-codex": "dsh-hooks-codex",
     }
 
 

@@ -99,10 +99,7 @@ def test_fold_is_most_restrictive():
 @pytest.fixture
 def danger(monkeypatch):
     """Unconfined runs (no host: sandbox-tools' settings from the environment), so pids are real."""
-    import dsh_sandbox_tools
-
     monkeypatch.setenv("DSH_PERMISSION_MODE", "danger-full-access")
-    monkeypatch.setattr(dsh_sandbox_tools, "_last", None)
 
 
 @pytest.mark.anyio

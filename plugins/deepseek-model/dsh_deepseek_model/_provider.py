@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ class _Call:
     finish: str | None = None
     usage: dict[str, Any] | None = None
     events: int = 0
+
+
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")  # a bearer token: visible ASCII only
 
 
 def _int(value: Any) -> int:
@@ -220,6 +224,12 @@ class DeepSeekProvider:
         key = find_api_key(dotenv=s.dotenv)
         if not key:
             raise self._missing_key()
+        if not _HEADER_SAFE.fullmatch(key):  # httpx would fail it deep in the send, as a crash or a retried transport error
+            raise ModelError(
+                f"deepseek: the API key contains characters an HTTP header cannot carry (spaces, control or non-ASCII "
+                f"characters); set {KEY_ENV} to the key alone",
+                code="INVALID_CREDENTIAL",
+            )
         body = await build_body(request, effort=s.reasoning_effort, max_tokens=s.max_tokens, read_image=self._read_image)
         client = self.client()
         http_request = client.build_request(

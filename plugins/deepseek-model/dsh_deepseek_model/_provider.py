@@ -199,6 +199,9 @@ class DeepSeekProvider:
     # ------------------------------------------------------------------ streaming
 
     def _missing_key(self) -> ModelError:
+        if not self.settings.dotenv:  # .env files are not read: do not send the user to write one
+            return ModelError(f"deepseek: no API key: set {KEY_ENV} in the environment "
+                              "(.env files are off: [config.deepseek-model] dotenv = false)", code="MISSING_CREDENTIAL")
         where = [str(Path.cwd() / ".env")]
         root = repo_root() / ".env"
         if str(root) not in where:

@@ -333,6 +333,16 @@ async def test_a_key_no_header_can_carry_fails_as_invalid_credential(anyio_backe
 
 
 @pytest.mark.anyio
+async def test_missing_key_with_dotenv_off_does_not_point_at_env_files(anyio_backend, isolated):
+    p = DeepSeekProvider(parse_settings({**FAST, "dotenv": False}))
+    with pytest.raises(ModelError) as exc:
+        async for _ in p.stream(ModelRequest(route=p.resolve("deepseek-flash"), system="", messages=[], tools=[])):
+            pass
+    assert exc.value.code == "MISSING_CREDENTIAL" and "DEEPSEEK_API_KEY" in exc.value.message
+    assert "dotenv = false" in exc.value.message and "or in a .env" not in exc.value.message
+
+
+@pytest.mark.anyio
 async def test_missing_key_fails_the_request_not_startup(anyio_backend, isolated):
     p = DeepSeekProvider(parse_settings(FAST))
     info = p.resolve("deepseek-flash")  # resolving needs no key

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import Session, running_host, text
-
 from dsh_sandbox_tools import tools
+from sandbox_helpers import Session, running_host, text
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from dsh_sandbox_tools import _landlock_exec
 from dsh_sandbox_tools.mechanisms import LAUNCHER, PARTIAL_NOTICE, probe
 from dsh_sandbox_tools.testing import require_mechanism

@@ -374,7 +374,8 @@ class Agent:
                 if ev.reason == "blocked":  # dsh_prompt_submit kept the claimed prompt out
                     history = [m for m in history if not (isinstance(m, UserMessage) and m.id in claimed)]
             elif isinstance(ev, AssistantMessageEvent):
-                history.append(ev.message)
+                if ev.message.content:  # as the loop did: an empty (cut) message never entered history
+                    history.append(ev.message)
                 calls.extend((ev.turn, ev.step, b) for b in ev.message.content if isinstance(b, ToolCallBlock))
             elif isinstance(ev, ToolResultEvent):
                 history.append(ev.result)
@@ -524,13 +525,16 @@ class Agent:
             if self.host.pm.hook.dsh_check_step(session=self, turn=turn, step=step) == "stop":
                 return "max-steps"  # a step budget: everything so far is committed, every call answered
             partial = await self._call_model(turn, step)
+            # Cut by max tokens: no tool call of this message runs or is committed, the one that was
+            # still streaming included (its arguments are incomplete; the rest would need results).
             truncated = partial.finish == "max-tokens"
             content = partial.content(keep_tools=not truncated)
             message = AssistantMessage(
                 id=new_id("msg_"), content=content, provider=self.route.provider, model=self.route.model
             )
             calls = [b for b in content if isinstance(b, ToolCallBlock)]
-            self._history.append(message)
+            if content:  # a cut that left nothing is logged (usage, finish) but is no turn of the conversation
+                self._history.append(message)
             self.emit(
                 AssistantMessageEvent(
                     turn=turn,

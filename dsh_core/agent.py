@@ -9,6 +9,10 @@ Only *committed* things are events: an assistant message is committed when its
 model call finishes (or, interrupted, when the call is cancelled with text
 already produced); a failed or retried attempt leaves no ``assistant/message``.
 History sent to the model is append-only, so provider prefix caches keep hitting.
+
+This module is the concrete loop behind ``protocols.Agent``: it knows its host only as a
+``protocols.Host`` (the host builds agents through ``dsh_make_agent`` and never imports this
+module), and nothing outside ``dsh_core`` imports it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .contracts import AgentSpec, HistoryContext, ToolContext, new_id
+from .protocols import AgentSpec, HistoryContext, Observer, ToolContext, new_id
 from .diag import warn
 from .errors import AgentDisposed, ModelError, SessionLogFailed, ToolError
 from .schedule import ToolScheduler
@@ -66,10 +70,8 @@ from .types import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .host import Host
-    from .protocols import ModelProvider, SessionLog, Tool
-
-Observer = Callable[["Agent", DurableEvent], None]
+    from . import protocols
+    from .protocols import Host, ModelProvider, SessionLog, Tool
 
 
 class _TurnFailed(Exception):
@@ -140,7 +142,7 @@ class _Partial:
 class Agent:
     """The spine's agent. Front doors use only the ``protocols.Agent`` surface."""
 
-    def __init__(self, spec: AgentSpec, host: "Host") -> None:
+    def __init__(self, spec: AgentSpec, host: Host) -> None:
         self.spec = spec
         self.host = host
         self.session_id = spec.session_id
@@ -159,7 +161,7 @@ class Agent:
             origin=spec.origin,
         )
         self.log: SessionLog = host.session_store.open(self.header)
-        self.children: list[Agent] = []
+        self.children: list[protocols.Agent] = []
         self.log_error: Exception | None = None  # the first failure of the durable log, if any
         self._observers: list[Observer] = []
         self._seq = 0
@@ -673,3 +675,9 @@ class Agent:
             return ToolOutput.text(f"Error: {exc.message}", is_error=True, code=exc.code)
         except Exception as exc:
             return ToolOutput.text(f"Error: tool {name} crashed: {exc!r}", is_error=True, code="TOOL_CRASHED")
+
+
+if TYPE_CHECKING:  # pragma: no cover - mypy checks the concrete loop against the contract doors program to
+
+    def _satisfies_the_contract(agent: Agent) -> protocols.Agent:
+        return agent

@@ -21,6 +21,7 @@ import contextlib
 import json
 import random
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -81,37 +82,59 @@ class _TurnFailed(Exception):
         self.code = code
 
 
+@dataclass
+class _Text:
+    """Consecutive text (or reasoning) deltas of one model call, joined when the call ends."""
+
+    reasoning: bool
+    parts: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@dataclass
+class _ToolSlot:
+    """One tool call as its deltas arrive: id and name may come late, arguments in pieces."""
+
+    id: str
+    name: str
+    args: list[str] = field(default_factory=list)
+
+
 class _Partial:
     """Accumulates one model call's deltas into content blocks in arrival order."""
 
     def __init__(self) -> None:
-        self.blocks: list[Any] = []  # TextBlock-ish accumulators and tool slots
-        self.tool_slots: dict[int, dict[str, Any]] = {}
+        self.blocks: list[_Text | _ToolSlot | ImageBlock] = []
+        self.tool_slots: dict[int, _ToolSlot] = {}
         self.usage: Usage | None = None
         self.finish: str | None = None
 
+    def _text(self, text: str, *, reasoning: bool) -> None:
+        last = self.blocks[-1] if self.blocks else None
+        if isinstance(last, _Text) and last.reasoning == reasoning:
+            last.parts.append(text)
+        else:
+            self.blocks.append(_Text(reasoning, [text]))
+
     def apply(self, d: Any) -> None:
         if isinstance(d, TextDelta):
-            if self.blocks and isinstance(self.blocks[-1], list) and self.blocks[-1][0] == "text":
-                self.blocks[-1][1].append(d.text)
-            else:
-                self.blocks.append(["text", [d.text]])
+            self._text(d.text, reasoning=False)
         elif isinstance(d, ReasoningDelta):
-            if self.blocks and isinstance(self.blocks[-1], list) and self.blocks[-1][0] == "reasoning":
-                self.blocks[-1][1].append(d.text)
-            else:
-                self.blocks.append(["reasoning", [d.text]])
+            self._text(d.text, reasoning=True)
         elif isinstance(d, ToolCallDelta):
             slot = self.tool_slots.get(d.index)
             if slot is None:
-                slot = self.tool_slots[d.index] = {"id": d.id or "", "name": d.name or "", "args": []}
+                slot = self.tool_slots[d.index] = _ToolSlot(d.id or "", d.name or "")
                 self.blocks.append(slot)
             if d.id:
-                slot["id"] = d.id
+                slot.id = d.id
             if d.name:
-                slot["name"] = d.name
+                slot.name = d.name
             if d.arguments:
-                slot["args"].append(d.arguments)
+                slot.args.append(d.arguments)
         elif isinstance(d, ImageDelta):
             self.blocks.append(d.image)
         elif isinstance(d, UsageDelta):
@@ -122,21 +145,19 @@ class _Partial:
     def content(self, *, keep_tools: bool) -> list[ContentBlock]:
         out: list[ContentBlock] = []
         for b in self.blocks:
-            if isinstance(b, list):
-                text = "".join(b[1])
-                out.append(TextBlock(text=text) if b[0] == "text" else ReasoningBlock(text=text))
-            elif isinstance(b, dict):
+            if isinstance(b, _Text):
+                out.append(ReasoningBlock(text=b.text) if b.reasoning else TextBlock(text=b.text))
+            elif isinstance(b, _ToolSlot):
                 if keep_tools:
-                    out.append(ToolCallBlock(id=b["id"] or new_id("call_"), name=b["name"], arguments="".join(b["args"])))
-            elif isinstance(b, ImageBlock):
+                    out.append(ToolCallBlock(id=b.id or new_id("call_"), name=b.name, arguments="".join(b.args)))
+            else:
                 out.append(b)
         return out
 
     @property
     def has_visible(self) -> bool:
-        return any(
-            (isinstance(b, list) and b[0] == "text" and "".join(b[1])) or isinstance(b, ImageBlock) for b in self.blocks
-        )
+        return any((isinstance(b, _Text) and not b.reasoning and b.text) or isinstance(b, ImageBlock)
+                   for b in self.blocks)
 
 
 class Agent:

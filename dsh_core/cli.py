@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pluggy
 
+from .diag import warn
 from .errors import DshError
 
 
@@ -58,7 +59,7 @@ def _command_manager(argv: Sequence[str]) -> pluggy.PluginManager:
             try:
                 register_plugin(pm, ep.load(), name)
             except Exception as exc:
-                print(f"dsh: plugin {name!r} failed to load for its commands: {exc!r}", file=sys.stderr)
+                warn(f"plugin {name!r} failed to load for its commands: {exc!r}")
     return pm
 
 

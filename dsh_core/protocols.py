@@ -331,7 +331,7 @@ class FrontDoor(Protocol):
 
     name: str
 
-    async def serve(self, host: "Host") -> None: ...
+    async def serve(self, host: Host) -> None: ...
 
 
 @runtime_checkable

@@ -289,3 +289,11 @@ def test_the_contract_imports_nothing_concrete():
     contract = {"dsh_core.types", "dsh_core.errors", "dsh_core.protocols", "dsh_core.contracts", "dsh_core.hookspecs"}
     for module in sorted(contract):
         assert graph[module] <= contract, f"{module} imports {sorted(graph[module] - contract)}"
+
+
+def test_hookimpl_lives_beside_the_hookspecs_and_the_old_names_still_work():
+    import dsh_core
+    from dsh_core import host, hookspecs
+
+    assert dsh_core.hookimpl is host.hookimpl is hookspecs.hookimpl
+    assert hookspecs.hookimpl.project_name == hookspecs.hookspec.project_name == "dsh"

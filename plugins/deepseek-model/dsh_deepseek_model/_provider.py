@@ -33,7 +33,7 @@ from ._sse import KEEP_ALIVE, SSEParser
 from ._wire import build_body, dumps
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core import Host
+    from dsh_core.protocols import Host
 
 PROVIDER = "deepseek"
 USER_AGENT = "dsh-deepseek-model/0.1"

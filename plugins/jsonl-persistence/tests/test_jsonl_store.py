@@ -240,8 +240,8 @@ async def test_prefix_lookup(home: Path) -> None:
 
 @pytest.mark.anyio
 async def test_host_picks_the_jsonl_store_and_agent_events_land_on_disk(home: Path, tmp_path: Path) -> None:
-    from dsh_core.contracts import AgentSpec
     from dsh_core.compose import Composition
+    from dsh_core.contracts import AgentSpec
     from dsh_core.host import hookimpl, make_plugin_manager, open_host
     from dsh_core.types import Finish, ModelInfo, RetryPolicy, TextDelta
 

@@ -30,9 +30,12 @@ Three modes (``pytest --dsh-snapshots=MODE``, or ``--snapshot-update`` for refre
     {"example": "acp-agent",            # the example to run (required)
      "header": "acp-agent",             # header class (default: the example)
      "recordable": false, "record": {"provider": "deepseek", "model": "deepseek-flash"},
+                                        # or {"provider": "scripted", "model": "{{scenario}}/script.json"}:
+                                        # a keyless recording from a scripted-model script
      "env": {"DSH_PERMISSION_MODE": "workspace-write"},
      "perMechanism": false,             # run once per sandbox mechanism (bubblewrap, Landlock)
      "cleanup": ["/var/tmp/x"],         # paths removed before and after the run
+     "mkdir": [".git"],                 # empty directories to create in the workspace (git stores none)
      "steps": [...]}
 
 Steps (``session`` is the index of a session this client opened, default 0):
@@ -91,6 +94,7 @@ class Scenario:
     record: tuple[str, str] = DEFAULT_RECORD_ROUTE
     per_mechanism: bool = False
     cleanup: list[str] = field(default_factory=list)
+    mkdir: list[str] = field(default_factory=list)  # empty directories of the workspace (git keeps none)
 
     @property
     def name(self) -> str:
@@ -118,7 +122,7 @@ def load_scenario(directory: Path) -> Scenario:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"{path}: not readable JSON: {exc}") from None
-    known = {"example", "header", "steps", "env", "recordable", "record", "perMechanism", "cleanup", "about"}
+    known = {"example", "header", "steps", "env", "recordable", "record", "perMechanism", "cleanup", "mkdir", "about"}
     unknown = set(doc) - known
     if unknown:
         raise ScenarioError(f"{path}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
@@ -132,10 +136,24 @@ def load_scenario(directory: Path) -> Scenario:
         steps=doc["steps"],
         env={k: str(v) for k, v in (doc.get("env") or {}).items()},
         recordable=bool(doc.get("recordable", False)),
-        record=(record.get("provider", DEFAULT_RECORD_ROUTE[0]), record.get("model", DEFAULT_RECORD_ROUTE[1])),
+        record=(record.get("provider", DEFAULT_RECORD_ROUTE[0]),
+                record.get("model", DEFAULT_RECORD_ROUTE[1]).replace("{{scenario}}", str(directory))),
         per_mechanism=bool(doc.get("perMechanism", False)),
         cleanup=list(doc.get("cleanup") or []),
+        mkdir=list(doc.get("mkdir") or []),
     )
+
+
+def dump_input(doc: dict[str, Any]) -> str:
+    """``input.json`` as people read it: one key per line, one step per line."""
+    lines = []
+    for key, value in doc.items():
+        if key == "steps":
+            steps = ",\n".join("  " + json.dumps(s, ensure_ascii=False) for s in value)
+            lines.append(f'"steps": [\n{steps}\n ]')
+        else:
+            lines.append(f"{json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}")
+    return "{\n " + ",\n ".join(lines) + "\n}\n"
 
 
 # ----------------------------------------------------------------------------- running
@@ -159,9 +177,9 @@ def _content_block(block: dict[str, Any], scenario_dir: Path) -> Any:
     if block.get("type") == "image" and "file" in block:
         data = (scenario_dir / block.pop("file")).read_bytes()
         block.setdefault("data", base64.b64encode(data).decode())
-    kinds = {"text": schema.TextContentBlock, "image": schema.ImageContentBlock, "audio": schema.AudioContentBlock,
+    kinds: dict[str, Any] = {"text": schema.TextContentBlock, "image": schema.ImageContentBlock, "audio": schema.AudioContentBlock,
              "resource_link": schema.ResourceContentBlock, "resource": schema.EmbeddedResourceContentBlock}
-    cls = kinds.get(block.get("type", ""))
+    cls: Any = kinds.get(block.get("type", ""))
     if cls is None:
         raise ScenarioError(f"unknown content block type {block.get('type')!r} (known: {', '.join(kinds)})")
     return cls.model_validate(block)
@@ -293,6 +311,8 @@ async def run_scenario(
             shutil.copytree(sc.dir / "workspace", work, symlinks=True)
         else:
             work.mkdir()
+        for d in sc.mkdir:
+            (work / d).mkdir(parents=True, exist_ok=True)
         fixture.mkdir()
         own = {k: v.replace("{{scenario}}", str(sc.dir)).replace("{{snapshots}}", str(sc.dir.parent.parent))
                for k, v in sc.env.items()}
@@ -330,15 +350,15 @@ async def run_scenario(
         # every log this run wrote: the client's sessions in the order it opened them, then the rest
         found = {p.stem: p for p in (home / "sessions").glob("*.jsonl")} if (home / "sessions").is_dir() else {}
         created = {}
-        for sid, p in found.items():
+        for sid, log_path in found.items():
             try:
-                created[sid] = json.loads(p.read_text().splitlines()[0]).get("createdAt", 0)
+                created[sid] = json.loads(log_path.read_text().splitlines()[0]).get("createdAt", 0)
             except (OSError, ValueError, IndexError):
                 created[sid] = 0
         order = [s for s in sids if s in found] + sorted((s for s in found if s not in sids), key=lambda s: created[s])
         replacements: list[tuple[str, str]] = [(str(home), "{{home}}"), (str(work), "{{cwd}}"),
                                                (str(root), "{{tmp}}")]
-        if mode != "record":
+        if mode != "record" or os.path.isabs(model):  # a file as the model: a script, a recording
             replacements.insert(0, (model, "{{script}}"))
         for n, sid in enumerate([*sids, *[s for s in order if s not in sids]]):
             replacements.append((sid, f"{{{{session{n}}}}}"))
@@ -351,8 +371,10 @@ async def run_scenario(
             text, header = normalize_log_lines(raw, replacements)
             logs_out.append(text)
             headers.append(header)
-        frames = json.loads(_normalize_text(json.dumps(run.frames), [(s, f"{{{{session{i}}}}}")
-                                                                     for i, s in enumerate(sids)]))
+        raw_frames = json.dumps(run.frames)
+        for i, s in enumerate(sids):  # session ids first: messageIds are numbered before ids are blanked
+            raw_frames = raw_frames.replace(s, f"{{{{session{i}}}}}")
+        frames = json.loads(raw_frames)
         stdout = _normalize_text(normalize_transcript(frames), replacements)
         return Run(stdout=stdout, logs=logs_out, headers=headers, stderr=stderr, replay_errors=errors)
     finally:

@@ -316,7 +316,11 @@ class ReplayProvider:
         return recs
 
     def resolve(self, model: str) -> ModelInfo:
-        """The recorded route (provider, model, what it declared), served from the recording."""
+        """The recorded route (provider, model, what it declared), served from the recording. The
+        recorded model id resolves too (the agent re-resolves ``route.model`` to check it)."""
+        for recs in self._loaded.values():
+            if model == recs[0].route.model and model not in self._loaded:
+                return recs[0].route
         route = self._recordings(model)[0].route
         self._paths[id(route)] = model
         return route

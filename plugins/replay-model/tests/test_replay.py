@@ -123,6 +123,7 @@ async def test_a_recorded_session_replays_to_the_same_events(scripted, tmp_path)
     async with memory_host(path, plugins=("replay-model",), provider="replay") as host:
         route = host.provider("replay").resolve(str(path))
     assert (route.provider, route.image_input, route.context_window) == ("scripted", True, 50_000)
+    assert host.provider("replay").resolve(route.model) is route  # the recorded id resolves (ACP checks it)
 
 
 async def test_more_calls_than_recorded_fail_with_the_call_number(scripted, tmp_path):

@@ -289,6 +289,23 @@ def normalize_log_lines(raw: str, replacements: list[tuple[str, str]]) -> tuple[
     return "\n".join(lines) + "\n", header
 
 
+def _log_order_key(path: Path) -> tuple[str, float]:
+    """Sessions the client did not open (subagents): by their first prompt, then creation time, so
+    children started in parallel land in the same files every run."""
+    first, created = "", 0.0
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        created = float(json.loads(lines[0]).get("createdAt", 0))
+        for line in lines[1:]:
+            rec = json.loads(line)
+            if rec.get("type") == "user/message":
+                first = "".join(b.get("text", "") for b in rec["message"]["content"])
+                break
+    except (OSError, ValueError, IndexError, KeyError, TypeError):
+        pass
+    return first, created
+
+
 async def run_scenario(
     sc: Scenario,
     *,
@@ -349,13 +366,8 @@ async def run_scenario(
         stderr = bytes(run.stderr).decode(errors="replace")
         # every log this run wrote: the client's sessions in the order it opened them, then the rest
         found = {p.stem: p for p in (home / "sessions").glob("*.jsonl")} if (home / "sessions").is_dir() else {}
-        created = {}
-        for sid, log_path in found.items():
-            try:
-                created[sid] = json.loads(log_path.read_text().splitlines()[0]).get("createdAt", 0)
-            except (OSError, ValueError, IndexError):
-                created[sid] = 0
-        order = [s for s in sids if s in found] + sorted((s for s in found if s not in sids), key=lambda s: created[s])
+        order = [s for s in sids if s in found] + sorted((s for s in found if s not in sids),
+                                                         key=lambda s: _log_order_key(found[s]))
         replacements: list[tuple[str, str]] = [(str(home), "{{home}}"), (str(work), "{{cwd}}"),
                                                (str(root), "{{tmp}}")]
         if mode != "record" or os.path.isabs(model):  # a file as the model: a script, a recording

@@ -394,7 +394,10 @@ PINS_HEADER = {"code-mode-turn", "both-mode-turn", "agent-instructions"}
 
 def _check_compaction(name: str, home: Path, sid: str) -> None:
     """What each compaction scenario proves, beyond "same as last time"."""
-    log = [json.loads(line) for line in (home / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
+    _check_compaction_log(name, [json.loads(line) for line in (home / "sessions" / f"{sid}.jsonl").read_text().splitlines()])
+
+
+def _check_compaction_log(name: str, log: list[dict]) -> None:
     kinds = [e["type"] for e in log]
     end = [e for e in log if e["type"] == "turn/end"][-1]
     if name == "compaction-failed":
@@ -467,3 +470,55 @@ if CASES:
     @pytest.mark.parametrize("name, mechanism", CASES)
     async def test_scenario(name, mechanism, acp_agent, scripted, snapshot):
         await run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot)
+
+
+# ---------------------------------------------------------------- what the converted scenarios prove
+# A converted scenario's session.jsonl is what its replay must write, line for line; so a property of
+# the committed file is a property of every passing run. These are the checks the inline harness made
+# at run time, beyond "same as last time".
+
+
+def _fixture(name: str) -> tuple[list[dict], str]:
+    d = scenario_dir(name)
+    text = (d / "session.jsonl").read_text()
+    header = json.loads((d / "input.json").read_text()).get("header") or SCENARIOS[name][0]
+    system = d.parent / "_headers" / header / "system-prompt.md"
+    return [json.loads(line) for line in text.splitlines()], text + (system.read_text() if system.is_file() else "")
+
+
+@pytest.mark.parametrize("name", ["compaction-pressure", "compaction-overflow", "compaction-failed"])
+def test_compaction_scenarios_show_the_compaction(name):
+    _check_compaction_log(name, _fixture(name)[0])
+
+
+def test_agent_instructions_scenario_reads_each_file_once_and_never_through_a_symlink():
+    _, text = _fixture("agent-instructions")
+    assert "Root rule" in text and "Sub rule" in text and "MUST NOT BE READ" not in text
+    assert text.count("Sub rule: files here") == 1  # once per session, though sub/ was read twice
+    assert "ignored: AGENTS.md exists here" not in text
+
+
+def test_repeat_reminder_scenario_reminds_at_3_and_5_only():
+    _, text = _fixture("repeat-tool-reminder")
+    assert "exactly these arguments 3 times" in text and "exactly these arguments 5 times" in text
+    assert "4 times" not in text and "2 times" not in text
+
+
+def test_read_spill_scenario_spills_the_whole_file():
+    log, _ = _fixture("read-spill")
+    (result,) = [e for e in log if e["type"] == "tool/result"]
+    text = result["result"]["content"][0]["text"]
+    assert "spill/{{session0}}/call_1.log" in text and "line 01499" in text and "line 00750" not in text
+
+
+def test_escalation_scenarios_run_the_command_only_when_approved():
+    approved = [e for e in _fixture("bash-escalation-approved")[0] if e["type"] == "tool/result"]
+    rejected = [e for e in _fixture("bash-escalation-rejected")[0] if e["type"] == "tool/result"]
+    assert [e["result"]["content"][0]["text"] for e in approved] == ["escalated"]  # cat of the file it wrote
+    assert [e.get("code") for e in rejected] == ["ESCALATION_REJECTED"]
+
+
+def test_max_steps_scenario_stops_at_the_budget():
+    log, _ = _fixture("max-steps")
+    assert [e["reason"] for e in log if e["type"] == "turn/end"] == ["max-steps"]
+    assert sum(e["type"] == "assistant/message" for e in log) == 3

@@ -54,6 +54,7 @@ from dsh_core.types import (
     ToolCallDelta,
     ToolResultEvent,
     ToolResultMessage,
+    TurnEnd,
     Usage,
     UsageDelta,
     UserMessage,
@@ -183,6 +184,10 @@ def derive(path: Path) -> Recording:
     expect = Expect()
     retries: list[int] = []
     final_attempts: list[int] = []
+    # Whether a model call may be in flight, unrecorded: a call cancelled before it produced any
+    # text leaves nothing in the log (nothing was committed), but the turn's end says "aborted".
+    in_flight = aborted_tool = False
+    where = ""
     for ev in records[1:]:
         if isinstance(ev, RequestHeader) and route is None:
             route = ev.route or ModelInfo(provider=ev.provider, model=ev.model)
@@ -190,9 +195,19 @@ def derive(path: Path) -> Recording:
             texts[ev.message.id] = _text(ev.message.content)
         elif isinstance(ev, InboxClaimed):
             expect = Expect(prompt=[texts.get(i, "") for i in ev.message_ids])
+            in_flight, where = True, f"turn {ev.turn} step 1"
         elif isinstance(ev, ToolResultEvent):
             expect.results.append((ev.result.call_id, ev.result.name, ev.result.is_error))
+            aborted_tool = aborted_tool or ev.code == "ABORTED"
+            in_flight = not aborted_tool  # the next call starts once every result is in, unless cancelled
+            where = f"turn {ev.turn} step {ev.step + 1}"
+        elif isinstance(ev, TurnEnd):
+            if ev.reason == "aborted" and in_flight:
+                calls.append(Call(where=where, hang=True, expect=expect))  # cancelled before any output
+                expect = Expect()
+            in_flight = False
         elif isinstance(ev, AssistantMessageEvent):
+            in_flight = aborted_tool = False
             calls.append(Call(
                 where=f"turn {ev.turn} step {ev.step}", blocks=list(ev.message.content),
                 finish="stop" if ev.finish == "aborted" else ev.finish, usage=ev.usage, hang=ev.interrupted,
@@ -203,6 +218,7 @@ def derive(path: Path) -> Recording:
             error = ErrorEntry(message=ev.message, code=ev.code, retryable=ev.retryable, status=ev.status,
                                retry_after=ev.retry_after)
             calls.append(Call(where=f"turn {ev.turn} step {ev.step}", error=error, expect=expect))
+            in_flight, where = True, f"turn {ev.turn} step {ev.step}"  # a retry (or a recovery) may follow
             if ev.retryable:
                 final_attempts.append(ev.attempt)
         elif isinstance(ev, RetryEvent):
@@ -211,18 +227,19 @@ def derive(path: Path) -> Recording:
             summaries.append(Call(where=f"compaction at turn {ev.turn} step {ev.step}",
                                   blocks=[TextBlock(text=_summary_text(ev.message))], usage=ev.usage))
         elif isinstance(ev, CompactionFailed):
-            where = f"compaction at turn {ev.turn} step {ev.step}"
+            at = f"compaction at turn {ev.turn} step {ev.step}"
             if ev.code == "NOTHING_TO_COMPACT":
                 continue  # no call was made
             if ev.code == "ABORTED":
-                summaries.append(Call(where=where, hang=True))
+                summaries.append(Call(where=at, hang=True))
+                in_flight = False  # cancelled while compacting: the step's own call never started
             elif ev.code == "EMPTY_RESPONSE":
-                summaries.append(Call(where=where))
+                summaries.append(Call(where=at))
             elif ev.code == "INTERNAL":
-                summaries.append(Call(where=where, crash=ev.error))
+                summaries.append(Call(where=at, crash=ev.error))
             else:
                 message = ev.error.removeprefix("the summary call failed: ")
-                summaries.append(Call(where=where, error=ErrorEntry(message=message, code=ev.code)))
+                summaries.append(Call(where=at, error=ErrorEntry(message=message, code=ev.code)))
     # The same retry budget as the recording, so the same failures are retried (or not).
     max_retries = max(retries) if retries else (max(final_attempts) if final_attempts else 5)
     route = route or ModelInfo(provider=header.provider, model=header.model)

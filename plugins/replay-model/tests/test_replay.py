@@ -195,6 +195,20 @@ async def test_a_cancelled_call_replays_as_a_hang(scripted, tmp_path):
     assert _shape(replayed) == _shape(recorded)
 
 
+async def test_a_call_cancelled_before_any_output_replays_as_a_hang(scripted, tmp_path):
+    """Nothing was committed for it (the log has no assistant/message), yet the turn ended aborted
+    with a call in flight: replay hangs there too instead of running out of calls."""
+    script = {"rules": [{"when": "^slow", "steps": [{"delay_ms": 60_000, "text": "too late"}]}],
+              "default": [{"text": "fine"}]}
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    header, recorded = await _run(scripted(script), "scripted", ("scripted-model",), cwd, ["slow"], cancel_after=0.3)
+    assert not any(isinstance(e, AssistantMessageEvent) for e in recorded) and recorded[-1].reason == "aborted"
+    path = _write(tmp_path / "session.jsonl", header, recorded)
+    _, replayed = await _run(path, "replay", ("replay-model",), cwd, ["slow"], cancel_after=0.3)
+    assert _shape(replayed) == _shape(recorded)
+
+
 async def test_two_sessions_bind_by_their_first_prompt(scripted, tmp_path):
     cwd = tmp_path / "work"
     cwd.mkdir()

@@ -16,8 +16,10 @@ For each NAME of the module's ``SCENARIOS`` table (``name -> (example, body[, sc
 What the body waits for between steps is not visible to the recorder: a cancel becomes
 ``promptAndCancel`` after ``turn/start``; say otherwise with ``AFTER`` below (e.g. a file the
 tool creates). Assertions in the body still run (in step 1). The module's ``SCENARIO_ENV``
-(name -> env), ``CONFINED`` (run per sandbox mechanism) and ``HEADER_CLASS`` (name -> class)
-are honoured; ``ESCALATION_TARGET``-style cleanup paths come from ``CLEANUP`` (name -> paths).
+(name -> env), ``CONFINED`` (run per sandbox mechanism), ``CLEANUP`` (name -> paths removed before
+and after, e.g. files written outside the workspace) and ``scenario_dir(name)`` (where the
+directory goes; default snapshots/acp-agent/NAME, snapshots/code-mode/NAME for code/both mode)
+are honoured; header classes other than the example's come from ``HEADER_CLASS`` below.
 """
 
 from __future__ import annotations
@@ -161,8 +163,10 @@ async def _capture(name: str, example: str, body: Any, script: Path, env: dict[s
 def convert(module: Any, name: str, snapshots: Path) -> Path:
     example, body, *override = module.SCENARIOS[name]
     script_doc = override[0] if override else module.SCRIPT
-    subdir = "code-mode" if example in ("code-mode", "both-mode") else "acp-agent"
-    dest = snapshots / subdir / name
+    if hasattr(module, "scenario_dir"):  # the module knows where its scenarios live
+        dest = Path(module.scenario_dir(name))
+    else:
+        dest = snapshots / ("code-mode" if example in ("code-mode", "both-mode") else "acp-agent") / name
     for old in ("stdout.jsonl", "session.jsonl", "system-prompt.md", "tool-schemas.json", "input.json"):
         (dest / old).unlink(missing_ok=True)
     for extra in dest.glob("session.*.jsonl"):
@@ -170,7 +174,7 @@ def convert(module: Any, name: str, snapshots: Path) -> Path:
     shutil.rmtree(dest / "workspace", ignore_errors=True)
     dest.mkdir(parents=True, exist_ok=True)
     env = dict(getattr(module, "SCENARIO_ENV", {}).get(name, {}))
-    cleanup = CLEANUP.get(name, [])
+    cleanup = {**CLEANUP, **getattr(module, "CLEANUP", {})}.get(name, [])
     with tempfile.TemporaryDirectory(prefix="dsh-convert-script-") as tmp:
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps(script_doc))

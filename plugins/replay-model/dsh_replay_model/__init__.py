@@ -18,6 +18,7 @@ from the recorded ones. Formats: this plugin's README.md.
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -157,11 +158,13 @@ def _text(blocks: list[Any]) -> str:
 def _summary_text(message: UserMessage) -> str:
     """The summary call's own output: the compactor prefixes it before committing it."""
     text = _text(message.content)
+    # Optional, not a dependency: only a session with the compaction plugin mounted makes summary
+    # calls, and then the plugin is installed.
     try:
-        from dsh_compaction import SUMMARY_PREFIX  # type: ignore[import-not-found]
-    except ImportError:  # pragma: no cover - the compactor is what writes compaction/summary
+        prefix = str(importlib.import_module("dsh_compaction").SUMMARY_PREFIX)
+    except (ImportError, AttributeError):
         return text
-    return text[len(SUMMARY_PREFIX):] if text.startswith(SUMMARY_PREFIX) else text
+    return text[len(prefix):] if text.startswith(prefix) else text
 
 
 def derive(path: Path) -> Recording:

@@ -173,6 +173,10 @@ def derive(path: Path) -> Recording:
         lines = [ln for ln in path.read_bytes().splitlines() if ln.strip()]
     except OSError as exc:
         raise RouteError(f"replay: cannot read the recording {path}: {exc}") from None
+    # A committed scenario fixture pins its header once per class ("tools": "{{tools}}"); replay
+    # needs only the header's route, so such a fixture replays as it is.
+    lines = [ln.replace(b'"tools": "{{tools}}"', b'"tools": []').replace(b'"tools":"{{tools}}"', b'"tools":[]')
+             if b'"request/header"' in ln else ln for ln in lines]
     try:
         records = [log_decoder.decode(ln) for ln in lines]
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:

@@ -243,3 +243,21 @@ async def test_a_missing_or_foreign_file_is_a_route_error(tmp_path):
         provider.resolve(str(tmp_path / "missing.jsonl"))
     with pytest.raises(RouteError, match="not a dsh session log"):
         provider.resolve(str(tmp_path / "x.jsonl"))
+
+
+async def test_a_committed_fixture_with_its_header_pinned_elsewhere_replays_as_it_is(scripted, tmp_path):
+    """Scenario fixtures say "system": "{{system}}", "tools": "{{tools}}" (the class pin holds them);
+    `dsh run --provider replay --model snapshots/…/session.jsonl` needs only the header's route."""
+    cwd, path, recorded = await _record(scripted, tmp_path, prompts=["tools please"])
+    lines = path.read_text().splitlines()
+    pinned = []
+    for line in lines:
+        rec = json.loads(line)
+        if rec.get("type") == "request/header":
+            rec["system"], rec["tools"] = "{{system}}", "{{tools}}"
+        pinned.append(json.dumps(rec, sort_keys=True))
+    path.write_text("\n".join(pinned) + "\n")
+    _, replayed = await _run(path, "replay", ("replay-model",), cwd, ["tools please"])
+    assert [e.reason for e in replayed if isinstance(e, TurnEnd)] == ["completed"]
+    assert _shape([e for e in replayed if isinstance(e, AssistantMessageEvent)]) == _shape(
+        [e for e in recorded if isinstance(e, AssistantMessageEvent)])

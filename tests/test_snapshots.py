@@ -1,10 +1,14 @@
 """Keyless snapshot scenarios over the assembled example, over real stdio (tox -e snapshots).
 
-Each scenario boots `dsh run --example …` with a scripted model, drives it with the
-official SDK client, and pins two readable files under snapshots/acp-agent/<scenario>/:
-`stdout.jsonl` (every frame the agent wrote, ids renumbered) and `session.jsonl` (every
-durable event of every session, times zeroed). Snapshots change only through
-`tox -e update-snapshots`, reviewed in the diff.
+The inline harness: each scenario of ``SCENARIOS`` boots `dsh run --example …` with a scripted
+model, drives it with the official SDK client, and pins `stdout.jsonl` and `session.jsonl` under
+snapshots/<example>/<scenario>/. Every scenario of this table has since been converted
+(tests/snapshot_convert.py) to a scenario directory — input.json, the recording, the expected
+transcript — that replays with the replay provider (dsh_core.scenarios, collected from
+snapshots/); a scenario whose directory has an input.json is no longer run here. The table and
+helpers stay: they are the conversion's source, and other files still write scenarios this way.
+The tests at the end check, on the committed recordings, what the inline harness checked at run
+time. Snapshots change only through `tox -e update-snapshots`, reviewed in the diff.
 """
 
 from __future__ import annotations

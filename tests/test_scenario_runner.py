@@ -132,3 +132,34 @@ def test_a_plugin_repository_gets_the_runs_from_one_pytest_option(recorded, tmp_
     assert pytest_run().returncode == 0
     out = pytest_run("--dsh-snapshots=record")  # recordable, but no key: the record run fails loudly
     assert out.returncode == 1
+
+
+def test_parallel_subagents_record_and_replay_each_child_from_its_own_log(tmp_path):
+    """Two children started by one model message (subagent-acp, separate processes): each replays
+    from its own session.<n>.jsonl — bound by the prompt it sends, not by timing."""
+    d = tmp_path / "snapshots" / "acp-agent-subagent" / "two-children"
+    d.mkdir(parents=True)
+    (d / "script.json").write_text(json.dumps({"rules": [
+        {"when": "^fan out", "steps": [
+            {"tools": [{"name": "subagent_acp", "args": {"task": "child one: count"}},
+                       {"name": "subagent_acp", "args": {"task": "child two: spell"}}]},
+            {"text": "children said: {tool_result}"}]},
+        {"when": "^child one", "steps": [{"text": "ONE TWO THREE", "delay_ms": 200}]},
+        {"when": "^child two", "steps": [{"text": "T-W-O"}]},
+    ]}))
+    (d / "input.json").write_text(json.dumps({
+        "example": "acp-agent-subagent", "recordable": True,
+        "record": {"provider": "scripted", "model": "{{scenario}}/script.json"},
+        "steps": [{"op": "initialize"}, {"op": "newSession"}, {"op": "prompt", "text": "fan out", "expect": "end_turn"}],
+    }))
+    run_and_check(load_scenario(d), "record")
+    logs = [d / "session.jsonl", d / "session.1.jsonl", d / "session.2.jsonl"]
+    assert all(p.is_file() for p in logs) and not (d / "session.3.jsonl").exists()
+    firsts = [json.loads(p.read_text().splitlines()[1])["message"]["content"][0]["text"] for p in logs]
+    assert firsts == ["fan out", "child one: count", "child two: spell"]
+    parent = logs[0].read_text()
+    assert "ONE TWO THREE" in parent and "T-W-O" in parent  # both children's answers reached the parent
+    (d / "script.json").unlink()  # replay needs no script: every answer is in the logs
+    before = {p: p.read_bytes() for p in d.rglob("*") if p.is_file()}
+    run_and_check(load_scenario(d), "replay")
+    assert {p: p.read_bytes() for p in d.rglob("*") if p.is_file()} == before

@@ -10,12 +10,14 @@ also asserts what it is about, so a careless `--snapshot-update` cannot bless a 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -436,9 +438,96 @@ SCENARIOS: dict[str, Scenario] = {
     "subagent-depth-two-rejection": Scenario(sc_depth_two, SUB_SCRIPT, example="nest"),
 }
 
+
+
+# ------------------------------------------------------------------------------ conversion
+# Every scenario above was converted (tests/snapshot_convert.py --module tests/test_snapshots_more.py
+# NAME…) to a scenario directory that replays its recording (dsh_core.scenarios, collected from
+# snapshots/). The examples the bodies used to write per test are tests/examples/acp-deepseek-fast-retry,
+# acp-deepseek-bad-config and subagent-nest now (each also mounts replay-model). The deepseek
+# scenarios are recorded through a fresh loopback fake DeepSeek server, in DeepSeek's wire format;
+# their replay needs neither the server nor a key.
+
+STARTUP = "startup-activation-error"
+EXAMPLE_NAMES = {"nest": "subagent-nest"}
+FAKE_ABOUT = ("Recorded through the loopback fake DeepSeek server (plugins/deepseek-model/tests/fake_deepseek.py), "
+              "which answered {turns}; a live API cannot be made to, so refresh keeps it current.")
+CREDENTIAL_ABOUT = ("deepseek-model refuses the call before anything is sent; recorded through the loopback fake "
+                    "DeepSeek server, which got no request. A live re-record changes nothing and sends nothing.")
+
+
+def scenario_dir(name: str) -> Path:
+    return SNAPSHOTS / name
+
+
+@contextmanager
+def _fake_route(sc: Scenario) -> Iterator[dict[str, Any]]:
+    with FakeDeepSeek(keepalive_every_s=0.05) as fake:
+        fake.push(*sc.fake_turns)
+        env = {"DEEPSEEK_BASE_URL": fake.base_url}
+        if sc.key == "fake":
+            env["DEEPSEEK_API_KEY"] = fake.api_key
+        yield {"provider": "deepseek", "model": "deepseek-flash", "env": env, "fake": fake}
+
+
+@contextmanager
+def _no_fake_route() -> Iterator[dict[str, Any]]:
+    yield {"provider": "deepseek", "model": "deepseek-flash", "env": {}}
+
+
+def conversion(name: str) -> dict[str, Any]:
+    """How tests/snapshot_convert.py converts ``name`` (see its docstring)."""
+    if name == STARTUP:
+        async def no_client(acp: Any, sids: list[str]) -> None:  # the agent exits before anyone can talk to it
+            await asyncio.wait_for(acp.proc.wait(), 60)
+            assert acp.proc.returncode != 0 and bytes(acp.stdout) == b""
+
+        return {"example": "acp-deepseek-bad-config", "body": no_client, "route": _no_fake_route, "recordable": True,
+                "pinStderr": True, "about": "deepseek-model refuses its config at activation: no session, nothing on "
+                                            "stdout, exit 2 and one plain line on stderr (stderr.expected.txt)."}
+    sc = SCENARIOS[name]
+
+    async def body(acp: Any, sids: list[str]) -> None:
+        for answer in sc.answers:  # queued before the first request, as the inline harness's Recorder had them
+            acp.client.permission_answers.append(answer)
+        fake = acp.route.get("fake")
+        await sc.body(Run(acp=acp, home=acp.home, cwd=acp.cwd, sids=sids, fake=fake))
+        if fake is not None:
+            assert fake.api_key not in bytes(acp.stderr).decode(errors="replace")
+
+    spec: dict[str, Any] = {"example": EXAMPLE_NAMES.get(sc.example, sc.example), "body": body}
+    env = dict(sc.env)
+    if sc.script is None:
+        spec["example"] = "acp-deepseek-fast-retry"
+        spec["route"] = lambda: _fake_route(sc)
+        if sc.key != "fake":
+            env["DEEPSEEK_API_KEY"] = sc.key or ""  # "": no key (deepseek-model reads an empty one as none)
+            spec["recordable"], spec["about"] = True, CREDENTIAL_ABOUT
+        else:
+            turns = ", then ".join(f"HTTP {t.status}" if isinstance(t, Fault) else repr(t.content) if t.content
+                                   else "nothing" for t in sc.fake_turns)
+            spec["about"] = FAKE_ABOUT.format(turns=turns)
+    else:
+        spec["script"] = sc.script
+    if env:
+        spec["env"] = env
+    if env.get("DSH_PERMISSION_MODE") == "read-only":  # the system prompt states the policy and the cwd
+        spec["header"] = "acp-agent-read-only"
+    elif name == "session-sandbox-root":
+        spec["header"] = "acp-agent-session-root"
+    if sc.confined:
+        spec["perMechanism"] = True
+    return spec
+
+
+def _converted(name: str) -> bool:
+    return (scenario_dir(name) / "input.json").is_file()
+
+
+# A scenario whose directory has an input.json runs by replay, no longer here.
 CASES = [
     pytest.param(name, mechanism, id=f"{name}-{mechanism}" if mechanism else name)
-    for name, sc in SCENARIOS.items()
+    for name, sc in SCENARIOS.items() if not _converted(name)
     for mechanism in (MECHANISMS if sc.confined else (None,))
 ]
 
@@ -450,8 +539,7 @@ def _manifest(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name, mechanism", CASES)
-async def test_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path):
+async def run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path):
     sc = SCENARIOS[name]
     env = {"DSH_PERMISSION_MODE": "workspace-write", **sc.env}
     if mechanism or "DSH_SANDBOX_MECHANISM" in sc.env:
@@ -494,11 +582,19 @@ async def test_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path
     snapshot.assert_match(normalize_log(acp_agent.home, logs, replacements) if logs else "", "session.jsonl")
 
 
+if CASES:
+
+    @pytest.mark.parametrize("name, mechanism", CASES)
+    async def test_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path):
+        await run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path)
+
+
 # ------------------------------------------------------------------ start-up activation error
 
 BAD_CONFIG_MANIFEST = DEEPSEEK_MANIFEST.replace("{retry}", '"as often as it takes"')
 
 
+@pytest.mark.skipif(_converted(STARTUP), reason="replays from snapshots/acp-agent/startup-activation-error")
 def test_startup_activation_error(tmp_path, dsh_home, snapshot):
     """A plugin whose activation fails (here deepseek-model refusing its config) stops `dsh run`
     before the front door opens: nothing on stdout, one plain diagnosis on stderr, exit 2."""

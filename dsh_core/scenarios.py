@@ -52,6 +52,8 @@ Steps (``session`` is the index of a session this client opened, default 0):
     {"op": "cancel"}
     {"op": "permission", "answers": ["allow-once", "reject-once"]}   # queued for the next requests
     {"op": "wait", "ms": 50} | {"op": "wait", "event": "tool/call"} | {"op": "wait", "file": "x"}
+    {"op": "checkFiles", "files": {"out.txt": "exact text\n", "made": true, "gone.txt": null}}
+                                        # the workspace now: a file's text, exists, does not exist
 
 The runner is the library behind ``dsh_core.testing``'s collection of ``input.json`` files; its
 functions (``load_scenario``, ``run_scenario``, ``check_or_write``) are usable directly.
@@ -264,6 +266,8 @@ async def _drive(steps: list[dict[str, Any]], run: Any, sids: list[str], home: P
             await run.conn.cancel(session_id=session(step))
         elif op == "permission":
             run.client.permission_answers.extend(step["answers"])
+        elif op == "checkFiles":
+            _check_files(step["files"], run.cwd, n)
         elif op == "wait":
             if "ms" in step:
                 await asyncio.sleep(int(step["ms"]) / 1000)
@@ -271,7 +275,26 @@ async def _drive(steps: list[dict[str, Any]], run: Any, sids: list[str], home: P
                 await _wait_for(step, run.cwd, home, sids[int(step.get("session", 0))] if sids else None)
         else:
             raise ScenarioError(f"step {n}: unknown op {op!r} (initialize, newSession, prompt, promptContent, "
-                                "promptAndCancel, cancel, permission, wait)")
+                                "promptAndCancel, cancel, permission, wait, checkFiles)")
+
+
+def _check_files(files: dict[str, Any], cwd: Path, n: int) -> None:
+    """What the tools left in the workspace (the log says what they reported; this is what they did)."""
+    problems = []
+    for rel, want in files.items():
+        path = cwd / rel
+        there = path.exists() or path.is_symlink()
+        if want is None:
+            if there:
+                problems.append(f"{rel} exists, expected no such file")
+        elif not there:
+            problems.append(f"{rel} does not exist")
+        elif isinstance(want, str):
+            text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+            if text != want:
+                problems.append(f"{rel} holds {text!r}, expected {want!r}")
+    if problems:
+        raise ScenarioError(f"step {n} (checkFiles): " + "; ".join(problems))
 
 
 def _normalize_text(text: str, replacements: list[tuple[str, str]]) -> str:

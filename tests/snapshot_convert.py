@@ -27,7 +27,8 @@ which returns a dict: ``example``, ``body`` (``async body(run, sids)`` as above)
 ``{"provider", "model", "env", …}`` for one run, e.g. deepseek-model against a fresh loopback fake
 DeepSeek server (the body finds the dict as ``run.route``), so the recording is in DeepSeek's wire
 format and replays keyless; plus optional ``env``, ``perMechanism``, ``cleanup``, ``header``,
-``recordable``, ``about`` and ``pinStderr`` (written to ``input.json`` as they are).
+``recordable``, ``about`` and ``pinStderr`` (written to ``input.json`` as they are), and ``checkFiles``
+(what the workspace must hold at the end: a last ``checkFiles`` step, checked on every replay).
 """
 
 from __future__ import annotations
@@ -232,6 +233,8 @@ def convert(module: Any, name: str, snapshots: Path) -> Path:
     for step in steps:
         if step["op"] == "promptAndCancel" and name in AFTER:
             step["after"] = AFTER[name]
+    if spec.get("checkFiles"):
+        steps.append({"op": "checkFiles", "files": spec["checkFiles"]})
     doc: dict[str, Any] = {"example": example}
     for key in ("header", "about"):
         if key in spec:

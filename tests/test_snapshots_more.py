@@ -1,11 +1,15 @@
-"""More keyless snapshot scenarios (issue 16), pinned like tests/test_snapshots.py's.
+"""More keyless snapshot scenarios (issue 16), written with the inline harness of tests/test_snapshots.py.
 
-Each boots `dsh run` over real stdio, drives it with the official SDK client and pins
-`stdout.jsonl` (the wire) and `session.jsonl` (the parent session's durable log) under
-snapshots/acp-agent/<scenario>/. The model is the scripted one, except where the provider's
-own behaviour is the point (empty answer, retry, credentials): there it is deepseek-model
-against the loopback fake DeepSeek server of plugins/deepseek-model/tests. Every scenario
-also asserts what it is about, so a careless `--snapshot-update` cannot bless a regression.
+Each body boots `dsh run` over real stdio, drives it with the official SDK client and asserts what
+the scenario is about. The model is the scripted one, except where the provider's own behaviour is
+the point (empty answer, retry, credentials): there it is deepseek-model against the loopback fake
+DeepSeek server of plugins/deepseek-model/tests. Every scenario here has since been converted
+(tests/snapshot_convert.py, through ``conversion`` below) to a scenario directory under
+snapshots/acp-agent/ that replays its recording keyless (dsh_core.scenarios, collected from
+snapshots/); a scenario whose directory has an input.json is no longer run here. The table and the
+bodies stay as the conversion's source (re-running it re-records through the same bodies and
+checks); the tests at the end check each body's point on the committed recordings and transcripts,
+so a careless refresh cannot bless a regression.
 """
 
 from __future__ import annotations
@@ -800,7 +804,7 @@ def test_subagent_scenarios_bring_each_child_answer_back(name, needles):
     assert len(children) == len(needles)
     results = _results(parent)
     assert results == [f"[subagent completed]\n{n}" for n in needles]
-    for child, needle in zip(children, needles):
+    for child, needle in zip(children, needles, strict=True):
         assert needle in "".join(_chunk_texts(child))
 
 

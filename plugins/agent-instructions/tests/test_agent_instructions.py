@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import dsh_agent_instructions as ai
 import pytest
 
-import dsh_agent_instructions as ai
 from dsh_core import ConfigError
 from dsh_core.contracts import AgentSpec
 from dsh_core.types import ToolCallBlock, ToolOutput

@@ -176,7 +176,7 @@ class Runner:
         self._cm: Any = None
         self.spawned = 0
 
-    async def __aenter__(self) -> "Runner":
+    async def __aenter__(self) -> Runner:
         self._cm = anyio.create_task_group()
         self._tg = await self._cm.__aenter__()
         return self

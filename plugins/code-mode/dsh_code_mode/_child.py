@@ -175,8 +175,8 @@ def parse_program(program: str) -> tuple[object, bool]:
     tree = ast.parse(program, filename=FILENAME)
     uses_asyncio = any(
         (isinstance(node, ast.Name) and node.id == "asyncio")
-        or (isinstance(node, (ast.Import, ast.ImportFrom))
-            and any("asyncio" in (a.name or "") for a in node.names) or getattr(node, "module", None) == "asyncio")
+        or ((isinstance(node, (ast.Import, ast.ImportFrom))
+            and any("asyncio" in (a.name or "") for a in node.names)) or getattr(node, "module", None) == "asyncio")
         for node in ast.walk(tree)
     )
     fn = ast.AsyncFunctionDef(

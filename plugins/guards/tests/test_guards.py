@@ -3,9 +3,9 @@ comparison, per session; the step budget ends the turn ``max-steps`` with the an
 
 from __future__ import annotations
 
+import dsh_guards
 import pytest
 
-import dsh_guards
 from dsh_core import ConfigError, FunctionTool, hookimpl
 from dsh_core.contracts import AgentSpec
 from dsh_core.testing import memory_host

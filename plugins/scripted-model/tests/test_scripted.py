@@ -10,8 +10,8 @@ import pytest
 from dsh_scripted_model import ScriptedProvider
 
 from dsh_core import ModelError, RouteError
-from dsh_core.contracts import AgentSpec
 from dsh_core.compose import Composition
+from dsh_core.contracts import AgentSpec
 from dsh_core.host import make_plugin_manager, open_host
 from dsh_core.types import (
     AssistantMessage,

@@ -3,9 +3,9 @@ the current list is appended (never rewritten) every remind-every tool results w
 
 from __future__ import annotations
 
+import dsh_todo
 import pytest
 
-import dsh_todo
 from dsh_core import ConfigError, FunctionTool, hookimpl
 from dsh_core.contracts import AgentSpec
 from dsh_core.testing import memory_host

@@ -30,7 +30,7 @@ import contextlib
 import math
 import os
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import ray
@@ -156,8 +156,9 @@ class RayExecutor:
         if env:
             options["runtime_env"] = {"env_vars": env}
         defaults = asdict(self.defaults)
+        actor_class = cast(Any, BatchActor)  # @ray.remote made it a Ray ActorClass
         self.actors = [
-            BatchActor.options(**options).remote(defaults, self.sessions_per_agent, self.recycle_after, self.verbose)
+            actor_class.options(**options).remote(defaults, self.sessions_per_agent, self.recycle_after, self.verbose)
             for _ in range(count)
         ]
         self.inflight = dict.fromkeys(range(count), 0)

@@ -72,8 +72,8 @@ class Dispatcher:
             raise CodeCallError(name, f"no tool {name!r}; the tools are: {', '.join(self.names)}", code="UNKNOWN_TOOL")
         logged = arguments if len(arguments) <= MAX_ARGUMENTS_LOGGED else arguments[:MAX_ARGUMENTS_LOGGED] + "…"
         async with ticket:
-            common = dict(turn=ctx.turn, step=ctx.step, call_id=sub_id, parent_call_id=ctx.call_id, name=name,
-                          arguments=logged)
+            common: dict[str, Any] = dict(turn=ctx.turn, step=ctx.step, call_id=sub_id, parent_call_id=ctx.call_id,
+                                          name=name, arguments=logged)
             ctx.emit(CodeDispatchStart(**common))
             out: ToolOutput | None = None
             try:

@@ -84,7 +84,7 @@ async def measure(name: str, argv: list[str], cwd: str, env: dict[str, str]) -> 
 async def measure_fast_client(argv: list[str], cwd: str, env: dict[str, str]) -> float:
     """200 sequential prompts driven by dsh's own msgspec client: a lighter client shows
     more of each server's own cost than the SDK client (pydantic) does."""
-    from dsh_acp_transport.client import open_client
+    from dsh_acp.client import open_client
 
     async with open_client(argv, cwd=cwd, env=env) as client:
         await client.start()

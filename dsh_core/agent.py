@@ -24,11 +24,22 @@ import anyio
 from .contracts import AgentSpec, HistoryContext, ToolContext, new_id
 from .diag import warn
 from .errors import AgentDisposed, ModelError, SessionLogFailed, ToolError
+from .interception import (
+    BLOCKED_TOOL,
+    BeforeStop,
+    BeforeTool,
+    PromptSubmit,
+    SessionStart,
+    fold_before_tool,
+    reminder,
+    settle,
+)
 from .schedule import ToolScheduler
 from .spill import bound, spill_path_for
 from .types import (
     AfterTool,
     AgentError,
+    ApprovalRequest,
     AssistantMessage,
     AssistantMessageEvent,
     CompactionSummary,
@@ -43,6 +54,7 @@ from .types import (
     InboxDropped,
     ModelInfo,
     ModelRequest,
+    Note,
     ReasoningBlock,
     ReasoningDelta,
     RequestHeader,
@@ -178,6 +190,7 @@ class Agent:
         self._unknown_hint = ""
         self._spliced: list[UserMessage] = []
         self._metered: tuple[int, int] | None = None  # (reported prompt tokens, messages in that request)
+        self._start_source: str | None = "startup"  # dsh_session_start is still due (None: done)
         if spec.parent is not None:
             spec.parent.children.append(self)
         self.history_policy = host.pm.hook.dsh_history_policy(session=self, host=host)
@@ -216,6 +229,11 @@ class Agent:
         self.host.observe(self, event)
 
     # ------------------------------------------------------------------ public surface
+
+    @property
+    def turn(self) -> int:
+        """The number of the running (or last) turn; 0 before the first."""
+        return self._turn
 
     @property
     def busy(self) -> bool:
@@ -333,14 +351,16 @@ class Agent:
         open_turn: int | None = None
         answered: set[str] = set()
         calls: list[tuple[int, int, ToolCallBlock]] = []  # (turn, step, call) of the open turn
+        claimed: set[str] = set()  # ids the last claim moved into the history
         for ev in events:
             self._seq = max(self._seq, ev.seq)
             if isinstance(ev, UserMessageEvent):
-                if ev.message.source == "tool":  # spliced after tool results: history at once
+                if ev.message.source in IMMEDIATE_SOURCES:  # spliced by the loop itself: history at once
                     history.append(ev.message)
                 else:
                     pending[ev.message.id] = ev.message
             elif isinstance(ev, InboxClaimed):
+                claimed = set(ev.message_ids)
                 history.extend(pending.pop(i) for i in ev.message_ids if i in pending)
                 self._turn = max(self._turn, ev.turn)
             elif isinstance(ev, InboxDropped):
@@ -351,6 +371,8 @@ class Agent:
                 self._turn = max(self._turn, ev.turn)
             elif isinstance(ev, TurnEnd):
                 open_turn = None
+                if ev.reason == "blocked":  # dsh_prompt_submit kept the claimed prompt out
+                    history = [m for m in history if not (isinstance(m, UserMessage) and m.id in claimed)]
             elif isinstance(ev, AssistantMessageEvent):
                 history.append(ev.message)
                 calls.extend((ev.turn, ev.step, b) for b in ev.message.content if isinstance(b, ToolCallBlock))
@@ -360,6 +382,7 @@ class Agent:
             elif isinstance(ev, CompactionSummary):  # replayed exactly as the policy rewrote it
                 history = history[: ev.covered_from] + [ev.message] + history[ev.covered_to :]
         self._history = history
+        self._start_source = "resume"
         if open_turn is not None:
             for turn, step, call in calls:
                 if call.id in answered:
@@ -407,7 +430,7 @@ class Agent:
             self._scope = scope
             try:
                 if self.log_error is None:  # InboxClaimed/TurnStart already failed to record: do no work
-                    reason = await self._turn_body(turn)
+                    reason = await self._turn_body(turn, claimed)
             except _TurnFailed as exc:
                 reason, error, code = "error", exc.message, exc.code
             except Exception as exc:  # a plugin bug fails this turn, never the host's other sessions
@@ -451,8 +474,51 @@ class Agent:
             cwd=self.cwd,
         )
 
-    async def _turn_body(self, turn: int) -> str:
+    def _append_context(self, texts: list[str]) -> None:
+        """Append plugin context after what the model saw (one user message, source ``hook``)."""
+        if texts:
+            message = UserMessage(id=new_id("msg_"), content=[TextBlock(text=reminder(t)) for t in texts], source="hook")
+            self._history.append(message)
+            self.emit(UserMessageEvent(message=message))
+
+    async def _intercept_prompt(self, turn: int, claimed: list[UserMessage]) -> bool:
+        """Session start (once per agent object) and prompt submit. False: the prompt is blocked."""
+        hook = self.host.pm.hook
+        context: list[str] = []
+        if self._start_source is not None:
+            source, self._start_source = self._start_source, None
+            for a in await settle(hook.dsh_session_start(session=self, source=source, turn=turn)):
+                if isinstance(a, SessionStart):
+                    context += [c for c in a.context if c]
+        answers = [a for a in await settle(hook.dsh_prompt_submit(session=self, messages=list(claimed), turn=turn))
+                   if isinstance(a, PromptSubmit)]
+        blocks = [a.block for a in answers if a.block]
+        if blocks:
+            ids = {m.id for m in claimed}
+            self._history = [m for m in self._history if not (isinstance(m, UserMessage) and m.id in ids)]
+            self.emit(Note(kind="prompt/blocked", data={"turn": turn, "messageIds": sorted(ids),
+                                                         "reason": "\n\n".join(blocks)}))
+            self._append_context(context)  # session context stays: it is not the prompt's
+            return False
+        self._append_context(context + [c for a in answers for c in a.context if c])
+        return True
+
+    async def _intercept_stop(self, turn: int, step: int, continued: int) -> bool:
+        """True: a ``dsh_before_stop`` answer made the turn take another step."""
+        answers = await settle(self.host.pm.hook.dsh_before_stop(session=self, turn=turn, step=step, continued=continued))
+        blocks = [a.block for a in answers if isinstance(a, BeforeStop) and a.block]
+        if not blocks:
+            return False
+        message = UserMessage(id=new_id("msg_"), content=[TextBlock(text="\n\n".join(blocks))], source="hook")
+        self._history.append(message)
+        self.emit(UserMessageEvent(message=message))
+        return True
+
+    async def _turn_body(self, turn: int, claimed: list[UserMessage] | None = None) -> str:
+        if claimed is not None and not await self._intercept_prompt(turn, claimed):
+            return "blocked"
         step = 0
+        continued = 0
         while True:
             step += 1
             if self.host.pm.hook.dsh_check_step(session=self, turn=turn, step=step) == "stop":
@@ -477,6 +543,9 @@ class Agent:
             if truncated:
                 return "max-tokens"
             if not calls:
+                if await self._intercept_stop(turn, step, continued):
+                    continued += 1
+                    continue
                 return "completed"
             await self._run_tools(turn, step, calls)
 
@@ -596,9 +665,9 @@ class Agent:
                 self.emit(UserMessageEvent(message=message))
 
     async def _run_tool(self, turn: int, step: int, call: ToolCallBlock) -> ToolOutput:
-        return self._after_tool(call, await self._dispatch(turn, step, call))
+        return await self._after_tool(call, await self._dispatch(turn, step, call))
 
-    def _after_tool(self, call: ToolCallBlock, out: ToolOutput) -> ToolOutput:
+    async def _after_tool(self, call: ToolCallBlock, out: ToolOutput) -> ToolOutput:
         """Bound the result (one spill mechanism for every tool), then fold the ``dsh_after_tool``
         decisions: feedback that blocks replaces the content, context is appended after it."""
         if out.spill_path is None:
@@ -617,7 +686,10 @@ class Agent:
                     content=content, is_error=out.is_error, code=out.code, structured=out.structured,
                     spill_path=str(path) if spilled_any else None,
                 )
-        answers: list[AfterTool] = [a for a in self.host.pm.hook.dsh_after_tool(session=self, call=call, output=out) if a]
+        answers: list[AfterTool] = [
+            a for a in await settle(self.host.pm.hook.dsh_after_tool(session=self, call=call, output=out))
+            if isinstance(a, AfterTool)
+        ]
         if not answers:
             return out
         blocks = [a.block for a in answers if a.block]
@@ -666,6 +738,9 @@ class Agent:
                     is_error=True,
                     code="INVALID_ARGUMENTS",
                 )
+        refused = await self._before_tool(tool, name, args, call_id, turn, step)
+        if refused is not None:
+            return refused
         ctx = ToolContext(agent=self, call_id=call_id, tool_name=name, turn=turn, step=step)
         try:
             return await tool.run(args, ctx)
@@ -673,3 +748,37 @@ class Agent:
             return ToolOutput.text(f"Error: {exc.message}", is_error=True, code=exc.code)
         except Exception as exc:
             return ToolOutput.text(f"Error: tool {name} crashed: {exc!r}", is_error=True, code="TOOL_CRASHED")
+
+    async def _before_tool(
+        self, tool: "Tool", name: str, args: dict[str, Any], call_id: str, turn: int, step: int
+    ) -> ToolOutput | None:
+        """Fold the ``dsh_before_tool`` answers (deny > ask > allow); an error result when the call
+        must not run, None when it may."""
+        answers = await settle(self.host.pm.hook.dsh_before_tool(
+            session=self, name=name, args=args, call_id=call_id, turn=turn, step=step))
+        verdict = fold_before_tool([a for a in answers if isinstance(a, BeforeTool)])
+        if verdict.decision == "deny":
+            return ToolOutput.text(f"Error: {verdict.reason or BLOCKED_TOOL}", is_error=True, code="BLOCKED")
+        if verdict.decision == "ask":
+            reason = verdict.reason or f"a hook asks before {name} runs"
+            outcome = await self.host.approvals.request(ApprovalRequest(
+                agent=self, tool_name=name, call_id=call_id, reason=reason,
+                kind=getattr(tool.spec, "kind", None), subject=_subject(args, reason), args=args,
+            ))
+            if outcome != "allowed-once":
+                return ToolOutput.text(f"Error: the user rejected tool {name!r} ({reason})", is_error=True,
+                                       code="REJECTED")
+        return None
+
+
+# Sources of user messages the loop itself puts into the history when it records them (not
+# through the inbox): results spliced after tool calls, and interception context.
+IMMEDIATE_SOURCES = frozenset({"tool", "hook"})
+
+
+def _subject(args: dict[str, Any], reason: str) -> str:
+    """What a person judging the call reads: what it acts on, then why it is asked."""
+    for key in ("command", "path", "pattern", "description"):
+        if isinstance(args.get(key), str):
+            return f"{args[key]} — {reason}"
+    return reason

@@ -249,3 +249,71 @@ def dsh_register_doctor_checks(register: Callable[["DoctorCheck"], None], host: 
     the doctor runs them in order after its own checks. A ``fail`` finding makes it exit 1.
     Return value ignored.
     """
+
+
+# --------------------------------------------------------------------------- interception
+#
+# The points a hook bridge (plugins hooks-claude-code, hooks-codex) or any native plugin sits on
+# to steer a session: session start, prompt submit, before a tool, after a tool (``dsh_after_tool``
+# above) and before a turn stops. Each is called synchronously by the agent loop with every
+# implementation (pluggy's order: the last registered first); an implementation answers with a typed decision from
+# ``dsh_core.interception`` (or ``types.AfterTool``), or with a ``Pending`` object whose async
+# ``decide()`` the agent awaits inside the turn (its cancel scope: cancelling the turn cancels the
+# work), or None (no opinion). ``dsh_after_tool`` accepts a ``Pending`` the same way. The loop
+# folds the answers most-restrictively (see ``dsh_core.interception``); a plugin that writes
+# durable records of its work uses ``session.emit`` (the ``hook/invoked``/``hook/result`` events).
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .interception import BeforeStop, BeforeTool, Pending, PromptSubmit, SessionStart
+    from .types import UserMessage
+
+
+@hookspec
+def dsh_session_start(session: "Agent", source: str, turn: int) -> "SessionStart | Pending[SessionStart] | None":
+    """Add context when a session starts serving.
+
+    Called by the agent loop once per agent object, at the start of its first turn (``turn``),
+    before ``dsh_prompt_submit``; ``source`` is ``startup`` for a new session and ``resume`` for
+    one rebuilt from its log. Context texts are appended after that turn's prompt.
+    """
+
+
+@hookspec
+def dsh_prompt_submit(
+    session: "Agent", messages: "list[UserMessage]", turn: int
+) -> "PromptSubmit | Pending[PromptSubmit] | None":
+    """Admit (or reject) the user messages a turn has just claimed, or add context to them.
+
+    Called by the agent loop at the start of every turn, after ``turn/start``, before the first
+    model call. Any ``block`` keeps the messages out of the model's history and ends the turn
+    with reason ``blocked`` (nothing is sent to the model); ``context`` texts are appended after
+    the messages.
+    """
+
+
+@hookspec
+def dsh_before_tool(
+    session: "Agent", name: str, args: "dict[str, Any]", call_id: str, turn: int, step: int
+) -> "BeforeTool | Pending[BeforeTool] | None":
+    """Allow, deny or ask about one tool call before it runs.
+
+    Called by the agent's tool path (``Agent.call_tool``) for every call whose tool exists and
+    whose arguments decoded — the model's calls and the nested calls of a program (code mode;
+    their ``call_id`` is ``<parent>:code:<n>``) alike. Folded deny > ask > allow: ``deny`` answers
+    ``Error: <reason>`` (code ``BLOCKED``) without running the tool; ``ask`` asks the approval seam
+    once (over ACP a ``session/request_permission``) and runs the call only when allowed.
+    ``args`` is the decoded arguments: read them, never mutate them.
+    """
+
+
+@hookspec
+def dsh_before_stop(
+    session: "Agent", turn: int, step: int, continued: int
+) -> "BeforeStop | Pending[BeforeStop] | None":
+    """Let a turn end, or make it take another step.
+
+    Called by the agent loop when a step asked for no tool call (the turn would complete);
+    ``continued`` counts how often this turn was already made to continue. Any ``block`` appends
+    its reason as a user message (source ``hook``) and runs another step; the step budget
+    (``dsh_check_step``) still applies, so a hook that always blocks ends at ``max-steps``.
+    """

@@ -23,8 +23,10 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -279,7 +281,7 @@ async def spawn_acp(
 
 # ---------------------------------------------------------------- test isolation: DSH_HOME per test
 
-_run_temp: list[Path] = []  # this pytest run's base temp dir, once a test has asked for tmp_path
+_run_temp: list[Path] = []  # this run's temp roots (pytest's base temp, the fixed-length root) once used
 
 
 @pytest.fixture(autouse=True)
@@ -288,8 +290,9 @@ def dsh_home(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypat
     ``tmp_path``. Autouse: no test writes to the user's data dir. In-process hosts read it from
     ``os.environ``; ``spawn_acp``/``minimal_env`` pass it to the ``dsh`` processes they start, and
     subagent-acp passes it on to its children (its ``inherit-env`` default)."""
-    if not _run_temp:
-        _run_temp.append(tmp_path_factory.getbasetemp().resolve())
+    base = tmp_path_factory.getbasetemp().resolve()
+    if base not in _run_temp:
+        _run_temp.append(base)
     home = tmp_path / "dsh-home"
     monkeypatch.setenv("DSH_HOME", str(home))
     return home
@@ -334,7 +337,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not _run_temp or _DATA_DIRS not in session.config.stash:
         return
     dirs = session.config.stash[_DATA_DIRS]
-    leaks = leaked_session_logs(dirs, _run_temp[0])
+    leaks = [log for root in _run_temp for log in leaked_session_logs(dirs, root)]
     if leaks:
         lines = [
             f"dsh_core.testing: tests wrote {len(leaks)} session log(s) outside their temporary directories "
@@ -363,12 +366,30 @@ def scripted(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
     return write
 
 
+@pytest.fixture(scope="session")
+def _fixed_length_root() -> Iterator[Path]:
+    """One directory per run at a path of fixed length (``/tmp/dsh-t-XXXXXXXX``). Snapshot
+    scenarios meter prompts in bytes, and a cwd or spill path under pytest's ``pytest-<N>`` base
+    temp grows a digit now and then: pinned token counts must not depend on it."""
+    root = Path(tempfile.mkdtemp(prefix="dsh-t-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    _run_temp.append(root.resolve())
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+_fixed_counter = iter(range(10**6))
+
+
 @pytest.fixture
-def acp_agent(tmp_path: Path, dsh_home: Path) -> Callable[..., Any]:
-    """``async with acp_agent(script_path, example=…, env=…) as run: …`` (see ``spawn_acp``)."""
-    work = tmp_path / "work"
-    work.mkdir()
-    home = dsh_home
+def acp_agent(_fixed_length_root: Path, dsh_home: Path) -> Callable[..., Any]:
+    """``async with acp_agent(script_path, example=…, env=…) as run: …`` (see ``spawn_acp``).
+
+    The spawned ``dsh`` works in ``<root>/<NNNNNN>/work`` with ``DSH_HOME`` ``<root>/<NNNNNN>/home``:
+    paths of one length on every machine and run (see ``_fixed_length_root``)."""
+    base = _fixed_length_root / f"{next(_fixed_counter):06d}"
+    work = base / "work"
+    work.mkdir(parents=True)
+    home = base / "home"
 
     def factory(script: Path | None, **kw: Any) -> Any:
         env = {"DSH_HOME": str(home), **kw.pop("env", {})}

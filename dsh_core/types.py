@@ -278,6 +278,36 @@ class CompactionFailed(Event, tag="compaction/failed", kw_only=True):
     code: str = ""
 
 
+class HookInvoked(Event, tag="hook/invoked", kw_only=True):
+    """A hook bridge started one command hook at an interception point (log only, never on the
+    wire). ``dialect`` is the bridge (``claude-code``, ``codex``), ``point`` the hook event
+    (``PreToolUse``…), ``matcher`` the group pattern that selected it (None: match-all), ``source``
+    the hook file; ``handler_id`` pairs it with its ``hook/result``."""
+
+    turn: int
+    point: str
+    dialect: str
+    handler_id: str
+    matcher: str | None = None
+    source: str | None = None
+
+
+class HookResult(Event, tag="hook/result", kw_only=True):
+    """The outcome of one command hook: ``decision`` (``block``, ``deny``, ``ask``, ``allow``,
+    ``approve``, ``stop`` for ``continue: false``, else ``pass``), its exit code (None: it did not
+    exit by itself — killed at its timeout, cancelled, or it could not start), a bounded stderr
+    summary and its wall-clock duration."""
+
+    turn: int
+    point: str
+    handler_id: str
+    decision: str
+    exit_code: int | None = None
+    stderr_summary: str | None = None
+    duration_ms: int = 0
+    timed_out: bool = False
+
+
 DurableEvent = Union[
     UserMessageEvent,
     InboxClaimed,
@@ -297,6 +327,8 @@ DurableEvent = Union[
     CompactionStart,
     CompactionSummary,
     CompactionFailed,
+    HookInvoked,
+    HookResult,
     Note,
 ]
 

@@ -36,7 +36,9 @@ def test_plugins_prints_the_exact_composition_as_json():
     data = json.loads(out.stdout)  # nothing but JSON on stdout (the testkit's import noise went to stderr)
     rows = {r["name"]: r for r in data["plugins"] if not r["builtin"]}
     assert set(rows) == {"acp-transport", "jsonl-persistence", "attachment-store", "deepseek-model",
-                         "scripted-model", "sandbox-tools", "agent-instructions", "guards", "todo", "compaction"}
+                         "scripted-model", "sandbox-tools", "agent-instructions", "guards", "todo", "compaction",
+                         "hooks-claude-code", "hooks-codex"}
+    assert "dsh_before_tool" in rows["hooks-codex"]["hooks"]
     assert rows["acp-transport"]["distribution"] == "dsh-acp-transport"
     assert rows["compaction"]["distribution"] == "dsh-compaction"
     assert "dsh_history_policy" in rows["compaction"]["hooks"]

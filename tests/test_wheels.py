@@ -61,6 +61,7 @@ def installed(tmp_path_factory) -> Path:
     _pip(builder / "bin" / "python", "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), *map(str, dists))
     built = sorted(w.name for w in wheels.glob("*.whl"))
     assert len(built) == 1 + len(PLUGINS), built
+    assert any(w.startswith("dsh_acp-") for w in built), built  # the ACP library (not a plugin) too
 
     venv = top / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
@@ -118,7 +119,7 @@ def test_plugins_prints_only_json_naming_each_installed_distribution(installed, 
         "attachment-store": "dsh-attachment-store", "deepseek-model": "dsh-deepseek-model",
         "scripted-model": "dsh-scripted-model", "sandbox-tools": "dsh-sandbox-tools",
         "agent-instructions": "dsh-agent-instructions", "guards": "dsh-guards", "todo": "dsh-todo",
-        "compaction": "dsh-compaction",
+        "compaction": "dsh-compaction", "hooks-claude-code": "dsh-hooks-claude-code", "hooks-codex": "dsh-hooks-codex",
     }
 
 

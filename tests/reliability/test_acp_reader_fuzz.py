@@ -140,7 +140,7 @@ def test_fuzzed_frames_over_real_stdio(scripted, tmp_path):
 @pytest.mark.parametrize("depth", [129, 1000, 100_000])
 def test_nesting_bound_does_not_cost_a_frame_of_ordinary_json(depth):
     """The bound counts only brackets outside strings, so text full of brackets passes."""
-    from dsh_acp_transport.rpc import MAX_DEPTH, nesting_depth_exceeds
+    from dsh_acp.rpc import MAX_DEPTH, nesting_depth_exceeds
 
     assert nesting_depth_exceeds(b"[" * depth + b"]" * depth)
     assert not nesting_depth_exceeds(b'{"t":"' + b"[" * depth + b'"}')

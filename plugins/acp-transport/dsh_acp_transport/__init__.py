@@ -18,13 +18,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from dsh_acp.fdstream import FdReader, FdWriter
+from dsh_acp.rpc import DEFAULT_MAX_FRAME, Peer
 
 from dsh_core import ConfigError, hookimpl
 from dsh_core.diag import warn
 from dsh_core.stdio import claim_stdio
 
 from .bridge import Bridge
-from .rpc import DEFAULT_MAX_FRAME, FdReader, FdWriter, Peer
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.host import Host

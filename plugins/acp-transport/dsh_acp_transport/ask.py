@@ -27,8 +27,18 @@ import shlex
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
+
+import anyio
+import anyio.to_thread
+from dsh_acp.client import (
+    AcpClient,
+    AcpClientError,
+    PermissionAsk,
+    PermissionVerdict,
+    PromptResult,
+    open_client,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -85,16 +95,6 @@ def agent_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-@dataclass
-class _State:
-    client: Any = None
-    cancels: int = 0
-    killed: bool = False
-    timed_out: bool = False
-    streamed: bool = False
-    last_char: str = "\n"
-
-
 class _Spinner:
     FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -111,8 +111,6 @@ class _Spinner:
             self.shown = False
 
     async def run(self, label: str = "working") -> None:
-        import anyio
-
         if not self.enabled:
             return
         i = 0
@@ -141,8 +139,6 @@ def _ask_terminal(question: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    import anyio
-
     try:
         argv = agent_argv(args)
     except ValueError as exc:
@@ -166,13 +162,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.task.strip():
         print("dsh ask: the task is empty", file=sys.stderr)
         return EXIT_USAGE
-    return anyio.run(_ask, args, argv, cwd)
+    return anyio.run(Ask(args, argv, cwd).run)
 
 
 async def _list(args: argparse.Namespace, argv: list[str], cwd: str) -> int:
     """``--session-list``: one line per session (id, updatedAt, cwd, title), or one JSON array."""
-    from .client import AcpClientError, open_client
-
     try:
         async with open_client(argv, cwd=cwd, env=dict(os.environ)) as client:
             sessions = await client.list_sessions(cwd if args.cwd else None)
@@ -189,135 +183,159 @@ async def _list(args: argparse.Namespace, argv: list[str], cwd: str) -> int:
     return EXIT_OK
 
 
-async def _ask(args: argparse.Namespace, argv: list[str], cwd: str) -> int:
-    import anyio
+class Ask:
+    """One ``dsh ask`` run: spawn the agent, send the task, stream the answer, pick the exit status.
 
-    from .client import AcpClientError, PermissionAsk, PromptResult, open_client
+    The first Ctrl-C (or ``--timeout``) sends ``session/cancel``; a second Ctrl-C, SIGTERM, or the
+    timeout's grace running out kills the agent's process tree."""
 
-    state = _State()
-    spinner = _Spinner()
-    stdout_is_tty = sys.stdout.isatty()
+    def __init__(self, args: argparse.Namespace, argv: list[str], cwd: str) -> None:
+        self.args, self.argv, self.cwd = args, argv, cwd
+        self.client: AcpClient | None = None
+        self.cancels = 0
+        self.killed = False
+        self.timed_out = False
+        self.streamed = False
+        self.last_char = "\n"
+        self.spinner = _Spinner()
+        self.stdout_is_tty = sys.stdout.isatty()
 
-    def on_text(text: str) -> None:
-        if args.json:
+    # ------------------------------------------------------------------ the client's callbacks
+
+    def on_text(self, text: str) -> None:
+        if self.args.json:
             return
-        if stdout_is_tty:
-            spinner.clear()
-            spinner.paused = True
+        if self.stdout_is_tty:
+            self.spinner.clear()
+            self.spinner.paused = True
         sys.stdout.write(text)
         sys.stdout.flush()
-        state.streamed = True
-        state.last_char = text[-1:]
+        self.streamed = True
+        self.last_char = text[-1:]
 
-    async def policy(ask: PermissionAsk) -> str:
-        if args.approve == "allow":
+    async def policy(self, ask: PermissionAsk) -> PermissionVerdict:
+        if self.args.approve == "allow":
             return "allow"
-        if args.approve == "deny":
+        if self.args.approve == "deny":
             print(f"dsh ask: denied: {ask.describe()} (use --approve allow or ask)", file=sys.stderr)
             return "reject"
-        spinner.paused = True
-        spinner.clear()
+        self.spinner.paused = True
+        self.spinner.clear()
         try:
             allowed = await anyio.to_thread.run_sync(
                 _ask_terminal, f"dsh ask: the agent asks to run {ask.describe()}. Allow once? [y/N] ",
                 abandon_on_cancel=True,
             )
         finally:
-            spinner.paused = False
+            self.spinner.paused = False
         return "allow" if allowed else "reject"
 
-    def forward(chunk: bytes) -> None:
-        spinner.clear()
+    def forward(self, chunk: bytes) -> None:
+        self.spinner.clear()
         sys.stderr.buffer.write(chunk)
         sys.stderr.flush()
 
-    async def kill() -> None:
-        state.killed = True
-        if state.client is not None:
-            await state.client.shutdown(kill_now=True)
+    # ------------------------------------------------------------------ cancel, kill, timeout
 
-    async def first_cancel() -> None:
-        client = state.client
-        if client is None or client.session_id is None:
-            await kill()  # nothing to cancel yet: stop the agent
+    async def kill(self) -> None:
+        self.killed = True
+        if self.client is not None:
+            await self.client.shutdown(kill_now=True)
+
+    async def first_cancel(self) -> None:
+        if self.client is None or self.client.session_id is None:
+            await self.kill()  # nothing to cancel yet: stop the agent
         else:
-            await client.cancel()
+            await self.client.cancel()
 
-    async def watch_signals() -> None:
+    async def watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
-                state.cancels += 1
-                spinner.clear()
-                if signum == signal.SIGINT and state.cancels == 1:
+                self.cancels += 1
+                self.spinner.clear()
+                if signum == signal.SIGINT and self.cancels == 1:
                     print("dsh ask: cancelling (Ctrl-C again to kill)", file=sys.stderr)
-                    await first_cancel()
+                    await self.first_cancel()
                 else:
                     print("dsh ask: killing the agent", file=sys.stderr)
-                    await kill()
+                    await self.kill()
 
-    async def watchdog(seconds: float) -> None:
+    async def watchdog(self, seconds: float) -> None:
         await anyio.sleep(seconds)
-        state.timed_out = True
-        spinner.clear()
+        self.timed_out = True
+        self.spinner.clear()
         print(f"dsh ask: timed out after {seconds:g} s; cancelling", file=sys.stderr)
-        await first_cancel()
+        await self.first_cancel()
         await anyio.sleep(CANCEL_GRACE)
-        await kill()
+        await self.kill()
 
-    result: PromptResult | None = None
-    error: str | None = None
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch_signals)
-        await anyio.sleep(0)  # the signal receiver is installed before anything is spawned
-        tg.start_soon(spinner.run)
-        if args.timeout is not None:
-            tg.start_soon(watchdog, args.timeout)
-        try:
-            async with open_client(
-                argv,
-                cwd=cwd,
-                env=dict(os.environ),
-                on_permission=policy,
-                on_stderr=forward if args.verbose else None,
-            ) as client:
-                state.client = client
-                if args.resume:
-                    await client.resume(args.resume)
-                else:
-                    await client.start()
-                result = await client.prompt(args.task, on_text=on_text)
-        except AcpClientError as exc:
-            error = str(exc)
-        finally:
-            tg.cancel_scope.cancel()
+    # ------------------------------------------------------------------ the run
 
-    spinner.clear()
-    session_id = state.client.session_id if state.client is not None else None
-    text = result.text if result is not None else (state.client.text if state.client is not None else "")
-    stop = result.stop_reason if result is not None else "error"
-    if result is not None and result.error:
-        error = result.error
-    if state.killed or state.timed_out:
-        stop = "cancelled"
-        error = None
-    if args.json:
-        obj: dict[str, Any] = {"stopReason": stop, "text": text, "sessionId": session_id}
-        if state.timed_out:
-            obj["timedOut"] = True
-        if error:
-            obj["error"] = error
-        sys.stdout.write(json.dumps(obj) + "\n")
-    elif state.streamed and state.last_char != "\n":
-        sys.stdout.write("\n")
-    sys.stdout.flush()
-    if state.timed_out:
-        return EXIT_TIMEOUT
-    if stop == "cancelled":
-        return EXIT_CANCELLED
-    if error is not None:
-        print(f"dsh ask: {error}", file=sys.stderr)
-        return EXIT_FAILED
-    if stop == "end_turn":
-        return EXIT_OK
-    print(f"dsh ask: the agent stopped with {stop!r}", file=sys.stderr)
-    return EXIT_OTHER_STOP
+    async def run(self) -> int:
+        result: PromptResult | None = None
+        error: str | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.watch_signals)
+            await anyio.sleep(0)  # the signal receiver is installed before anything is spawned
+            tg.start_soon(self.spinner.run)
+            if self.args.timeout is not None:
+                tg.start_soon(self.watchdog, self.args.timeout)
+            try:
+                result = await self._prompt()
+            except AcpClientError as exc:
+                error = str(exc)
+            finally:
+                tg.cancel_scope.cancel()
+        self.spinner.clear()
+        return self._report(result, error)
+
+    async def _prompt(self) -> PromptResult:
+        async with open_client(
+            self.argv,
+            cwd=self.cwd,
+            env=dict(os.environ),
+            on_permission=self.policy,
+            on_stderr=self.forward if self.args.verbose else None,
+        ) as client:
+            self.client = client
+            if self.args.resume:
+                await client.resume(self.args.resume)
+            else:
+                await client.start()
+            return await client.prompt(self.args.task, on_text=self.on_text)
+
+    def _report(self, result: PromptResult | None, error: str | None) -> int:
+        """Print the ending (the JSON object, or the missing newline) and return the exit status."""
+        client = self.client
+        session_id = client.session_id if client is not None else None
+        text = result.text if result is not None else (client.text if client is not None else "")
+        stop = result.stop_reason if result is not None else "error"
+        if result is not None and result.error:
+            error = result.error
+        if self.killed or self.timed_out:
+            stop = "cancelled"
+            error = None
+        if self.args.json:
+            obj: dict[str, Any] = {"stopReason": stop, "text": text, "sessionId": session_id}
+            if self.timed_out:
+                obj["timedOut"] = True
+            if error:
+                obj["error"] = error
+            sys.stdout.write(json.dumps(obj) + "\n")
+        elif self.streamed and self.last_char != "\n":
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+        return self._exit_status(stop, error)
+
+    def _exit_status(self, stop: str, error: str | None) -> int:
+        if self.timed_out:
+            return EXIT_TIMEOUT
+        if stop == "cancelled":
+            return EXIT_CANCELLED
+        if error is not None:
+            print(f"dsh ask: {error}", file=sys.stderr)
+            return EXIT_FAILED
+        if stop == "end_turn":
+            return EXIT_OK
+        print(f"dsh ask: the agent stopped with {stop!r}", file=sys.stderr)
+        return EXIT_OTHER_STOP

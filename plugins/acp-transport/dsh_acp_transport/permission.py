@@ -11,10 +11,9 @@ import re
 from typing import Any
 
 import msgspec
+from dsh_acp import wire
 
 from dsh_core.types import ApprovalRequest
-
-from . import wire
 
 TITLE_MAX = 200  # characters
 RAW_STRING_MAX = 1024  # characters per string in rawInput (then shrunk until the whole fits)

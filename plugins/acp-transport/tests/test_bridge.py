@@ -11,12 +11,12 @@ from typing import Any
 
 import anyio
 import pytest
+from dsh_acp.fdstream import FdReader, FdWriter
 from dsh_acp_transport import make_bridge, serve_bridge
-from dsh_acp_transport.rpc import FdReader, FdWriter
 
 from dsh_core import FunctionTool, hookimpl
-from dsh_core.contracts import AgentSpec
 from dsh_core.compose import Composition
+from dsh_core.contracts import AgentSpec
 from dsh_core.host import make_plugin_manager, open_host
 from dsh_core.testing import check_frames
 from dsh_core.types import TextBlock, UserMessage
@@ -369,7 +369,7 @@ async def test_eof_settles_in_flight_prompts_cancelled_and_disposes_every_agent(
 
 
 async def test_requests_after_close_get_disposed_errors(echo, tmp_path):
-    from dsh_acp_transport.rpc import RpcFailure
+    from dsh_acp.rpc import RpcFailure
 
     async with served(echo) as (client, bridge, host):
         await client.start(tmp_path)

@@ -1,7 +1,7 @@
 """dsh-batch: ``dsh batch TASKS.jsonl --out RESULTS.jsonl``.
 
 Fans a JSONL task list out over fresh ACP sessions of ``dsh run --example …`` agent
-processes (through ``dsh_acp_transport.client``, the module ``dsh ask`` uses), appends one
+processes (through ``dsh_acp.client``, the module ``dsh ask`` uses), appends one
 result line per task, and resumes from the results file. ``--ray [ADDRESS]`` runs the
 agent pool as Ray actors instead; Ray is the optional extra ``dsh-batch[ray]`` and is
 imported only then. This module stays import-light: ``dsh`` loads it for every command.

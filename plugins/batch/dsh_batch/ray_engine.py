@@ -34,7 +34,7 @@ from typing import Any, cast
 
 import msgspec
 import ray
-from dsh_acp_transport.client import CREDENTIAL_SHAPED
+from dsh_acp.client import CREDENTIAL_SHAPED
 
 from .records import Agent, ErrorInfo, Task, from_builtins, to_builtins
 from .runner import Defaults, Outcome

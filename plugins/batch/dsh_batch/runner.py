@@ -2,7 +2,7 @@
 
 Used in-process by the local engine and inside every Ray actor, so both engines run tasks
 the same way. Agent processes are ``dsh run --example E [--provider P --model M]`` spawned
-through ``dsh_acp_transport.client`` (the module ``dsh ask`` uses), one pool of processes
+through ``dsh_acp.client`` (the module ``dsh ask`` uses), one pool of processes
 per (example, provider, model). Each process carries up to ``sessions_per_agent`` sessions
 at once.
 
@@ -33,7 +33,7 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 import msgspec
-from dsh_acp_transport.client import AcpClient, AcpClientError, PermissionAsk, open_client
+from dsh_acp.client import AcpClient, AcpClientError, PermissionAsk, open_client
 
 from dsh_core.paths import data_home
 from dsh_core.types import Usage

@@ -26,7 +26,7 @@ from batchkit import (
     wait_for_lines,
     write_jsonl,
 )
-from dsh_acp_transport.client import _stat
+from dsh_acp.proctree import _stat
 
 
 def alive(pids) -> list[int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,7 @@ import anyio
 import httpx
 
 from dsh_core import ModelError, RouteError
+from dsh_core.diag import warn
 from dsh_core.types import (
     Finish,
     ModelDelta,
@@ -153,10 +153,9 @@ class DeepSeekProvider:
             card = _catalogue.unlisted(model)
             if overrides is None and model not in self._warned:
                 self._warned.add(model)
-                print(
-                    f"dsh: deepseek-model: {model!r} is not in the catalogue "
-                    f"({', '.join(_catalogue.CATALOGUE)}); passing it through as a text-only route",
-                    file=sys.stderr,
+                warn(
+                    f"deepseek-model: {model!r} is not in the catalogue "
+                    f"({', '.join(_catalogue.CATALOGUE)}); passing it through as a text-only route"
                 )
         if overrides:
             card = card.with_overrides(overrides)

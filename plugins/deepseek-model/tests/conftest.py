@@ -16,6 +16,8 @@ from dsh_deepseek_model import (
 )
 from fake_deepseek import FakeDeepSeek
 
+from dsh_core import diag
+
 # Tiny delays so the suite stays fast; the shapes are the production ones.
 FAST: dict[str, Any] = {
     "retry": {"max-retries": 3, "base-delay": 0.01, "max-delay": 2.0, "jitter": 0.0},
@@ -25,6 +27,13 @@ FAST: dict[str, Any] = {
     "deadline": 10.0,
 }
 
+
+
+@pytest.fixture(autouse=True)
+def _fresh_diag_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The plugin warns through diag.warn, whose stderr budget is per process: a test that expects a
+    # warning must not depend on how much earlier tests in the same process warned.
+    monkeypatch.setattr(diag, "_spent", 0)
 
 
 @pytest.fixture

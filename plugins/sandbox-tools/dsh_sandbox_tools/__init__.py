@@ -10,20 +10,20 @@ away, for one call; nothing is remembered.
 
 from __future__ import annotations
 
-import sys
-import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import hookimpl
+from dsh_core.diag import warn
 
 from .confine import Confined, confine
 from .mechanisms import get_runner
 from .policy import PLUGIN, Settings, temp_roots
 from .run import spill_path_for
-from .tools import Sandbox, make_tools
+from .sandbox import SANDBOX_SLOT, Sandbox, sandbox_for
+from .tools import make_tools
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import AgentSpec
@@ -31,27 +31,20 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Confined", "Sandbox", "Settings", "confine", "sandbox_for"]
 
-_by_host: "weakref.WeakKeyDictionary[Any, Sandbox]" = weakref.WeakKeyDictionary()
-_last: Sandbox | None = None  # the sandbox configured most recently (dsh_register_tools has no host yet)
-
-
-def sandbox_for(host: "Host | None") -> Sandbox:
-    sb = _by_host.get(host) if host is not None else None
-    return sb or _last or Sandbox(Settings.from_config(None))
-
 
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
-    global _last
-    sb = Sandbox(Settings.from_config(config.get(PLUGIN)))
-    _by_host[host] = sb
-    _last = sb
+    # The host's Sandbox lives on the host's own plugin manager (see sandbox.SANDBOX_SLOT); the
+    # hooks below find it from the host they are given. Were two hosts ever built on one plugin
+    # manager, the newer one's settings would replace the older one's.
+    if host.pm.has_plugin(SANDBOX_SLOT):
+        host.pm.unregister(name=SANDBOX_SLOT)
+    host.pm.register(Sandbox(Settings.from_config(config.get(PLUGIN))), name=SANDBOX_SLOT)
 
 
 @hookimpl
-def dsh_register_tools(register: Callable[[Any], None]) -> None:
-    # Host.__init__ calls dsh_configure just before this hook, so _last is this host's sandbox.
-    for tool in make_tools(sandbox_for(None)):
+def dsh_register_tools(register: Callable[[Any], None], host: "Host") -> None:
+    for tool in make_tools(sandbox_for(host)):
         register(tool)
 
 
@@ -62,10 +55,9 @@ async def _probe_at_start(sb: Sandbox) -> AsyncIterator[None]:
     if sb.settings.mode != "danger-full-access":
         result = await get_runner(sb.settings.mechanism)
         if result.runner is None:
-            print(
-                f"dsh: {PLUGIN}: no sandbox mechanism is usable ({result.summary()}); bash will refuse to run "
-                f'commands in "{sb.settings.mode}" mode (sandbox unavailable)',
-                file=sys.stderr,
+            warn(
+                f"{PLUGIN}: no sandbox mechanism is usable ({result.summary()}); bash will refuse to run "
+                f'commands in "{sb.settings.mode}" mode (sandbox unavailable)'
             )
     try:
         yield

@@ -17,6 +17,7 @@ from dsh_core import ToolError
 
 from .mechanisms import get_runner
 from .policy import scrubbed_env, writable_roots
+from .sandbox import sandbox_for
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,6 @@ class Confined:
 
 
 async def confine(argv: list[str], *, host: Any, cwd: str, mode: str | None = None) -> Confined:
-    from . import sandbox_for
-
     settings = sandbox_for(host).settings
     mode = mode or settings.mode
     real = os.path.realpath(cwd)

@@ -11,8 +11,8 @@ import dsh_sandbox_tools
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
 from dsh_core import ToolError, hookimpl
-from dsh_core.contracts import AgentSpec, ToolContext
 from dsh_core.compose import Composition
+from dsh_core.contracts import AgentSpec, ToolContext
 from dsh_core.host import make_plugin_manager, open_host, register_plugin
 from dsh_core.types import Finish, ModelInfo, RetryPolicy, ToolOutput
 

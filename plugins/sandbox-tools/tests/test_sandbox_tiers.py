@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
-from sandbox_helpers import Answer, Session, mechanisms, running_host, text
+from dsh_sandbox_tools import confine, sandbox_for
+from sandbox_helpers import Answer, FakeModelPlugin, Session, mechanisms, running_host, text
 
-from dsh_core import ConfigError
+from dsh_core import ConfigError, diag
+from dsh_core.compose import Composition
+from dsh_core.contracts import AgentSpec
+from dsh_core.host import make_plugin_manager, open_host, register_plugin
 from dsh_core.types import ApprovalAsked, ApprovalDecided
 
 pytestmark = pytest.mark.anyio
@@ -52,6 +57,22 @@ async def test_fail_closed_when_no_sandbox(mode: str, root: Path) -> None:
     assert f'sandbox mode "{mode}" is requested but no sandbox backend is usable on this host; ' \
            "refusing to run the command unconfined" in text(out)
     assert not (root / "ran").exists()
+
+
+async def test_start_up_says_on_stderr_when_no_sandbox_is_usable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(diag, "_spent", 0)  # the budget is per process; earlier tests may have spent it
+    async with running_host("workspace-write", "none"):
+        pass
+    err = capsys.readouterr().err
+    assert "dsh: sandbox-tools: no sandbox mechanism is usable (" in err, err
+    assert 'bash will refuse to run commands in "workspace-write" mode (sandbox unavailable)' in err
+    # It is a diag.warn, so it is bounded like every other diagnostic: once the budget is spent, silence.
+    monkeypatch.setattr(diag, "_spent", diag.BUDGET)
+    async with running_host("workspace-write", "none"):
+        pass
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("mechanism", mechanisms())
@@ -164,3 +185,42 @@ async def test_env_mode_and_bad_config(monkeypatch: pytest.MonkeyPatch, root: Pa
     with pytest.raises(ConfigError, match="DSH_PERMISSION_MODE"):
         async with running_host():
             pass
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_hosts_in_one_process_each_keep_their_own_sandbox(
+    mechanism: str, monkeypatch: pytest.MonkeyPatch, root: Path, outside: Path,
+) -> None:
+    # Three hosts at once: read-only, then danger-full-access, then one that does not mount
+    # sandbox-tools at all (code mode may still ask it to confine a program). Each is confined by
+    # its own configuration, never by the host configured last.
+    monkeypatch.setenv("DSH_SANDBOX_MECHANISM", mechanism)  # the bare host's default settings use it too
+    pm = make_plugin_manager()
+    register_plugin(pm, FakeModelPlugin(), "fake-model")
+    bare_comp = Composition(name="bare", path=Path("/nonexistent/example.toml"), plugins=("fake-model",))
+    async with (
+        running_host("read-only", mechanism, **{"max-output-bytes": 1111}) as ro,
+        running_host("danger-full-access", mechanism, **{"max-output-bytes": 2222}) as full,
+        open_host(bare_comp, pm=pm, provider="fake", model="m") as bare,
+    ):
+        assert "bash" not in bare.tools
+        for host, mode, limit in ((ro, "read-only", 1111), (full, "danger-full-access", 2222)):
+            sb = sandbox_for(host)
+            assert (sb.settings.mode, sb.settings.max_output_bytes) == (mode, limit)
+            assert host.tools["bash"].sb is sb and host.tools["write"].sb is sb
+            assert f'Sandbox mode: "{mode}"' in host.tools["bash"].spec.description
+            assert f"Current DSH file policy: {mode}." in host.system_prompt(AgentSpec(cwd=str(root), provider="fake", model="m"))
+            assert (await confine(["true"], host=host, cwd=str(root))).mode == mode
+
+        denied = await Session(ro, root).call("bash", command=f"echo ro > {outside}/ro")
+        assert denied.is_error and "file access denied under read-only mode" in text(denied), text(denied)
+        allowed = await Session(full, root).call("bash", command=f"echo full > {outside}/full && echo done")
+        assert not allowed.is_error and "done" in text(allowed), text(allowed)
+
+        # The bare host gets the default tier (workspace-write), confined by the real mechanism.
+        confined = await confine(["bash", "-c", f"echo bare > {outside}/bare"], host=bare, cwd=str(root))
+        assert (confined.mode, confined.mechanism) == ("workspace-write", mechanism)
+        proc = await anyio.run_process(confined.argv, env=confined.env, cwd=str(root), check=False)
+        assert proc.returncode != 0 and confined.denial in proc.stderr.decode(), proc.stderr
+    assert not (outside / "ro").exists() and not (outside / "bare").exists()
+    assert (outside / "full").read_text() == "full\n"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 import anyio
-from dsh_acp_transport.client import (
+from dsh_acp.client import (
     AcpClient,
     AcpClientError,
     PermissionAsk,

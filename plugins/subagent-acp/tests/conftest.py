@@ -1,29 +1,20 @@
-"""Fixtures: generated examples and a process-tree check (``scripted``/``acp_agent`` come from
-``dsh_core.testing``, which the repository's root conftest loads)."""
+"""Fixtures: generated examples; the third-party peer agent and a process-tree check come from
+``dsh_acp.testing`` (``scripted``/``acp_agent`` from ``dsh_core.testing``, which the
+repository's root conftest loads)."""
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dsh_acp.testing import live, peer_command
 
 from dsh_core.testing import REPO
 
-HERE = Path(__file__).resolve().parent
-PEER = HERE / "peer_agent.py"
-
-
-
-def peer_argv(mode: str) -> list[str]:
-    return [sys.executable, str(PEER), mode]
-
-
-def peer_command(mode: str) -> str:
-    return f"{sys.executable} {PEER} {mode}"
+__all__ = ["examples", "live", "peer_command"]
 
 
 @pytest.fixture
@@ -69,14 +60,3 @@ def examples(tmp_path: Path) -> Callable[..., str]:
 
     return make
 
-
-def live(pids: dict[int, int] | list[int]) -> list[int]:
-    """The pids that still exist as non-zombie processes."""
-    from dsh_acp_transport.client import _stat
-
-    out = []
-    for pid in pids:
-        s = _stat(pid)
-        if s is not None and s[0] != "Z":
-            out.append(pid)
-    return out

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from acp import text_block
-from dsh_acp_transport.client import tree_pids
+from dsh_acp.client import tree_pids
 
 from conftest import live, peer_command
 from dsh_core.testing import Recorder
@@ -95,8 +95,8 @@ async def test_nested_permission_is_answered_by_the_outermost_client(
 
 async def test_without_a_channel_the_static_policy_answers(tmp_path, scripted, examples):
     """In-process host, no front door: nobody can answer, so `permission = "allow"` applies."""
-    from dsh_core.contracts import AgentSpec
     from dsh_core.compose import load_composition
+    from dsh_core.contracts import AgentSpec
     from dsh_core.host import open_host
     from dsh_core.types import TextBlock, UserMessage
 

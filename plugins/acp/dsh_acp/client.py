@@ -1,10 +1,10 @@
 """The client side of ACP: drive another ACP agent over stdio, one process per client.
 
 ``open_client(argv, cwd=…, env=…)`` spawns the agent in its own process session (its
-own process group), speaks JSON-RPC to it through ``rpc.Peer`` over raw pipes, and on
-exit shuts it down in tiers: close stdin and wait ``eof_grace`` for the whole tree to
-exit, then SIGTERM the tree, wait ``term_grace``, then SIGKILL, and finally *prove* the
-tree is gone (no live process of its group or its descendants in ``/proc``).
+own process group; ``proctree``), speaks JSON-RPC to it through ``rpc.Peer`` over raw pipes
+with the Structs of ``wire``, and on exit shuts it down in tiers: close stdin and wait
+``eof_grace`` for the whole tree to exit, then SIGTERM the tree, wait ``term_grace``, then
+SIGKILL, and finally *prove* the tree is gone (``proctree.ProcessTree.stop``).
 
     async with open_client(argv, cwd=cwd, env=scrub_env(extra={...}), on_permission=policy) as c:
         await c.start()                       # initialize (version checked) + session/new
@@ -29,9 +29,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import sys
-import time
 from collections import deque
 from collections.abc import (
     AsyncIterator,
@@ -47,17 +44,15 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
 import anyio
-import anyio.lowlevel
+import anyio.abc
 import msgspec
 
-from .rpc import (
-    DEFAULT_MAX_FRAME,
-    FdReader,
-    FdWriter,
-    Peer,
-    RpcFailure,
-    TransportClosed,
-)
+from dsh_core.diag import warn
+
+from . import wire
+from .fdstream import FdReader, FdWriter, TransportClosed
+from .proctree import ExitStatus, ProcessTree, SpawnError, SurvivorsError, spawn, tree_pids
+from .rpc import DEFAULT_MAX_FRAME, Dispatcher, Peer, RpcFailure
 from .wire import PROTOCOL_VERSION
 
 __all__ = [
@@ -103,135 +98,6 @@ def scrub_env(
     return env
 
 
-# --------------------------------------------------------------------------- process tree
-
-
-def _stat(pid: int) -> tuple[str, int, int, int] | None:
-    """(state, ppid, pgid, starttime) from /proc/<pid>/stat, or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    rest = raw[raw.rfind(")") + 2 :].split()
-    try:
-        return rest[0], int(rest[1]), int(rest[2]), int(rest[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _all_pids() -> list[int]:
-    try:
-        return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return []
-
-
-def tree_pids(root: int, pgid: int | None = None) -> dict[int, int]:
-    """Live (non-zombie) processes that are ``root``, in process group ``pgid`` (default
-    ``root``), or descend from any of those: pid → start time (to survive pid reuse)."""
-    pgid = root if pgid is None else pgid
-    stats = {pid: s for pid in _all_pids() if (s := _stat(pid)) is not None}
-    members = {pid for pid, s in stats.items() if pid == root or s[2] == pgid}
-    changed = True
-    while changed:
-        changed = False
-        for pid, s in stats.items():
-            if pid not in members and s[1] in members:
-                members.add(pid)
-                changed = True
-    return {pid: stats[pid][3] for pid in members if stats[pid][0] != "Z"}
-
-
-def _still_alive(tracked: Mapping[int, int]) -> dict[int, int]:
-    out = {}
-    for pid, start in tracked.items():
-        s = _stat(pid)
-        if s is not None and s[3] == start and s[0] != "Z":
-            out[pid] = start
-    return out
-
-
-# --------------------------------------------------------------------------- client wire types
-
-
-class _Out(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
-    pass
-
-
-class _In(msgspec.Struct, rename="camel", kw_only=True):
-    pass
-
-
-class _InitializeParams(_Out):
-    protocol_version: int
-    client_capabilities: dict[str, Any]
-    client_info: dict[str, str]
-
-
-class _InitializeResult(_In):
-    protocol_version: Any = None
-    agent_info: dict[str, Any] | None = None
-    agent_capabilities: dict[str, Any] | None = None
-
-
-class _NewSessionParams(_Out):
-    cwd: str
-    mcp_servers: list[Any]
-
-
-class _NewSessionResult(_In):
-    session_id: str
-
-
-class _TextBlock(_Out):
-    type: str
-    text: str
-
-
-class _PromptParams(_Out):
-    session_id: str
-    prompt: list[_TextBlock]
-
-
-class _PromptResult(_In):
-    stop_reason: str
-
-
-class _Content(_In):
-    type: str = ""
-    text: str | None = None
-
-
-class _Update(_In):
-    session_update: str = ""
-    content: _Content | None = None
-
-
-class _SessionNotification(_In):
-    session_id: str = ""
-    update: _Update | None = None
-
-
-class _Option(_In):
-    option_id: str
-    kind: str = ""
-    name: str = ""
-
-
-class _ToolCall(_In):
-    tool_call_id: str = ""
-    title: str | None = None
-    kind: str | None = None
-    raw_input: Any = None
-
-
-class _PermissionParams(_In):
-    session_id: str = ""
-    tool_call: _ToolCall | None = None
-    options: list[_Option] = msgspec.field(default_factory=list)
-
-
 @dataclass
 class PermissionAsk:
     """What the child asks: its tool call id, title and kind (as it states them), and options."""
@@ -269,9 +135,18 @@ PermissionPolicy = Callable[[PermissionAsk], Awaitable[PermissionVerdict]]
 
 def _client_version() -> str:
     try:
-        return version("dsh-acp-transport")
+        return version("dsh-acp")
     except PackageNotFoundError:  # pragma: no cover
         return "0.0.0"
+
+
+_CANCELLED = wire.PermissionResult(outcome=wire.PermissionOutcome(outcome="cancelled"))
+
+
+def _prompt_params(session_id: str, text: str) -> wire.PromptParams:
+    """One text block, encoded once here (the door decodes blocks one by one, so they travel raw)."""
+    block = msgspec.Raw(wire.encoder.encode(wire.TextOut(text=text)))
+    return wire.PromptParams(session_id=session_id, prompt=[block])
 
 
 def pick_option(options: Sequence[tuple[str, str]], verdict: str) -> str | None:
@@ -295,7 +170,7 @@ class AcpClient:
     argv: list[str]
     cwd: str
     peer: Peer
-    process: Any
+    process: anyio.abc.Process
     on_permission: PermissionPolicy | None = None
     stderr_limit: int = 64 * 1024
     on_stderr: Callable[[bytes], None] | None = None
@@ -342,6 +217,10 @@ class AcpClient:
     def pid(self) -> int:
         return self.process.pid
 
+    @property
+    def tree(self) -> ProcessTree:
+        return ProcessTree(self.process)
+
     def stderr_text(self) -> str:
         return b"".join(self.stderr_tail).decode("utf-8", "replace")
 
@@ -356,9 +235,9 @@ class AcpClient:
         """``initialize`` (the agent must answer protocol version 1), then ``session/new``."""
         await self.initialize(timeout=timeout)
         raw = await self._call(
-            "session/new", _NewSessionParams(cwd=os.path.abspath(self.cwd), mcp_servers=[]), timeout=timeout
+            "session/new", wire.NewSessionParams(cwd=os.path.abspath(self.cwd), mcp_servers=[]), timeout=timeout
         )
-        self.session_id = msgspec.json.decode(raw, type=_NewSessionResult).session_id
+        self.session_id = msgspec.json.decode(raw, type=wire.NewSessionResult).session_id
         return self.session_id
 
     async def initialize(self, *, timeout: float | None = 30.0) -> dict[str, Any]:
@@ -368,14 +247,14 @@ class AcpClient:
             return self.agent_capabilities or {}
         raw = await self._call(
             "initialize",
-            _InitializeParams(
+            wire.InitializeParams(
                 protocol_version=PROTOCOL_VERSION,
                 client_capabilities={"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
                 client_info={"name": "dsh", "version": _client_version()},
             ),
             timeout=timeout,
         )
-        init = msgspec.json.decode(raw, type=_InitializeResult)
+        init = msgspec.json.decode(raw, type=wire.LenientInitializeResult)
         if init.protocol_version != PROTOCOL_VERSION:
             raise AcpClientError(
                 f"the ACP agent {self.argv[0]!r} answered protocol version {init.protocol_version!r}; "
@@ -439,8 +318,8 @@ class AcpClient:
         """Open one more session on this connection (``initialize`` first, once)."""
         await self.initialize(timeout=timeout)
         where = os.path.abspath(cwd or self.cwd)
-        raw = await self._call("session/new", _NewSessionParams(cwd=where, mcp_servers=[]), timeout=timeout)
-        sid = msgspec.json.decode(raw, type=_NewSessionResult).session_id
+        raw = await self._call("session/new", wire.NewSessionParams(cwd=where, mcp_servers=[]), timeout=timeout)
+        sid = msgspec.json.decode(raw, type=wire.NewSessionResult).session_id
         session = AcpSession(client=self, session_id=sid, cwd=where, on_permission=on_permission)
         self._sessions[sid] = session
         return session
@@ -490,14 +369,14 @@ class AcpClient:
         try:
             raw = await self._call(
                 "session/prompt",
-                _PromptParams(session_id=self.session_id, prompt=[_TextBlock(type="text", text=text)]),
+                _prompt_params(self.session_id, text),
             )
         except AcpClientError as exc:
             return PromptResult("error", self.text, self.session_id, str(exc))
         finally:
             self._on_text = None
         try:
-            stop = msgspec.json.decode(raw, type=_PromptResult).stop_reason
+            stop = msgspec.json.decode(raw, type=wire.PromptResult).stop_reason
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             return PromptResult("error", self.text, self.session_id, f"malformed session/prompt result: {exc}")
         return PromptResult(stop, self.text, self.session_id)
@@ -518,7 +397,7 @@ class AcpClient:
 
     def _on_update(self, params: msgspec.Raw | None) -> None:
         try:
-            note = msgspec.json.decode(params or b"{}", type=_SessionNotification)
+            note = msgspec.json.decode(params or b"{}", type=wire.LenientSessionNotification)
         except (msgspec.ValidationError, msgspec.DecodeError):
             return
         update = note.update
@@ -537,14 +416,14 @@ class AcpClient:
                 try:
                     self._on_text(update.content.text)
                 except Exception as exc:
-                    print(f"dsh acp client: text callback failed: {exc!r}", file=sys.stderr)
+                    warn(f"acp client: text callback failed: {exc!r}")
 
     async def _on_permission(self, rid: Any, params: msgspec.Raw | None) -> Any:
         try:
-            p = msgspec.json.decode(params or b"{}", type=_PermissionParams)
+            p = msgspec.json.decode(params or b"{}", type=wire.LenientPermissionParams)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise RpcFailure(-32602, f"Invalid params: {exc}") from None
-        call = p.tool_call or _ToolCall()
+        call = p.tool_call or wire.LenientToolCall()
         ask = PermissionAsk(
             session_id=p.session_id,
             tool_call_id=call.tool_call_id,
@@ -562,7 +441,7 @@ class AcpClient:
                 try:
                     verdict = await self.on_permission(ask)
                 except Exception as exc:  # a failing policy closes the gate
-                    print(f"dsh acp client: permission policy failed: {exc!r}", file=sys.stderr)
+                    warn(f"acp client: permission policy failed: {exc!r}")
                     verdict = "reject"
                 finally:
                     self._permission_scopes.discard(scope)
@@ -572,12 +451,12 @@ class AcpClient:
             verdict = "reject"
         option = pick_option(ask.options, verdict) if verdict in ("allow", "reject") else None
         if option is None:
-            return {"outcome": {"outcome": "cancelled"}}
-        return {"outcome": {"outcome": "selected", "optionId": option}}
+            return _CANCELLED
+        return wire.PermissionResult(outcome=wire.PermissionOutcome(outcome="selected", option_id=option))
 
     async def _drain_stderr(self, reader: FdReader) -> None:
         try:
-            while chunk := await reader.receive():
+            async for chunk in reader:  # until EOF
                 self.stderr_tail.append(chunk)
                 self._stderr_size += len(chunk)
                 while self._stderr_size > self.stderr_limit and len(self.stderr_tail) > 1:
@@ -592,39 +471,13 @@ class AcpClient:
 
     # ------------------------------------------------------------------ shutdown
 
-    def _signal_tree(self, tracked: dict[int, int], sig: int) -> None:
-        try:
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for pid in _still_alive(tracked):
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    async def _wait_tree(self, tracked: dict[int, int], seconds: float) -> bool:
-        """Poll until the leader and every tracked process exit, or ``seconds`` pass."""
-        deadline = time.monotonic() + seconds
-        while True:
-            if self.process.returncode is None:
-                tracked.update(tree_pids(self.pid))  # the tree may still grow
-            if self.process.returncode is not None and not _still_alive(tracked) and not tree_pids(self.pid):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            with anyio.move_on_after(0.05):
-                await self.process.wait()
-            if self.process.returncode is not None:
-                await anyio.sleep(0.01)
-
     async def shutdown(self, *, kill_now: bool = False) -> str:
         """Close stdin; wait ``eof_grace``; SIGTERM the tree; wait ``term_grace``; SIGKILL.
         Idempotent. Returns how it ended ("eof", "sigterm", "sigkill"). Raises if a
         process of the tree survives SIGKILL."""
         if self._shutdown_done:
-            if kill_now and self.process.returncode is None:
-                self._signal_tree(tree_pids(self.pid), signal.SIGKILL)  # escalate a shutdown in progress
+            if kill_now:
+                self.tree.kill_now()  # escalate a shutdown in progress
             with anyio.CancelScope(shield=True):
                 await self._shutdown_finished.wait()
             return self.exit_status or "eof"
@@ -634,30 +487,26 @@ class AcpClient:
         finally:
             self._shutdown_finished.set()
 
-    async def _shutdown(self, kill_now: bool) -> str:
-        with anyio.CancelScope(shield=True):
-            for scope in list(self._permission_scopes):
+    async def _shutdown(self, kill_now: bool) -> ExitStatus:
+        for scope in list(self._permission_scopes):
+            scope.cancel()
+        for session in list(self._sessions.values()):
+            for scope in list(session._permission_scopes):
                 scope.cancel()
-            for session in list(self._sessions.values()):
-                for scope in list(session._permission_scopes):
-                    scope.cancel()
-            tracked = tree_pids(self.pid) if self.process.returncode is None else {}
-            self.peer.writer.close()  # stdin EOF
-            status = "eof"
-            if kill_now or not await self._wait_tree(tracked, self.eof_grace):
-                status = "sigterm"
-                if not kill_now:
-                    self._signal_tree(tracked, signal.SIGTERM)
-                if kill_now or not await self._wait_tree(tracked, self.term_grace):
-                    status = "sigkill"
-                    self._signal_tree(tracked, signal.SIGKILL)
-                    await self._wait_tree(tracked, 5.0)
-            await self.process.wait()
-            self.exit_status = status
-            survivors = _still_alive(tracked) or tree_pids(self.pid)
-            if survivors:
-                raise AcpClientError(f"ACP child {self.pid}: processes survived SIGKILL: {sorted(survivors)}")
-            return status
+        try:
+            status = await self.tree.stop(
+                self._close_stdin, eof_grace=self.eof_grace, term_grace=self.term_grace, kill_now=kill_now
+            )
+        except SurvivorsError as exc:
+            self.exit_status = exc.status
+            raise AcpClientError(str(exc)) from None
+        self.exit_status = status
+        return status
+
+    def _close_stdin(self) -> None:
+        writer = self.peer.writer
+        assert isinstance(writer, FdWriter)
+        writer.close()
 
 
 @dataclass(eq=False)
@@ -696,7 +545,7 @@ class AcpSession:
         self._text = []
         self._on_text = on_text
         self._cancel_sent = False
-        params = _PromptParams(session_id=self.session_id, prompt=[_TextBlock(type="text", text=text)])
+        params = _prompt_params(self.session_id, text)
         sid = self.session_id
         try:
             raw = await self.client.peer.request("session/prompt", params)
@@ -711,7 +560,7 @@ class AcpSession:
         finally:
             self._on_text = None
         try:
-            stop = msgspec.json.decode(raw, type=_PromptResult).stop_reason
+            stop = msgspec.json.decode(raw, type=wire.PromptResult).stop_reason
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             return PromptResult(
                 "error", self.text, sid, f"malformed session/prompt result: {exc}", error_kind="malformed"
@@ -748,7 +597,7 @@ class AcpSession:
         self.client._sessions.pop(self.session_id, None)
         return released
 
-    def _on_update(self, update: _Update) -> None:
+    def _on_update(self, update: wire.LenientUpdate) -> None:
         if update.session_update != "agent_message_chunk" or update.content is None:
             return
         if update.content.type == "text" and update.content.text:
@@ -757,7 +606,7 @@ class AcpSession:
                 try:
                     self._on_text(update.content.text)
                 except Exception as exc:
-                    print(f"dsh acp client: text callback failed: {exc!r}", file=sys.stderr)
+                    warn(f"acp client: text callback failed: {exc!r}")
 
     async def _on_permission(self, ask: PermissionAsk) -> Any:
         verdict: str = "cancelled"
@@ -769,7 +618,7 @@ class AcpSession:
                 try:
                     verdict = await self.on_permission(ask)
                 except Exception as exc:  # a failing policy closes the gate
-                    print(f"dsh acp client: permission policy failed: {exc!r}", file=sys.stderr)
+                    warn(f"acp client: permission policy failed: {exc!r}")
                     verdict = "reject"
                 finally:
                     self._permission_scopes.discard(scope)
@@ -778,8 +627,8 @@ class AcpSession:
         self.permissions.append((ask, verdict))
         option = pick_option(ask.options, verdict) if verdict in ("allow", "reject") else None
         if option is None:
-            return {"outcome": {"outcome": "cancelled"}}
-        return {"outcome": {"outcome": "selected", "optionId": option}}
+            return _CANCELLED
+        return wire.PermissionResult(outcome=wire.PermissionOutcome(outcome="selected", option_id=option))
 
 
 @asynccontextmanager
@@ -819,28 +668,14 @@ async def open_client(
     if not argv:
         raise AcpClientError("empty ACP agent command")
     cwd = os.path.abspath(cwd)
-    await anyio.lowlevel.checkpoint_if_cancelled()  # already cancelled: spawn nothing
-    in_r, in_w = os.pipe()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
     try:
-        with anyio.CancelScope(shield=True):  # once spawned, the process is always ours to reap
-            process = await anyio.open_process(
-                list(argv),
-                stdin=in_r,
-                stdout=out_w,
-                stderr=err_w,
-                cwd=cwd,
-                env=dict(env) if env is not None else None,
-                start_new_session=True,
-            )
-    except OSError as exc:
-        for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
-            os.close(fd)
+        child = await spawn(argv, cwd=cwd, env=env)
+    except SpawnError as exc:
         raise AcpClientError(f"cannot start the ACP agent {argv[0]!r}: {exc.strerror or exc}") from None
-    for fd in (in_r, out_w, err_w):
-        os.close(fd)
-    peer = Peer(FdReader(out_r), FdWriter(in_w), max_frame=max_frame, name=f"acp client[{process.pid}]")
+    process, err_r = child.process, child.stderr
+    dispatcher = Dispatcher()
+    peer = Peer(FdReader(child.stdout), FdWriter(child.stdin), dispatcher, max_frame=max_frame,
+                name=f"acp client[{process.pid}]")
     client = AcpClient(
         argv=list(argv),
         cwd=cwd,
@@ -852,8 +687,8 @@ async def open_client(
         eof_grace=eof_grace,
         term_grace=term_grace,
     )
-    peer.notifications["session/update"] = client._on_update
-    peer.requests["session/request_permission"] = client._on_permission
+    dispatcher.on_notification("session/update", client._on_update)
+    dispatcher.on_request("session/request_permission", client._on_permission)
     try:
         async with _single_errors(), anyio.create_task_group() as tg:
             client._tg = tg
@@ -868,9 +703,9 @@ async def open_client(
                     peer.stop_reading()
                     client._stop_services()
     finally:
-        peer.reader.close()
-        peer.writer.close()
         with anyio.CancelScope(shield=True):
+            await peer.reader.aclose()
+            await peer.writer.aclose()
             await process.aclose()
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from dsh_acp_transport.rpc import FdReader, FdWriter
+from dsh_acp.fdstream import FdReader, FdWriter
 
 
 @pytest.mark.parametrize("end", ["reader", "writer"])

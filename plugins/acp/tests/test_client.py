@@ -1,4 +1,4 @@
-"""The ACP client module (dsh_acp_transport.client) against real peers over real pipes:
+"""The ACP client module (dsh_acp.client) against real peers over real pipes:
 our own acp-agent with the scripted model, and a third-party agent written with the
 official SDK's agent side (peer_agent.py)."""
 
@@ -12,15 +12,16 @@ from pathlib import Path
 
 import anyio
 import pytest
-from dsh_acp_transport.client import (
+from dsh_acp.client import (
     AcpClientError,
     open_client,
     pick_option,
     scrub_env,
     tree_pids,
 )
+from dsh_acp.testing import live, peer_argv
 
-from conftest import REPO, live, peer_argv
+from dsh_core.testing import REPO
 
 pytestmark = pytest.mark.anyio
 

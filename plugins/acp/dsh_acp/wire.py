@@ -1,7 +1,13 @@
-"""ACP v1 wire types as msgspec Structs (camelCase on the wire, snake_case in Python).
+"""ACP v1 wire types as msgspec Structs (camelCase on the wire, snake_case in Python): the one
+set both sides of dsh use. The door (acp-transport) decodes the client → agent messages and
+encodes the agent → client ones; the client (``dsh_acp.client``) encodes the former and
+decodes the latter with the same Structs.
 
-Inbound decoding tolerates unknown fields and ``_meta``; outbound encoding omits
-unset optional fields and validates against ``acp/schema.json`` in the tests.
+Decoding tolerates unknown fields and ``_meta``; encoding omits unset optional fields and
+validates against ``acp/schema.json`` in the tests. What dsh sends is exact (tagged unions,
+required members); an agent that is not dsh may send more than that, so the client reads
+``session/update``, ``initialize``'s answer and ``session/request_permission`` through the
+``Lenient*`` Structs at the end, where every member is optional.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from msgspec import UNSET, UnsetType
 PROTOCOL_VERSION = 1
 
 
-class _In(msgspec.Struct, rename="camel", kw_only=True):
-    """Inbound: unknown fields (and ``_meta``) are ignored."""
+class _In(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """Client → agent (decoded by the door, encoded by the client): unknown fields (and
+    ``_meta``) are ignored when decoding; members left at their default are not sent."""
 
 
 class _Out(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -206,10 +213,11 @@ class CancelRequestParams(_In):
 
 
 StopReason = Literal["end_turn", "cancelled", "max_turn_requests"]
+"""The stop reasons the door answers with; other agents also send max_tokens, refusal, …"""
 
 
 class PromptResult(_Out):
-    stop_reason: StopReason
+    stop_reason: str  # a StopReason from the door; any string from another agent
     meta: Union[dict[str, Any], UnsetType] = msgspec.field(default=UNSET, name="_meta")
 
 
@@ -277,6 +285,51 @@ class PermissionOutcome(_In):
 
 class PermissionResult(_In):
     outcome: PermissionOutcome
+
+
+# --------------------------------------------------------------------------- read leniently by the client
+# The same messages as above, as any ACP agent may send them: every member optional, unknown
+# kinds of update and content kept as plain strings (the client ignores what it does not use).
+
+
+class LenientInitializeResult(_In):
+    protocol_version: Any = None
+    agent_info: dict[str, Any] | None = None
+    agent_capabilities: dict[str, Any] | None = None
+
+
+class LenientContent(_In):
+    type: str = ""
+    text: str | None = None
+
+
+class LenientUpdate(_In):
+    session_update: str = ""
+    content: LenientContent | None = None
+
+
+class LenientSessionNotification(_In):
+    session_id: str = ""
+    update: LenientUpdate | None = None
+
+
+class LenientOption(_In):
+    option_id: str
+    kind: str = ""
+    name: str = ""
+
+
+class LenientToolCall(_In):
+    tool_call_id: str = ""
+    title: str | None = None
+    kind: str | None = None
+    raw_input: Any = None
+
+
+class LenientPermissionParams(_In):
+    session_id: str = ""
+    tool_call: LenientToolCall | None = None
+    options: list[LenientOption] = msgspec.field(default_factory=list)
 
 
 encoder = msgspec.json.Encoder()

@@ -1,10 +1,10 @@
 """Newline-delimited JSON-RPC 2.0 over a pair of byte streams: one peer, either side.
 
-``FdReader``/``FdWriter`` read and write raw file descriptors (pipes, ttys, files)
-through ``anyio.wait_readable``/``wait_writable``, so nothing here assumes asyncio.
-``Peer`` frames lines (any length up to a documented limit), dispatches inbound
-requests concurrently, matches responses to its own outbound requests, and writes
-whole frames one at a time through a single lock.
+``Peer`` reads from any anyio byte receive stream and writes to any byte send stream
+(``fdstream.FdReader``/``FdWriter`` for pipes and stdio, memory-backed streams in unit
+tests). It frames lines (any length up to a documented limit), hands inbound requests and
+notifications to its ``Dispatcher`` (requests run concurrently), matches responses to its
+own outbound requests, and writes whole frames one at a time through a single lock.
 
 Hand-written rather than built on the ACP SDK: the SDK's pydantic models cost about
 6x msgspec per frame in our measurements (bench/acp_roundtrip.py), its reader uses
@@ -14,19 +14,18 @@ without the -32700 Parse error that JSON-RPC 2.0 prescribes (ACP-1, docs/acp-con
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-import stat
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import msgspec
 
 from dsh_core.diag import debug, warn
 
+from .fdstream import TransportClosed
 from .wire import (
     CancelRequestParams,
     ErrorResponse,
@@ -40,7 +39,6 @@ from .wire import (
 )
 
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024  # 64 MiB: a 40 MiB image in base64 fits
-READ_CHUNK = 1 << 20
 MAX_DEPTH = 128  # arrays/objects nested deeper than this are refused before decoding
 WRITE_GRACE = 1.0  # seconds a blocked write may still take once the connection is closing
 
@@ -87,102 +85,69 @@ def internal_error(detail: str) -> RpcFailure:
     return RpcFailure(INTERNAL_ERROR, f"Internal error: {detail}", details=detail)
 
 
-class TransportClosed(Exception):
-    pass
-
-
-# --------------------------------------------------------------------------- fd streams
-
-
-class FdReader:
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._pollable = not stat.S_ISREG(os.fstat(fd).st_mode)  # epoll refuses regular files
-        if self._pollable:
-            os.set_blocking(fd, False)
-
-    async def receive(self) -> bytes:
-        """Return the next chunk, b"" at EOF."""
-        while True:
-            try:
-                return os.read(self.fd, READ_CHUNK)
-            except BlockingIOError:
-                await anyio.wait_readable(self.fd)
-            except OSError as exc:
-                if exc.errno in (errno.EBADF, errno.EIO):
-                    return b""
-                raise
-
-    def close(self) -> None:
-        """Idempotent: a second close must not close whatever reused the fd number."""
-        fd, self.fd = self.fd, -1
-        if fd < 0:
-            return
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-class FdWriter:
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._pollable = not stat.S_ISREG(os.fstat(fd).st_mode)
-        if self._pollable:
-            os.set_blocking(fd, False)
-        self.aborted = False
-        self._blocked: set[anyio.CancelScope] = set()
-
-    def send_nowait(self, data: bytes) -> int:
-        """Write what the pipe takes now without waiting; returns the number of bytes written."""
-        if self.aborted:
-            raise TransportClosed("output dropped: the connection is closing")
-        try:
-            return os.write(self.fd, data)
-        except BlockingIOError:
-            return 0
-        except OSError as exc:
-            raise TransportClosed(str(exc)) from exc
-
-    async def send(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            if self.aborted:
-                raise TransportClosed("output dropped: the connection is closing")
-            try:
-                n = os.write(self.fd, view)
-                view = view[n:]
-            except BlockingIOError:
-                with anyio.CancelScope() as scope:  # abort() cancels it, even inside a shield
-                    self._blocked.add(scope)
-                    try:
-                        await anyio.wait_writable(self.fd)
-                    finally:
-                        self._blocked.discard(scope)
-            except (BrokenPipeError, ConnectionResetError, OSError) as exc:
-                raise TransportClosed(str(exc)) from exc
-
-    def abort(self) -> None:
-        """Drop what is still waiting for the reader: blocked and later sends raise TransportClosed."""
-        self.aborted = True
-        for scope in list(self._blocked):
-            scope.cancel()
-
-    def close(self) -> None:
-        """Idempotent: a second close must not close whatever reused the fd number."""
-        fd, self.fd = self.fd, -1
-        if fd < 0:
-            return
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
 # --------------------------------------------------------------------------- the peer
 
+T = TypeVar("T")
+
 Handler = Callable[[Any, msgspec.Raw | None], Awaitable[Any]]
+"""A request handler: (request id, raw params) → the result to answer with (or raise RpcFailure)."""
 NotificationHandler = Callable[[msgspec.Raw | None], Awaitable[None] | None]
+"""A notification handler: raw params → nothing; it is never answered, its errors only warned about."""
+
+
+class Dispatcher:
+    """What a peer does with what it reads: request handlers (each answered) and notification
+    handlers (never answered) by method name, an optional gate run before every request
+    handler, and an optional hook for ``$/cancel_request``.
+
+    ``gate(method)`` may raise ``RpcFailure`` (e.g. "not initialized"): the request is answered
+    with it and its handler does not run. ``on_cancel_request(id, method)`` is called for a
+    ``$/cancel_request`` naming an open inbound request (started or not); it returns True when
+    it took care of the cancel, else the handler's scope is cancelled (answered ``-32800``)."""
+
+    __slots__ = ("_requests", "_notifications", "gate", "on_cancel_request")
+
+    def __init__(
+        self,
+        *,
+        gate: Callable[[str], None] | None = None,
+        on_cancel_request: Callable[[Any, str], bool] | None = None,
+    ) -> None:
+        self._requests: dict[str, Handler] = {}
+        self._notifications: dict[str, NotificationHandler] = {}
+        self.gate = gate
+        self.on_cancel_request = on_cancel_request
+
+    def on_request(self, method: str, handler: Handler) -> None:
+        self._requests[method] = handler
+
+    def on_notification(self, method: str, handler: NotificationHandler) -> None:
+        self._notifications[method] = handler
+
+    def handles(self, method: str) -> bool:
+        """A request handler is registered for ``method``."""
+        return method in self._requests
+
+    def request_handler(self, method: str) -> Handler | None:
+        return self._requests.get(method)
+
+    def notification_handler(self, method: str) -> NotificationHandler | None:
+        return self._notifications.get(method)
+
+
+@runtime_checkable
+class NowaitSend(Protocol):
+    """A send stream that can also write without waiting (``FdWriter``): the peer writes small
+    frames through ``send_nowait`` and, when closing, ``abort``s sends a stalled reader blocks."""
+
+    def send_nowait(self, data: bytes) -> int: ...
+
+    def abort(self) -> None: ...
+
+    async def send(self, item: bytes) -> None: ...
+
+
+_EOF_ERRORS = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
 
 
 class _Pending:
@@ -264,8 +229,9 @@ class Peer:
 
     def __init__(
         self,
-        reader: FdReader,
-        writer: FdWriter,
+        reader: anyio.abc.AnyByteReceiveStream,
+        writer: anyio.abc.AnyByteSendStream,
+        dispatcher: Dispatcher | None = None,
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
         name: str = "dsh",
@@ -273,16 +239,14 @@ class Peer:
     ) -> None:
         self.reader = reader
         self.writer = writer
+        self.dispatcher = dispatcher if dispatcher is not None else Dispatcher()
         self.max_frame = max_frame
         self.name = name
         self.write_grace = write_grace
-        self.requests: dict[str, Handler] = {}
-        self.notifications: dict[str, NotificationHandler] = {}
-        # Called for an inbound request before dispatch; may raise RpcFailure (e.g. "not initialized").
-        self.gate: Callable[[str], None] | None = None
-        # Called for ``$/cancel_request`` naming an open inbound request (started or not) as
-        # (id, method); returns True when it took care of the cancel, else the handler's scope is cancelled.
-        self.on_cancel_request: Callable[[RequestId, str], bool] | None = None
+        # FdWriter (and the like) take small frames without awaiting; other streams always await.
+        self._nowait: NowaitSend | None = writer if isinstance(writer, NowaitSend) else None
+        self._aborted = False  # for other streams: output is dropped once the connection closes
+        self._blocked: set[anyio.CancelScope] = set()
         # A semaphore, not a Lock: a frame started by one task may be finished by another.
         self._write_lock = anyio.Semaphore(1)
         self._next_id = 0
@@ -301,40 +265,71 @@ class Peer:
     async def write(self, message: Any) -> None:
         """Write one whole frame; frames never interleave."""
         data = encoder.encode(message) + b"\n"
-        if self._write_lock.value:
+        if self._write_lock.value and self._nowait is not None:
             # Fast path: nobody is mid-frame and a pipe usually takes a small frame at once, so
             # skip the lock's checkpoint (about a fifth of a prompt round trip in our profile).
-            n = self.writer.send_nowait(data)
+            n = self._nowait.send_nowait(data)
             if n == len(data):
                 return
             self._write_lock.acquire_nowait()  # no await since the check: still ours
             try:
-                await self.writer.send(data[n:])
+                await self._send(data[n:])
             finally:
                 self._write_lock.release()
             return
         async with self._write_lock:
-            await self.writer.send(data)
+            await self._send(data)
 
     def write_nowait(self, message: Any) -> bool:
         """Commit a whole frame to the stream without awaiting, if no frame is mid-write.
 
         True: the frame is written, or its unwritten tail is being finished by a task that
         holds the write lock (so later frames still come after it). False: another frame
-        holds the lock; nothing was written and the caller should ``await write()``."""
-        if not self._write_lock.value:
+        holds the lock, or the stream cannot write without awaiting; nothing was written and
+        the caller should ``await write()``."""
+        if not self._write_lock.value or self._nowait is None:
             return False
         data = encoder.encode(message) + b"\n"
-        n = self.writer.send_nowait(data)
+        n = self._nowait.send_nowait(data)
         if n < len(data):
             self._write_lock.acquire_nowait()
             assert self._tg is not None
             self._tg.start_soon(self._finish_write, data[n:])
         return True
 
+    async def _send(self, data: bytes) -> None:
+        """Send through the stream; its failures (and output dropped at close) are TransportClosed."""
+        if self._nowait is not None:
+            await self._nowait.send(data)  # the fd writer aborts its own blocked sends
+            return
+        if self._aborted:
+            raise TransportClosed("output dropped: the connection is closing")
+        with anyio.CancelScope() as scope:  # _abort_output() cancels it, even inside a shield
+            self._blocked.add(scope)
+            try:
+                await self.writer.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                raise TransportClosed(str(exc) or type(exc).__name__) from exc
+            finally:
+                self._blocked.discard(scope)
+        if scope.cancelled_caught:
+            raise TransportClosed("output dropped: the connection is closing")
+
+    def _abort_output(self) -> None:
+        """Drop output still waiting for the reader: blocked and later sends raise TransportClosed."""
+        if self._nowait is not None:
+            self._nowait.abort()
+            return
+        self._aborted = True
+        for scope in list(self._blocked):
+            scope.cancel()
+
+    def _output_blocked(self) -> bool:
+        return bool(getattr(self.writer, "blocked", False) or self._blocked)
+
     async def _finish_write(self, tail: bytes) -> None:
         try:
-            await self.writer.send(tail)
+            await self._send(tail)
         except TransportClosed:
             pass
         finally:
@@ -392,20 +387,20 @@ class Peer:
                         await on_close()
                     with anyio.move_on_after(grace):
                         await self._handlers_idle.wait()
-                self.writer.abort()
+                self._abort_output()
                 tg.cancel_scope.cancel()
 
     async def _drop_output_after(self, seconds: float) -> None:
         await anyio.sleep(seconds)
-        if self.writer._blocked:
+        if self._output_blocked():
             debug(f"{self.name}: the client is not reading; dropping output still blocked after {seconds:g}s")
-        self.writer.abort()
+        self._abort_output()
 
     def stop_reading(self) -> None:
         """End the read loop as if the peer had closed its end (signals, tests)."""
         self._read_scope.cancel()
 
-    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         assert self._tg is not None
         self._tg.start_soon(fn, *args)
 
@@ -430,6 +425,8 @@ class Peer:
         while True:
             try:
                 chunk = await self.reader.receive()
+            except _EOF_ERRORS:
+                chunk = b""  # a stream that says EOF by exception; a plain reader returns b""
             except Exception as exc:
                 warn(f"{self.name}: transport read failed: {exc!r}")
                 return
@@ -589,11 +586,12 @@ class Peer:
                 debug(f"{self.name}: $/cancel_request for unknown request id {rid!r} ignored")
                 return
             entry.cancel_requested = True
-            if self.on_cancel_request is not None and self.on_cancel_request(rid, entry.method):
+            on_cancel = self.dispatcher.on_cancel_request
+            if on_cancel is not None and on_cancel(rid, entry.method):
                 return
             entry.scope.cancel()  # before its handler starts, too: it then answers -32800 at once
             return
-        handler = self.notifications.get(method)
+        handler = self.dispatcher.notification_handler(method)
         if handler is None:
             return  # unknown notifications are ignored, never answered
         try:
@@ -608,9 +606,10 @@ class Peer:
         try:
             with entry.scope as scope:
                 try:
-                    if self.gate is not None:
-                        self.gate(method)
-                    handler = self.requests.get(method)
+                    gate = self.dispatcher.gate
+                    if gate is not None:
+                        gate(method)
+                    handler = self.dispatcher.request_handler(method)
                     if handler is None:
                         raise RpcFailure(METHOD_NOT_FOUND, "Method not found", {"method": method},
                                          details=f"method not found: {method}")
@@ -642,8 +641,8 @@ class Peer:
                 self._handlers_idle.set()
 
 
-def decode_params(params: msgspec.Raw | None, type_: type[Any]) -> Any:
-    """Decode a request's params or raise ``-32602`` naming what is wrong."""
+def decode_params(params: msgspec.Raw | None, type_: type[T]) -> T:
+    """Decode a request's params as ``type_`` or raise ``-32602`` naming what is wrong."""
     try:
         return msgspec.json.decode(params if params is not None else b"null", type=type_)
     except msgspec.ValidationError as exc:

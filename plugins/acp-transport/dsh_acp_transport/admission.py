@@ -1,0 +1,307 @@
+"""What gets in (ACP-2, ACP-3): ``initialize`` and the gate before it, and the session
+lifecycle: ``session/new``, ``list``, ``resume``, ``delete`` and ``close``."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from os import path as osp
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+from dsh_acp import wire
+from dsh_acp.rpc import INVALID_REQUEST, METHOD_NOT_FOUND, RpcFailure, decode_params, internal_error, invalid_params
+
+from dsh_core import RouteError
+from dsh_core.contracts import AgentSpec
+from dsh_core.errors import DshError
+from dsh_core.types import RequestHeader, SessionHeader
+
+from .delivery import Delivery
+from .settlement import observer
+from .state import CLOSING, BridgeState, Session
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.protocols import Agent
+
+
+def agent_info() -> wire.Implementation:
+    try:
+        v = version("dsh-acp-transport")
+    except PackageNotFoundError:  # pragma: no cover
+        v = "0.0.0"
+    return wire.Implementation(name="dsh", title="dsh", version=v)
+
+
+
+# --------------------------------------------------------------------------- session/list
+
+LIST_PAGE = 50
+LOG_FORMAT = SessionHeader(id="-").version  # the session log format this dsh writes (and reads)
+
+
+def _encode_cursor(updated_ns: int, session_id: str) -> str:
+    return base64.urlsafe_b64encode(msgspec.json.encode([updated_ns, session_id])).decode("ascii")
+
+
+def _decode_cursor(cursor: str) -> tuple[int, str]:
+    try:
+        ns, sid = msgspec.json.decode(base64.urlsafe_b64decode(cursor.encode("ascii")), type=tuple[int, str])
+    except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
+        raise invalid_params("cursor is not one this agent gave out (pass nextCursor unchanged)") from None
+    return ns, sid
+
+
+def _iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+
+
+class Admission(BridgeState):
+    """``initialize`` (once, first) and the session lifecycle methods."""
+
+    # ------------------------------------------------------------------ gate
+
+    def _gate(self, method: str) -> None:
+        if method == "initialize":
+            if self.initialized:
+                raise RpcFailure(INVALID_REQUEST, "Invalid request: already initialized",
+                                 details="initialize was already answered on this connection")
+        elif not self.initialized and self.peer.dispatcher.handles(method):
+            raise RpcFailure(INVALID_REQUEST, "Invalid request: not initialized (send initialize first)",
+                             details="send initialize first")
+
+    # ------------------------------------------------------------------ initialize, capabilities (ACP-2)
+
+    async def initialize(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        decode_params(params, wire.InitializeParams)
+        self.initialized = True
+        return wire.InitializeResult(
+            protocol_version=wire.PROTOCOL_VERSION,
+            agent_capabilities=wire.AgentCapabilities(
+                prompt_capabilities=wire.PromptCapabilities(image=self.image_capable(), embedded_context=True),
+                session_capabilities=wire.SessionCapabilities(
+                    close={},
+                    **({"list": {}, "resume": {}, "delete": {}} if self.durable_store() is not None else {}),
+                ),
+            ),
+            agent_info=agent_info(),
+            auth_methods=[],
+        )
+
+    async def authenticate(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        return {}
+
+    # ------------------------------------------------------------------ session/new (ACP-3)
+
+    async def new_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        p = decode_params(params, wire.NewSessionParams)
+        if self.closed:
+            raise internal_error(CLOSING + "no session was created")
+        if not osp.isabs(p.cwd):
+            raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
+        if p.mcp_servers:
+            raise invalid_params("mcpServers is not supported")
+        if p.additional_directories:
+            raise invalid_params("additionalDirectories is not supported")
+        if not osp.isdir(p.cwd):
+            raise invalid_params(f"cwd is not a directory: {p.cwd}")
+        try:
+            provider, model = self.host.check_route()
+            agent = self.host.create_agent(AgentSpec(cwd=osp.normpath(p.cwd), provider=provider, model=model))
+        except RouteError as exc:
+            raise internal_error(str(exc)) from None
+        if self.closed:  # lost the race with close: dispose the unpublished handle
+            with anyio.CancelScope(shield=True):
+                await agent.dispose()
+            self.host.forget(agent)
+            raise internal_error(CLOSING + "no session was created")
+        self._publish(agent)
+        return wire.NewSessionResult(session_id=agent.session_id)
+
+    def _publish(self, agent: "Agent") -> Session:
+        session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self.peer, self.host, agent.session_id))
+        session.unsubscribe = agent.subscribe(observer(session, self.usage_updates))
+        self.sessions[session.id] = session
+        self.peer.start_soon(session.delivery.run)
+        return session
+
+    # ------------------------------------------------------------------ session/list
+
+    def _needs_store(self, method: str) -> Any:
+        store = self.durable_store()
+        if store is None:
+            detail = (f"{method} needs a durable session store (the jsonl-persistence plugin), "
+                      "which this example does not mount; it was not advertised in initialize")
+            raise RpcFailure(METHOD_NOT_FOUND, "Method not found", {"method": method}, details=detail)
+        return store
+
+    async def list_sessions(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """Recorded top-level sessions, newest first (log mtime, then id), ``LIST_PAGE`` a page.
+        The cursor is the (mtime, id) of the last row sent: pages stay consistent when
+        sessions are added or touched meanwhile (a touched one moves to the front)."""
+        store = self._needs_store("session/list")
+        p = decode_params(params, wire.ListSessionsParams)
+        if p.cwd is not None and not osp.isabs(p.cwd):
+            raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
+        after: tuple[int, str] | None = None
+        if p.cursor is not None:
+            after = _decode_cursor(p.cursor)
+        rows = await store.summaries(cwd=osp.normpath(p.cwd) if p.cwd else None)
+        if after is not None:
+            rows = [r for r in rows if (-r.updated_ns, r.id) > (-after[0], after[1])]
+        page, rest = rows[:LIST_PAGE], rows[LIST_PAGE:]
+        result = wire.ListSessionsResult(sessions=[
+            wire.SessionInfo(
+                session_id=r.id, cwd=r.cwd, updated_at=_iso(r.updated_ns),
+                **({"title": r.title} if r.title else {}),
+            )
+            for r in page
+        ])
+        if rest:
+            result.next_cursor = _encode_cursor(page[-1].updated_ns, page[-1].id)
+        return result
+
+    # ------------------------------------------------------------------ session/resume, session/delete
+
+    def _open_here(self, session_id: str) -> bool:
+        """Open in this process: on this connection (or closing), or any live agent of the host."""
+        return (session_id in self.sessions or session_id in self.closing
+                or any(a.session_id == session_id for a in self.host.agents))
+
+    def _recorded(self, store: Any, session_id: str) -> Any:
+        try:
+            path = store.path_for(session_id)
+        except DshError:
+            raise invalid_params(f"unknown session: {session_id}") from None
+        if not path.is_file():
+            raise invalid_params(f"unknown session: {session_id} (no log in the session store)")
+        return path
+
+    async def resume_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """Re-open a recorded session: history rebuilt from its log (``Agent.restore``), the route
+        the log recorded last, appending to the same file. Nothing is sent to the client."""
+        store = self._needs_store("session/resume")
+        p = decode_params(params, wire.ResumeSessionParams)
+        if self.closed:
+            raise internal_error(CLOSING + "the session was not resumed")
+        if not osp.isabs(p.cwd):
+            raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
+        if p.mcp_servers:
+            raise invalid_params("mcpServers is not supported")
+        if p.additional_directories:
+            raise invalid_params("additionalDirectories is not supported")
+        self._recorded(store, p.session_id)
+        if self._open_here(p.session_id):
+            raise invalid_params(f"session {p.session_id} is already open in this agent process")
+        try:
+            contents = (await store.read(p.session_id)).contents
+        except DshError as exc:
+            raise internal_error(f"the session log cannot be read: {exc}") from None
+        header = contents.header
+        if header.version > LOG_FORMAT:
+            raise invalid_params(
+                f"session {p.session_id} was recorded in log format {header.version}, newer than this "
+                f"dsh reads ({LOG_FORMAT}); resume it with a newer dsh"
+            )
+        if header.parent_session is not None:
+            raise invalid_params(f"session {p.session_id} is a subagent's session; resume its parent")
+        cwd = osp.normpath(p.cwd)
+        if cwd != header.cwd:
+            raise invalid_params(f"cwd {p.cwd} differs from the session's recorded cwd {header.cwd}")
+        if not osp.isdir(cwd):
+            raise invalid_params(f"cwd is not a directory: {p.cwd}")
+        provider, model = header.provider, header.model
+        for ev in contents.events:  # the route last recorded (a session may switch models)
+            if isinstance(ev, RequestHeader):
+                provider, model = ev.provider, ev.model
+        if self._open_here(p.session_id):  # re-checked: the read awaited
+            raise invalid_params(f"session {p.session_id} is already open in this agent process")
+        try:
+            self.host.check_route(provider, model)
+            agent = self.host.create_agent(
+                AgentSpec(cwd=cwd, provider=provider, model=model, session_id=header.id, origin=header.origin)
+            )
+        except RouteError as exc:
+            raise internal_error(f"the recorded route {provider}/{model} is not available here: {exc}") from None
+        try:
+            agent.restore(contents.events)
+        except Exception as exc:
+            with anyio.CancelScope(shield=True):
+                await agent.dispose()
+            self.host.forget(agent)
+            raise internal_error(f"the session could not be rebuilt from its log: {exc}") from None
+        if self.closed:
+            with anyio.CancelScope(shield=True):
+                await agent.dispose()
+            self.host.forget(agent)
+            raise internal_error(CLOSING + "the session was not resumed")
+        self._publish(agent)
+        return {}
+
+    async def delete_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """Remove a closed session's log and the files plugins keep for it (spill files)."""
+        store = self._needs_store("session/delete")
+        p = decode_params(params, wire.DeleteSessionParams)
+        path = self._recorded(store, p.session_id)
+        if self._open_here(p.session_id):
+            raise invalid_params(f"session {p.session_id} is open; close it (session/close) before deleting it")
+        artifacts = [Path(a) for paths in self.host.pm.hook.dsh_session_artifacts(session_id=p.session_id,
+                                                                                   host=self.host) if paths
+                     for a in paths]
+
+        def remove() -> None:
+            path.unlink(missing_ok=True)
+            for a in artifacts:
+                if a.is_dir() and not a.is_symlink():
+                    shutil.rmtree(a, ignore_errors=True)
+                else:
+                    a.unlink(missing_ok=True)
+
+        await anyio.to_thread.run_sync(remove)
+        return {}
+
+    # ------------------------------------------------------------------ session/close
+
+    async def close_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """Cancel the prompt in flight (it settles ``cancelled``), withdraw a pending permission
+        request (the turn's cancel cancels it), dispose the agent (children first) and forget it.
+        A close racing another close of the same session waits for the same disposal."""
+        p = decode_params(params, wire.CloseSessionParams)
+        session = self.sessions.pop(p.session_id, None)
+        if session is None:
+            closing = self.closing.get(p.session_id)
+            if closing is None or closing.closed is None:
+                raise invalid_params(f"unknown session: {p.session_id}")
+            await closing.closed.wait()
+            return {}
+        session.closed = anyio.Event()
+        self.closing[session.id] = session
+        try:
+            with anyio.CancelScope(shield=True):  # a half-closed session would leak: finish it
+                await self._dispose_session(session)
+                slot = session.slot
+                if slot is not None:
+                    await slot.settled.wait()
+        finally:
+            self.closing.pop(session.id, None)
+            session.closed.set()
+        return {}
+
+    async def _dispose_session(self, session: Session) -> None:
+        if session.slot is not None:
+            self._cancel_session(session, "disposed")
+        try:
+            await session.agent.dispose()  # cancels, waits for rest, children first, closes the log
+            with anyio.move_on_after(2.0):
+                await session.delivery.drain()
+        finally:
+            session.unsubscribe()
+            session.delivery.close()
+            self.host.forget(session.agent)
+

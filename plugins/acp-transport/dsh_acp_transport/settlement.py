@@ -1,0 +1,232 @@
+"""A prompt from admission to its answer (ACP-5, ACP-7): one in flight per session, the turn's
+facts gathered from the agent's events, settlement precedence; cancel (ACP-8) and one-shot
+permission requests (ACP-9)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from dsh_acp import wire
+from dsh_acp.fdstream import TransportClosed
+from dsh_acp.rpc import RpcFailure, decode_params, internal_error, invalid_params
+
+from dsh_core.contracts import new_id
+from dsh_core.diag import debug, warn
+from dsh_core.types import (
+    AgentError,
+    ApprovalOutcome,
+    ApprovalRequest,
+    AssistantMessageEvent,
+    ImageBlock,
+    InboxClaimed,
+    InboxDropped,
+    TextBlock,
+    TurnEnd,
+    Usage,
+    UserMessage,
+)
+
+from .content import PromptContent
+from .permission import tool_call_of
+from .state import CLOSING, Session, Slot
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.protocols import Agent
+
+
+def _add_usage(total: Usage | None, u: Usage) -> Usage:
+    if total is None:
+        total = Usage()
+    out = Usage(
+        input_tokens=total.input_tokens + u.input_tokens,
+        output_tokens=total.output_tokens + u.output_tokens,
+        cache_hit_tokens=total.cache_hit_tokens + u.cache_hit_tokens,
+        cache_miss_tokens=total.cache_miss_tokens + u.cache_miss_tokens,
+        reasoning_tokens=total.reasoning_tokens + u.reasoning_tokens,
+    )
+    return out
+
+
+def _usage_meta(u: Usage, calls: int) -> dict[str, int]:
+    """The turn's usage as ``_meta.usage`` of the prompt response (camelCase, like the wire)."""
+    return {
+        "inputTokens": u.input_tokens,
+        "outputTokens": u.output_tokens,
+        "totalTokens": u.input_tokens + u.output_tokens,
+        "cacheHitTokens": u.cache_hit_tokens,
+        "cacheMissTokens": u.cache_miss_tokens,
+        "reasoningTokens": u.reasoning_tokens,
+        "modelCalls": calls,
+    }
+
+
+def observer(session: Session, usage_updates: bool) -> Callable[["Agent", Any], None]:
+    """The agent's event observer for one session: committed output to the session's delivery
+    chain, and the facts settlement reads (the turn, its end, errors, usage) to the prompt's slot."""
+
+    def observe(agent: "Agent", event: Any) -> None:
+        if agent is not session.agent:
+            return
+        slot = session.slot
+        if isinstance(event, AssistantMessageEvent):
+            for block in event.message.content:
+                if (isinstance(block, TextBlock) and block.text) or isinstance(block, ImageBlock):
+                    session.delivery.push(block, event.message.id)
+            if slot is not None and event.usage is not None and event.turn == slot.turn:
+                slot.usage = _add_usage(slot.usage, event.usage)
+                slot.calls += 1
+                slot.context = event.usage.input_tokens + event.usage.output_tokens
+        elif slot is None:
+            return
+        elif isinstance(event, InboxClaimed):
+            if slot.message_id in event.message_ids:
+                slot.turn = event.turn
+        elif isinstance(event, TurnEnd):
+            if slot.turn == event.turn:
+                slot.end = event
+                if usage_updates and slot.usage is not None:
+                    session.delivery.push_update(_usage_update(session, slot))
+        elif isinstance(event, AgentError):
+            if slot.in_inbox and event.turn != slot.turn and slot.interval_error is None:
+                slot.interval_error = event.message
+        elif isinstance(event, InboxDropped):
+            if slot.message_id in event.message_ids:
+                slot.dropped = True
+
+    return observe
+
+
+def _usage_update(session: Session, slot: Slot) -> wire.UsageUpdate:
+    """Context in use after the turn (the last call's prompt plus its answer) of the routed window."""
+    return wire.UsageUpdate(used=slot.context, size=session.agent.route.context_window)
+
+
+class Settlement(PromptContent):
+    """``session/prompt``, ``session/cancel``, ``$/cancel_request`` and permission requests."""
+
+    def _cancel_request(self, request_id: Any, method: str) -> bool:
+        """``$/cancel_request`` for a ``session/prompt`` is a ``session/cancel`` of that prompt
+        (ACP-8; client facts, 7). Its handler may not have started yet: then it finds the cancel
+        when it does."""
+        if method != "session/prompt":
+            return False
+        for session in self.sessions.values():
+            if session.slot is not None and session.slot.request_id == request_id:
+                self._cancel_session(session)
+        return True
+
+    def _cancelled_before_start(self, rid: Any, session: Session) -> bool:
+        """A cancel read after this prompt but handled before its handler started (one write)."""
+        entry = self.peer.inbound(rid)
+        return entry is not None and (entry.cancel_requested or session.cancel_seq > entry.seq)
+
+    # ------------------------------------------------------------------ prompt: admission, one in flight, settlement (ACP-4/5/7)
+
+    async def prompt(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        p = decode_params(params, wire.PromptParams)
+        if self.closed:
+            raise internal_error(CLOSING + "the prompt was not run")
+        session = self.sessions.get(p.session_id)
+        if session is None:
+            raise invalid_params(f"unknown session: {p.session_id}")
+        if self._cancelled_before_start(rid, session):
+            return wire.PromptResult(stop_reason="cancelled")  # nothing was submitted
+        if session.slot is not None:
+            raise invalid_params("a prompt is already in flight for this session")
+        slot = session.slot = Slot()  # reserved before any await (ACP-5, ACP-8)
+        slot.request_id = rid
+        session.delivery.take_failure()
+        try:
+            content, images = self._admit(p.prompt)
+            if images:  # the only awaited part of admission: cancel aborts it (ACP-8)
+                with slot.admission:
+                    await self._store_images(session, content, images)
+            if slot.cancelled or self.closed:
+                return wire.PromptResult(stop_reason="cancelled")
+            content = [b for b in content if not (isinstance(b, TextBlock) and not b.text)]
+            message = UserMessage(id=new_id("msg_"), content=content)
+            slot.message_id = message.id
+            try:
+                session.agent.submit(message)
+            except Exception as exc:
+                detail = "the agent was disposed outside the bridge" if session.agent.disposed else str(exc)
+                raise internal_error(f"prompt was not queued: {detail}") from None
+            slot.in_inbox = True
+            await session.agent.wait_idle()
+            await session.delivery.drain()
+            result = self._settle(session, slot)
+            if slot.usage is not None:
+                result.meta = {"usage": _usage_meta(slot.usage, slot.calls)}
+            return result
+        finally:
+            session.slot = None
+            slot.settled.set()
+
+    def _settle(self, session: Session, slot: Slot) -> wire.PromptResult:
+        """Settlement precedence (ACP-7), first match wins."""
+        if slot.cancelled:
+            return wire.PromptResult(stop_reason="cancelled")
+        failure = session.delivery.take_failure()
+        if failure is not None:
+            raise internal_error(f"assistant output delivery failed: {failure}")
+        if slot.interval_error is not None:
+            raise internal_error(f"turn failed: {slot.interval_error}")
+        end = slot.end
+        if end is None:
+            return wire.PromptResult(stop_reason="cancelled")  # turnless slot
+        if end.reason == "error":
+            raise internal_error(f"turn failed: {end.error}")
+        if end.reason == "disposed" or (end.reason == "aborted" and end.abort_kind == "disposed"):
+            return wire.PromptResult(stop_reason="cancelled")
+        if end.reason == "max-steps":  # a step budget ran out; the answer so far is committed
+            return wire.PromptResult(stop_reason="max_turn_requests")
+        return wire.PromptResult(stop_reason="end_turn")  # completed, max-tokens, hook-aborted, blocked
+
+    # ------------------------------------------------------------------ cancel (ACP-8)
+
+    def cancel(self, params: msgspec.Raw | None) -> None:
+        try:
+            p = decode_params(params, wire.CancelParams)
+        except RpcFailure:
+            return  # never answer a notification
+        session = self.sessions.get(p.session_id)
+        if session is None:
+            debug(f"acp: session/cancel for unknown session {p.session_id!r} ignored")
+            return
+        session.cancel_seq = self.peer.read_seq  # also for prompts read before it whose handler has not run
+        self._cancel_session(session)
+
+    # ------------------------------------------------------------------ permission requests (ACP-9)
+
+    def _owned(self, agent: Any) -> Session | None:
+        session = self.sessions.get(getattr(agent, "session_id", ""))
+        return session if session is not None and session.agent is agent else None
+
+    async def answer(self, request: ApprovalRequest) -> ApprovalOutcome | None:
+        session = self._owned(request.agent)
+        if session is None or not request.call_id:
+            return None  # foreign or call-less: the next answerer decides
+        if self.closed:
+            return "unavailable"
+        params = wire.PermissionParams(
+            session_id=session.id,
+            tool_call=tool_call_of(request),
+            options=wire.PERMISSION_OPTIONS,
+        )
+        try:
+            raw = await self.peer.request("session/request_permission", params, timeout=self.permission_timeout)
+        except (RpcFailure, TransportClosed, TimeoutError) as exc:
+            warn(f"acp: permission request failed closed: {exc!r}")
+            return "unavailable"
+        try:
+            result = msgspec.json.decode(raw, type=wire.PermissionResult)
+        except msgspec.ValidationError:
+            return "rejected"
+        if result.outcome.outcome == "cancelled":
+            return "cancelled"
+        if result.outcome.outcome == "selected" and result.outcome.option_id == "allow-once":
+            return "allowed-once"
+        return "rejected"  # reject-once, an option we did not offer, anything else
+

@@ -1,0 +1,93 @@
+"""What the bridge's topics share: one connection's sessions, their prompt slots, the settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from dsh_acp.rpc import Peer
+
+from dsh_core.types import TurnEnd, Usage
+
+from .delivery import Delivery
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.host import Host
+    from dsh_core.protocols import Agent
+
+CLOSING = "the connection is closing (the client closed stdin, or the agent was signalled to stop); "
+
+
+@dataclass(eq=False)
+class Slot:
+    """One admitted prompt: the interval it is responsible for (ACP-7, settlement)."""
+
+    request_id: Any = None
+    cancelled: bool = False
+    admission: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    message_id: str | None = None
+    in_inbox: bool = False
+    turn: int | None = None
+    end: TurnEnd | None = None
+    interval_error: str | None = None
+    dropped: bool = False
+    usage: Usage | None = None  # summed over the turn's committed model calls that reported usage
+    calls: int = 0  # model calls of the turn that reported usage
+    context: int = 0  # tokens in context after the last such call: its prompt plus its answer
+    settled: anyio.Event = field(default_factory=anyio.Event)  # the prompt handler is done with it
+
+
+@dataclass(eq=False)
+class Session:
+    id: str
+    agent: "Agent"
+    delivery: Delivery
+    slot: Slot | None = None
+    unsubscribe: Any = None
+    permissions: set[int] = field(default_factory=set)
+    cancel_seq: int = 0  # read order of the last session/cancel: it applies to every prompt read before it
+    closed: anyio.Event | None = None  # set by session/close; fires when the session is disposed
+
+
+class BridgeState:
+    """One connection's sessions and settings, and what every topic of the bridge uses."""
+
+    def __init__(
+        self, host: "Host", peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False
+    ) -> None:
+        self.host = host
+        self.peer = peer
+        self.permission_timeout = permission_timeout
+        self.usage_updates = usage_updates
+        self.sessions: dict[str, Session] = {}
+        self.closing: dict[str, Session] = {}  # closed by the client, still being disposed
+        self.initialized = False
+        self.closed = False
+
+    def image_capable(self) -> bool:
+        """Truthful: a store is mounted and the configured exact route declares image input."""
+        if self.host.attachment_store is None:
+            return False
+        try:
+            provider, model = self.host.check_route()
+            return bool(self.host.provider(provider).resolve(model).image_input)
+        except Exception:
+            return False
+
+    def durable_store(self) -> Any:
+        """The mounted session store if its logs outlive the process (jsonl-persistence), else None."""
+        store = self.host.session_store
+        return store if getattr(store, "durable", False) else None
+
+    def _cancel_session(self, session: Session, kind: str = "user") -> None:
+        slot = session.slot
+        if slot is None:
+            session.agent.cancel(kind)  # autonomous work
+            return
+        slot.cancelled = True
+        if not slot.in_inbox:
+            slot.admission.cancel()  # before inbox receipt: abort admission only
+        else:
+            session.agent.cancel(kind)
+

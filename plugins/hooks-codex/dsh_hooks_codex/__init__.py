@@ -1,0 +1,106 @@
+"""dsh plugin ``hooks-codex``: run a user's existing Codex command hooks.
+
+Codex's hook file is a subset of Claude Code's protocol, so this bridge runs on the shared core
+in ``dsh_hooks_claude_code.protocol`` and only says what differs: the files (``files`` in
+``[config.hooks-codex]``, and per session ``.codex/hooks.json`` under the session's cwd), the
+event keys (``PreToolUse`` … as Codex writes them, and the snake_case ``pre_tool_use`` …),
+matchers that are always regexes, snake_case payloads with ``model`` and ``turn_id`` and no
+trailing newline, no environment or command substitution, plain stdout as context for
+``SessionStart`` and ``UserPromptSubmit``, and ``PreToolUse`` honouring blocks only (no
+allow/ask).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from dsh_hooks_claude_code.protocol import POINTS, Bridge, CommandHook, Dialect, Settings, transcript_path
+
+from dsh_core import hookimpl
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.host import Host
+
+PLUGIN = "hooks-codex"
+SNAKE = {"SessionStart": "session_start", "UserPromptSubmit": "user_prompt_submit", "PreToolUse": "pre_tool_use",
+         "PostToolUse": "post_tool_use", "Stop": "stop"}
+
+
+class Codex(Dialect):
+    def hook_entry(self, raw: Mapping[str, Any]) -> CommandHook | str | None:
+        if raw.get("async") is True:
+            return "async hook"
+        if "timeout" not in raw and isinstance(raw.get("timeoutSec"), int | float):
+            raw = {**raw, "timeout": raw["timeoutSec"]}  # Codex's alias
+        return super().hook_entry(raw)
+
+    def payload(self, point: str, session: Any, turn: int, fields: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "session_id": session.session_id,
+            "transcript_path": transcript_path(session),
+            "cwd": session.cwd,
+            "hook_event_name": point,
+            "model": session.route.model,
+            "permission_mode": "default",
+        }
+        if point != "SessionStart":
+            out["turn_id"] = str(turn)
+        if point in ("PreToolUse", "PostToolUse"):
+            command = fields["tool_input"].get("command")
+            fields = {**fields, "tool_input": {"command": command if isinstance(command, str) else ""}}
+        return {**out, **fields}
+
+
+DIALECT = Codex(
+    name="codex",
+    plugin=PLUGIN,
+    events={**{p: p for p in POINTS}, **{SNAKE[p]: p for p in POINTS}},
+    literal_matchers=False,
+    trailing_newline=False,
+    honours_ask=False,
+    stdout_context=frozenset({"SessionStart", "UserPromptSubmit"}),
+    project_files=(".codex/hooks.json",),
+)
+
+_bridges: "weakref.WeakKeyDictionary[Any, Bridge]" = weakref.WeakKeyDictionary()
+
+
+@hookimpl
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+    _bridges[host] = Bridge(DIALECT, Settings.from_config(config.get(PLUGIN), DIALECT))
+
+
+def _bridge(session: Any) -> Bridge | None:
+    return _bridges.get(session.host)
+
+
+@hookimpl
+def dsh_session_start(session: Any, source: str, turn: int) -> Any:
+    b = _bridge(session)
+    return b.session_start(session, source, turn) if b else None
+
+
+@hookimpl
+def dsh_prompt_submit(session: Any, messages: list[Any], turn: int) -> Any:
+    b = _bridge(session)
+    return b.prompt_submit(session, messages, turn) if b else None
+
+
+@hookimpl
+def dsh_before_tool(session: Any, name: str, args: dict[str, Any], call_id: str, turn: int, step: int) -> Any:
+    b = _bridge(session)
+    return b.before_tool(session, name, args, call_id, turn) if b else None
+
+
+@hookimpl
+def dsh_after_tool(session: Any, call: Any, output: Any) -> Any:
+    b = _bridge(session)
+    return b.after_tool(session, call, output, session.turn) if b else None
+
+
+@hookimpl
+def dsh_before_stop(session: Any, turn: int, step: int, continued: int) -> Any:
+    b = _bridge(session)
+    return b.before_stop(session, turn, continued) if b else None

@@ -1,0 +1,106 @@
+"""What every sandbox tool shares: the base class that builds its ``ToolSpec``, the JSON-schema
+pieces, and argument checking."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dsh_core import ToolError
+from dsh_core.types import ToolOutput, ToolSpec
+
+from .policy import Settings
+from .sandbox import Sandbox
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.contracts import ToolContext
+
+
+def schema(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """An argument schema: exactly these properties, ``required`` among them."""
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+def out_schema(props: dict[str, Any]) -> dict[str, Any]:
+    """An output schema: every listed property is always present."""
+    return {"type": "object", "properties": props, "required": list(props)}
+
+
+INT = {"type": "integer"}
+STR = {"type": "string"}
+BOOL = {"type": "boolean"}
+OPT_INT = {"type": ["integer", "null"]}
+OPT_STR = {"type": ["string", "null"]}
+
+
+class SandboxTool:
+    """A tool over one host's ``Sandbox``.
+
+    A subclass says what the model sees (``name``, ``description`` or ``describe``,
+    ``properties`` or ``arguments``, ``required``) and what programs get back
+    (``output_schema``: the structured result code mode sees; the model's text result is
+    separate). The constructor builds the ``ToolSpec`` from these the same way for every tool;
+    with ``escalates`` the one-shot escalation arguments (``sandbox_permissions``,
+    ``justification``) follow the tool's own, when the tier has a wider one to offer.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    properties: ClassVar[dict[str, Any]] = {}
+    required: ClassVar[tuple[str, ...]] = ()
+    output_schema: ClassVar[dict[str, Any]]
+    parallel_safe: ClassVar[bool] = False
+    escalates: ClassVar[bool] = False
+
+    def __init__(self, sb: Sandbox) -> None:
+        self.sb = sb
+        props = self.arguments(sb.settings)
+        if self.escalates:
+            props = {**props, **sb.escalation_params()}
+        self.spec = ToolSpec(
+            name=self.name,
+            description=self.describe(sb.settings),
+            parameters=schema(props, list(self.required)),
+            output_schema=self.output_schema,
+            parallel_safe=self.parallel_safe,
+        )
+
+    def describe(self, settings: Settings) -> str:
+        """The description the model reads (override when it depends on the settings)."""
+        return self.description
+
+    def arguments(self, settings: Settings) -> dict[str, Any]:
+        """The argument properties (override when they depend on the settings)."""
+        return dict(self.properties)
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        raise NotImplementedError
+
+
+def str_arg(args: dict[str, Any], key: str, *, required: bool = True, allow_empty: bool = False) -> str | None:
+    v = args.get(key)
+    if v is None:
+        if required:
+            raise ToolError(f"missing required argument {key!r}", code="INVALID_ARGUMENTS")
+        return None
+    if not isinstance(v, str) or (not allow_empty and not v):
+        raise ToolError(f"argument {key!r} must be a non-empty string", code="INVALID_ARGUMENTS")
+    return v
+
+
+def int_arg(args: dict[str, Any], key: str, default: int, *, minimum: int = 0) -> int:
+    v = args.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ToolError(f"argument {key!r} must be an integer ≥ {minimum}", code="INVALID_ARGUMENTS")
+    return v
+
+
+def display(path: str, cwd: str) -> str:
+    """``path`` relative to ``cwd`` when inside it, else as given."""
+    try:
+        rel = os.path.relpath(path, cwd)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel

@@ -1,0 +1,208 @@
+"""One host's sandbox: its settings, the one-shot escalation through the approval seam, and
+running a command confined (through the session's command server, or a fresh confined process)."""
+
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dsh_core import ToolError
+
+from .mechanisms import Runner, get_runner
+from .policy import MODES, PLUGIN, Settings, scrubbed_env, wider, writable_roots
+from .run import CommandResult, run_command
+from .server import CommandServer, ServerError, ServerPool, server_argv
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.contracts import ToolContext
+    from dsh_core.host import Host
+
+# Each host's Sandbox is registered on that host's own plugin manager (one per host) under this
+# name by ``dsh_configure``, so two hosts in one process never see each other's and this plugin
+# keeps no module state.
+SANDBOX_SLOT = f"{PLUGIN}.sandbox"
+
+
+class Sandbox:
+    """One host's sandbox state: settings, and per-agent read records (for ``edit``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.servers = ServerPool()
+        self._reads: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+
+    def reads(self, agent: Any) -> dict[str, int]:
+        d = self._reads.get(agent)
+        if d is None:
+            d = self._reads[agent] = {}
+        return d
+
+    def escalation_targets(self) -> list[str]:
+        return [m for m in MODES if wider(m, self.settings.mode)]
+
+    # -------------------------------------------------------------- escalation
+
+    def escalation_params(self) -> dict[str, Any]:
+        targets = self.escalation_targets()
+        if not targets:
+            return {}
+        return {
+            "sandbox_permissions": {
+                "type": "string",
+                "enum": targets,
+                "description": "Only when this one call needs a wider sandbox tier than the current "
+                f'"{self.settings.mode}"; a person approves or rejects it once. Requires justification.',
+            },
+            "justification": {
+                "type": "string",
+                "description": "Why this call needs the wider tier (shown to the approver). Required with sandbox_permissions.",
+            },
+        }
+
+    async def effective_mode(self, args: dict[str, Any], ctx: ToolContext, what: str) -> str:
+        """The tier this call runs with; asks the approval seam (one-shot) for a wider one."""
+        target = args.get("sandbox_permissions")
+        justification = args.get("justification")
+        mode = self.settings.mode
+        if target is None and justification is None:
+            return mode
+        if target is None or not isinstance(justification, str) or not justification.strip():
+            raise ToolError(
+                "sandbox_permissions and justification go together: give both (justification must not be blank), "
+                "or neither to run in the current tier",
+                code="INVALID_ARGUMENTS",
+            )
+        if target not in MODES:
+            raise ToolError(f"sandbox_permissions must be one of {', '.join(MODES)}", code="INVALID_ARGUMENTS")
+        if not wider(target, mode):
+            if mode == "danger-full-access":
+                raise ToolError(
+                    "this deployment already runs without confinement (danger-full-access); "
+                    "call again without sandbox_permissions",
+                    code="INVALID_ARGUMENTS",
+                )
+            raise ToolError(
+                f'sandbox_permissions "{target}" is not wider than the current mode "{mode}"; '
+                "call again without it",
+                code="INVALID_ARGUMENTS",
+            )
+        call = {k: v for k, v in args.items() if k not in ("sandbox_permissions", "justification")}
+        outcome = await ctx.approve(
+            f"escalate sandbox to {target}: {justification.strip()}",
+            kind="execute" if what == "command" else "edit",  # bash runs; write/edit modify files
+            subject=args.get("command") if what == "command" else args.get("path"),
+            args=call,
+            tier=target,
+            justification=justification.strip(),
+        )
+        if outcome == "allowed-once":
+            return target
+        if outcome == "rejected":
+            raise ToolError(
+                f'the user rejected escalating this {what} to "{target}"; nothing was run. '
+                f'Work within "{mode}" mode or ask the user how to proceed.',
+                code="ESCALATION_REJECTED",
+            )
+        if outcome == "cancelled":
+            raise ToolError(f'approval for escalating to "{target}" was cancelled; nothing was run.',
+                            code="ESCALATION_CANCELLED")
+        raise ToolError(
+            f'escalating this {what} to "{target}" requires approval, but no approval channel is available; '
+            f'nothing was run. Work within "{mode}" mode.',
+            code="APPROVAL_UNAVAILABLE",
+        )
+
+    def hint(self, mode: str) -> str:
+        """The escalation note appended to a denied write (empty when escalation is not offered)."""
+        nxt = [m for m in self.escalation_targets() if wider(m, mode)]
+        if not nxt:
+            return ""
+        opts = " or ".join(f'"{m}"' for m in nxt)
+        return (
+            f"[sandbox: escalation available — retry this exact call once with sandbox_permissions={opts} "
+            "(danger-full-access for paths outside the workspace) and a justification, only if the write is "
+            "really needed]"
+        )
+
+    def write_roots(self, mode: str, cwd: str) -> list[str] | None:
+        return None if mode == "danger-full-access" else writable_roots(mode, cwd)
+
+    # -------------------------------------------------------------- running commands
+
+    async def runner_for(self, mode: str) -> Runner | None:
+        """The confinement for ``mode`` (None: danger-full-access); refuses when none works."""
+        if mode == "danger-full-access":
+            return None
+        probe = await get_runner(self.settings.mechanism)
+        if probe.runner is None:
+            raise ToolError(
+                f'sandbox mode "{mode}" is requested but no sandbox backend is usable on this host; '
+                f"refusing to run the command unconfined. Tried: {probe.summary()}. "
+                "Fix: install bubblewrap (apt-get install bubblewrap) or use a kernel with Landlock; "
+                "only on a disposable machine set DSH_PERMISSION_MODE=danger-full-access.",
+                code="SANDBOX_UNAVAILABLE",
+            )
+        return probe.runner
+
+    async def run_argv(
+        self,
+        argv: list[str],
+        *,
+        mode: str,
+        cwd: str,
+        spill: Path,
+        owner: Any = None,
+        timeout_s: float | None = None,
+        limit: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> tuple[CommandResult, Runner | None]:
+        """Run any ``argv`` in ``cwd`` confined by ``mode``; returns the result and the runner used.
+
+        Calls in the configured mode of a session (``owner``: its agent) go through that
+        session's confined command server (a fork per call); escalated one-shot calls, and
+        calls without an owner, start a fresh confined process (``Runner.wrap``). Either way,
+        when this returns (or is cancelled) no process of the call is alive.
+        """
+        s = self.settings
+        runner = await self.runner_for(mode)
+        env = scrubbed_env(mode=mode) if env is None else env
+        timeout_s = s.default_timeout_ms / 1000 if timeout_s is None else timeout_s
+        limit = s.max_output_bytes if limit is None else limit
+        if runner is None:
+            return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill), None
+        roots = writable_roots(mode, cwd)
+        if owner is None or mode != s.mode:
+            argv = runner.wrap(argv, roots, cwd)
+            return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill), runner
+        key = (getattr(owner, "session_id", id(owner)), runner.name, tuple(roots))
+        server_env = scrubbed_env(mode=mode)
+        for attempt in (1, 2):
+            try:
+                server = await self.servers.get(
+                    key, owner,
+                    lambda: CommandServer(lambda fd: server_argv(runner, roots, cwd, fd), env=server_env, cwd=cwd),
+                )
+            except ServerError as exc:
+                raise ToolError(
+                    f'sandbox mode "{mode}" could not be applied ({runner.detail or runner.name} command server: '
+                    f"{exc}); refusing to run the command unconfined.",
+                    code="SANDBOX_UNAVAILABLE",
+                ) from None
+            try:
+                return await server.run(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill), runner
+            except ServerError as exc:
+                await self.servers.discard(key)
+                if attempt == 2 or not exc.before_start:  # lost mid-call: never run the command twice
+                    raise ToolError(f"the sandbox command server failed: {exc}", code="SANDBOX_FAILED") from None
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        await self.servers.aclose()
+
+
+def sandbox_for(host: Host | None) -> Sandbox:
+    """``host``'s Sandbox, as ``dsh_configure`` set it up; for a host that does not mount this
+    plugin (or none), a fresh one with the default settings (``DSH_PERMISSION_MODE`` and co.)."""
+    sb = host.pm.get_plugin(SANDBOX_SLOT) if host is not None else None
+    return sb if isinstance(sb, Sandbox) else Sandbox(Settings.from_config(None))

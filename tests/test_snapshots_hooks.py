@@ -1,0 +1,356 @@
+"""Hook bridges over the assembled acp-agent example (issue 15): the 15 behaviours of the
+original's hook scenarios as snapshot scenarios (snapshots/acp-agent/hook-*/), plus the hook
+that hangs, the hook that floods stdout, cancel during a hook, the PreToolUse deny from a
+workspace's ``.claude/settings.json``, and a hook denying a ``run_code`` nested call.
+
+Each scenario seeds real shell hook scripts in the session's workspace (``hooks.json`` /
+``codex-hooks.json`` name them, as the original's examples do; the example mounts those
+names as project files), drives ``dsh run`` over real stdio with the official SDK client and
+pins what went on the wire and into the session log (hook/invoked, hook/result, the context
+and feedback the model got). The scripted model answers from rules matched on the latest user
+message, so a rule keyed on a hook's text proves the model saw it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from acp import text_block
+from test_snapshots import SNAPSHOTS, normalize_log, normalize_stdout
+
+from dsh_core.testing import Recorder
+
+pytestmark = [pytest.mark.anyio]
+snapshot_scenario = pytest.mark.snapshot_scenario
+
+DURATION = re.compile(r'"durationMs": \d+')
+
+SAY_RESULT = {"text": "tool said: {tool_result}"}
+BASH_HELLO = {"tool": "bash", "args": {"command": "echo HELLO"}}
+SCRIPT = {
+    "rules": [
+        {"when": "^ping", "steps": [{"text": "PONG"}]},
+        {"when": "^run echo once", "steps": [BASH_HELLO, SAY_RESULT]},
+        {"when": "^retry echo", "steps": [BASH_HELLO, BASH_HELLO, SAY_RESULT]},
+        {"when": "^create the file", "steps": [
+            {"tool": "bash", "args": {"command": "echo HELLO > created.txt && cat created.txt"}}, SAY_RESULT]},
+        {"when": "favorite color is teal", "steps": [{"text": "teal"}]},
+        {"when": "^What is my favorite color", "steps": [{"text": "no idea"}]},
+        {"when": "^Reply with the single word FIRST", "steps": [{"text": "FIRST"}]},
+        {"when": "single word SECOND", "steps": [{"text": "SECOND"}]},
+    ],
+    "default": [{"text": "the model ran: {prompt}"}],
+}
+
+# ---------------------------------------------------------------------------- hook scripts
+
+DENY = "#!/bin/sh\ncat > .pretool-payload.json\necho 'bash is disabled by policy in this session' >&2\nexit 2\n"
+ASK = ("#!/bin/sh\ncat > .pretool-payload.json\n"
+       "printf '%s\\n' '{\"hookSpecificOutput\":{\"hookEventName\":\"PreToolUse\",\"permissionDecision\":\"ask\","
+       "\"permissionDecisionReason\":\"bash requires manual approval in this session\"}}'\n")
+POST_ONCE = ("#!/bin/sh\ncat > .posttool-payload.json\nif test -e .posttool-blocked; then\n  exit 0\nfi\n"
+             ": > .posttool-blocked\nprintf '%s\\n' 'tool output rejected by policy: retry once' >&2\nexit 2\n")
+POST_CONTEXT = ("#!/bin/sh\ncat > .posttool-payload.json\n"
+                "printf '%s\\n' '{\"hookSpecificOutput\":{\"hookEventName\":\"PostToolUse\","
+                "\"additionalContext\":\"Note: command output has been verified against the audit log.\"}}'\n")
+POST_BLOCK = "#!/bin/sh\necho 'tool output rejected by codex policy: summarize instead' >&2\nexit 2\n"
+PROMPT_BLOCK = ("#!/bin/sh\ncat > .prompt-payload.json\ngrep -q 'Delete everything' .prompt-payload.json || exit 0\n"
+                "echo 'blocked by policy hook' >&2\nexit 2\n")
+PROMPT_CONTEXT_JSON = ("#!/bin/sh\ncat > .prompt-payload.json\n"
+                       "printf '%s\\n' '{\"hookSpecificOutput\":{\"hookEventName\":\"UserPromptSubmit\","
+                       "\"additionalContext\":\"The user has previously stated their favorite color is teal.\"}}'\n")
+PROMPT_CONTEXT_PLAIN = ("#!/bin/sh\ncat > .prompt-payload.json\n"
+                        "echo 'The user has previously stated their favorite color is teal.'\n")
+STOP_ONCE = ("#!/bin/sh\ncat > .stop-payload-$(ls .stop-payload-* 2>/dev/null | wc -l).json\n"
+             "if [ -f .stop_fired ]; then exit 0; fi\ntouch .stop_fired\n"
+             "echo 'Also reply with the single word SECOND, then stop.' >&2\nexit 2\n")
+MUST_NOT_RUN = "#!/bin/sh\ntouch .must-not-run\necho 'must not run' >&2\nexit 2\n"
+
+
+def hook_file(events: dict[str, list[tuple[str | None, str]]]) -> str:
+    """A hooks file: event -> [(matcher, script name)], each run as ``sh hooks/<name>``."""
+    table = {}
+    for event, groups in events.items():
+        table[event] = [{**({"matcher": m} if m is not None else {}),
+                         "hooks": [{"type": "command", "command": f"sh hooks/{script}"}]} for m, script in groups]
+    return json.dumps({"hooks": table}, indent=2) + "\n"
+
+
+def seed(cwd: Path, name: str, events: dict[str, list[tuple[str | None, str]]], scripts: dict[str, str]) -> None:
+    (cwd / "hooks").mkdir(exist_ok=True)
+    for script, text in scripts.items():
+        (cwd / "hooks" / script).write_text(text)
+    (cwd / name).parent.mkdir(parents=True, exist_ok=True)
+    (cwd / name).write_text(hook_file(events))
+
+
+def payload(cwd: Path, name: str) -> dict:
+    return json.loads((cwd / name).read_text())
+
+
+# ---------------------------------------------------------------------------- scenarios
+
+
+async def _open(run, sids):
+    await run.conn.initialize(protocol_version=1)
+    sids.append((await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id)
+
+
+async def _ask(run, sid, text):
+    return await run.conn.prompt(session_id=sid, prompt=[text_block(text)])
+
+
+def invalid_matcher(file):
+    async def body(run, sids):
+        seed(run.cwd, file, {"UserPromptSubmit": [(None, "must-not-run.sh")], "PreToolUse": [("[", "deny.sh")]},
+             {"must-not-run.sh": MUST_NOT_RUN, "deny.sh": DENY})
+        await _open(run, sids)
+        assert (await _ask(run, sids[0], "ping")).stop_reason == "end_turn"
+        assert run.client.text(sids[0]) == ["PONG"]
+        assert not (run.cwd / ".must-not-run").exists()
+        err = run.stderr.decode()
+        # one warning naming the file, the event and the pattern; the agent still served
+        assert err.count(f"{run.cwd / file} rejected") == 1, err
+        assert "PreToolUse" in err and '"["' in err
+
+    return body
+
+
+def pretool_block(file, dialect):
+    async def body(run, sids):
+        seed(run.cwd, file, {"PreToolUse": [("bash", "deny.sh")]}, {"deny.sh": DENY})
+        await _open(run, sids)
+        await _ask(run, sids[0], "create the file")
+        assert run.client.text(sids[0]) == ["tool said: Error: bash is disabled by policy in this session"]
+        assert not (run.cwd / "created.txt").exists()  # the call never ran
+        sent = payload(run.cwd, ".pretool-payload.json")
+        assert sent["hook_event_name"] == "PreToolUse" and sent["tool_name"] == "bash"
+        assert sent["session_id"] == sids[0] and sent["cwd"] == str(run.cwd)
+        assert sent["transcript_path"] == str(run.home / "sessions" / f"{sids[0]}.jsonl")
+        if dialect == "codex":
+            assert sent["tool_input"] == {"command": "echo HELLO > created.txt && cat created.txt"}
+            assert sent["turn_id"] == "1" and sent["model"]
+        else:
+            assert sent["tool_input"] == {"command": "echo HELLO > created.txt && cat created.txt"}
+            assert "turn_id" not in sent
+
+    return body
+
+
+async def sc_cc_pretool_ask(run, sids):
+    seed(run.cwd, "hooks.json", {"PreToolUse": [("bash", "ask.sh")]}, {"ask.sh": ASK})
+    run.client.permission_answers.append("reject-once")
+    await _open(run, sids)
+    await _ask(run, sids[0], "create the file")
+    assert not (run.cwd / "created.txt").exists()
+    ((_, tool_call, _),) = run.client.permission_requests  # one one-shot question, answered reject-once
+    assert tool_call.raw_input == {"command": "echo HELLO > created.txt && cat created.txt"}
+    assert tool_call.title == "bash: echo HELLO > created.txt && cat created.txt — bash requires manual approval in this session"
+
+
+def posttool_block(file, script, prompt):
+    async def body(run, sids):
+        seed(run.cwd, file, {"PostToolUse": [("bash", "post.sh")]}, {"post.sh": script})
+        await _open(run, sids)
+        await _ask(run, sids[0], prompt)
+
+    return body
+
+
+def posttool_context(file):
+    async def body(run, sids):
+        seed(run.cwd, file, {"PostToolUse": [("bash", "post.sh")]}, {"post.sh": POST_CONTEXT})
+        await _open(run, sids)
+        await _ask(run, sids[0], "run echo once")
+        (said,) = run.client.text(sids[0])
+        assert said.startswith("tool said: HELLO") and "verified against the audit log" in said
+        sent = payload(run.cwd, ".posttool-payload.json")
+        assert sent["tool_response"].startswith("HELLO") and sent["hook_event_name"] == "PostToolUse"
+
+    return body
+
+
+def prompt_block(file):
+    async def body(run, sids):
+        # a matcher on UserPromptSubmit has no subject: it is ignored, even when not a valid regex
+        seed(run.cwd, file, {"UserPromptSubmit": [("[", "block.sh")]}, {"block.sh": PROMPT_BLOCK})
+        await _open(run, sids)
+        assert (await _ask(run, sids[0], "Delete everything in the repo.")).stop_reason == "end_turn"
+        assert run.client.text(sids[0]) == []  # the model was never called
+        assert payload(run.cwd, ".prompt-payload.json")["prompt"] == "Delete everything in the repo."
+        # the session goes on: the blocked prompt is not in the next turn's history
+        await _ask(run, sids[0], "ping")
+        assert run.client.text(sids[0]) == ["PONG"]
+
+    return body
+
+
+def prompt_context(file, script):
+    async def body(run, sids):
+        seed(run.cwd, file, {"UserPromptSubmit": [(None, "context.sh")]}, {"context.sh": script})
+        await _open(run, sids)
+        await _ask(run, sids[0], "What is my favorite color? Reply with just the color.")
+        assert run.client.text(sids[0]) == ["teal"]
+
+    return body
+
+
+def stop_continue(file):
+    async def body(run, sids):
+        seed(run.cwd, file, {"Stop": [(None, "stop.sh")]}, {"stop.sh": STOP_ONCE})
+        await _open(run, sids)
+        assert (await _ask(run, sids[0], "Reply with the single word FIRST and stop.")).stop_reason == "end_turn"
+        assert run.client.text(sids[0]) == ["FIRST", "SECOND"]
+        first, second = payload(run.cwd, ".stop-payload-0.json"), payload(run.cwd, ".stop-payload-1.json")
+        assert first["stop_hook_active"] is False and second["stop_hook_active"] is True
+
+    return body
+
+
+CC, CODEX = "hooks.json", "codex-hooks.json"
+SCENARIOS = {
+    "hook-cc-invalid-matcher": invalid_matcher(CC),
+    "hook-cc-posttool-block": posttool_block(CC, POST_ONCE, "retry echo"),
+    "hook-cc-posttool-context": posttool_context(CC),
+    "hook-cc-pretool-ask": sc_cc_pretool_ask,
+    "hook-cc-pretool-deny": pretool_block(CC, "claude-code"),
+    "hook-cc-promptsubmit-block": prompt_block(CC),
+    "hook-cc-promptsubmit-context": prompt_context(CC, PROMPT_CONTEXT_JSON),
+    "hook-cc-stop-continue": stop_continue(CC),
+    "hook-codex-invalid-matcher": invalid_matcher(CODEX),
+    "hook-codex-posttool-block": posttool_block(CODEX, POST_BLOCK, "run echo once"),
+    "hook-codex-posttool-context": posttool_context(CODEX),
+    "hook-codex-pretool-block": pretool_block(CODEX, "codex"),
+    "hook-codex-promptsubmit-block": prompt_block(CODEX),
+    "hook-codex-promptsubmit-context": prompt_context(CODEX, PROMPT_CONTEXT_PLAIN),
+    "hook-codex-stop-continue": stop_continue(CODEX),
+}
+
+
+@snapshot_scenario
+@pytest.mark.parametrize("name", list(SCENARIOS))
+async def test_hook_scenario(name, acp_agent, scripted, snapshot):
+    script = scripted(SCRIPT)
+    sids: list[str] = []
+    async with acp_agent(script, client=Recorder(), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        run.home = acp_agent.home
+        await SCENARIOS[name](run, sids)
+    replacements = {str(script): "{{script}}", str(acp_agent.home): "{{home}}", str(run.cwd): "{{cwd}}"}
+    snapshot.snapshot_dir = SNAPSHOTS / name
+    snapshot.assert_match(normalize_stdout(run.frames, sids, replacements), "stdout.jsonl")
+    log = normalize_log(acp_agent.home, sids, replacements)
+    snapshot.assert_match(DURATION.sub('"durationMs": 0', log), "session.jsonl")
+
+
+# ---------------------------------------------------------------------------- the limits
+
+
+def _events(home: Path, sid: str) -> list[dict]:
+    return [json.loads(line) for line in (home / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
+
+
+async def test_pretool_deny_from_claude_settings(acp_agent, scripted):
+    """Done when: a PreToolUse deny in the workspace's .claude/settings.json stops a scripted bash
+    call (the file it would create does not exist) and the model sees the reason."""
+    cwd = acp_agent.work
+    (cwd / ".claude").mkdir()
+    (cwd / ".claude" / "settings.json").write_text(json.dumps({
+        "permissions": {"allow": []},
+        "hooks": {"PreToolUse": [{"matcher": "Bash|bash", "hooks": [
+            {"type": "command", "command": "sh \"${CLAUDE_PROJECT_DIR}/.claude/deny.sh\""}]}]},
+    }))
+    (cwd / ".claude" / "deny.sh").write_text(
+        "#!/bin/sh\nprintf '%s' \"$CLAUDE_PROJECT_DIR\" > .project-dir\n"
+        "printf '%s\\n' '{\"hookSpecificOutput\":{\"hookEventName\":\"PreToolUse\",\"permissionDecision\":\"deny\","
+        "\"permissionDecisionReason\":\"no shell commands in this repository\"}}'\n")
+    async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        await _open(run, sids := [])
+        await _ask(run, sids[0], "create the file")
+        assert run.client.text(sids[0]) == ["tool said: Error: no shell commands in this repository"]
+    assert not (cwd / "created.txt").exists()
+    assert (cwd / ".project-dir").read_text() == str(cwd)
+    results = [e for e in _events(acp_agent.home, sids[0]) if e["type"] == "hook/result"]
+    assert [(r["point"], r["decision"], r["exitCode"]) for r in results] == [("PreToolUse", "deny", 0)]
+
+
+async def test_hanging_hook_is_killed_at_its_timeout(acp_agent, scripted):
+    cwd = acp_agent.work
+    (cwd / "hooks.json").write_text(json.dumps({"hooks": {"PreToolUse": [{"hooks": [
+        {"type": "command", "command": "touch hook-started; sleep 5; touch hook-survived", "timeout": 1}]}]}}))
+    async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        await _open(run, sids := [])
+        started = time.monotonic()
+        assert (await _ask(run, sids[0], "run echo once")).stop_reason == "end_turn"
+        took = time.monotonic() - started
+        assert run.client.text(sids[0]) == ["tool said: HELLO"]  # the turn went on: the tool ran
+    assert (cwd / "hook-started").exists() and took < 4.5, took
+    await asyncio.sleep(5.5)
+    assert not (cwd / "hook-survived").exists()  # killed, not left running
+    (result,) = [e for e in _events(acp_agent.home, sids[0]) if e["type"] == "hook/result"]
+    assert result["timedOut"] is True and "exitCode" not in result and result["decision"] == "pass"
+    assert "timed out after 1s" in result["stderrSummary"]
+
+
+async def test_flooding_hook_output_is_bounded(acp_agent, scripted):
+    """10 MB on stdout: read to the end, 1 MiB kept, and the model gets at most 10,000 characters."""
+    cwd = acp_agent.work
+    (cwd / "codex-hooks.json").write_text(json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [
+        {"type": "command", "command": "head -c 10000000 /dev/zero | tr '\\0' x; echo; touch flood-done"}]}]}}))
+    async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        await _open(run, sids := [])
+        assert (await _ask(run, sids[0], "ping")).stop_reason == "end_turn"
+        assert run.client.text(sids[0]) == ["the model ran: <system-reminder>\n" + "x" * 10_000
+                                            + "\n[… hook output truncated: 1038576 more characters]\n</system-reminder>"]
+    assert (cwd / "flood-done").exists()  # it was not killed for writing: its output was drained
+    log = (acp_agent.home / "sessions" / f"{sids[0]}.jsonl").read_bytes()
+    assert len(log) < 100_000
+
+
+async def test_cancel_during_a_hook_kills_it(acp_agent, scripted):
+    cwd = acp_agent.work
+    (cwd / "hooks.json").write_text(json.dumps({"hooks": {"PreToolUse": [{"hooks": [
+        {"type": "command", "command": "touch hook-started; sleep 3; touch hook-survived"}]}]}}))
+    async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        await _open(run, sids := [])
+        task = asyncio.create_task(_ask(run, sids[0], "create the file"))
+        for _ in range(1000):
+            if (cwd / "hook-started").exists():
+                break
+            await asyncio.sleep(0.01)
+        await run.conn.cancel(session_id=sids[0])
+        assert (await task).stop_reason == "cancelled"
+        assert (await _ask(run, sids[0], "ping")).stop_reason == "end_turn"  # still usable
+    await asyncio.sleep(3.5)
+    assert not (cwd / "hook-survived").exists() and not (cwd / "created.txt").exists()
+    events = _events(acp_agent.home, sids[0])
+    assert next(e["decision"] for e in events if e["type"] == "hook/result") == "cancelled"
+    assert any(e["type"] == "turn/end" and e["reason"] == "aborted" for e in events)
+
+
+NESTED = 'r = await tools.bash(command="echo NESTED > nested.txt")\nreturn r["output"]'
+CODE_SCRIPT = {"rules": [{"when": "^code", "steps": [
+    {"tool": "run_code", "args": {"code": NESTED, "description": "one nested call"}},
+    {"text": "program said: {tool_result}"}]}]}
+
+
+async def test_hook_denies_a_run_code_nested_call(acp_agent, scripted):
+    """code mode's nested calls go through Agent.call_tool, where dsh_before_tool sits: a PreToolUse
+    hook sees them (tool_use_id <parent>:code:<n>) and its deny stops them."""
+    cwd = acp_agent.work
+    (cwd / ".claude").mkdir()
+    (cwd / ".claude" / "settings.json").write_text(json.dumps({"hooks": {"PreToolUse": [{"matcher": "bash", "hooks": [
+        {"type": "command", "command": "cat > .nested-payload.json; echo 'nested bash is not allowed' >&2; exit 2"}]}]}}))
+    async with acp_agent(scripted(CODE_SCRIPT), example="hooks-code-mode",
+                         env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        await _open(run, sids := [])
+        await _ask(run, sids[0], "code please")
+        (said,) = run.client.text(sids[0])
+    assert "ToolCallError: bash: nested bash is not allowed" in said, said
+    assert not (cwd / "nested.txt").exists()
+    sent = payload(cwd, ".nested-payload.json")
+    assert sent["tool_name"] == "bash" and ":code:" in sent["tool_use_id"]

@@ -2,6 +2,12 @@
 
 The public surface is small: ``hookimpl`` for plugin authors, the seams in
 ``dsh_core.protocols``, the Structs in ``dsh_core.types`` and the errors.
+
+Read the spine bottom-up: ``types``/``errors``, then ``protocols`` (the seams and the values
+that cross them; ``contracts`` re-exports the ones doors and tools hold), then ``hookspecs``
+(the hooks and ``hookimpl``), then the agent loop (``agent``) and the ``host``, then the CLI
+(``cli``, ``builtin.commands``, ``doctor``). No module imports one above it
+(``tests/test_architecture.py``).
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -20,7 +26,8 @@ from .errors import (
     SessionLogFailed,
     ToolError,
 )
-from .host import Host, hookimpl, open_host
+from .hookspecs import hookimpl
+from .host import Host, open_host
 from .tools import FunctionTool
 
 try:

@@ -9,6 +9,10 @@ Only *committed* things are events: an assistant message is committed when its
 model call finishes (or, interrupted, when the call is cancelled with text
 already produced); a failed or retried attempt leaves no ``assistant/message``.
 History sent to the model is append-only, so provider prefix caches keep hitting.
+
+This module is the concrete loop behind ``protocols.Agent``: it knows its host only as a
+``protocols.Host`` (the host builds agents through ``dsh_make_agent`` and never imports this
+module), and nothing outside ``dsh_core`` imports it.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ import contextlib
 import json
 import random
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .contracts import AgentSpec, HistoryContext, ToolContext, new_id
+from .protocols import AgentSpec, HistoryContext, Observer, ToolContext, new_id
 from .diag import warn
 from .errors import AgentDisposed, ModelError, SessionLogFailed, ToolError
 from .interception import (
@@ -78,10 +83,8 @@ from .types import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .host import Host
-    from .protocols import ModelProvider, SessionLog, Tool
-
-Observer = Callable[["Agent", DurableEvent], None]
+    from . import protocols
+    from .protocols import Host, ModelProvider, SessionLog, Tool
 
 
 class _TurnFailed(Exception):
@@ -91,37 +94,59 @@ class _TurnFailed(Exception):
         self.code = code
 
 
+@dataclass
+class _Text:
+    """Consecutive text (or reasoning) deltas of one model call, joined when the call ends."""
+
+    reasoning: bool
+    parts: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@dataclass
+class _ToolSlot:
+    """One tool call as its deltas arrive: id and name may come late, arguments in pieces."""
+
+    id: str
+    name: str
+    args: list[str] = field(default_factory=list)
+
+
 class _Partial:
     """Accumulates one model call's deltas into content blocks in arrival order."""
 
     def __init__(self) -> None:
-        self.blocks: list[Any] = []  # TextBlock-ish accumulators and tool slots
-        self.tool_slots: dict[int, dict[str, Any]] = {}
+        self.blocks: list[_Text | _ToolSlot | ImageBlock] = []
+        self.tool_slots: dict[int, _ToolSlot] = {}
         self.usage: Usage | None = None
         self.finish: str | None = None
 
+    def _text(self, text: str, *, reasoning: bool) -> None:
+        last = self.blocks[-1] if self.blocks else None
+        if isinstance(last, _Text) and last.reasoning == reasoning:
+            last.parts.append(text)
+        else:
+            self.blocks.append(_Text(reasoning, [text]))
+
     def apply(self, d: Any) -> None:
         if isinstance(d, TextDelta):
-            if self.blocks and isinstance(self.blocks[-1], list) and self.blocks[-1][0] == "text":
-                self.blocks[-1][1].append(d.text)
-            else:
-                self.blocks.append(["text", [d.text]])
+            self._text(d.text, reasoning=False)
         elif isinstance(d, ReasoningDelta):
-            if self.blocks and isinstance(self.blocks[-1], list) and self.blocks[-1][0] == "reasoning":
-                self.blocks[-1][1].append(d.text)
-            else:
-                self.blocks.append(["reasoning", [d.text]])
+            self._text(d.text, reasoning=True)
         elif isinstance(d, ToolCallDelta):
             slot = self.tool_slots.get(d.index)
             if slot is None:
-                slot = self.tool_slots[d.index] = {"id": d.id or "", "name": d.name or "", "args": []}
+                slot = self.tool_slots[d.index] = _ToolSlot(d.id or "", d.name or "")
                 self.blocks.append(slot)
             if d.id:
-                slot["id"] = d.id
+                slot.id = d.id
             if d.name:
-                slot["name"] = d.name
+                slot.name = d.name
             if d.arguments:
-                slot["args"].append(d.arguments)
+                slot.args.append(d.arguments)
         elif isinstance(d, ImageDelta):
             self.blocks.append(d.image)
         elif isinstance(d, UsageDelta):
@@ -132,27 +157,25 @@ class _Partial:
     def content(self, *, keep_tools: bool) -> list[ContentBlock]:
         out: list[ContentBlock] = []
         for b in self.blocks:
-            if isinstance(b, list):
-                text = "".join(b[1])
-                out.append(TextBlock(text=text) if b[0] == "text" else ReasoningBlock(text=text))
-            elif isinstance(b, dict):
+            if isinstance(b, _Text):
+                out.append(ReasoningBlock(text=b.text) if b.reasoning else TextBlock(text=b.text))
+            elif isinstance(b, _ToolSlot):
                 if keep_tools:
-                    out.append(ToolCallBlock(id=b["id"] or new_id("call_"), name=b["name"], arguments="".join(b["args"])))
-            elif isinstance(b, ImageBlock):
+                    out.append(ToolCallBlock(id=b.id or new_id("call_"), name=b.name, arguments="".join(b.args)))
+            else:
                 out.append(b)
         return out
 
     @property
     def has_visible(self) -> bool:
-        return any(
-            (isinstance(b, list) and b[0] == "text" and "".join(b[1])) or isinstance(b, ImageBlock) for b in self.blocks
-        )
+        return any((isinstance(b, _Text) and not b.reasoning and b.text) or isinstance(b, ImageBlock)
+                   for b in self.blocks)
 
 
 class Agent:
     """The spine's agent. Front doors use only the ``protocols.Agent`` surface."""
 
-    def __init__(self, spec: AgentSpec, host: "Host") -> None:
+    def __init__(self, spec: AgentSpec, host: Host) -> None:
         self.spec = spec
         self.host = host
         self.session_id = spec.session_id
@@ -171,7 +194,7 @@ class Agent:
             origin=spec.origin,
         )
         self.log: SessionLog = host.session_store.open(self.header)
-        self.children: list[Agent] = []
+        self.children: list[protocols.Agent] = []
         self.log_error: Exception | None = None  # the first failure of the durable log, if any
         self._observers: list[Observer] = []
         self._seq = 0
@@ -374,7 +397,8 @@ class Agent:
                 if ev.reason == "blocked":  # dsh_prompt_submit kept the claimed prompt out
                     history = [m for m in history if not (isinstance(m, UserMessage) and m.id in claimed)]
             elif isinstance(ev, AssistantMessageEvent):
-                history.append(ev.message)
+                if ev.message.content:  # as the loop did: an empty (cut) message never entered history
+                    history.append(ev.message)
                 calls.extend((ev.turn, ev.step, b) for b in ev.message.content if isinstance(b, ToolCallBlock))
             elif isinstance(ev, ToolResultEvent):
                 history.append(ev.result)
@@ -524,13 +548,16 @@ class Agent:
             if self.host.pm.hook.dsh_check_step(session=self, turn=turn, step=step) == "stop":
                 return "max-steps"  # a step budget: everything so far is committed, every call answered
             partial = await self._call_model(turn, step)
+            # Cut by max tokens: no tool call of this message runs or is committed, the one that was
+            # still streaming included (its arguments are incomplete; the rest would need results).
             truncated = partial.finish == "max-tokens"
             content = partial.content(keep_tools=not truncated)
             message = AssistantMessage(
                 id=new_id("msg_"), content=content, provider=self.route.provider, model=self.route.model
             )
             calls = [b for b in content if isinstance(b, ToolCallBlock)]
-            self._history.append(message)
+            if content:  # a cut that left nothing is logged (usage, finish) but is no turn of the conversation
+                self._history.append(message)
             self.emit(
                 AssistantMessageEvent(
                     turn=turn,
@@ -782,3 +809,8 @@ def _subject(args: dict[str, Any], reason: str) -> str:
         if isinstance(args.get(key), str):
             return f"{args[key]} — {reason}"
     return reason
+
+if TYPE_CHECKING:  # pragma: no cover - mypy checks the concrete loop against the contract doors program to
+
+    def _satisfies_the_contract(agent: Agent) -> protocols.Agent:
+        return agent

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pluggy
 
+from .diag import warn
 from .errors import DshError
 
 
@@ -43,9 +44,9 @@ class CommandRegistry:
 
 def _command_manager(argv: Sequence[str]) -> pluggy.PluginManager:
     from .builtin import commands as builtin_commands
-    from .host import installed_plugins, make_plugin_manager, register_plugin
+    from .host import installed_plugins, register_plugin
 
-    pm = make_plugin_manager(trace=False)
+    pm = builtin_commands.plugin_manager(trace=False)
     # Builtin subcommands (run, plugins, examples) need no plugin imports: skipping them keeps
     # `dsh run` start-up at the spine's import cost (~60 ms less with httpx-based plugins installed).
     first = next((a for a in argv if not a.startswith("-")), None)
@@ -58,7 +59,7 @@ def _command_manager(argv: Sequence[str]) -> pluggy.PluginManager:
             try:
                 register_plugin(pm, ep.load(), name)
             except Exception as exc:
-                print(f"dsh: plugin {name!r} failed to load for its commands: {exc!r}", file=sys.stderr)
+                warn(f"plugin {name!r} failed to load for its commands: {exc!r}")
     return pm
 
 

@@ -15,25 +15,18 @@ import os
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from .errors import DshError
+
+# Finding is what a DoctorCheck returns, so it is defined beside that seam; re-exported here.
+from .protocols import Finding as Finding
+from .protocols import Status as Status
 
 if TYPE_CHECKING:  # pragma: no cover
     from .protocols import DoctorCheck
 
-Status = Literal["ok", "warn", "fail"]
 LOW_SPACE = 100 * 1024 * 1024  # below this free in the data dir's file system: warn
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One line of the doctor's report. ``fix`` is a command or step, never a secret."""
-
-    subject: str
-    status: Status
-    detail: str
-    fix: str = ""
 
 
 @dataclass(frozen=True)

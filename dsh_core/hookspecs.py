@@ -9,6 +9,27 @@ the host's anyio task group. An ``async def`` hookimpl is rejected at registrati
 Call shapes follow the names: ``register_*`` collects (every plugin may add),
 ``*_store`` / ``make_*`` pick one (firstresult), ``check_*`` is a verdict where
 None means "no opinion", ``*_event`` observes.
+
+The hooks are grouped by the phase in which they are called:
+
+- **registration** — once per host at start-up (``dsh_addhooks``, ``dsh_configure``,
+  ``dsh_register_models``, ``dsh_register_tools``, ``dsh_register_front_doors``), or by the
+  CLI and ``dsh doctor`` (``dsh_register_commands``, ``dsh_register_doctor_checks``);
+- **composition** — once per host, pick the one object that fills a seam or lives as long
+  as the host (``dsh_session_store``, ``dsh_attachment_store``, ``dsh_lifespan``);
+- **per-session** — for one agent: building it (``dsh_make_agent``, ``dsh_system_prompt``,
+  ``dsh_history_policy``, ``dsh_code_runtime``), deciding inside its turns
+  (``dsh_check_step``, ``dsh_after_tool``, ``dsh_check_approval``), and cleaning up after it
+  (``dsh_session_artifacts``);
+- **observation** — see every durable event, change nothing (``dsh_session_event``);
+- **interception** — steer a session at fixed points of its turns, as a hook bridge does
+  (``dsh_session_start``, ``dsh_prompt_submit``, ``dsh_before_tool``, ``dsh_before_stop``, and
+  ``dsh_after_tool`` above), with typed decisions from ``dsh_core.interception``.
+
+The hooks name the spine's objects by their Protocols (``dsh_core.protocols``: ``Host``,
+``Agent``, ``CommandRegistry``…), never by the concrete classes: this module imports
+nothing but the contract, and ``hookimpl``, the marker plugins decorate their
+implementations with, lives here beside the specs it matches.
 """
 
 from __future__ import annotations
@@ -22,23 +43,32 @@ import pluggy
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
-    from .contracts import AgentSpec
-    from .protocols import Agent
-    from .cli import CommandRegistry
-    from .host import Host
     from .protocols import (
+        Agent,
+        AgentSpec,
         AttachmentStore,
         CodeRuntime,
+        CommandRegistry,
         DoctorCheck,
         FrontDoor,
         HistoryPolicy,
+        Host,
         ModelProvider,
         SessionStore,
         Tool,
     )
     from .types import AfterTool, ApprovalRequest, DurableEvent, ToolCallBlock, ToolOutput
 
-hookspec = pluggy.HookspecMarker("dsh")
+PROJECT = "dsh"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+"""Decorate a plugin's hook implementations: ``@hookimpl`` (``dsh_core.hookimpl`` is the same marker)."""
+
+
+# -----------------------------------------------------------------------------
+# Registration: configure, then offer what a plugin provides (once per host at start-up;
+# commands and doctor checks once per CLI run).
+# -----------------------------------------------------------------------------
 
 
 @hookspec(historic=True)
@@ -59,27 +89,6 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None
     manifest (``[config.<plugin>]``), merged with CLI/env overrides. A plugin reads
     only its own key and raises ``dsh_core.ConfigError`` naming the key and the fix.
     Return value ignored.
-    """
-
-
-@hookspec
-def dsh_register_commands(commands: "CommandRegistry") -> None:
-    """Add ``dsh <sub>`` subcommands.
-
-    Called by the CLI while it builds its argument parser, on a plugin manager that
-    holds the spine's builtins and every installed dsh plugin (commands are
-    discoverable without an example). Call ``commands.add(name, help=…, setup=…,
-    run=…)``; ``run(args) -> int`` is the exit code. Return value ignored.
-    """
-
-
-@hookspec
-def dsh_register_front_doors(register: Callable[["FrontDoor"], None], host: "Host") -> None:
-    """Offer front doors by name (``acp-stdio``, ``stream-json``…).
-
-    Called once by the host at start-up, after ``dsh_configure`` (read your settings
-    from ``host.config[<plugin>]``). Call ``register(door)`` for each door; the
-    example's ``front-door`` key picks one. Return value ignored.
     """
 
 
@@ -105,6 +114,87 @@ def dsh_register_tools(register: Callable[["Tool"], None], host: "Host") -> None
 
 
 @hookspec
+def dsh_register_front_doors(register: Callable[["FrontDoor"], None], host: "Host") -> None:
+    """Offer front doors by name (``acp-stdio``, ``stream-json``…).
+
+    Called once by the host at start-up, after ``dsh_configure`` (read your settings
+    from ``host.config[<plugin>]``). Call ``register(door)`` for each door; the
+    example's ``front-door`` key picks one. Return value ignored.
+    """
+
+
+@hookspec
+def dsh_register_commands(commands: "CommandRegistry") -> None:
+    """Add ``dsh <sub>`` subcommands.
+
+    Called by the CLI while it builds its argument parser, on a plugin manager that
+    holds the spine's builtins and every installed dsh plugin (commands are
+    discoverable without an example). Call ``commands.add(name, help=…, setup=…,
+    run=…)``; ``run(args) -> int`` is the exit code. Return value ignored.
+    """
+
+
+@hookspec
+def dsh_register_doctor_checks(register: Callable[["DoctorCheck"], None], host: "Host") -> None:
+    """Offer checks to ``dsh doctor`` (does this machine serve the example?).
+
+    Called by ``dsh doctor`` once, on a host built for the example being checked from
+    its installed plugins: configured and its registries filled, but never started (no
+    lifespan, no task group, no agent). Call ``register(check)`` with objects that have a
+    ``name`` and ``async run() -> dsh_core.doctor.Finding`` (see ``protocols.DoctorCheck``);
+    the doctor runs them in order after its own checks. A ``fail`` finding makes it exit 1.
+    Return value ignored.
+    """
+
+
+# -----------------------------------------------------------------------------
+# Composition: once per host, pick the one object that fills a seam, or live as long as the host.
+# -----------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def dsh_session_store(host: "Host") -> "SessionStore | None":
+    """Pick the durable session store.
+
+    Called once by the host at start-up. First non-None wins; the spine's default
+    (trylast) keeps logs in memory only.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_attachment_store(host: "Host") -> "AttachmentStore | None":
+    """Pick the content-addressed attachment store.
+
+    Called once by the host at start-up. First non-None wins; the default is None:
+    no store, so nothing claims image support.
+    """
+
+
+@hookspec
+def dsh_lifespan(host: "Host") -> "AbstractAsyncContextManager[Any] | None":
+    """Provide an async context manager that lives as long as the host.
+
+    Called once by the host at start-up. Managers are entered in call order inside
+    the host's task group and exited in reverse. Return None for nothing.
+    """
+
+
+# -----------------------------------------------------------------------------
+# Per-session: for one agent, building it, then deciding inside its turns.
+# -----------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def dsh_make_agent(spec: "AgentSpec", host: "Host") -> "Agent | None":
+    """Build the agent for a new session.
+
+    Called by ``Host.create_agent``. The first non-None result wins; the spine's
+    default (trylast) builds ``dsh_core.agent.Agent``. A wrapper (``hookwrapper``/
+    ``wrapper=True``) may decorate the result.
+    """
+
+
+@hookspec
 def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str | None:
     """Contribute a section of an agent's system prompt.
 
@@ -113,6 +203,43 @@ def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str | None:
     (a section) or None. The spine's base section comes first, then the plugins'
     sections in registration order. The result is stable for the session's
     life, so the provider's prefix cache keeps hitting.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_history_policy(session: "Agent", host: "Host") -> "HistoryPolicy | None":
+    """Pick the object that may rewrite ``session``'s model history (compaction).
+
+    Called by the agent once, when it is built. First non-None wins; None (the default)
+    means the history is only ever appended to. The policy's ``prepare`` runs before each
+    model call and its ``recover`` after a context-length error (``CONTEXT_WINDOW_EXCEEDED``);
+    either may return a replacement history, which the agent adopts whole (a new list: views
+    handed to earlier calls stay valid). Rewriting is the policy's alone and should be rare,
+    so everything between rewrites stays append-only and the provider's prefix cache keeps
+    hitting. See ``protocols.HistoryPolicy``.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_code_runtime(session: "Agent", host: "Host") -> "CodeRuntime | None":
+    """Pick the runtime that runs one program of code mode (``run_code``) for ``session``.
+
+    Called by the code-mode plugin each time a program of that session is to run (keep it
+    cheap: the session gives the cwd and the route). First non-None wins; code-mode's own default (trylast) is a
+    fresh Python subprocess per run, confined by the sandbox ``bash`` uses. A runtime
+    declares its ``language`` (the prompt's API is rendered for it) and implements
+    ``run(program, bindings, cancel)`` (see ``protocols.CodeRuntime``).
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_check_step(session: "Agent", turn: int, step: int) -> Literal["stop"] | None:
+    """Say whether a turn may make its next model call.
+
+    Called by the agent loop before each model call of a turn (``step`` counts them from 1).
+    ``"stop"`` ends the turn now with reason ``max-steps`` (the ACP door answers
+    ``max_turn_requests``); what was answered so far is already committed, and every tool call
+    already has its result. None (no opinion) lets the call go ahead. First non-None wins.
     """
 
 
@@ -134,45 +261,6 @@ def dsh_after_tool(session: "Agent", call: "ToolCallBlock", output: "ToolOutput"
 
 
 @hookspec(firstresult=True)
-def dsh_check_step(session: "Agent", turn: int, step: int) -> Literal["stop"] | None:
-    """Say whether a turn may make its next model call.
-
-    Called by the agent loop before each model call of a turn (``step`` counts them from 1).
-    ``"stop"`` ends the turn now with reason ``max-steps`` (the ACP door answers
-    ``max_turn_requests``); what was answered so far is already committed, and every tool call
-    already has its result. None (no opinion) lets the call go ahead. First non-None wins.
-    """
-
-
-@hookspec(firstresult=True)
-def dsh_make_agent(spec: "AgentSpec", host: "Host") -> "Agent | None":
-    """Build the agent for a new session.
-
-    Called by ``Host.create_agent``. The first non-None result wins; the spine's
-    default (trylast) builds ``dsh_core.agent.Agent``. A wrapper (``hookwrapper``/
-    ``wrapper=True``) may decorate the result.
-    """
-
-
-@hookspec(firstresult=True)
-def dsh_session_store(host: "Host") -> "SessionStore | None":
-    """Pick the durable session store.
-
-    Called once by the host at start-up. First non-None wins; the spine's default
-    (trylast) keeps logs in memory only.
-    """
-
-
-@hookspec(firstresult=True)
-def dsh_attachment_store(host: "Host") -> "AttachmentStore | None":
-    """Pick the content-addressed attachment store.
-
-    Called once by the host at start-up. First non-None wins; the default is None:
-    no store, so nothing claims image support.
-    """
-
-
-@hookspec(firstresult=True)
 def dsh_check_approval(
     request: "ApprovalRequest",
 ) -> Literal["allow", "deny", "ask"] | None:
@@ -181,32 +269,6 @@ def dsh_check_approval(
     Called by the approval service for every request. ``"allow"``/``"deny"`` decide
     at once (one-shot, nothing remembered); ``"ask"`` or None (no opinion) go on to
     the answerers (front doors), tried newest first; none answering → unavailable.
-    """
-
-
-@hookspec(firstresult=True)
-def dsh_code_runtime(session: "Agent", host: "Host") -> "CodeRuntime | None":
-    """Pick the runtime that runs one program of code mode (``run_code``) for ``session``.
-
-    Called by the code-mode plugin each time a program of that session is to run (keep it
-    cheap: the session gives the cwd and the route). First non-None wins; code-mode's own default (trylast) is a
-    fresh Python subprocess per run, confined by the sandbox ``bash`` uses. A runtime
-    declares its ``language`` (the prompt's API is rendered for it) and implements
-    ``run(program, bindings, cancel)`` (see ``protocols.CodeRuntime``).
-    """
-
-
-@hookspec(firstresult=True)
-def dsh_history_policy(session: "Agent", host: "Host") -> "HistoryPolicy | None":
-    """Pick the object that may rewrite ``session``'s model history (compaction).
-
-    Called by the agent once, when it is built. First non-None wins; None (the default)
-    means the history is only ever appended to. The policy's ``prepare`` runs before each
-    model call and its ``recover`` after a context-length error (``CONTEXT_WINDOW_EXCEEDED``);
-    either may return a replacement history, which the agent adopts whole (a new list: views
-    handed to earlier calls stay valid). Rewriting is the policy's alone and should be rare,
-    so everything between rewrites stays append-only and the provider's prefix cache keeps
-    hitting. See ``protocols.HistoryPolicy``.
     """
 
 
@@ -220,6 +282,11 @@ def dsh_session_artifacts(session_id: str, host: "Host") -> "list[Path] | None":
     """
 
 
+# -----------------------------------------------------------------------------
+# Observation: see what happened, change nothing.
+# -----------------------------------------------------------------------------
+
+
 @hookspec
 def dsh_session_event(session: "Agent", event: "DurableEvent") -> None:
     """Observe every durable event, after it is appended to the session log.
@@ -229,31 +296,8 @@ def dsh_session_event(session: "Agent", event: "DurableEvent") -> None:
     """
 
 
-@hookspec
-def dsh_lifespan(host: "Host") -> "AbstractAsyncContextManager[Any] | None":
-    """Provide an async context manager that lives as long as the host.
-
-    Called once by the host at start-up. Managers are entered in call order inside
-    the host's task group and exited in reverse. Return None for nothing.
-    """
-
-
-@hookspec
-def dsh_register_doctor_checks(register: Callable[["DoctorCheck"], None], host: "Host") -> None:
-    """Offer checks to ``dsh doctor`` (does this machine serve the example?).
-
-    Called by ``dsh doctor`` once, on a host built for the example being checked from
-    its installed plugins: configured and its registries filled, but never started (no
-    lifespan, no task group, no agent). Call ``register(check)`` with objects that have a
-    ``name`` and ``async run() -> dsh_core.doctor.Finding`` (see ``protocols.DoctorCheck``);
-    the doctor runs them in order after its own checks. A ``fail`` finding makes it exit 1.
-    Return value ignored.
-    """
-
-
-# --------------------------------------------------------------------------- interception
-#
-# The points a hook bridge (plugins hooks-claude-code, hooks-codex) or any native plugin sits on
+# -----------------------------------------------------------------------------
+# Interception: the points a hook bridge (plugins hooks-claude-code, hooks-codex) or any native plugin sits on
 # to steer a session: session start, prompt submit, before a tool, after a tool (``dsh_after_tool``
 # above) and before a turn stops. Each is called synchronously by the agent loop with every
 # implementation (pluggy's order: the last registered first); an implementation answers with a typed decision from
@@ -262,6 +306,7 @@ def dsh_register_doctor_checks(register: Callable[["DoctorCheck"], None], host: 
 # work), or None (no opinion). ``dsh_after_tool`` accepts a ``Pending`` the same way. The loop
 # folds the answers most-restrictively (see ``dsh_core.interception``); a plugin that writes
 # durable records of its work uses ``session.emit`` (the ``hook/invoked``/``hook/result`` events).
+# -----------------------------------------------------------------------------
 
 if TYPE_CHECKING:  # pragma: no cover
     from .interception import BeforeStop, BeforeTool, Pending, PromptSubmit, SessionStart

@@ -1,4 +1,9 @@
-"""The host: one PluginManager for one composition, its registries, lifespan and task group."""
+"""The host: one PluginManager for one composition, its registries, lifespan and task group.
+
+It knows the agent loop only through the ``dsh_make_agent`` hook (whose default, in
+``builtin.defaults``, builds ``dsh_core.agent.Agent``) and holds agents as ``protocols.Agent``.
+``hookimpl`` is re-exported from ``dsh_core.hookspecs``, where it is defined.
+"""
 
 from __future__ import annotations
 
@@ -10,26 +15,31 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pluggy
 
 from . import hookspecs
-from .agent import Agent
-from .contracts import AgentSpec, new_id
+from .builtin import defaults as builtin_defaults
 from .compose import Composition
 from .diag import warn
 from .spill import DEFAULT_LIMIT as DEFAULT_SPILL_LIMIT
 from .spill import default_root as default_spill_root
 from .errors import CompositionError, ConfigError, DshError, RouteError
+# re-exported: `from dsh_core.host import hookimpl` keeps working
+from .hookspecs import PROJECT as PROJECT
+from .hookspecs import hookimpl as hookimpl
 from .protocols import (
+    Agent,
+    AgentSpec,
     Answerer,
     AttachmentStore,
     FrontDoor,
     ModelProvider,
     SessionStore,
     Tool,
+    new_id,
 )
 from .types import (
     ApprovalAsked,
@@ -39,8 +49,6 @@ from .types import (
     DurableEvent,
 )
 
-hookimpl = pluggy.HookimplMarker("dsh")
-PROJECT = "dsh"
 ENTRY_POINT_GROUP = "dsh"
 
 
@@ -76,13 +84,13 @@ def register_plugin(pm: pluggy.PluginManager, plugin: object, name: str) -> None
 
 
 def make_plugin_manager(*, trace: bool | None = None) -> pluggy.PluginManager:
-    """A fresh manager holding the spec and the spine's builtin plugins."""
-    from .builtin import BUILTINS
+    """A fresh manager holding the spec and the spine's runtime defaults (``dsh-defaults``).
 
+    The CLI adds its builtin subcommands (``dsh-commands``) itself: see
+    ``dsh_core.builtin.commands.plugin_manager``."""
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
-    for name, plugin in BUILTINS:
-        register_plugin(pm, plugin, name)
+    register_plugin(pm, builtin_defaults, "dsh-defaults")
     if trace if trace is not None else os.environ.get("DSH_TRACE_PLUGINS") == "1":
         pm.trace.root.setwriter(lambda s: sys.stderr.write(s))
         pm.enable_tracing()
@@ -305,3 +313,10 @@ async def open_host(
                 with anyio.CancelScope(shield=True):
                     await host.dispose_agents()
         tg.cancel_scope.cancel()
+
+
+if TYPE_CHECKING:  # pragma: no cover - mypy checks the concrete host against the contract plugins program to
+    from .protocols import Host as HostProtocol
+
+    def _satisfies_the_contract(host: Host) -> HostProtocol:
+        return host

@@ -1,22 +1,43 @@
-"""The seams of the spine as ``typing.Protocol`` classes.
+"""The seams of the spine as ``typing.Protocol`` classes, and the values handed across them.
 
-Plugins return objects that satisfy these from their hooks; the spine never
-imports a plugin. Each seam has one to three async methods; everything that
-does I/O is async and runs inside the host's anyio task group.
+Plugins return objects that satisfy these from their hooks; the spine never imports a plugin,
+and a plugin never needs the concrete loop (``dsh_core.agent``) or host (``dsh_core.host``):
+``Agent`` and ``Host`` here are exactly what front doors, tools, policies and hook
+implementations use of them. Each seam has one to three async methods; everything that does
+I/O is async and runs inside the host's anyio task group.
+
+The small values that cross the seams live here too — ``AgentSpec`` (what a new agent is
+pinned to), ``ToolContext`` (what a tool gets), ``HistoryContext`` (what a history policy
+sees), ``Finding`` (what a doctor check reports) and ``new_id`` — because they and the
+Protocols refer to each other (an agent has a spec, a spec names its parent agent, a tool's
+context holds its agent): one module, so the contract has no import circle.
+``dsh_core.contracts`` re-exports the four that doors and tools hold.
+
+This module imports only ``types`` from the spine: it is the bottom of the contract
+(``types``/``errors`` → ``protocols`` → ``contracts`` → ``hookspecs``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import anyio
+import anyio.abc
+import pluggy
 
 from .types import (
     ApprovalOutcome,
     ApprovalRequest,
     CodeRunResult,
+    ContentBlock,
     DurableEvent,
+    Event,
+    HistoryView,
     ImageBlock,
     ModelDelta,
     ModelInfo,
@@ -28,10 +49,10 @@ from .types import (
     UserMessage,
 )
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .contracts import ToolContext
-    from .doctor import Finding
-    from .host import Host
+
+def new_id(prefix: str = "") -> str:
+    """An unguessable id (128 bits from the OS CSPRNG)."""
+    return prefix + secrets.token_hex(16)
 
 
 @runtime_checkable
@@ -58,7 +79,7 @@ class ModelProvider(Protocol):
 class HistoryPolicy(Protocol):
     """Rewrites an agent's model history (offered by ``dsh_history_policy``); compaction is one.
 
-    Both methods get a ``dsh_core.agent.HistoryContext`` (the agent, the history as a read-only
+    Both methods get a ``HistoryContext`` (below: the agent, the history as a read-only
     view, the request prefix, the previous call's reported prompt tokens) and return a whole
     replacement history, or None to keep it. ``prepare`` runs before every model call of a turn
     (keep the no-op path cheap: O(messages appended since the last call));
@@ -68,9 +89,9 @@ class HistoryPolicy(Protocol):
     history (cancellation propagates, the history stays as it was).
     """
 
-    async def prepare(self, ctx: Any) -> "Sequence[Any] | None": ...
+    async def prepare(self, ctx: HistoryContext) -> Sequence[Any] | None: ...
 
-    async def recover(self, ctx: Any, error: Exception) -> "Sequence[Any] | None": ...
+    async def recover(self, ctx: HistoryContext, error: Exception) -> Sequence[Any] | None: ...
 
 
 @runtime_checkable
@@ -79,25 +100,189 @@ class Tool(Protocol):
 
     spec: ToolSpec
 
-    async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput: ...
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput: ...
+
+
+Observer = Callable[["Agent", DurableEvent], None]
+"""Called synchronously with ``(agent, event)`` for each durable event, in order (``Agent.subscribe``)."""
 
 
 @runtime_checkable
 class Agent(Protocol):
-    """What front doors program against (never the concrete loop)."""
+    """One session's agent, as front doors, tools, policies and hooks use it (never the concrete loop).
 
-    session_id: str
-    cwd: str
+    This is the whole surface a plugin may rely on; ``dsh_core.agent.Agent`` satisfies it
+    (``tests/test_architecture.py``), and a ``dsh_make_agent`` wrapper must too.
+    """
 
-    def submit(self, message: UserMessage) -> None: ...
+    @property
+    def session_id(self) -> str: ...
 
-    def cancel(self, kind: str = "user") -> None: ...
+    @property
+    def cwd(self) -> str: ...
 
-    def subscribe(self, observer: Any) -> Any: ...
+    @property
+    def spec(self) -> AgentSpec:
+        """What the agent was built from (``extra`` is scratch space plugins share per session)."""
 
-    async def wait_idle(self) -> None: ...
+    @property
+    def host(self) -> Host: ...
 
-    async def dispose(self) -> None: ...
+    @property
+    def provider(self) -> ModelProvider:
+        """The provider of the session's route (a policy may call it, e.g. to summarise)."""
+
+    @property
+    def route(self) -> ModelInfo:
+        """The session's *current* exact route (a session may switch models)."""
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        """Every tool of the agent, offered to the model or not (``call_tool`` reaches them all)."""
+
+    @property
+    def busy(self) -> bool:
+        """A turn runs or the inbox holds messages."""
+
+    @property
+    def disposed(self) -> bool: ...
+
+    children: list[Agent]
+    """Live subagents, oldest first; a child adds itself to its parent's list and leaves it when disposed."""
+
+    def submit(self, message: UserMessage) -> None:
+        """Publish ``user/message`` and queue it for the next turn; never blocks. Raises
+        ``AgentDisposed`` after ``dispose``, ``SessionLogFailed`` once the log cannot be written."""
+
+    def cancel(self, kind: str = "user") -> None:
+        """Abort the running turn and drop unclaimed messages; idempotent, returns at once."""
+
+    def subscribe(self, observer: Observer) -> Callable[[], None]:
+        """Observe every durable event; returns the unsubscribe function."""
+
+    def emit(self, event: Event) -> None:
+        """Record a durable event (a tool's or policy's own, e.g. compaction) and publish it."""
+
+    def splice(self, content: list[ContentBlock]) -> None:
+        """Show the model ``content`` as a user message after this step's tool results."""
+
+    def offer(self, names: list[str], *, hint: str = "") -> None:
+        """Offer only ``names`` to the model; other tools stay callable through ``call_tool``."""
+
+    def parallel_safe(self, name: str) -> bool:
+        """Whether calls of tool ``name`` may overlap."""
+
+    async def call_tool(
+        self, name: str, arguments: str | dict[str, Any], *, call_id: str, turn: int, step: int
+    ) -> ToolOutput:
+        """Run one call through the normal tool path (approvals, errors mapped to results)."""
+
+    def restore(self, events: list[DurableEvent]) -> None:
+        """Rebuild a fresh, idle agent's conversation from a recorded log (session resume)."""
+
+    async def wait_idle(self) -> None:
+        """Return when no turn runs and the inbox is empty (quiescence)."""
+
+    async def dispose(self) -> None:
+        """Cancel, wait for quiescence, dispose children (child first), close the log."""
+
+
+@runtime_checkable
+class Approvals(Protocol):
+    """The host's approval seam (``host.approvals``): policy verdict first, then answerers newest-first."""
+
+    def add_answerer(self, answerer: Answerer) -> Callable[[], None]:
+        """Let ``answerer`` answer requests it owns; returns the function that removes it."""
+
+    async def request(self, req: ApprovalRequest) -> ApprovalOutcome:
+        """Ask once; nothing is remembered."""
+
+
+@runtime_checkable
+class Host(Protocol):
+    """One composition at run time, as plugins, front doors and the agent loop use it.
+
+    ``dsh_core.host.Host`` satisfies it (``tests/test_architecture.py``); hooks receive it as ``host``.
+    """
+
+    @property
+    def pm(self) -> pluggy.PluginManager: ...
+
+    @property
+    def config(self) -> dict[str, dict[str, Any]]:
+        """Each plugin's table from the example (``[config.<plugin>]``) with overrides merged."""
+
+    @property
+    def default_provider(self) -> str | None: ...
+
+    @property
+    def default_model(self) -> str | None: ...
+
+    @property
+    def models(self) -> Mapping[str, ModelProvider]: ...
+
+    @property
+    def tools(self) -> Mapping[str, Tool]: ...
+
+    @property
+    def front_doors(self) -> Mapping[str, FrontDoor]: ...
+
+    @property
+    def approvals(self) -> Approvals: ...
+
+    @property
+    def agents(self) -> AbstractSet[Agent]:
+        """Every live agent of this host (subagents included)."""
+
+    @property
+    def session_store(self) -> SessionStore: ...
+
+    @property
+    def attachment_store(self) -> AttachmentStore | None: ...
+
+    @property
+    def spill_limit(self) -> int:
+        """Bytes of a tool result the model sees before the rest goes to a spill file."""
+
+    @property
+    def spill_root(self) -> Path: ...
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup:
+        """The group that owns every task of the host (raises ``DshError`` when not running)."""
+
+    def provider(self, name: str) -> ModelProvider:
+        """The provider named ``name``, or ``RouteError`` with the way out."""
+
+    def check_route(self, provider: str | None = None, model: str | None = None) -> tuple[str, str]:
+        """The exact route (defaults filled in), resolved now: ``RouteError`` if not served."""
+
+    def system_prompt(self, spec: AgentSpec) -> str: ...
+
+    def observe(self, agent: Agent, event: DurableEvent) -> None:
+        """Hand a durable event to the ``dsh_session_event`` observers."""
+
+    def create_agent(self, spec: AgentSpec) -> Agent:
+        """Build a new session's agent (``dsh_make_agent``) and count it among ``agents``."""
+
+    def forget(self, agent: Agent) -> None:
+        """Drop a disposed agent from ``agents``."""
+
+
+@runtime_checkable
+class CommandRegistry(Protocol):
+    """Where ``dsh_register_commands`` adds ``dsh <sub>`` subcommands."""
+
+    def add(
+        self,
+        name: str,
+        *,
+        help: str,
+        setup: Callable[[Any], None],
+        run: Callable[[Any], int],
+        description: str | None = None,
+    ) -> None:
+        """``setup(parser)`` adds arguments to the subcommand's argparse parser; ``run(args)`` is its exit code."""
 
 
 @runtime_checkable
@@ -146,7 +331,7 @@ class FrontDoor(Protocol):
 
     name: str
 
-    async def serve(self, host: "Host") -> None: ...
+    async def serve(self, host: Host) -> None: ...
 
 
 @runtime_checkable
@@ -191,4 +376,108 @@ class DoctorCheck(Protocol):
 
     name: str
 
-    async def run(self) -> "Finding": ...
+    async def run(self) -> Finding: ...
+
+
+Status = Literal["ok", "warn", "fail"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the doctor's report. ``fix`` is a command or step, never a secret."""
+
+    subject: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+@dataclass(kw_only=True)
+class AgentSpec:
+    """What a new agent is pinned to."""
+
+    cwd: str
+    provider: str
+    model: str
+    session_id: str = field(default_factory=new_id)
+    parent: Agent | None = None
+    origin: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def depth(self) -> int:
+        return 0 if self.parent is None else self.parent.spec.depth + 1
+
+
+@dataclass(kw_only=True)
+class ToolContext:
+    """What a tool executor may use. ``agent`` is the exact calling agent."""
+
+    agent: Agent
+    call_id: str
+    tool_name: str
+    turn: int
+    step: int
+
+    @property
+    def cwd(self) -> str:
+        return self.agent.cwd
+
+    @property
+    def session_id(self) -> str:
+        return self.agent.session_id
+
+    @property
+    def host(self) -> Host:
+        return self.agent.host
+
+    @property
+    def route(self) -> ModelInfo:
+        return self.agent.route
+
+    def emit(self, event: Event) -> None:
+        self.agent.emit(event)
+
+    async def approve(
+        self,
+        reason: str,
+        *,
+        kind: str | None = None,
+        subject: str | None = None,
+        args: dict[str, Any] | None = None,
+        tier: str | None = None,
+        justification: str | None = None,
+    ) -> ApprovalOutcome:
+        """Ask the approval seam (one-shot). Returns the outcome; nothing is remembered.
+
+        The keywords describe the call to whoever answers (see ``ApprovalRequest``)."""
+        req = ApprovalRequest(
+            agent=self.agent, tool_name=self.tool_name, call_id=self.call_id, reason=reason,
+            kind=kind, subject=subject, args=args, tier=tier, justification=justification,
+        )
+        return await self.host.approvals.request(req)
+
+    def splice(self, content: list[ContentBlock]) -> None:
+        """Show the model ``content`` (e.g. an image a nested call produced) as a user message
+        (source ``tool``) spliced in after this step's tool results, before the next model call."""
+        self.agent.splice(content)
+
+
+@dataclass(kw_only=True)
+class HistoryContext:
+    """What a ``HistoryPolicy`` sees before a model call (see ``HistoryPolicy``).
+
+    ``metered_tokens`` is the prompt-token count the provider reported for the previous call of
+    this history (None when none was reported, or the history was rewritten since) and
+    ``metered_messages`` how many of ``history``'s messages that call carried; what follows them
+    was appended since and is not yet counted by the provider."""
+
+    agent: Agent
+    turn: int
+    step: int
+    route: ModelInfo
+    system: str
+    tools: list[Any]
+    history: HistoryView
+    metered_tokens: int | None = None
+    metered_messages: int = 0

@@ -531,11 +531,6 @@ class CodeRunResult(_Base, kw_only=True):
     error: CodeRunError | None = None
 
 
-class Route(_Base, kw_only=True):
-    provider: str
-    model: str
-
-
 def now() -> float:
     return time.time()
 

@@ -1,5 +1,8 @@
-"""The spine's own defaults, registered like any plugin (all ``trylast``)."""
+"""The spine's own plugins, registered like any plugin (all ``trylast``).
 
-from . import commands, defaults
-
-BUILTINS = [("dsh-defaults", defaults), ("dsh-commands", commands)]
+``defaults`` (``dsh-defaults``: the agent factory, the in-memory session store, the base system
+prompt) is registered by ``host.make_plugin_manager`` in every plugin manager; ``commands``
+(``dsh-commands``: run, plugins, examples, doctor) by the CLI's own manager
+(``commands.plugin_manager``). This package imports neither, so the host can import
+``defaults`` without pulling in the CLI layer.
+"""

@@ -1,17 +1,34 @@
-"""The spine's own subcommands: run, plugins, examples, doctor."""
+"""The spine's own subcommands: run, plugins, examples, doctor.
+
+The CLI layer: it sits above the host (it composes and serves hosts), so the host never
+imports it; ``plugin_manager`` is the host's manager plus this plugin, for every manager the
+CLI builds.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import TYPE_CHECKING
 
-from ..host import hookimpl
+from ..hookspecs import hookimpl
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..cli import CommandRegistry
+    import pluggy
+
+    from ..protocols import CommandRegistry
 
 NAMES = frozenset({"run", "plugins", "examples", "doctor"})
+
+
+def plugin_manager(*, trace: bool | None = None) -> pluggy.PluginManager:
+    """``host.make_plugin_manager`` with the spine's subcommands registered (``dsh-commands``)."""
+    from ..host import make_plugin_manager, register_plugin
+
+    pm = make_plugin_manager(trace=trace)
+    register_plugin(pm, sys.modules[__name__], "dsh-commands")
+    return pm
 
 
 def _setup_run(p: argparse.ArgumentParser) -> None:
@@ -32,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     composition = load_composition(args.example)
 
     async def serve() -> None:
-        async with open_host(composition, provider=args.provider, model=args.model) as host:
+        async with open_host(composition, provider=args.provider, model=args.model, pm=plugin_manager()) as host:
             host.check_route()
             name = composition.front_door
             door = host.front_doors.get(name or "")
@@ -54,10 +71,10 @@ def _setup_plugins(p: argparse.ArgumentParser) -> None:
 
 def _plugins(args: argparse.Namespace) -> int:
     from ..compose import load_composition
-    from ..host import load_plugins, make_plugin_manager
+    from ..host import load_plugins
 
     composition = load_composition(args.example)
-    pm = make_plugin_manager()
+    pm = plugin_manager()
     loaded = load_plugins(pm, composition)
     rows = []
     for name, plugin in pm.list_name_plugin():

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..agent import Agent, AgentSpec
+from ..agent import Agent
 from ..errors import DshError
-from ..host import hookimpl
+from ..hookspecs import hookimpl
 from ..types import DurableEvent, SessionHeader
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..host import Host
+    from ..protocols import AgentSpec, Host
 
 
 class MemoryLog:

@@ -25,7 +25,7 @@ from .images import (
 from .store import PLUGIN, Limits, LocalAttachmentStore, data_home
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.host import Host
+    from dsh_core.protocols import Host
 
 __all__ = [
     "MIME_TYPES",

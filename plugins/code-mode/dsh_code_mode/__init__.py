@@ -25,8 +25,7 @@ from .tool import NAME, RunCodeTool, outer_result
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import AgentSpec
-    from dsh_core.host import Host
-    from dsh_core.protocols import Agent
+    from dsh_core.protocols import Agent, Host
 
 __all__ = ["Limits", "PythonRuntime", "RunCodeTool", "Settings", "outer_result", "render"]
 

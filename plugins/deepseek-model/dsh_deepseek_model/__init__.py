@@ -19,8 +19,7 @@ from ._config import PLUGIN, Settings, parse_settings
 from ._provider import PROVIDER, DeepSeekProvider
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core import Host
-    from dsh_core.protocols import ModelProvider
+    from dsh_core.protocols import Host, ModelProvider
 
 __all__ = ["CATALOGUE", "DeepSeekProvider", "ModelCard", "PLUGIN", "PROVIDER", "Settings", "parse_settings"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from ._sse import KEEP_ALIVE, SSEParser
 from ._wire import build_body, dumps
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core import Host
+    from dsh_core.protocols import Host
 
 PROVIDER = "deepseek"
 USER_AGENT = "dsh-deepseek-model/0.1"
@@ -52,6 +53,9 @@ class _Call:
     finish: str | None = None
     usage: dict[str, Any] | None = None
     events: int = 0
+
+
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")  # a bearer token: visible ASCII only
 
 
 def _int(value: Any) -> int:
@@ -194,6 +198,9 @@ class DeepSeekProvider:
     # ------------------------------------------------------------------ streaming
 
     def _missing_key(self) -> ModelError:
+        if not self.settings.dotenv:  # .env files are not read: do not send the user to write one
+            return ModelError(f"deepseek: no API key: set {KEY_ENV} in the environment "
+                              "(.env files are off: [config.deepseek-model] dotenv = false)", code="MISSING_CREDENTIAL")
         where = [str(Path.cwd() / ".env")]
         root = repo_root() / ".env"
         if str(root) not in where:
@@ -219,6 +226,12 @@ class DeepSeekProvider:
         key = find_api_key(dotenv=s.dotenv)
         if not key:
             raise self._missing_key()
+        if not _HEADER_SAFE.fullmatch(key):  # httpx would fail it deep in the send, as a crash or a retried transport error
+            raise ModelError(
+                f"deepseek: the API key contains characters an HTTP header cannot carry (spaces, control or non-ASCII "
+                f"characters); set {KEY_ENV} to the key alone",
+                code="INVALID_CREDENTIAL",
+            )
         body = await build_body(request, effort=s.reasoning_effort, max_tokens=s.max_tokens, read_image=self._read_image)
         client = self.client()
         http_request = client.build_request(

@@ -320,6 +320,29 @@ def test_retry_after_parsing():
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("bad", ["sk-abc\ndef", "sk-abc def", "sk-\u00e9t\u00e9"], ids=["newline", "space", "non-ascii"])
+async def test_a_key_no_header_can_carry_fails_as_invalid_credential(anyio_backend, env, monkeypatch, bad):
+    monkeypatch.setenv("DEEPSEEK_API_KEY", bad)
+    p = DeepSeekProvider(parse_settings(FAST))
+    with pytest.raises(ModelError) as exc:
+        async for _ in p.stream(ModelRequest(route=p.resolve("deepseek-flash"), system="", messages=[], tools=[])):
+            pass
+    assert exc.value.code == "INVALID_CREDENTIAL" and not exc.value.retryable
+    assert "DEEPSEEK_API_KEY" in exc.value.message and bad not in exc.value.message
+    assert env.chat_requests == []  # refused before anything was sent
+
+
+@pytest.mark.anyio
+async def test_missing_key_with_dotenv_off_does_not_point_at_env_files(anyio_backend, isolated):
+    p = DeepSeekProvider(parse_settings({**FAST, "dotenv": False}))
+    with pytest.raises(ModelError) as exc:
+        async for _ in p.stream(ModelRequest(route=p.resolve("deepseek-flash"), system="", messages=[], tools=[])):
+            pass
+    assert exc.value.code == "MISSING_CREDENTIAL" and "DEEPSEEK_API_KEY" in exc.value.message
+    assert "dotenv = false" in exc.value.message and "or in a .env" not in exc.value.message
+
+
+@pytest.mark.anyio
 async def test_missing_key_fails_the_request_not_startup(anyio_backend, isolated):
     p = DeepSeekProvider(parse_settings(FAST))
     info = p.resolve("deepseek-flash")  # resolving needs no key

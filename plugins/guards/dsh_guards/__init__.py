@@ -22,8 +22,7 @@ from dsh_core.errors import ConfigError
 from dsh_core.types import AfterTool
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.host import Host
-    from dsh_core.protocols import Agent
+    from dsh_core.protocols import Agent, Host
     from dsh_core.types import ToolCallBlock, ToolOutput
 
 PLUGIN = "guards"

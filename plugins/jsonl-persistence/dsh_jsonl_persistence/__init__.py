@@ -24,8 +24,7 @@ from .store import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.cli import CommandRegistry
-    from dsh_core.host import Host
+    from dsh_core.protocols import CommandRegistry, Host
 
 __all__ = [
     "JsonlLog",

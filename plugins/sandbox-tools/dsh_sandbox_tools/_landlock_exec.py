@@ -39,6 +39,7 @@ TRUNCATE = 1 << 14  # ABI 3
 
 PARTIAL_NOTICE = "landlock-run: partial enforcement (older Landlock ABI)"
 EXIT_RUNNER_FAILED = 125
+MAX_ABI_ENV = "DSH_LANDLOCK_MAX_ABI"
 
 
 class _PathBeneath(ctypes.Structure):
@@ -51,9 +52,13 @@ _libc.syscall.restype = ctypes.c_long
 
 
 def abi_version() -> int:
-    """The kernel's Landlock ABI (0 when Landlock is missing or disabled)."""
+    """The kernel's Landlock ABI (0 when Landlock is missing or disabled), capped by
+    ``DSH_LANDLOCK_MAX_ABI`` if set: the launcher then behaves as on an older kernel (fewer
+    rights handled, the partial notice), which is how tests pin that path on a new one."""
     r = _libc.syscall(ctypes.c_long(SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(CREATE_RULESET_VERSION))
-    return int(r) if r > 0 else 0
+    abi = int(r) if r > 0 else 0
+    cap = os.environ.get(MAX_ABI_ENV, "")
+    return min(abi, int(cap)) if cap.isdigit() else abi
 
 
 def write_rights(abi: int) -> tuple[int, int]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
 
 GLOB_MAX = 1000
+GLOB_SCAN_MAX = 20 * GLOB_MAX  # matches looked at before sampling
 GREP_MAX = 500
 GREP_MAX_FILE = 5_000_000
 
@@ -44,9 +45,18 @@ def _glob(base: str, pattern: str) -> tuple[list[str], bool]:
         if _skip(rel):
             continue
         out.append(str(p))
-        if len(out) > GLOB_MAX:
-            return sorted(out[:GLOB_MAX]), True
-    return sorted(out), False
+        if len(out) >= GLOB_SCAN_MAX:
+            break
+    if len(out) <= GLOB_MAX:
+        return sorted(out), False
+    # Over the cap: a sample taken round-robin across the top-level entries, so one big subtree
+    # cannot hide the others and the answer does not depend on directory order.
+    groups: dict[str, list[str]] = {}
+    for path in sorted(out):
+        groups.setdefault(os.path.relpath(path, base).split(os.sep)[0], []).append(path)
+    queues = list(groups.values())
+    picked = [q[i] for i in range(GLOB_MAX) for q in queues if i < len(q)][:GLOB_MAX]
+    return sorted(picked), True
 
 
 class GlobTool(SandboxTool):
@@ -82,7 +92,7 @@ class GlobTool(SandboxTool):
                               structured=data)
         lines = list(shown)
         if more:
-            lines.append(f"[more than {GLOB_MAX} matches; narrow the pattern]")
+            lines.append(f"[more than {GLOB_MAX} matches: a sample across the top-level entries; narrow the pattern or path]")
         return ToolOutput(content=[TextBlock(text="\n".join(lines))], structured=data)
 
 

@@ -265,14 +265,13 @@ class ScriptedProvider:
         calls = list(step.tools or [])
         if step.tool is not None:
             calls.insert(0, {"name": step.tool, "args": step.args or {}})
+        cut = step.finish == "length"
         for i, call in enumerate(calls):
             cursor.calls += 1
-            yield ToolCallDelta(
-                index=i,
-                id=f"call_{cursor.calls}",
-                name=call["name"],
-                arguments=json.dumps(sub(call.get("args", {}))),
-            )
+            arguments = json.dumps(sub(call.get("args", {})))
+            if cut and i == len(calls) - 1:
+                arguments = arguments[: len(arguments) // 2]  # max tokens hit while this call streamed
+            yield ToolCallDelta(index=i, id=f"call_{cursor.calls}", name=call["name"], arguments=arguments)
         if step.usage:
             yield UsageDelta(usage=msgspec.convert(step.usage, Usage))
         if step.finish == "length":

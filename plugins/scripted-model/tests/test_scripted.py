@@ -91,6 +91,17 @@ async def test_errors_and_length_finish(scripted):
     assert (await deltas(p, request(p, model, user("long"))))[-1] == Finish(reason="max-tokens")
 
 
+async def test_length_finish_cuts_the_last_tool_call_half_way(scripted):
+    p = ScriptedProvider()
+    model = str(scripted({"default": [{"finish": "length", "tools": [
+        {"name": "read", "args": {"path": "a.txt"}}, {"name": "read", "args": {"path": "b.txt"}}]}]}))
+    out = await deltas(p, request(p, model, user("go")))
+    first, second = [d for d in out if isinstance(d, ToolCallDelta)]
+    assert json.loads(first.arguments) == {"path": "a.txt"}  # streamed whole before the cut
+    assert second.arguments == '{"path": "b.txt"}'[:8]  # the cut came while this one streamed
+    assert out[-1] == Finish(reason="max-tokens")
+
+
 @pytest.mark.parametrize("script, message", [
     ({"rules": [{"when": "(", "steps": []}]}, "bad regex"),
     ({"default": [{"txt": "typo"}]}, "invalid script"),

@@ -21,8 +21,7 @@ from dsh_core.types import AfterTool
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
-    from dsh_core.host import Host
-    from dsh_core.protocols import Agent, Tool
+    from dsh_core.protocols import Agent, Host, Tool
     from dsh_core.types import ToolCallBlock, ToolOutput
 
 PLUGIN = "todo"

@@ -1,0 +1,517 @@
+"""More keyless snapshot scenarios (issue 16), pinned like tests/test_snapshots.py's.
+
+Each boots `dsh run` over real stdio, drives it with the official SDK client and pins
+`stdout.jsonl` (the wire) and `session.jsonl` (the parent session's durable log) under
+snapshots/acp-agent/<scenario>/. The model is the scripted one, except where the provider's
+own behaviour is the point (empty answer, retry, credentials): there it is deepseek-model
+against the loopback fake DeepSeek server of plugins/deepseek-model/tests. Every scenario
+also asserts what it is about, so a careless `--snapshot-update` cannot bless a regression.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from acp import RequestError, text_block
+from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
+from test_snapshots import SNAPSHOTS, normalize_log, normalize_stdout
+
+from dsh_core.testing import Recorder, make_png
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "plugins" / "deepseek-model" / "tests"))
+from fake_deepseek import FakeDeepSeek, Fault, Turn  # noqa: E402
+
+pytestmark = [pytest.mark.anyio, pytest.mark.snapshot_scenario]
+
+
+def _then(*steps: dict, say: str = "DONE") -> list[dict]:
+    return [*steps, {"text": say}]
+
+
+def _read(path: str, **extra: Any) -> dict:
+    return {"tool": "read", "args": {"path": path, **extra}}
+
+
+def _bash(command: str) -> dict:
+    return {"tool": "bash", "args": {"command": command}}
+
+
+# --------------------------------------------------------------------------------------- scripts
+
+FS_SCRIPT = {
+    "capabilities": {"image_input": True},
+    "rules": [
+        {"when": "^delete", "steps": _then(
+            _read("deleted.txt"), _bash("rm deleted.txt"), _read("deleted.txt"),
+            {"tool": "write", "args": {"path": "deleted.txt", "content": "fresh\n"}})},
+        {"when": "^escalate", "steps": _then(
+            {"tool": "write", "args": {"path": "escalated.md", "content": "escalated\n",
+                                       "sandbox_permissions": "workspace-write",
+                                       "justification": "the user asked to escalate this write"}})},
+        {"when": "^window", "steps": _then(_read("big.txt", offset=5, limit=4))},
+        {"when": "^overwrite", "steps": _then(
+            _read("data.txt"), {"tool": "write", "args": {"path": "data.txt", "content": "replaced\n"}})},
+        {"when": "^glob", "steps": _then({"tool": "glob", "args": {"pattern": "**/*", "path": "tree"}},
+                                         say="GLOB_SAMPLED")},
+        {"when": "^parallel", "steps": _then({"tools": [{"name": "read", "args": {"path": "a.txt"}},
+                                                        {"name": "read", "args": {"path": "b.txt"}}]})},
+        {"when": "^wide", "steps": _then({"tool": "read_image", "args": {"path": "wide.png"}}, say="WIDE")},
+        {"when": "^root", "steps": _then(
+            {"tool": "write", "args": {"path": "session-root.txt", "content": "session root\n"}},
+            _bash("pwd && touch made-by-bash"))},
+        {"when": "^append", "steps": _then(_bash("echo WORLD >> greeting.txt"), _bash("cat greeting.txt"))},
+        # read-only: each call escalates once, so it runs one-shot through the Landlock launcher,
+        # which prints the partial-enforcement notice before it execs the command
+        {"when": "^landlock", "steps": _then(*[
+            {"tool": "bash", "args": {"command": command, "sandbox_permissions": "workspace-write",
+                                      "justification": "pin the partial Landlock path"}}
+            for command in ("false", "echo out; echo err >&2; exit 125")], say="CHILD_EXIT_PRESERVED")},
+        # max tokens while the second of two calls streams: neither runs; the next prompt goes on
+        {"when": "^cut", "steps": [{"text": "Reading both. ", "finish": "length",
+                                    "tools": [{"name": "read", "args": {"path": "a.txt"}},
+                                              {"name": "read", "args": {"path": "b.txt"}}]}]},
+        {"when": "^continue", "steps": _then(_read("b.txt"), say="b says: {tool_result}")},
+    ],
+}
+
+# Parent and children play the same script (a child runs `dsh run` on the parent's route).
+_CHILD = "subagent_acp"
+SUB_SCRIPT = {
+    "rules": [
+        {"when": "^delegate one", "steps": _then({"tool": _CHILD, "args": {"task": "child: say PONG"}},
+                                                 say="child said: {tool_result}")},
+        {"when": "^delegate in turn", "steps": [
+            {"tool": _CHILD, "args": {"task": "child: first"}},
+            {"text": "first: {tool_result}\n", "tool": _CHILD, "args": {"task": "child: second"}},
+            {"text": "second: {tool_result}"}]},
+        {"when": "^delegate at once", "steps": _then(
+            {"tools": [{"name": _CHILD, "args": {"task": "child: left"}},
+                       {"name": _CHILD, "args": {"task": "child: right"}}]}, say="both back")},
+        {"when": "^delegate cut", "steps": _then({"tool": _CHILD, "args": {"task": "child: long story"}},
+                                                 say="kept: {tool_result}")},
+        {"when": "^child: (left|right)", "steps": [{"text": "CHILD ANSWER to <{prompt}>", "delay_ms": 3000}]},
+        {"when": "^child: long story", "steps": [{"text": "Once upon a time there was", "finish": "length"}]},
+        {"when": "^child: ", "steps": [{"text": "CHILD ANSWER to <{prompt}>"}]},
+        # depth: every level has the tool; the third level is refused
+        {"when": "^nest (\\d)", "steps": [
+            {"tool": _CHILD, "args": {"task": "{prompt} deeper"}},
+            {"text": "level <{prompt}> got: {tool_result}"}]},
+    ],
+}
+
+SUBAGENT_NEST_MANIFEST = """\
+[example]
+description = "subagent-acp at every level, for the depth limit"
+front-door = "acp-stdio"
+plugins = ["acp-transport", "jsonl-persistence", "scripted-model", "subagent-acp"]
+
+[route]
+provider = "scripted"
+model = "set-by-test.json"
+
+[config.subagent-acp]
+example = "{self}"
+inherit-env = ["DSH_HOME", "DSH_EXAMPLES_PATH"]
+max-depth = 2
+"""
+
+DEEPSEEK_MANIFEST = """\
+[example]
+description = "acp + deepseek-model against the loopback fake DeepSeek"
+front-door = "acp-stdio"
+plugins = ["acp-transport", "jsonl-persistence", "deepseek-model"]
+
+[route]
+provider = "deepseek"
+model = "deepseek-flash"
+
+[config.deepseek-model]
+dotenv = false
+retry = {retry}
+"""
+FAST_RETRY = "{ max-retries = 2, base-delay = 0.001, max-delay = 0.01, jitter = 0.0 }"
+
+
+# ------------------------------------------------------------------------------------- scenarios
+
+
+@dataclass
+class Run:
+    """What a scenario body gets: the SDK connection, the directories, and the session ids."""
+
+    acp: Any
+    home: Path
+    cwd: Path
+    sids: list[str] = field(default_factory=list)
+    fake: FakeDeepSeek | None = None
+
+    async def start(self, cwd: Path | None = None) -> str:
+        await self.acp.conn.initialize(protocol_version=1)
+        sid = (await self.acp.conn.new_session(cwd=str(cwd or self.cwd), mcp_servers=[])).session_id
+        self.sids.append(sid)
+        return sid
+
+    async def prompt(self, text: str, sid: str | None = None) -> str:
+        result = await self.acp.conn.prompt(session_id=sid or self.sids[0], prompt=[text_block(text)])
+        return result.stop_reason
+
+    def log(self, n: int = 0) -> list[dict]:
+        return [json.loads(line) for line in (self.home / "sessions" / f"{self.sids[n]}.jsonl").read_text().splitlines()]
+
+    def results(self, n: int = 0) -> list[str]:
+        return ["".join(b.get("text", "") for b in e["result"]["content"])
+                for e in self.log(n) if e["type"] == "tool/result"]
+
+
+Body = Callable[[Run], Awaitable[None]]
+
+
+@dataclass
+class Scenario:
+    body: Body
+    script: dict | None = None  # scripted model; None: deepseek-model against the fake
+    example: str = "acp-agent"
+    env: dict[str, str] = field(default_factory=dict)
+    answers: list[str] = field(default_factory=list)  # permission answers, in order
+    confined: bool = False  # once per sandbox mechanism, against the same files
+    fake_turns: list[Any] = field(default_factory=list)
+    key: str | None = "fake"  # DEEPSEEK_API_KEY for deepseek scenarios: "fake", None, or a literal
+
+
+def one_prompt(text: str, setup: Callable[[Path], None] | None = None, *, stop: str = "end_turn",
+               check: Callable[[Run], None] | None = None) -> Body:
+    async def body(run: Run) -> None:
+        if setup:
+            setup(run.cwd)
+        await run.start()
+        assert await run.prompt(text) == stop
+        if check:
+            check(run)
+
+    return body
+
+
+def _files(**files: str | bytes) -> Callable[[Path], None]:
+    def setup(cwd: Path) -> None:
+        for name, content in files.items():
+            path = cwd / name.replace("__", "/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content)
+
+    return setup
+
+
+def _check_delete(run: Run) -> None:
+    assert (run.cwd / "deleted.txt").read_text() == "fresh\n"
+    first, _, again, write = run.results()
+    assert "old contents" in first and "does not exist" in again and write.startswith("created")
+
+
+def _check_escalation(run: Run) -> None:
+    assert (run.cwd / "escalated.md").read_text() == "escalated\n"
+    assert len(run.acp.client.permission_requests) == 1
+
+
+def _check_window(run: Run) -> None:
+    (result,) = run.results()
+    assert "line 5\n" in result and "line 8\n" in result and "line 4\n" not in result and "line 9\n" not in result
+
+
+def _check_overwrite(run: Run) -> None:
+    assert (run.cwd / "data.txt").read_text() == "replaced\n"
+
+
+def _glob_tree(cwd: Path) -> None:
+    for name, count in (("archive", 1100), ("docs", 3), ("src", 2)):
+        (cwd / "tree" / name).mkdir(parents=True)
+        for i in range(count):
+            (cwd / "tree" / name / f"f{i:04d}.txt").write_text("x")
+    (cwd / "tree" / "README.md").write_text("x")
+
+
+def _check_glob(run: Run) -> None:
+    (result,) = run.results()
+    lines = result.splitlines()
+    assert lines[-1].startswith("[more than 1000 matches: a sample across the top-level entries")
+    # the three small entries are complete; the big one filled the rest of the cap
+    for path in ("tree/docs/f0002.txt", "tree/src/f0001.txt", "tree/README.md", "tree/docs", "tree/src"):
+        assert path in lines
+    assert len(lines) == 1001
+
+
+def _check_parallel(run: Run) -> None:
+    (call,) = [e for e in run.log() if e["type"] == "assistant/message" and e.get("finish") == "tool-calls"]
+    assert [b["name"] for b in call["message"]["content"] if b["type"] == "tool-call"] == ["read", "read"]
+    assert [r.splitlines()[0].split("\t")[-1] for r in run.results()] == ["contents of a", "contents of b"]
+
+
+WIDE = make_png(2001, 1, (10, 200, 30))
+
+
+def _check_wide(run: Run) -> None:
+    digest = hashlib.sha256(WIDE).hexdigest()
+    stored = run.home / "attachments" / "objects" / "sha256" / digest[:2] / digest
+    assert stored.read_bytes() == WIDE  # byte-identical: not resized, not re-encoded
+    assert digest in json.dumps(run.log())
+
+
+async def sc_session_root(run: Run) -> None:
+    root = run.cwd / "session-root"
+    root.mkdir()
+    await run.start(cwd=root)
+    assert await run.prompt("root: write where the session lives") == "end_turn"
+    assert (root / "session-root.txt").read_text() == "session root\n" and (root / "made-by-bash").exists()
+    assert not (run.cwd / "session-root.txt").exists() and not (run.cwd / "made-by-bash").exists()
+    assert run.results()[1].splitlines()[0] == str(root.resolve())
+
+
+def _check_append(run: Run) -> None:
+    assert (run.cwd / "greeting.txt").read_text() == "HELLO\nWORLD\n"
+
+
+def _check_landlock(run: Run) -> None:
+    # Failed commands stay plain failures: the runner's notice is neither a runner failure
+    # (SANDBOX_UNAVAILABLE, even with the launcher's own exit code 125) nor part of the output.
+    assert run.results() == ["(no output)\n[exit code 1]", "out\nerr\n[exit code 125]"]
+    assert "SANDBOX_UNAVAILABLE" not in json.dumps(run.log()) and "landlock-run" not in json.dumps(run.log())
+    assert len(run.acp.client.permission_requests) == 2
+
+
+async def sc_cut_tool_call(run: Run) -> None:
+    _files(**{"a.txt": "contents of a\n", "b.txt": "contents of b\n"})(run.cwd)
+    await run.start()
+    assert await run.prompt("cut me off mid call") == "end_turn"
+    assert run.results() == []  # neither the whole first call nor the half-streamed second one ran
+    assert await run.prompt("continue") == "end_turn"
+    log = run.log()
+    cut = next(e for e in log if e["type"] == "assistant/message")
+    assert cut["finish"] == "max-tokens" and [b["type"] for b in cut["message"]["content"]] == ["text"]
+    assert [e["reason"] for e in log if e["type"] == "turn/end"] == ["max-tokens", "completed"]
+    assert len(run.results()) == 1 and "contents of b" in run.results()[0]
+    assert run.acp.client.text() == ["Reading both. ", "b says:      1\tcontents of b"]
+
+
+# -- subagents
+
+
+def _child_logs(run: Run) -> list[list[dict]]:
+    out = []
+    for path in (run.home / "sessions").glob("*.jsonl"):
+        if path.stem not in run.sids:
+            out.append([json.loads(line) for line in path.read_text().splitlines()])
+    return out
+
+
+def _sub_check(children: int, *needles: str) -> Callable[[Run], None]:
+    def check(run: Run) -> None:
+        assert len(_child_logs(run)) == children
+        results = run.results()
+        for needle in needles:
+            assert any(needle in r for r in results), (needle, results)
+
+    return check
+
+
+def _check_cut_child(run: Run) -> None:
+    (child,) = _child_logs(run)
+    assert [e["reason"] for e in child if e["type"] == "turn/end"] == ["max-tokens"]
+    # The parent keeps the child's partial output. Its status says "completed": a dsh child's ACP
+    # front door settles a max-tokens turn as end_turn (docs/acp-contract.md, ACP-7), so over ACP
+    # the parent cannot tell the two apart.
+    assert run.results() == ["[subagent completed]\nOnce upon a time there was"]
+
+
+async def sc_parallel_children(run: Run) -> None:
+    await run.start()
+    assert await run.prompt("delegate at once: two children") == "end_turn"
+    left, right = run.results()
+    assert left == "[subagent completed]\nCHILD ANSWER to <child: left>"
+    assert right == "[subagent completed]\nCHILD ANSWER to <child: right>"
+    # both children were alive at once: each one's session started before the other's ended
+    spans = sorted((c[0]["createdAt"], max(e.get("time", 0) for e in c)) for c in _child_logs(run))
+    assert len(spans) == 2 and spans[1][0] < spans[0][1]
+
+
+async def sc_depth_two(run: Run) -> None:
+    await run.start()
+    assert await run.prompt("nest 1") == "end_turn"
+    (result,) = run.results()
+    assert "subagent depth limit reached (this agent is at depth 2, the limit is 2)" in result
+    assert len(_child_logs(run)) == 2  # depths 1 and 2; nobody at depth 3
+
+
+# -- deepseek-model against the fake
+
+
+async def sc_deepseek_turn(run: Run) -> None:
+    await run.start()
+    assert await run.prompt("say pong") == "end_turn"
+
+
+async def sc_deepseek_fails(run: Run) -> None:
+    await run.start()
+    with pytest.raises(RequestError):
+        await run.prompt("say pong")
+
+
+def _retries(run: Run) -> list[dict]:
+    return [e for e in run.log() if e["type"] == "llm/retry"]
+
+
+async def sc_empty_retry(run: Run) -> None:
+    await sc_deepseek_turn(run)
+    (retry,) = _retries(run)
+    assert retry["code"] == "EMPTY_RESPONSE" and len(run.fake.chat_requests) == 2
+    assert run.acp.client.text() == ["Recovered."]
+
+
+async def sc_provider_retry(run: Run) -> None:
+    await sc_deepseek_turn(run)
+    (retry,) = _retries(run)
+    assert retry["code"] == "RATE_LIMIT" and len(run.fake.chat_requests) == 2
+    assert run.acp.client.text() == ["RETRY_OK"]
+
+
+def sc_credential(code: str) -> Body:
+    async def body(run: Run) -> None:
+        await sc_deepseek_fails(run)
+        end = run.log()[-1]
+        assert end["type"] == "turn/end" and end["code"] == code and not _retries(run)
+        assert run.fake.chat_requests == []  # refused before anything was sent
+
+    return body
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "empty-response-retry": Scenario(sc_empty_retry, fake_turns=[Turn(content=""), Turn(content="Recovered.")]),
+    "provider-retry": Scenario(sc_provider_retry, fake_turns=[Fault(429, "snapshot transient failure"),
+                                                              Turn(content="RETRY_OK")]),
+    "missing-credential": Scenario(sc_credential("MISSING_CREDENTIAL"), key=None),
+    "invalid-credential": Scenario(sc_credential("INVALID_CREDENTIAL"), key="sk-pasted with a space"),
+    "fs-delete-recreate": Scenario(one_prompt("delete and recreate deleted.txt",
+                                              _files(**{"deleted.txt": "old contents\n"}), check=_check_delete),
+                                   FS_SCRIPT),
+    "fs-escalation-approved": Scenario(one_prompt("escalate the write", check=_check_escalation), FS_SCRIPT,
+                                       env={"DSH_PERMISSION_MODE": "read-only"}, answers=["allow-once"]),
+    "fs-read-window": Scenario(one_prompt("window of big.txt", _files(**{"big.txt": "".join(
+        f"line {i}\n" for i in range(1, 21))}), check=_check_window), FS_SCRIPT),
+    "fs-write-overwrite": Scenario(one_prompt("overwrite data.txt", _files(**{"data.txt": "original\n"}),
+                                              check=_check_overwrite), FS_SCRIPT),
+    "fs-glob-sampling": Scenario(one_prompt("glob the tree", _glob_tree, check=_check_glob), FS_SCRIPT),
+    "parallel-tool-calls": Scenario(one_prompt("parallel reads", _files(**{"a.txt": "contents of a\n",
+                                                                           "b.txt": "contents of b\n"}),
+                                               check=_check_parallel), FS_SCRIPT),
+    "read-image-dimension": Scenario(one_prompt("wide.png please", _files(**{"wide.png": WIDE}),
+                                                check=_check_wide), FS_SCRIPT),
+    "session-sandbox-root": Scenario(sc_session_root, FS_SCRIPT, confined=True),
+    "workspace-edit": Scenario(one_prompt("append WORLD", _files(**{"greeting.txt": "HELLO\n"}),
+                                          check=_check_append), FS_SCRIPT, confined=True),
+    "partial-landlock-child-failure": Scenario(one_prompt("landlock: run false", check=_check_landlock), FS_SCRIPT,
+                                               answers=["allow-once", "allow-once"],
+                                               env={"DSH_PERMISSION_MODE": "read-only",
+                                                    "DSH_SANDBOX_MECHANISM": "landlock",
+                                                    "DSH_LANDLOCK_MAX_ABI": "2"}),
+    "max-tokens-tool-call": Scenario(sc_cut_tool_call, FS_SCRIPT),
+    "subagent-one": Scenario(one_prompt("delegate one", check=_sub_check(1, "CHILD ANSWER to <child: say PONG>")),
+                             SUB_SCRIPT, example="acp-agent-subagent"),
+    "subagent-sequential": Scenario(one_prompt("delegate in turn", check=_sub_check(
+        2, "CHILD ANSWER to <child: first>", "CHILD ANSWER to <child: second>")), SUB_SCRIPT,
+        example="acp-agent-subagent"),
+    "subagent-parallel": Scenario(sc_parallel_children, SUB_SCRIPT, example="acp-agent-subagent"),
+    "subagent-max-tokens-partial": Scenario(one_prompt("delegate cut", check=_check_cut_child), SUB_SCRIPT,
+                                            example="acp-agent-subagent"),
+    "subagent-depth-two-rejection": Scenario(sc_depth_two, SUB_SCRIPT, example="nest"),
+}
+
+CASES = [
+    pytest.param(name, mechanism, id=f"{name}-{mechanism}" if mechanism else name)
+    for name, sc in SCENARIOS.items()
+    for mechanism in (MECHANISMS if sc.confined else (None,))
+]
+
+
+def _manifest(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / "examples" / name / "example.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text.replace("{self}", str(path)))
+    return path
+
+
+@pytest.mark.parametrize("name, mechanism", CASES)
+async def test_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path):
+    sc = SCENARIOS[name]
+    env = {"DSH_PERMISSION_MODE": "workspace-write", **sc.env}
+    if mechanism or "DSH_SANDBOX_MECHANISM" in sc.env:
+        mechanism = mechanism or sc.env["DSH_SANDBOX_MECHANISM"]
+        require_mechanism(mechanism)
+        env["DSH_SANDBOX_MECHANISM"] = mechanism
+    replacements: dict[str, str] = {str(REPO): "{{repo}}"}
+    fake = None
+    script = None
+    example = sc.example
+    if sc.script is None:
+        fake = FakeDeepSeek(keepalive_every_s=0.05).start()
+        fake.push(*sc.fake_turns)
+        example = str(_manifest(tmp_path, "deepseek", DEEPSEEK_MANIFEST.replace("{retry}", FAST_RETRY)))
+        env["DEEPSEEK_BASE_URL"] = fake.base_url
+        if sc.key is not None:
+            env["DEEPSEEK_API_KEY"] = fake.api_key if sc.key == "fake" else sc.key
+        replacements[fake.base_url] = "{{base_url}}"
+    else:
+        script = scripted(sc.script)
+        replacements[str(script)] = "{{script}}"
+        if example == "nest":
+            example = str(_manifest(tmp_path, "nest", SUBAGENT_NEST_MANIFEST))
+    if example.endswith(".toml"):
+        replacements[str(Path(example).parent)] = "{{example}}"
+    client = Recorder(permission_answers=list(sc.answers))
+    try:
+        async with acp_agent(script, example=example, client=client, env=env) as acp:
+            run = Run(acp=acp, home=acp_agent.home, cwd=acp.cwd, fake=fake)
+            await sc.body(run)
+    finally:
+        if fake is not None:
+            fake.stop()
+    if fake is not None:
+        assert fake.api_key not in bytes(acp.stderr).decode(errors="replace")
+    replacements.update({str(acp_agent.home): "{{home}}", str(acp.cwd): "{{cwd}}"})
+    snapshot.snapshot_dir = SNAPSHOTS / name
+    snapshot.assert_match(normalize_stdout(acp.frames, run.sids, replacements), "stdout.jsonl")
+    logs = [s for s in run.sids if (acp_agent.home / "sessions" / f"{s}.jsonl").exists()]
+    snapshot.assert_match(normalize_log(acp_agent.home, logs, replacements) if logs else "", "session.jsonl")
+
+
+# ------------------------------------------------------------------ start-up activation error
+
+BAD_CONFIG_MANIFEST = DEEPSEEK_MANIFEST.replace("{retry}", '"as often as it takes"')
+
+
+def test_startup_activation_error(tmp_path, dsh_home, snapshot):
+    """A plugin whose activation fails (here deepseek-model refusing its config) stops `dsh run`
+    before the front door opens: nothing on stdout, one plain diagnosis on stderr, exit 2."""
+    example = _manifest(tmp_path, "bad-config", BAD_CONFIG_MANIFEST)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dsh_core.cli", "run", "--example", str(example)],
+        input=b"", capture_output=True, timeout=60, cwd=tmp_path,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith(("DSH_", "DEEPSEEK_"))},
+             "DSH_HOME": str(dsh_home)},
+    )
+    stderr = proc.stderr.decode().replace(str(example.parent), "{{example}}").replace(str(REPO), "{{repo}}")
+    assert proc.stdout == b"" and proc.returncode != 0
+    assert "deepseek-model" in stderr and "retry" in stderr and "Traceback" not in stderr
+    snapshot.snapshot_dir = SNAPSHOTS / "startup-activation-error"
+    snapshot.assert_match(f"exit code {proc.returncode}\n{stderr}", "stderr.txt")
+

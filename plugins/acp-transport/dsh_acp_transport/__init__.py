@@ -28,7 +28,7 @@ from dsh_core.stdio import claim_stdio
 from .bridge import Bridge
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.host import Host
+    from dsh_core.protocols import Host
 
 NAME = "acp-transport"
 _KEYS = {"max-frame-bytes": int, "permission-timeout": (int, float), "usage-updates": bool}

@@ -21,7 +21,7 @@ from .settlement import Settlement
 from .state import BridgeState, Session
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.host import Host
+    from dsh_core.protocols import Host
 
 __all__ = ["Bridge"]
 

@@ -17,7 +17,7 @@ from dsh_core.diag import warn
 from dsh_core.types import ImageBlock, TextBlock
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.host import Host
+    from dsh_core.protocols import Host
 
 
 class Delivery:

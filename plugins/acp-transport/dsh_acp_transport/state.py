@@ -13,8 +13,7 @@ from dsh_core.types import TurnEnd, Usage
 from .delivery import Delivery
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.host import Host
-    from dsh_core.protocols import Agent
+    from dsh_core.protocols import Agent, Host
 
 CLOSING = "the connection is closing (the client closed stdin, or the agent was signalled to stop); "
 

@@ -20,7 +20,7 @@ from dsh_core import hookimpl
 from .protocol import POINTS, Bridge, CommandHook, Dialect, Settings, transcript_path
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.host import Host
+    from dsh_core.protocols import Host
 
 PLUGIN = "hooks-claude-code"
 PROJECT_DIR_TOKEN = "${CLAUDE_PROJECT_DIR}"

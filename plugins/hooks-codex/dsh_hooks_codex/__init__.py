@@ -21,7 +21,7 @@ from dsh_hooks_claude_code.protocol import POINTS, Bridge, CommandHook, Dialect,
 from dsh_core import hookimpl
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.host import Host
+    from dsh_core.protocols import Host
 
 PLUGIN = "hooks-codex"
 SNAKE = {"SessionStart": "session_start", "UserPromptSubmit": "user_prompt_submit", "PreToolUse": "pre_tool_use",

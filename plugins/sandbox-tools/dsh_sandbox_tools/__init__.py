@@ -27,7 +27,7 @@ from .tools import make_tools
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import AgentSpec
-    from dsh_core.host import Host
+    from dsh_core.protocols import Host
 
 __all__ = ["Confined", "Sandbox", "Settings", "confine", "sandbox_for"]
 

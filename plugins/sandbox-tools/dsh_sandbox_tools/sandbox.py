@@ -16,7 +16,7 @@ from .server import CommandServer, ServerError, ServerPool, server_argv
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
-    from dsh_core.host import Host
+    from dsh_core.protocols import Host
 
 # Each host's Sandbox is registered on that host's own plugin manager (one per host) under this
 # name by ``dsh_configure``, so two hosts in one process never see each other's and this plugin

@@ -37,7 +37,7 @@ from dsh_core.types import ApprovalDecided, ApprovalRequest, ToolOutput, ToolSpe
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
-    from dsh_core.host import Host
+    from dsh_core.protocols import Host
 
 NAME = "subagent-acp"
 TOOL = "subagent_acp"

@@ -57,6 +57,7 @@ from .types import (
     ImageDelta,
     InboxClaimed,
     InboxDropped,
+    ModelCallFailed,
     ModelInfo,
     ModelRequest,
     Note,
@@ -487,6 +488,7 @@ class Agent:
                     model=self.route.model,
                     system=self.system,
                     tools=[{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools],
+                    route=self.route,
                 )
             )
         return ModelRequest(
@@ -613,6 +615,12 @@ class Agent:
                     self._metered = (partial.usage.input_tokens, len(request.messages))
                 return partial
             except ModelError as exc:
+                self.emit(
+                    ModelCallFailed(
+                        turn=turn, step=step, attempt=attempt, message=exc.message, code=exc.code,
+                        retryable=exc.retryable, status=exc.status, retry_after=exc.retry_after,
+                    )
+                )
                 if exc.code == "CONTEXT_WINDOW_EXCEEDED" and self.history_policy is not None and not recovered:
                     recovered = True  # one retry after a rewrite, never a loop
                     replacement = await self.history_policy.recover(self._history_context(turn, step, request), exc)

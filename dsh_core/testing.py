@@ -14,12 +14,18 @@ Gives you:
 - ``memory_host(model, *extra_plugins, plugins=("scripted-model",))``: an in-process host
   (async context manager) on a fresh plugin manager, with throwaway plugin objects
   registered by name and the in-memory session store (``host.session_store.logs[id].events``);
-- ``normalize_transcript(frames)``: ids renumbered and session ids replaced, for snapshots.
+- ``normalize_transcript(frames)``: ids renumbered and session ids replaced, for snapshots;
+- scenario directories: every ``snapshots/<example>/<scenario>/input.json`` under the paths pytest
+  collects becomes a test (marker ``snapshot_scenario``) that replays the recorded session and
+  compares the wire transcript and the logs (``dsh_core.scenarios``); ``--dsh-snapshots=refresh``
+  (or ``--snapshot-update``) rewrites the expectations keylessly, ``--dsh-snapshots=record``
+  re-records the recordable ones against the live route.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import re
@@ -215,9 +221,12 @@ async def spawn_acp(
     client: Recorder | None = None,
     check: bool = True,
     dsh: tuple[str, ...] = (),
+    provider: str = "scripted",
 ) -> AsyncIterator[AcpRun]:
     """Spawn ``dsh run`` and connect the official SDK client to it through a byte tap.
 
+    ``script`` is the ``--model`` of ``provider`` (a scripted-model script by default; a recorded
+    session log for ``provider="replay"``; a model id for ``deepseek``); None: the example's route.
     ``dsh`` is the command that runs dsh (default: this interpreter's ``-m dsh_core.cli``),
     e.g. ``("/venv/bin/dsh",)`` to drive another installation."""
     from acp import connect_to_agent
@@ -225,7 +234,7 @@ async def spawn_acp(
     client = client or Recorder()
     args = ["run", "--example", example]
     if script is not None:
-        args += ["--provider", "scripted", "--model", str(script)]
+        args += ["--provider", provider, "--model", str(script)]
     full_env = minimal_env(**(env or {}))
     full_env.setdefault("DSH_EXAMPLES_PATH", str(REPO / "tests" / "examples"))
     proc = await asyncio.create_subprocess_exec(
@@ -330,6 +339,7 @@ _DATA_DIRS = pytest.StashKey[list[Path]]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_DATA_DIRS] = user_data_dirs()  # before any test's monkeypatch
+    config.addinivalue_line("markers", "snapshot_scenario: keyless ACP snapshot scenarios (dsh_core.scenarios)")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -416,3 +426,93 @@ def make_png(width: int = 2, height: int = 2, rgb: tuple[int, int, int] = (255, 
         + chunk(b"IDAT", zlib.compress(row * height))
         + chunk(b"IEND", b"")
     )
+
+
+# ---------------------------------------------------------------- scenario directories (dsh_core.scenarios)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dsh")
+    group.addoption(
+        "--dsh-snapshots", choices=("replay", "refresh", "record"), default=None,
+        help="scenario directories (snapshots/<example>/<scenario>/input.json): replay and compare (default), "
+             "refresh the expectations keylessly, or record the recordable ones against the live route",
+    )
+
+
+def scenario_mode(config: pytest.Config) -> str:
+    mode = config.getoption("--dsh-snapshots", default=None)
+    if mode:
+        return str(mode)
+    try:
+        return "refresh" if config.getoption("--snapshot-update") else "replay"
+    except ValueError:  # pytest-snapshot not installed
+        return "replay"
+
+
+def _is_scenario_input(path: Path) -> bool:
+    return path.name == "input.json" and len(path.parts) >= 4 and path.parent.parent.parent.name == "snapshots"
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if _is_scenario_input(file_path):
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # a scenario's seeded workspace is data, even when it holds test_*.py files
+    if collection_path.name == "workspace" and (collection_path.parent / "input.json").is_file():
+        return True
+    return None
+
+
+_PINS = pytest.StashKey[dict[str, Any]]()
+
+
+class ScenarioFile(pytest.File):
+    def collect(self) -> Iterable[pytest.Item]:
+        from .scenarios import load_scenario
+
+        sc = load_scenario(self.path.parent)
+        mechanisms: Iterable[str | None] = (None,)
+        if sc.per_mechanism:  # sandbox-tools is optional here: without it there is one mechanism to test
+            try:
+                mechanisms = importlib.import_module("dsh_sandbox_tools.testing").MECHANISMS
+            except ImportError:
+                pass
+        for mechanism in mechanisms:
+            name = f"{sc.dir.parent.name}/{sc.name}" + (f"[{mechanism}]" if mechanism else "")
+            item = ScenarioItem.from_parent(self, name=name, scenario=sc, mechanism=mechanism)
+            item.add_marker(pytest.mark.snapshot_scenario)
+            yield item
+
+
+class ScenarioItem(pytest.Item):
+    def __init__(self, *, scenario: Any, mechanism: str | None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.scenario = scenario
+        self.mechanism = mechanism
+
+    def runtest(self) -> None:
+        from .scenarios import run_and_check
+
+        mode = scenario_mode(self.config)
+        if mode == "record" and not self.scenario.recordable:
+            pytest.skip("not recordable (input.json: recordable is false): refresh keeps it current")
+        if self.mechanism:
+            importlib.import_module("dsh_sandbox_tools.testing").require_mechanism(self.mechanism)
+        pins = self.config.stash.setdefault(_PINS, {})
+        written = run_and_check(self.scenario, mode, mechanism=self.mechanism, pins=pins)
+        for path in written:
+            self.add_report_section("call", "written", path)
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+        from .scenarios import ScenarioError
+
+        if isinstance(excinfo.value, ScenarioError):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"scenario {self.name}"

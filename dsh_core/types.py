@@ -143,6 +143,8 @@ class RequestHeader(Event, tag="request/header", kw_only=True):
     system: str
     tools: list[dict[str, Any]]
     reason: str = "initial"
+    # what the route declared (context window, image input, …): a replay serves the same route
+    route: ModelInfo | None = None
 
 
 class AssistantMessageEvent(Event, tag="assistant/message", kw_only=True):
@@ -152,6 +154,22 @@ class AssistantMessageEvent(Event, tag="assistant/message", kw_only=True):
     usage: Usage | None = None
     finish: str = "stop"  # stop | tool-calls | max-tokens | aborted
     interrupted: bool = False
+
+
+class ModelCallFailed(Event, tag="llm/error", kw_only=True):
+    """One model call of step ``step`` failed with a provider error. ``attempt`` counts from 0 (the
+    first try); ``retryable``/``status``/``retry_after`` are the error's class as the provider
+    classified it, so a replay raises the same error. A retried failure is followed by ``llm/retry``;
+    the last one by the turn's ``agent/error``."""
+
+    turn: int
+    step: int
+    attempt: int = 0
+    message: str
+    code: str
+    retryable: bool = False
+    status: int | None = None
+    retry_after: float | None = None
 
 
 class ToolCallEvent(Event, tag="tool/call", kw_only=True):
@@ -316,6 +334,7 @@ DurableEvent = Union[
     TurnEnd,
     RequestHeader,
     AssistantMessageEvent,
+    ModelCallFailed,
     ToolCallEvent,
     ToolResultEvent,
     RetryEvent,

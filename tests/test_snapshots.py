@@ -1,10 +1,14 @@
 """Keyless snapshot scenarios over the assembled example, over real stdio (tox -e snapshots).
 
-Each scenario boots `dsh run --example …` with a scripted model, drives it with the
-official SDK client, and pins two readable files under snapshots/acp-agent/<scenario>/:
-`stdout.jsonl` (every frame the agent wrote, ids renumbered) and `session.jsonl` (every
-durable event of every session, times zeroed). Snapshots change only through
-`tox -e update-snapshots`, reviewed in the diff.
+The inline harness: each scenario of ``SCENARIOS`` boots `dsh run --example …` with a scripted
+model, drives it with the official SDK client, and pins `stdout.jsonl` and `session.jsonl` under
+snapshots/<example>/<scenario>/. Every scenario of this table has since been converted
+(tests/snapshot_convert.py) to a scenario directory — input.json, the recording, the expected
+transcript — that replays with the replay provider (dsh_core.scenarios, collected from
+snapshots/); a scenario whose directory has an input.json is no longer run here. The table and
+helpers stay: they are the conversion's source, and other files still write scenarios this way.
+The tests at the end check, on the committed recordings, what the inline harness checked at run
+time. Snapshots change only through `tox -e update-snapshots`, reviewed in the diff.
 """
 
 from __future__ import annotations
@@ -394,7 +398,10 @@ PINS_HEADER = {"code-mode-turn", "both-mode-turn", "agent-instructions"}
 
 def _check_compaction(name: str, home: Path, sid: str) -> None:
     """What each compaction scenario proves, beyond "same as last time"."""
-    log = [json.loads(line) for line in (home / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
+    _check_compaction_log(name, [json.loads(line) for line in (home / "sessions" / f"{sid}.jsonl").read_text().splitlines()])
+
+
+def _check_compaction_log(name: str, log: list[dict]) -> None:
     kinds = [e["type"] for e in log]
     end = [e for e in log if e["type"] == "turn/end"][-1]
     if name == "compaction-failed":
@@ -412,15 +419,26 @@ def _check_compaction(name: str, home: Path, sid: str) -> None:
 # Scenarios whose commands run confined: once per sandbox mechanism the machine has, against the
 # same pinned files (the transcript must not depend on the mechanism).
 CONFINED = {"bash-tool-turn", "bash-spill", "cancel-tool-calls", "code-mode-turn", "both-mode-turn"}
+
+
+def scenario_dir(name: str) -> Path:
+    example = SCENARIOS[name][0]
+    return (SNAPSHOTS.parent / "code-mode" if example in ("code-mode", "both-mode") else SNAPSHOTS) / name
+
+
+# A scenario whose directory has an input.json was converted to a scenario directory
+# (tests/snapshot_convert.py) and runs by replay (dsh_core.scenarios, collected from snapshots/);
+# the table above stays as the source of that conversion and for files still using this harness.
+LEGACY = [name for name in SCENARIOS if not (scenario_dir(name) / "input.json").is_file()]
 CASES = [
     pytest.param(name, mechanism, id=f"{name}-{mechanism}" if mechanism else name)
-    for name in SCENARIOS
+    for name in LEGACY
     for mechanism in (MECHANISMS if name in CONFINED else (None,))
 ]
 
 
-@pytest.mark.parametrize("name, mechanism", CASES)
-async def test_scenario(name, mechanism, acp_agent, scripted, snapshot):
+async def run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot):
+    """Today's inline harness: run ``SCENARIOS[name]`` with its scripted model and pin the files."""
     example, body, *override = SCENARIOS[name]
     script = scripted(override[0] if override else SCRIPT)
     sids: list[str] = []
@@ -433,7 +451,7 @@ async def test_scenario(name, mechanism, acp_agent, scripted, snapshot):
         run.home = acp_agent.home
         await body(run, sids)
     replacements = {str(script): "{{script}}", str(acp_agent.home): "{{home}}", str(run.cwd): "{{cwd}}"}
-    snapshot.snapshot_dir = (SNAPSHOTS.parent / "code-mode" if example in ("code-mode", "both-mode") else SNAPSHOTS) / name
+    snapshot.snapshot_dir = scenario_dir(name)
     snapshot.assert_match(normalize_stdout(run.frames, sids, replacements), "stdout.jsonl")
     if name == "bash-escalation-approved":
         assert Path(ESCALATION_TARGET).read_text() == "escalated\n"
@@ -449,3 +467,62 @@ async def test_scenario(name, mechanism, acp_agent, scripted, snapshot):
                       if json.loads(line)["type"] == "request/header")
         snapshot.assert_match(header["system"] + "\n", "system-prompt.md")
         snapshot.assert_match(json.dumps(header["tools"], indent=2) + "\n", "tool-schemas.json")
+
+
+if CASES:
+
+    @pytest.mark.parametrize("name, mechanism", CASES)
+    async def test_scenario(name, mechanism, acp_agent, scripted, snapshot):
+        await run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot)
+
+
+# ---------------------------------------------------------------- what the converted scenarios prove
+# A converted scenario's session.jsonl is what its replay must write, line for line; so a property of
+# the committed file is a property of every passing run. These are the checks the inline harness made
+# at run time, beyond "same as last time".
+
+
+def _fixture(name: str) -> tuple[list[dict], str]:
+    d = scenario_dir(name)
+    text = (d / "session.jsonl").read_text()
+    header = json.loads((d / "input.json").read_text()).get("header") or SCENARIOS[name][0]
+    system = d.parent / "_headers" / header / "system-prompt.md"
+    return [json.loads(line) for line in text.splitlines()], text + (system.read_text() if system.is_file() else "")
+
+
+@pytest.mark.parametrize("name", ["compaction-pressure", "compaction-overflow", "compaction-failed"])
+def test_compaction_scenarios_show_the_compaction(name):
+    _check_compaction_log(name, _fixture(name)[0])
+
+
+def test_agent_instructions_scenario_reads_each_file_once_and_never_through_a_symlink():
+    _, text = _fixture("agent-instructions")
+    assert "Root rule" in text and "Sub rule" in text and "MUST NOT BE READ" not in text
+    assert text.count("Sub rule: files here") == 1  # once per session, though sub/ was read twice
+    assert "ignored: AGENTS.md exists here" not in text
+
+
+def test_repeat_reminder_scenario_reminds_at_3_and_5_only():
+    _, text = _fixture("repeat-tool-reminder")
+    assert "exactly these arguments 3 times" in text and "exactly these arguments 5 times" in text
+    assert "4 times" not in text and "2 times" not in text
+
+
+def test_read_spill_scenario_spills_the_whole_file():
+    log, _ = _fixture("read-spill")
+    (result,) = [e for e in log if e["type"] == "tool/result"]
+    text = result["result"]["content"][0]["text"]
+    assert "spill/{{session0}}/call_1.log" in text and "line 01499" in text and "line 00750" not in text
+
+
+def test_escalation_scenarios_run_the_command_only_when_approved():
+    approved = [e for e in _fixture("bash-escalation-approved")[0] if e["type"] == "tool/result"]
+    rejected = [e for e in _fixture("bash-escalation-rejected")[0] if e["type"] == "tool/result"]
+    assert [e["result"]["content"][0]["text"] for e in approved] == ["escalated"]  # cat of the file it wrote
+    assert [e.get("code") for e in rejected] == ["ESCALATION_REJECTED"]
+
+
+def test_max_steps_scenario_stops_at_the_budget():
+    log, _ = _fixture("max-steps")
+    assert [e["reason"] for e in log if e["type"] == "turn/end"] == ["max-steps"]
+    assert sum(e["type"] == "assistant/message" for e in log) == 3

@@ -12,8 +12,11 @@ import msgspec
 
 from dsh_core.types import (
     AssistantMessageEvent,
+    ModelCallFailed,
+    ReasoningBlock,
     SessionHeader,
     TextBlock,
+    ToolCallBlock,
     ToolResultEvent,
     UserMessageEvent,
 )
@@ -96,6 +99,10 @@ def _text(blocks: list[Any]) -> str:
     for b in blocks:
         if isinstance(b, TextBlock):
             parts.append(b.text)
+        elif isinstance(b, ReasoningBlock):
+            parts.append(f"[reasoning: {b.text}]")
+        elif isinstance(b, ToolCallBlock):
+            parts.append(f"{b.name}({b.arguments}) [{b.id}]")
         else:
             parts.append(f"[{type(b).__struct_config__.tag}]")
     return " ".join(parts)
@@ -110,7 +117,16 @@ def _summary(ev: Any) -> str:
     if isinstance(ev, UserMessageEvent):
         return _short(_text(ev.message.content))
     if isinstance(ev, AssistantMessageEvent):
-        return _short(_text(ev.message.content))
+        # one model call: what it produced, why it stopped, what it cost
+        tail = f"  · {ev.finish}" + (" (interrupted)" if ev.interrupted else "")
+        if ev.usage is not None:
+            u = ev.usage
+            tail += f" · in {u.input_tokens} (cache {u.cache_hit_tokens}) out {u.output_tokens}"
+        return _short(_text(ev.message.content), 200 - len(tail)) + tail
+    if isinstance(ev, ModelCallFailed):
+        status = f"HTTP {ev.status}, " if ev.status is not None else ""
+        kind = "retryable" if ev.retryable else "not retryable"
+        return _short(f"step {ev.step} attempt {ev.attempt}: {ev.code} ({status}{kind}): {ev.message}")
     if isinstance(ev, ToolResultEvent):
         return _short(f"{ev.result.name}: {_text(ev.result.content)}")
     fields = msgspec.to_builtins(ev)

@@ -310,6 +310,33 @@ def test_cli_list_and_show(home: Path) -> None:
     assert out.stdout.encode() == path.read_bytes()
 
 
+def test_cli_show_renders_each_model_call(home: Path) -> None:
+    """Per model call: reasoning, text, tool calls with their arguments, finish, usage; a failed call
+    with its error class."""
+    from dsh_core.types import ModelCallFailed, ReasoningBlock, ToolCallBlock
+
+    evs = [
+        ModelCallFailed(turn=1, step=1, attempt=0, message="rate limit reached", code="RATE_LIMIT", retryable=True,
+                        status=429),
+        AssistantMessageEvent(
+            turn=1, step=1, finish="tool-calls", usage=Usage(input_tokens=30, output_tokens=4, cache_hit_tokens=20),
+            message=AssistantMessage(id="a1", content=[
+                ReasoningBlock(text="look first"), TextBlock(text="listing"),
+                ToolCallBlock(id="call_7", name="bash", arguments='{"command": "ls"}')]),
+        ),
+    ]
+    for i, ev in enumerate(evs, 1):
+        ev.seq, ev.time = i, 1700000000.0 + i
+    write_log(home, evs)
+    out = dsh(home, "sessions", "show", "sess_0123abcd")
+    assert out.returncode == 0, out.stderr
+    failed, answer = out.stdout.splitlines()[1:]
+    assert "llm/error" in failed and "RATE_LIMIT (HTTP 429, retryable): rate limit reached" in failed
+    assert "attempt 0" in failed
+    assert "[reasoning: look first] listing bash({\"command\": \"ls\"}) [call_7]" in answer
+    assert answer.endswith("· tool-calls · in 30 (cache 20) out 4")
+
+
 def test_cli_show_torn_and_missing(home: Path) -> None:
     path = write_log(home, sample_events(), tail=b'{"type":"no')
     out = dsh(home, "sessions", "show", "--json", "sess_0123abcd")

@@ -1,0 +1,537 @@
+"""Scenario directories: record a session once, replay it forever (the snapshot runner).
+
+A scenario is a directory ``snapshots/<example>/<scenario>/``::
+
+    input.json              what the client does (steps) and how to run it (example, env, …)
+    session.jsonl           the recording: the model's input on replay AND the expected log
+    session.<n>.jsonl       further sessions (a second session, subagents), in creation order
+    stdout.expected.jsonl   the normalised wire transcript (every frame the agent wrote)
+    replay.override.json    optional: what a recording cannot hold (plugins/replay-model)
+    workspace/              optional: copied into the session cwd before the agent starts
+
+and, per header class, ``snapshots/<example>/_headers/<class>/system-prompt.md`` and
+``tool-schemas.json``: the request header (system prompt, tool schemas) every scenario of the
+class sends, pinned once as readable files. A log line whose header equals its class's pin says
+``{{system}}`` / ``{{tools}}`` instead of repeating it.
+
+Three modes (``pytest --dsh-snapshots=MODE``, or ``--snapshot-update`` for refresh):
+
+- ``replay`` (default): run ``dsh run --example … --provider replay --model session.jsonl`` —
+  the real agent, the real tools, the model played back — and compare stdout, every session
+  log and the class pins with the committed files. Keyless.
+- ``refresh``: the same run, then rewrite the expectations from it (review the diff). Keyless.
+- ``record``: run the scenarios whose ``input.json`` says ``"recordable": true`` against the
+  live route (``record`` in ``input.json``, default DeepSeek's ``deepseek-flash``; needs
+  ``DEEPSEEK_API_KEY``, and honours ``DEEPSEEK_BASE_URL`` for any DeepSeek-compatible server),
+  then write the recording and the expectations. Other scenarios are skipped in this mode.
+
+``input.json``::
+
+    {"example": "acp-agent",            # the example to run (required)
+     "header": "acp-agent",             # header class (default: the example)
+     "recordable": false, "record": {"provider": "deepseek", "model": "deepseek-flash"},
+                                        # or {"provider": "scripted", "model": "{{scenario}}/script.json"}:
+                                        # a keyless recording from a scripted-model script
+     "env": {"DSH_PERMISSION_MODE": "workspace-write"},
+     "perMechanism": false,             # run once per sandbox mechanism (bubblewrap, Landlock)
+     "cleanup": ["/var/tmp/x"],         # paths removed before and after the run
+     "mkdir": [".git"],                 # empty directories to create in the workspace (git stores none)
+     "steps": [...]}
+
+Steps (``session`` is the index of a session this client opened, default 0):
+
+    {"op": "initialize"}
+    {"op": "newSession", "additionalDirectories": [...], "expectError": true}
+    {"op": "prompt", "text": "ping", "expect": "end_turn" | "cancelled" | "max_turn_requests" | "error"}
+    {"op": "promptContent", "content": [ACP content blocks; an image may say "file": "x.png"]}
+    {"op": "promptAndCancel", "text": "…", "after": {"event": "turn/start"} | {"file": "started.txt"},
+     "delayMs": 50}
+    {"op": "cancel"}
+    {"op": "permission", "answers": ["allow-once", "reject-once"]}   # queued for the next requests
+    {"op": "wait", "ms": 50} | {"op": "wait", "event": "tool/call"} | {"op": "wait", "file": "x"}
+
+The runner is the library behind ``dsh_core.testing``'s collection of ``input.json`` files; its
+functions (``load_scenario``, ``run_scenario``, ``check_or_write``) are usable directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import difflib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MODES = ("replay", "refresh", "record")
+HEADERS_DIR = "_headers"
+SYSTEM_FILE = "system-prompt.md"
+TOOLS_FILE = "tool-schemas.json"
+STDOUT_FILE = "stdout.expected.jsonl"
+OVERRIDE_FILE = "replay.override.json"
+DEFAULT_RECORD_ROUTE = ("deepseek", "deepseek-flash")
+REPLAY_CODES = ("REPLAY_EXHAUSTED", "REPLAY_DIVERGED")
+_HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
+
+
+class ScenarioError(AssertionError):
+    """A scenario failed: its message says what differs or diverged."""
+
+
+@dataclass
+class Scenario:
+    dir: Path
+    example: str
+    header: str
+    steps: list[dict[str, Any]]
+    env: dict[str, str] = field(default_factory=dict)
+    recordable: bool = False
+    record: tuple[str, str] = DEFAULT_RECORD_ROUTE
+    per_mechanism: bool = False
+    cleanup: list[str] = field(default_factory=list)
+    mkdir: list[str] = field(default_factory=list)  # empty directories of the workspace (git keeps none)
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    @property
+    def headers_dir(self) -> Path:
+        return self.dir.parent / HEADERS_DIR / self.header
+
+    def logs(self) -> list[Path]:
+        """The committed session logs, in order: ``session.jsonl``, ``session.1.jsonl``, …"""
+        first = self.dir / "session.jsonl"
+        if not first.is_file():
+            return []
+        out, n = [first], 1
+        while (self.dir / f"session.{n}.jsonl").is_file():
+            out.append(self.dir / f"session.{n}.jsonl")
+            n += 1
+        return out
+
+
+def load_scenario(directory: Path) -> Scenario:
+    path = directory / "input.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ScenarioError(f"{path}: not readable JSON: {exc}") from None
+    known = {"example", "header", "steps", "env", "recordable", "record", "perMechanism", "cleanup", "mkdir", "about"}
+    unknown = set(doc) - known
+    if unknown:
+        raise ScenarioError(f"{path}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+    if not isinstance(doc.get("example"), str) or not isinstance(doc.get("steps"), list):
+        raise ScenarioError(f"{path}: needs \"example\" (a name) and \"steps\" (a list)")
+    record = doc.get("record") or {}
+    return Scenario(
+        dir=directory,
+        example=doc["example"],
+        header=doc.get("header") or doc["example"],
+        steps=doc["steps"],
+        env={k: str(v) for k, v in (doc.get("env") or {}).items()},
+        recordable=bool(doc.get("recordable", False)),
+        record=(record.get("provider", DEFAULT_RECORD_ROUTE[0]),
+                record.get("model", DEFAULT_RECORD_ROUTE[1]).replace("{{scenario}}", str(directory))),
+        per_mechanism=bool(doc.get("perMechanism", False)),
+        cleanup=list(doc.get("cleanup") or []),
+        mkdir=list(doc.get("mkdir") or []),
+    )
+
+
+def dump_input(doc: dict[str, Any]) -> str:
+    """``input.json`` as people read it: one key per line, one step per line."""
+    lines = []
+    for key, value in doc.items():
+        if key == "steps":
+            steps = ",\n".join("  " + json.dumps(s, ensure_ascii=False) for s in value)
+            lines.append(f'"steps": [\n{steps}\n ]')
+        else:
+            lines.append(f"{json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}")
+    return "{\n " + ",\n ".join(lines) + "\n}\n"
+
+
+# ----------------------------------------------------------------------------- running
+
+
+@dataclass
+class Run:
+    """What one run produced, normalised."""
+
+    stdout: str
+    logs: list[str]  # normalised JSONL texts, in order (header class not yet scrubbed)
+    headers: list[dict[str, Any]]  # the live session headers (provider/model before restoring)
+    stderr: str
+    replay_errors: list[str]
+
+
+def _content_block(block: dict[str, Any], scenario_dir: Path) -> Any:
+    from acp import schema
+
+    block = dict(block)
+    if block.get("type") == "image" and "file" in block:
+        data = (scenario_dir / block.pop("file")).read_bytes()
+        block.setdefault("data", base64.b64encode(data).decode())
+    kinds: dict[str, Any] = {"text": schema.TextContentBlock, "image": schema.ImageContentBlock, "audio": schema.AudioContentBlock,
+             "resource_link": schema.ResourceContentBlock, "resource": schema.EmbeddedResourceContentBlock}
+    cls: Any = kinds.get(block.get("type", ""))
+    if cls is None:
+        raise ScenarioError(f"unknown content block type {block.get('type')!r} (known: {', '.join(kinds)})")
+    return cls.model_validate(block)
+
+
+async def _wait_for(cond: dict[str, Any], cwd: Path, home: Path, sid: str | None, timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while loop.time() < end:
+        if "file" in cond and (cwd / cond["file"]).exists():
+            return
+        if "event" in cond and sid is not None:
+            log = home / "sessions" / f"{sid}.jsonl"
+            if log.exists() and f'"type":"{cond["event"]}"' in log.read_text(errors="replace").replace(" ", ""):
+                return
+        await asyncio.sleep(0.01)
+    raise ScenarioError(f"waited {timeout:.0f} s for {cond} in vain")
+
+
+async def _drive(steps: list[dict[str, Any]], run: Any, sids: list[str], home: Path, scenario_dir: Path) -> None:
+    from acp import RequestError, text_block
+
+    def session(step: dict[str, Any]) -> str:
+        try:
+            return sids[int(step.get("session", 0))]
+        except IndexError:
+            raise ScenarioError(f"step {step} names a session this client has not opened") from None
+
+    async def prompt(step: dict[str, Any], blocks: list[Any]) -> None:
+        expect = step.get("expect")
+        try:
+            result = await run.conn.prompt(session_id=session(step), prompt=blocks)
+        except RequestError as exc:
+            if expect != "error":
+                raise ScenarioError(f"step {step}: the prompt failed: {exc}") from None
+            return
+        if expect == "error":
+            raise ScenarioError(f"step {step}: expected an error, got stop reason {result.stop_reason!r}")
+        if expect is not None and result.stop_reason != expect:
+            raise ScenarioError(f"step {step}: stop reason {result.stop_reason!r}, expected {expect!r}")
+
+    for n, step in enumerate(steps):
+        op = step.get("op")
+        if op == "initialize":
+            await run.conn.initialize(protocol_version=int(step.get("protocolVersion", 1)))
+        elif op == "newSession":
+            kw: dict[str, Any] = {}
+            if "additionalDirectories" in step:
+                kw["additional_directories"] = step["additionalDirectories"]
+            try:
+                sids.append((await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[], **kw)).session_id)
+            except RequestError:
+                if not step.get("expectError"):
+                    raise
+            else:
+                if step.get("expectError"):
+                    raise ScenarioError(f"step {n} ({op}): expected an error")
+        elif op == "prompt":
+            await prompt(step, [text_block(step["text"])])
+        elif op == "promptContent":
+            await prompt(step, [_content_block(b, scenario_dir) for b in step["content"]])
+        elif op == "promptAndCancel":
+            sid = session(step)
+            task = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block(step["text"])]))
+            await _wait_for(step.get("after") or {"event": "turn/start"}, run.cwd, home, sid)
+            await asyncio.sleep(int(step.get("delayMs", 50)) / 1000)
+            await run.conn.cancel(session_id=sid)
+            stop = (await task).stop_reason
+            if stop != "cancelled":
+                raise ScenarioError(f"step {n} ({op}): stop reason {stop!r}, expected 'cancelled'")
+        elif op == "cancel":
+            await run.conn.cancel(session_id=session(step))
+        elif op == "permission":
+            run.client.permission_answers.extend(step["answers"])
+        elif op == "wait":
+            if "ms" in step:
+                await asyncio.sleep(int(step["ms"]) / 1000)
+            else:
+                await _wait_for(step, run.cwd, home, sids[int(step.get("session", 0))] if sids else None)
+        else:
+            raise ScenarioError(f"step {n}: unknown op {op!r} (initialize, newSession, prompt, promptContent, "
+                                "promptAndCancel, cancel, permission, wait)")
+
+
+def _normalize_text(text: str, replacements: list[tuple[str, str]]) -> str:
+    for old, new in replacements:
+        if old:
+            text = text.replace(old, new)
+    return _HEX.sub("{{id}}", text)
+
+
+def normalize_log_lines(raw: str, replacements: list[tuple[str, str]]) -> tuple[str, dict[str, Any]]:
+    """One log: times zeroed, retry delays zeroed (they are jittered), paths and ids replaced."""
+    lines, header = [], {}
+    for n, line in enumerate(raw.splitlines()):
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        if n == 0:
+            header = dict(rec)
+        for key in ("time", "createdAt"):
+            if key in rec:
+                rec[key] = 0
+        if rec.get("type") == "llm/retry":
+            rec["delayMs"] = 0
+        lines.append(_normalize_text(json.dumps(rec, sort_keys=True, ensure_ascii=False), replacements))
+    return "\n".join(lines) + "\n", header
+
+
+def _log_order_key(path: Path) -> tuple[str, float]:
+    """Sessions the client did not open (subagents): by their first prompt, then creation time, so
+    children started in parallel land in the same files every run."""
+    first, created = "", 0.0
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        created = float(json.loads(lines[0]).get("createdAt", 0))
+        for line in lines[1:]:
+            rec = json.loads(line)
+            if rec.get("type") == "user/message":
+                first = "".join(b.get("text", "") for b in rec["message"]["content"])
+                break
+    except (OSError, ValueError, IndexError, KeyError, TypeError):
+        pass
+    return first, created
+
+
+async def run_scenario(
+    sc: Scenario,
+    *,
+    mode: str = "replay",
+    mechanism: str | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Run:
+    """Run the scenario once in a fresh temporary directory (fixed-length path, so the cwd's length
+    — which the token meter sees — is the same in every run) and return what it produced."""
+    from .testing import Recorder, normalize_transcript, spawn_acp
+
+    if mode not in MODES:
+        raise ScenarioError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
+    root = Path(tempfile.mkdtemp(prefix="dsh-scenario-", dir=tempfile.gettempdir())).resolve()
+    for p in sc.cleanup:
+        Path(p).unlink(missing_ok=True)
+    try:
+        work, home, fixture = root / "work", root / "home", root / "fixture"
+        if (sc.dir / "workspace").is_dir():
+            shutil.copytree(sc.dir / "workspace", work, symlinks=True)
+        else:
+            work.mkdir()
+        for d in sc.mkdir:
+            (work / d).mkdir(parents=True, exist_ok=True)
+        fixture.mkdir()
+        own = {k: v.replace("{{scenario}}", str(sc.dir)).replace("{{snapshots}}", str(sc.dir.parent.parent))
+               for k, v in sc.env.items()}
+        env = {"DSH_HOME": str(home), "DSH_PERMISSION_MODE": "workspace-write", **own, **(extra_env or {})}
+        if "DSH_EXAMPLES_PATH" in os.environ:
+            env.setdefault("DSH_EXAMPLES_PATH", os.environ["DSH_EXAMPLES_PATH"])
+        if mechanism:
+            env["DSH_SANDBOX_MECHANISM"] = mechanism
+        if mode == "record":
+            provider, model = sc.record
+            for key in ("DEEPSEEK_API_KEY", "DEEPSEEK_BASE_URL"):
+                if key in os.environ:
+                    env.setdefault(key, os.environ[key])
+        else:
+            provider, model = "replay", str(fixture / "session.jsonl")
+            logs = sc.logs()
+            for log in logs:  # with the class pin put back where the fixture says {{system}} / {{tools}}
+                (fixture / log.name).write_text(expand_headers(log.read_text(encoding="utf-8"), *_class_pin(sc)),
+                                                encoding="utf-8")
+            if not logs:  # no session was ever opened: any model call is more than recorded
+                (fixture / "session.jsonl").write_text(json.dumps(
+                    {"type": "session", "id": "none", "provider": "replay", "model": "none"}) + "\n")
+            if (sc.dir / OVERRIDE_FILE).is_file():
+                shutil.copy(sc.dir / OVERRIDE_FILE, fixture / OVERRIDE_FILE)
+        sids: list[str] = []
+        async with spawn_acp(Path(model), provider=provider, cwd=work, example=sc.example, env=env,
+                             client=Recorder()) as run:
+            try:
+                await _drive(sc.steps, run, sids, home, sc.dir)
+            except (ConnectionError, ScenarioError) as exc:
+                await asyncio.sleep(0.2)  # let the agent's last words reach stderr
+                tail = bytes(run.stderr).decode(errors="replace")[-3000:]
+                raise ScenarioError(f"scenario {sc.name} ({provider} {model}): {exc}\nagent stderr:\n{tail}") from None
+        stderr = bytes(run.stderr).decode(errors="replace")
+        # every log this run wrote: the client's sessions in the order it opened them, then the rest
+        found = {p.stem: p for p in (home / "sessions").glob("*.jsonl")} if (home / "sessions").is_dir() else {}
+        order = [s for s in sids if s in found] + sorted((s for s in found if s not in sids),
+                                                         key=lambda s: _log_order_key(found[s]))
+        replacements: list[tuple[str, str]] = [(str(home), "{{home}}"), (str(work), "{{cwd}}"),
+                                               (str(root), "{{tmp}}")]
+        if mode != "record" or os.path.isabs(model):  # a file as the model: a script, a recording
+            replacements.insert(0, (model, "{{script}}"))
+        for n, sid in enumerate([*sids, *[s for s in order if s not in sids]]):
+            replacements.append((sid, f"{{{{session{n}}}}}"))
+        logs_out, headers, errors = [], [], []
+        for sid in order:
+            raw = found[sid].read_text(encoding="utf-8")
+            for line in raw.splitlines():
+                if any(code in line for code in REPLAY_CODES) and '"agent/error"' in line.replace(" ", ""):
+                    errors.append(json.loads(line)["message"])
+            text, header = normalize_log_lines(raw, replacements)
+            logs_out.append(text)
+            headers.append(header)
+        raw_frames = json.dumps(run.frames)
+        for i, s in enumerate(sids):  # session ids first: messageIds are numbered before ids are blanked
+            raw_frames = raw_frames.replace(s, f"{{{{session{i}}}}}")
+        frames = json.loads(raw_frames)
+        stdout = _normalize_text(normalize_transcript(frames), replacements)
+        return Run(stdout=stdout, logs=logs_out, headers=headers, stderr=stderr, replay_errors=errors)
+    finally:
+        for p in sc.cleanup:
+            Path(p).unlink(missing_ok=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- comparing and writing
+
+
+def _class_pin(sc: Scenario) -> tuple[str | None, Any]:
+    system = sc.headers_dir / SYSTEM_FILE
+    tools = sc.headers_dir / TOOLS_FILE
+    return (system.read_text(encoding="utf-8") if system.is_file() else None,
+            json.loads(tools.read_text(encoding="utf-8")) if tools.is_file() else None)
+
+
+def _first_header(log: str) -> dict[str, Any] | None:
+    for line in log.splitlines():
+        rec: dict[str, Any] = json.loads(line)
+        if rec.get("type") == "request/header":
+            return rec
+    return None
+
+
+def scrub_headers(log: str, system: str | None, tools: Any) -> str:
+    """Request headers equal to the class pin say ``{{system}}`` / ``{{tools}}``."""
+    out = []
+    for line in log.splitlines():
+        rec = json.loads(line)
+        if rec.get("type") == "request/header":
+            if system is not None and rec.get("system", "") + "\n" == system:
+                rec["system"] = "{{system}}"
+            if tools is not None and rec.get("tools") == tools:
+                rec["tools"] = "{{tools}}"
+            line = json.dumps(rec, sort_keys=True, ensure_ascii=False)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _restore_route(log: str, recorded: Path | None) -> str:
+    """On replay the session header names the replay route; compare it as the recorded one."""
+    if recorded is None or not recorded.is_file():
+        return log
+    want = json.loads(recorded.read_text(encoding="utf-8").splitlines()[0])
+    lines = log.splitlines()
+    head = json.loads(lines[0])
+    if head.get("type") == "session" and head.get("provider") == "replay":
+        for key in ("provider", "model"):
+            if key in want:
+                head[key] = want[key]
+            else:
+                head.pop(key, None)
+        lines[0] = json.dumps(head, sort_keys=True, ensure_ascii=False)
+    return "\n".join(lines) + "\n"
+
+
+def expand_headers(log: str, system: str | None, tools: Any) -> str:
+    """The inverse of ``scrub_headers``: a fixture as the agent wrote it (for the replay provider)."""
+    out = []
+    for line in log.splitlines():
+        if '"request/header"' in line:
+            rec = json.loads(line)
+            if rec.get("system") == "{{system}}":
+                if system is None:
+                    raise ScenarioError("a fixture says {{system}} but its header class has no system-prompt.md")
+                rec["system"] = system[:-1] if system.endswith("\n") else system
+            if rec.get("tools") == "{{tools}}":
+                if tools is None:
+                    raise ScenarioError("a fixture says {{tools}} but its header class has no tool-schemas.json")
+                rec["tools"] = tools
+            line = json.dumps(rec, sort_keys=True, ensure_ascii=False)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _diff(expected: str, actual: str, name: str) -> str:
+    lines = list(difflib.unified_diff(expected.splitlines(), actual.splitlines(), f"{name} (committed)",
+                                      f"{name} (this run)", lineterm="", n=1))
+    cut = [ln if len(ln) < 400 else ln[:400] + "…" for ln in lines[:60]]
+    return "\n".join(cut) + ("\n…" if len(lines) > 60 else "")
+
+
+def expected_files(sc: Scenario, run: Run, *, class_written: dict[str, str] | None = None) -> dict[Path, str]:
+    """The files this run says the scenario directory should hold."""
+    header = _first_header(run.logs[0]) if run.logs else None
+    system, tools = _class_pin(sc)
+    files: dict[Path, str] = {}
+    if header is not None:
+        live_system, live_tools = header["system"] + "\n", header["tools"]
+        files[sc.headers_dir / SYSTEM_FILE] = live_system
+        files[sc.headers_dir / TOOLS_FILE] = json.dumps(live_tools, indent=2, ensure_ascii=False) + "\n"
+        system, tools = live_system, live_tools
+    files[sc.dir / STDOUT_FILE] = run.stdout
+    committed = sc.logs()
+    for i, log in enumerate(run.logs):
+        name = "session.jsonl" if i == 0 else f"session.{i}.jsonl"
+        files[sc.dir / name] = _restore_route(scrub_headers(log, system, tools),
+                                             committed[i] if i < len(committed) else None)
+    return files
+
+
+def check_or_write(sc: Scenario, run: Run, mode: str, *, pins: dict[str, tuple[str, str]] | None = None) -> list[str]:
+    """Compare (replay) or write (refresh, record); returns the paths written. ``pins`` (class →
+    (scenario, system + tools)) catches two scenarios of one class that disagree in one run."""
+    if run.replay_errors:
+        raise ScenarioError(f"{sc.name}: the replay failed:\n  " + "\n  ".join(run.replay_errors)
+                            + "\n(re-record it, or fix what changed; stderr:\n" + run.stderr[-2000:] + ")")
+    files = expected_files(sc, run)
+    system_path, tools_path = sc.headers_dir / SYSTEM_FILE, sc.headers_dir / TOOLS_FILE
+    if pins is not None and system_path in files:
+        mine = files[system_path] + files[tools_path]
+        other = pins.setdefault(sc.header, (sc.name, mine))
+        if other[1] != mine:
+            raise ScenarioError(f"{sc.name} and {other[0]} send different request headers but share header class "
+                                f"{sc.header!r}: give one of them its own \"header\" in input.json")
+    if mode == "replay":
+        problems = []
+        for path, text in files.items():
+            if not path.is_file():
+                problems.append(f"{path.relative_to(sc.dir.parent)}: missing (run with --dsh-snapshots=refresh)")
+            elif path.read_text(encoding="utf-8") != text:
+                problems.append(_diff(path.read_text(encoding="utf-8"), text, str(path.relative_to(sc.dir.parent))))
+        extra = sc.logs()[len(run.logs):]
+        problems += [f"{p.name}: committed, but this run wrote no such session" for p in extra]
+        if problems:
+            raise ScenarioError(f"scenario {sc.name} differs from its snapshots:\n" + "\n".join(problems))
+        return []
+    written = []
+    for path, text in files.items():
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            written.append(str(path))
+    for stale in sc.logs()[len(run.logs):]:
+        stale.unlink()
+        written.append(str(stale))
+    return written
+
+
+def run_and_check(sc: Scenario, mode: str = "replay", *, mechanism: str | None = None,
+                  pins: dict[str, tuple[str, str]] | None = None, extra_env: dict[str, str] | None = None) -> list[str]:
+    """One scenario, start to end, in its own event loop (what each collected test item does)."""
+    if mode == "record" and not sc.recordable:
+        raise ScenarioError(f"{sc.name} is not recordable")
+    run = asyncio.run(run_scenario(sc, mode=mode, mechanism=mechanism, extra_env=extra_env))
+    return check_or_write(sc, run, mode, pins=pins)

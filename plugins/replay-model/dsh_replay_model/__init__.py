@@ -1,0 +1,474 @@
+"""replay-model: play back the model calls of a recorded session log, keyless.
+
+``--provider replay --model path/to/session.jsonl`` serves each model call of the run from
+the recording, call by call, while the real tools run again. What a call produced is read
+from the log's durable events (``assistant/message``: text, reasoning, tool calls, finish,
+usage; ``llm/error``: a failed call with its error class; an interrupted message: a call that
+was cancelled; ``compaction/summary``/``compaction/failed``: the compactor's summary calls).
+Sibling logs ``session.1.jsonl``, ``session.2.jsonl``, … (subagents, second sessions) are
+loaded too; a live session binds to the first unclaimed recording whose first prompt it
+sends. ``replay.override.json`` beside the log patches what a recording cannot hold (an
+injected error, a hang until cancelled, another answer for one call).
+
+It fails loudly — a non-retryable ``ModelError`` with code ``REPLAY_EXHAUSTED`` or
+``REPLAY_DIVERGED``, also on stderr — naming the call number, when the run asks for more
+calls than were recorded or when the tool results (or the prompt) the live run sends differ
+from the recorded ones. Formats: this plugin's README.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from dsh_core import ModelError, RouteError, hookimpl
+from dsh_core.diag import warn
+from dsh_core.types import (
+    AssistantMessage,
+    AssistantMessageEvent,
+    CompactionFailed,
+    CompactionSummary,
+    Finish,
+    ImageBlock,
+    ImageDelta,
+    InboxClaimed,
+    ModelCallFailed,
+    ModelDelta,
+    ModelInfo,
+    ModelRequest,
+    ReasoningBlock,
+    ReasoningDelta,
+    RequestHeader,
+    RetryEvent,
+    RetryPolicy,
+    SessionHeader,
+    TextBlock,
+    TextDelta,
+    ToolCallBlock,
+    ToolCallDelta,
+    ToolResultEvent,
+    ToolResultMessage,
+    TurnEnd,
+    Usage,
+    UsageDelta,
+    UserMessage,
+    UserMessageEvent,
+    log_decoder,
+)
+
+PROVIDER = "replay"
+OVERRIDE_FILE = "replay.override.json"
+_HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
+_COMPACTION = ":compaction"
+
+
+# ----------------------------------------------------------------------------- what a call was
+
+
+class ErrorEntry(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    message: str
+    code: str = "SERVER"
+    retryable: bool = False
+    status: int | None = None
+    retry_after: float | None = None
+
+
+class ToolCallEntry(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    name: str
+    arguments: str = "{}"
+    id: str | None = None
+
+
+class Entry(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    """One model call's answer, as an override writes it (the recorded ones are derived)."""
+
+    text: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCallEntry] = msgspec.field(default_factory=list)
+    finish: str | None = None  # stop | tool-calls | max-tokens (default: from the tool calls)
+    usage: Usage | None = None
+    error: ErrorEntry | None = None
+    hang: bool = False  # after the text (if any), wait until the call is cancelled
+
+
+class Patch(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    call: int  # 1-based call number in the session's recording
+    session: int = 0  # 0: session.jsonl, n: session.n.jsonl
+    replace: Entry | None = None
+    insert: Entry | None = None  # played before recorded call ``call`` (call = recorded + 1: after the last)
+
+
+class Overrides(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    patches: list[Patch] = msgspec.field(default_factory=list)
+
+
+@dataclass
+class Expect:
+    """What the recording's request for a call carried after the previous answer."""
+
+    prompt: list[str] | None = None  # the texts of the prompt a turn's first call answers
+    results: list[tuple[str, str, bool]] = field(default_factory=list)  # (call id, tool, is error)
+
+
+@dataclass
+class Call:
+    where: str  # "turn 2 step 1" (for messages)
+    blocks: list[Any] = field(default_factory=list)  # TextBlock | ReasoningBlock | ToolCallBlock | ImageBlock
+    finish: str = "stop"
+    usage: Usage | None = None
+    error: ErrorEntry | None = None
+    crash: str | None = None  # a provider bug (compaction INTERNAL): raise a plain exception
+    hang: bool = False
+    expect: Expect | None = None  # None: not checked (inserted by an override)
+
+
+@dataclass
+class Recording:
+    path: Path
+    header: SessionHeader
+    route: ModelInfo
+    calls: list[Call]
+    summaries: list[Call]  # the compactor's calls (session id "<id>:compaction")
+    max_retries: int
+
+
+def _entry_call(entry: Entry, where: str) -> Call:
+    blocks: list[Any] = []
+    if entry.reasoning:
+        blocks.append(ReasoningBlock(text=entry.reasoning))
+    if entry.text:
+        blocks.append(TextBlock(text=entry.text))
+    for i, tc in enumerate(entry.tool_calls):
+        blocks.append(ToolCallBlock(id=tc.id or f"call_override_{i + 1}", name=tc.name, arguments=tc.arguments))
+    finish = entry.finish or ("tool-calls" if entry.tool_calls else "stop")
+    return Call(where=where, blocks=blocks, finish=finish, usage=entry.usage, error=entry.error, hang=entry.hang)
+
+
+def _text(blocks: list[Any]) -> str:
+    return "".join(b.text for b in blocks if isinstance(b, TextBlock))
+
+
+def _summary_text(message: UserMessage) -> str:
+    """The summary call's own output: the compactor prefixes it before committing it."""
+    text = _text(message.content)
+    # Optional, not a dependency: only a session with the compaction plugin mounted makes summary
+    # calls, and then the plugin is installed.
+    try:
+        prefix = str(importlib.import_module("dsh_compaction").SUMMARY_PREFIX)
+    except (ImportError, AttributeError):
+        return text
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
+def derive(path: Path) -> Recording:
+    """Read one session log into its model calls, in order."""
+    try:
+        lines = [ln for ln in path.read_bytes().splitlines() if ln.strip()]
+    except OSError as exc:
+        raise RouteError(f"replay: cannot read the recording {path}: {exc}") from None
+    # A committed scenario fixture pins its header once per class ("tools": "{{tools}}"); replay
+    # needs only the header's route, so such a fixture replays as it is.
+    lines = [ln.replace(b'"tools": "{{tools}}"', b'"tools": []').replace(b'"tools":"{{tools}}"', b'"tools":[]')
+             if b'"request/header"' in ln else ln for ln in lines]
+    try:
+        records = [log_decoder.decode(ln) for ln in lines]
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise RouteError(f"replay: {path} is not a dsh session log: {exc}") from None
+    if not records or not isinstance(records[0], SessionHeader):
+        raise RouteError(f"replay: {path} does not start with a session header")
+    header = records[0]
+    route: ModelInfo | None = None
+    calls: list[Call] = []
+    summaries: list[Call] = []
+    texts: dict[str, str] = {}
+    expect = Expect()
+    retries: list[int] = []
+    final_attempts: list[int] = []
+    # Whether a model call may be in flight, unrecorded: a call cancelled before it produced any
+    # text leaves nothing in the log (nothing was committed), but the turn's end says "aborted".
+    in_flight = aborted_tool = False
+    where = ""
+    for ev in records[1:]:
+        if isinstance(ev, RequestHeader) and route is None:
+            route = ev.route or ModelInfo(provider=ev.provider, model=ev.model)
+        elif isinstance(ev, UserMessageEvent):
+            texts[ev.message.id] = _text(ev.message.content)
+        elif isinstance(ev, InboxClaimed):
+            expect = Expect(prompt=[texts.get(i, "") for i in ev.message_ids])
+            in_flight, where = True, f"turn {ev.turn} step 1"
+        elif isinstance(ev, ToolResultEvent):
+            expect.results.append((ev.result.call_id, ev.result.name, ev.result.is_error))
+            aborted_tool = aborted_tool or ev.code == "ABORTED"
+            in_flight = not aborted_tool  # the next call starts once every result is in, unless cancelled
+            where = f"turn {ev.turn} step {ev.step + 1}"
+        elif isinstance(ev, TurnEnd):
+            if ev.reason == "aborted" and in_flight:
+                calls.append(Call(where=where, hang=True, expect=expect))  # cancelled before any output
+                expect = Expect()
+            in_flight = False
+        elif isinstance(ev, AssistantMessageEvent):
+            in_flight = aborted_tool = False
+            calls.append(Call(
+                where=f"turn {ev.turn} step {ev.step}", blocks=list(ev.message.content),
+                finish="stop" if ev.finish == "aborted" else ev.finish, usage=ev.usage, hang=ev.interrupted,
+                expect=expect,
+            ))
+            expect = Expect()
+        elif isinstance(ev, ModelCallFailed):
+            error = ErrorEntry(message=ev.message, code=ev.code, retryable=ev.retryable, status=ev.status,
+                               retry_after=ev.retry_after)
+            calls.append(Call(where=f"turn {ev.turn} step {ev.step}", error=error, expect=expect))
+            in_flight, where = True, f"turn {ev.turn} step {ev.step}"  # a retry (or a recovery) may follow
+            if ev.retryable:
+                final_attempts.append(ev.attempt)
+        elif isinstance(ev, RetryEvent):
+            retries.append(ev.max_retries)
+        elif isinstance(ev, CompactionSummary):
+            summaries.append(Call(where=f"compaction at turn {ev.turn} step {ev.step}",
+                                  blocks=[TextBlock(text=_summary_text(ev.message))], usage=ev.usage))
+        elif isinstance(ev, CompactionFailed):
+            at = f"compaction at turn {ev.turn} step {ev.step}"
+            if ev.code == "NOTHING_TO_COMPACT":
+                continue  # no call was made
+            if ev.code == "ABORTED":
+                summaries.append(Call(where=at, hang=True))
+                in_flight = False  # cancelled while compacting: the step's own call never started
+            elif ev.code == "EMPTY_RESPONSE":
+                summaries.append(Call(where=at))
+            elif ev.code == "INTERNAL":
+                summaries.append(Call(where=at, crash=ev.error))
+            else:
+                message = ev.error.removeprefix("the summary call failed: ")
+                summaries.append(Call(where=at, error=ErrorEntry(message=message, code=ev.code)))
+    # The same retry budget as the recording, so the same failures are retried (or not).
+    max_retries = max(retries) if retries else (max(final_attempts) if final_attempts else 5)
+    route = route or ModelInfo(provider=header.provider, model=header.model)
+    return Recording(path=path, header=header, route=route, calls=calls, summaries=summaries, max_retries=max_retries)
+
+
+def _apply(rec: Recording, patches: list[Patch], source: Path) -> None:
+    inserts: dict[int, list[Call]] = {}
+    for p in patches:
+        if (p.replace is None) == (p.insert is None):
+            raise RouteError(f"replay: {source}: a patch needs exactly one of replace/insert (call {p.call})")
+        where = f"override of call {p.call}"
+        if p.replace is not None:
+            if not 1 <= p.call <= len(rec.calls):
+                raise RouteError(f"replay: {source}: call {p.call} is not recorded in {rec.path.name} "
+                                 f"({len(rec.calls)} calls)")
+            call = _entry_call(p.replace, where)
+            call.expect = rec.calls[p.call - 1].expect
+            rec.calls[p.call - 1] = call
+        else:
+            assert p.insert is not None
+            if not 1 <= p.call <= len(rec.calls) + 1:
+                raise RouteError(f"replay: {source}: cannot insert before call {p.call} of {rec.path.name} "
+                                 f"({len(rec.calls)} calls)")
+            inserts.setdefault(p.call, []).append(_entry_call(p.insert, where))
+    for at in sorted(inserts, reverse=True):
+        rec.calls[at - 1:at - 1] = inserts[at]
+
+
+def load(primary: Path) -> list[Recording]:
+    """``session.jsonl`` and its siblings ``session.<n>.jsonl``, with the overrides applied."""
+    if not primary.is_file():
+        raise RouteError(f"replay: no recorded session log at {str(primary)!r}; pass --model PATH/session.jsonl")
+    recs = [derive(primary)]
+    n = 1
+    while (sibling := primary.with_name(f"{primary.stem}.{n}{primary.suffix}")).is_file():
+        recs.append(derive(sibling))
+        n += 1
+    override = primary.with_name(OVERRIDE_FILE)
+    if override.is_file():
+        try:
+            doc = msgspec.json.decode(override.read_bytes(), type=Overrides)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise RouteError(f"replay: {override}: invalid overrides: {exc}") from None
+        for index in sorted({p.session for p in doc.patches}):
+            if not 0 <= index < len(recs):
+                raise RouteError(f"replay: {override}: no session {index} (recordings: {len(recs)})")
+            _apply(recs[index], [p for p in doc.patches if p.session == index], override)
+    return recs
+
+
+# ----------------------------------------------------------------------------- the provider
+
+
+@dataclass
+class _Bound:
+    rec: Recording
+    cursor: int = 0
+    summaries: int = 0
+
+
+def _live_tail(request: ModelRequest) -> tuple[list[str], list[tuple[str, str, bool]]]:
+    """The prompt texts and tool results the request carries after the model's last answer."""
+    msgs = list(request.messages)
+    last = max((i for i, m in enumerate(msgs) if isinstance(m, AssistantMessage)), default=-1)
+    prompt: list[str] = []
+    results: list[tuple[str, str, bool]] = []
+    for m in msgs[last + 1:]:
+        if isinstance(m, ToolResultMessage):
+            results.append((m.call_id, m.name, m.is_error))
+        elif isinstance(m, UserMessage) and m.source not in ("tool", "compaction"):
+            prompt.append(_text(m.content))
+    return prompt, results
+
+
+class ReplayProvider:
+    name = PROVIDER
+
+    def __init__(self) -> None:
+        self.retry_policy = RetryPolicy(max_retries=5, base_delay=0.001, max_delay=0.01, jitter=0.0)
+        self._loaded: dict[str, list[Recording]] = {}
+        self._bound: dict[str, _Bound] = {}
+        self._claimed: set[int] = set()  # ids of claimed recordings
+        self._paths: dict[int, str] = {}  # id(route served by resolve) -> the --model path it came from
+
+    def _recordings(self, model: str) -> list[Recording]:
+        recs = self._loaded.get(model)
+        if recs is None:
+            recs = self._loaded[model] = load(Path(model).expanduser())
+            self.retry_policy = msgspec.structs.replace(self.retry_policy, max_retries=recs[0].max_retries)
+        return recs
+
+    def resolve(self, model: str) -> ModelInfo:
+        """The recorded route (provider, model, what it declared), served from the recording. The
+        recorded model id resolves too (the agent re-resolves ``route.model`` to check it)."""
+        for recs in self._loaded.values():
+            if model == recs[0].route.model and model not in self._loaded:
+                return recs[0].route
+        route = self._recordings(model)[0].route
+        self._paths[id(route)] = model
+        return route
+
+    def _norm(self, text: str, cwd: str) -> str:
+        if cwd:
+            text = text.replace(cwd, "{{cwd}}")
+        return _HEX.sub("{{id}}", text)
+
+    def _fail(self, code: str, message: str) -> ModelError:
+        warn(message)
+        return ModelError(message, code=code, retryable=False)
+
+    def _bind(self, request: ModelRequest, sid: str) -> _Bound:
+        bound = self._bound.get(sid)
+        if bound is not None:
+            return bound
+        model = self._paths.get(id(request.route))
+        if model is None:  # a route built elsewhere (a test's request): the only recording loaded
+            if len(self._loaded) != 1:
+                raise self._fail("REPLAY_DIVERGED", "replay: a request on a route this provider did not resolve")
+            model = next(iter(self._loaded))
+        recs = self._recordings(model)
+        prompt = [self._norm(t, request.cwd) for t in _live_tail(request)[0]]
+        free = [r for r in recs if id(r) not in self._claimed and r.calls]
+        for rec in free:
+            first = rec.calls[0].expect
+            if first is None or first.prompt is None or prompt[-len(first.prompt):] == first.prompt:
+                break
+        else:
+            starts = "; ".join(f"{r.path.name} starts with {r.calls[0].expect.prompt!r}" for r in free
+                               if r.calls[0].expect is not None) or "every recording is claimed"
+            raise self._fail("REPLAY_DIVERGED", f"replay: call 1 of session {sid[:8]} diverged: no unclaimed "
+                             f"recording starts with the prompt {prompt!r} ({starts})")
+        self._claimed.add(id(rec))
+        bound = self._bound[sid] = _Bound(rec)
+        return bound
+
+    def _check(self, rec: Recording, n: int, call: Call, request: ModelRequest) -> None:
+        expect = call.expect
+        if expect is None:
+            return
+        prompt, results = _live_tail(request)
+        live = [(cid, name, err) for cid, name, err in results]
+        if live != expect.results:
+            def show(rs: list[tuple[str, str, bool]]) -> str:
+                return ", ".join(f"{name}[{cid}]{' error' if err else ''}" for cid, name, err in rs) or "none"
+            raise self._fail("REPLAY_DIVERGED", (
+                f"replay: {rec.path.name} call {n} ({call.where}) diverged: the recorded request carried tool "
+                f"results {show(expect.results)}, the live one carries {show(live)}"))
+        if expect.prompt is not None:
+            norm = [self._norm(t, request.cwd) for t in prompt]
+            if norm[-len(expect.prompt):] != expect.prompt:
+                raise self._fail("REPLAY_DIVERGED", (
+                    f"replay: {rec.path.name} call {n} ({call.where}) diverged: the recorded call answered the "
+                    f"prompt {expect.prompt!r}, the live request sends {norm!r}"))
+        elif any(prompt):
+            raise self._fail("REPLAY_DIVERGED", (
+                f"replay: {rec.path.name} call {n} ({call.where}) diverged: the recorded call continued a turn, "
+                f"the live request starts a new prompt {prompt!r}"))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta]:
+        sid = request.session_id
+        compaction = sid.endswith(_COMPACTION)
+        base = sid.removesuffix(_COMPACTION) if compaction else sid
+        if compaction and base not in self._bound:
+            raise self._fail("REPLAY_DIVERGED", f"replay: a compaction call for session {base[:8]} before any "
+                             "model call of it")
+        bound = self._bind(request, base)
+        rec = bound.rec
+        if compaction:
+            bound.summaries += 1
+            n, calls = bound.summaries, rec.summaries
+            if n > len(calls):
+                raise self._fail("REPLAY_EXHAUSTED", (
+                    f"replay: {rec.path.name} compaction call {n}: the run asked for more summary calls than the "
+                    f"{len(calls)} recorded"))
+            call = calls[n - 1]
+        else:
+            bound.cursor += 1
+            n, calls = bound.cursor, rec.calls
+            if n > len(calls):
+                raise self._fail("REPLAY_EXHAUSTED", (
+                    f"replay: {rec.path.name} call {n}: the run asked for more model calls than the "
+                    f"{len(calls)} recorded"))
+            call = calls[n - 1]
+            self._check(rec, n, call, request)
+        async for delta in self._play(call, request.cwd):
+            yield delta
+
+    async def _play(self, call: Call, cwd: str) -> AsyncIterator[ModelDelta]:
+        def sub(text: str) -> str:
+            return text.replace("{{cwd}}", cwd) if cwd else text
+
+        if call.error is not None:
+            e = call.error
+            raise ModelError(sub(e.message), code=e.code, retryable=e.retryable, status=e.status,
+                             retry_after=e.retry_after)
+        if call.crash is not None:
+            raise RuntimeError(f"replayed provider failure: {call.crash}")
+        index = 0
+        for b in call.blocks:
+            if isinstance(b, TextBlock):
+                yield TextDelta(text=sub(b.text))
+            elif isinstance(b, ReasoningBlock):
+                yield ReasoningDelta(text=sub(b.text))
+            elif isinstance(b, ToolCallBlock):
+                yield ToolCallDelta(index=index, id=b.id, name=b.name, arguments=sub(b.arguments))
+                index += 1
+            elif isinstance(b, ImageBlock):
+                yield ImageDelta(image=b)
+        if call.hang:
+            await anyio.sleep_forever()
+        if call.usage is not None:
+            yield UsageDelta(usage=call.usage)
+        yield Finish(reason=call.finish)  # type: ignore[arg-type]
+
+    def forget(self, session_id: str) -> None:
+        self._bound.pop(session_id, None)
+
+
+@hookimpl
+def dsh_register_models(register: Any, host: Any) -> None:
+    register(ReplayProvider())
+
+
+__all__ = ["OVERRIDE_FILE", "Entry", "Overrides", "Patch", "Recording", "ReplayProvider", "derive", "load"]

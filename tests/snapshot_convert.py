@@ -1,0 +1,225 @@
+"""Convert scenarios written with the inline harness (tests/test_snapshots.py style) into scenario
+directories (dsh_core.scenarios), mechanically:
+
+    python tests/snapshot_convert.py [--module tests/test_snapshots.py] NAME...
+
+For each NAME of the module's ``SCENARIOS`` table (``name -> (example, body[, script])``):
+
+1. the old body runs once against the scripted model, through a connection that writes down what
+   the client does (initialize, newSession, prompt/promptContent with the stop reason it got,
+   prompt+cancel, permission answers) as ``input.json`` steps; the files the body seeds in the cwd
+   before its first ACP call become ``workspace/``;
+2. the runner then *records* the scenario with the scripted model as the route, which writes the
+   recording (``session.jsonl`` …), ``stdout.expected.jsonl`` and the header class pins;
+3. the scripted route is dropped from ``input.json`` and the scenario is replayed once to check.
+
+What the body waits for between steps is not visible to the recorder: a cancel becomes
+``promptAndCancel`` after ``turn/start``; say otherwise with ``AFTER`` below (e.g. a file the
+tool creates). Assertions in the body still run (in step 1). The module's ``SCENARIO_ENV``
+(name -> env), ``CONFINED`` (run per sandbox mechanism), ``CLEANUP`` (name -> paths removed before
+and after, e.g. files written outside the workspace) and ``scenario_dir(name)`` (where the
+directory goes; default snapshots/acp-agent/NAME, snapshots/code-mode/NAME for code/both mode)
+are honoured; header classes other than the example's come from ``HEADER_CLASS`` below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from dsh_core.scenarios import dump_input, load_scenario, run_and_check  # noqa: E402
+from dsh_core.testing import Recorder, spawn_acp  # noqa: E402
+
+# How long to wait before a cancel, where turn/start is not the moment (scenario -> "after").
+AFTER = {"cancel-tool-calls": {"file": "started.txt"}}
+HEADER_CLASS = {"agent-instructions": "agent-instructions"}
+CLEANUP = {"bash-escalation-approved": ["/var/tmp/dsh-snapshot-escalation.txt"],
+           "bash-escalation-rejected": ["/var/tmp/dsh-snapshot-escalation.txt"]}
+
+
+class _Answers(list):
+    def __init__(self, steps: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self._steps = steps
+
+    def append(self, answer: Any) -> None:
+        self._steps.append({"op": "permission", "answers": [answer]})
+        super().append(answer)
+
+
+class StepConn:
+    """The SDK connection, writing down each client call as a scenario step."""
+
+    def __init__(self, conn: Any, cwd: Path, workspace: Path, steps: list[dict[str, Any]]) -> None:
+        self._conn, self._cwd, self._workspace, self.steps = conn, cwd, workspace, steps
+        self.sids: list[str] = []
+        self._inflight: dict[str, dict[str, Any]] = {}
+        self._seeded = False
+        self.empty_dirs: list[str] = []
+
+    def _seed(self) -> None:
+        if not self._seeded:
+            self._seeded = True
+            if any(self._cwd.iterdir()):
+                shutil.copytree(self._cwd, self._workspace, symlinks=True)
+                for link in [p for p in self._workspace.rglob("*") if p.is_symlink()]:
+                    target = Path(os.readlink(link))
+                    if target.is_absolute() and target.is_relative_to(self._cwd):  # keep it inside the seed
+                        link.unlink()
+                        link.symlink_to(os.path.relpath(target, self._cwd.joinpath(link.parent.relative_to(
+                            self._workspace))))
+                for d in sorted(self._workspace.rglob("*"), reverse=True):  # git keeps no empty directory
+                    if d.is_dir() and not d.is_symlink() and not any(d.iterdir()):
+                        self.empty_dirs.append(d.relative_to(self._workspace).as_posix())
+                        d.rmdir()
+
+    async def initialize(self, **kw: Any) -> Any:
+        self._seed()
+        self.steps.append({"op": "initialize"})
+        return await self._conn.initialize(**kw)
+
+    async def new_session(self, cwd: str, mcp_servers: list[Any], **kw: Any) -> Any:
+        from acp import RequestError
+
+        self._seed()
+        step: dict[str, Any] = {"op": "newSession"}
+        if kw.get("additional_directories"):
+            step["additionalDirectories"] = kw["additional_directories"]
+        self.steps.append(step)
+        try:
+            result = await self._conn.new_session(cwd=cwd, mcp_servers=mcp_servers, **kw)
+        except RequestError:
+            step["expectError"] = True
+            raise
+        self.sids.append(result.session_id)
+        return result
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kw: Any) -> Any:
+        from acp import RequestError
+
+        self._seed()
+        index = self.sids.index(session_id)
+        blocks = [b.model_dump(by_alias=True, exclude_none=True) for b in prompt]
+        if len(blocks) == 1 and blocks[0].get("type") == "text":
+            step: dict[str, Any] = {"op": "prompt", "text": blocks[0]["text"]}
+        else:
+            step = {"op": "promptContent", "content": blocks}
+        if index:
+            step["session"] = index
+        self.steps.append(step)
+        self._inflight[session_id] = step
+        try:
+            result = await self._conn.prompt(session_id=session_id, prompt=prompt, **kw)
+        except RequestError:
+            step["expect"] = "error"
+            raise
+        finally:
+            self._inflight.pop(session_id, None)
+        if step["op"] != "promptAndCancel":
+            step["expect"] = result.stop_reason
+        return result
+
+    async def cancel(self, session_id: str, **kw: Any) -> Any:
+        step = self._inflight.get(session_id)
+        if step is not None and step["op"] == "prompt":
+            step["op"] = "promptAndCancel"
+            step["after"] = {"event": "turn/start"}
+        else:
+            self.steps.append({"op": "cancel"})
+        return await self._conn.cancel(session_id=session_id, **kw)
+
+
+async def _capture(name: str, example: str, body: Any, script: Path, env: dict[str, str],
+                   dest: Path) -> tuple[list[dict], list[str]]:
+    root = Path(tempfile.mkdtemp(prefix="dsh-convert-"))
+    try:
+        work, home = root / "work", root / "home"
+        work.mkdir()
+        steps: list[dict[str, Any]] = []
+        client = Recorder()
+        client.permission_answers = _Answers(steps)
+        env = {"DSH_HOME": str(home), "DSH_PERMISSION_MODE": "workspace-write", **env}
+        async with spawn_acp(script, cwd=work, example=example, env=env, client=client) as run:
+            run.home = home  # type: ignore[attr-defined]
+            conn = StepConn(run.conn, work, dest / "workspace", steps)
+            run.conn = conn
+            await body(run, [])
+        return steps, sorted(conn.empty_dirs)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def convert(module: Any, name: str, snapshots: Path) -> Path:
+    example, body, *override = module.SCENARIOS[name]
+    script_doc = override[0] if override else module.SCRIPT
+    if hasattr(module, "scenario_dir"):  # the module knows where its scenarios live
+        dest = Path(module.scenario_dir(name))
+    else:
+        dest = snapshots / ("code-mode" if example in ("code-mode", "both-mode") else "acp-agent") / name
+    for old in ("stdout.jsonl", "session.jsonl", "system-prompt.md", "tool-schemas.json", "input.json"):
+        (dest / old).unlink(missing_ok=True)
+    for extra in dest.glob("session.*.jsonl"):
+        extra.unlink()
+    shutil.rmtree(dest / "workspace", ignore_errors=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    env = dict(getattr(module, "SCENARIO_ENV", {}).get(name, {}))
+    cleanup = {**CLEANUP, **getattr(module, "CLEANUP", {})}.get(name, [])
+    with tempfile.TemporaryDirectory(prefix="dsh-convert-script-") as tmp:
+        script = Path(tmp) / "script.json"
+        script.write_text(json.dumps(script_doc))
+        for p in cleanup:
+            Path(p).unlink(missing_ok=True)
+        steps, empty_dirs = asyncio.run(_capture(name, example, body, script, env, dest))
+        for p in cleanup:
+            Path(p).unlink(missing_ok=True)
+        for step in steps:
+            if step["op"] == "promptAndCancel" and name in AFTER:
+                step["after"] = AFTER[name]
+        doc: dict[str, Any] = {"example": example}
+        if name in HEADER_CLASS:
+            doc["header"] = HEADER_CLASS[name]
+        if env:
+            doc["env"] = env
+        if name in getattr(module, "CONFINED", set()):
+            doc["perMechanism"] = True
+        if cleanup:
+            doc["cleanup"] = cleanup
+        if empty_dirs:
+            doc["mkdir"] = empty_dirs
+        doc["steps"] = steps
+        (dest / "input.json").write_text(dump_input(doc))
+        sc = load_scenario(dest)
+        sc.recordable, sc.record = True, ("scripted", str(script))
+        run_and_check(sc, "record")
+    run_and_check(load_scenario(dest), "replay")
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--module", default=str(REPO / "tests" / "test_snapshots.py"))
+    parser.add_argument("--snapshots", default=str(REPO / "snapshots"))
+    parser.add_argument("names", nargs="*", help="scenarios to convert (default: all of the module's table)")
+    args = parser.parse_args(argv)
+    spec = importlib.util.spec_from_file_location("legacy_scenarios", args.module)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in args.names or list(module.SCENARIOS):
+        print(f"converted {convert(module, name, Path(args.snapshots))}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

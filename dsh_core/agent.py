@@ -31,6 +31,7 @@ from .diag import warn
 from .errors import AgentDisposed, ModelError, SessionLogFailed, ToolError
 from .interception import (
     BLOCKED_TOOL,
+    HALTED_TOOL,
     BeforeStop,
     BeforeTool,
     PromptSubmit,
@@ -215,6 +216,7 @@ class Agent:
         self._spliced: list[UserMessage] = []
         self._metered: tuple[int, int] | None = None  # (reported prompt tokens, messages in that request)
         self._start_source: str | None = "startup"  # dsh_session_start is still due (None: done)
+        self._halted: str | None = None  # the interception point that stopped the running turn
         if spec.parent is not None:
             spec.parent.children.append(self)
         self.history_policy = host.pm.hook.dsh_history_policy(session=self, host=host)
@@ -450,6 +452,7 @@ class Agent:
         self._history.extend(claimed)
         self.emit(TurnStart(turn=turn))
         self._abort_kind = None
+        self._halted = None
         reason, error, code = "completed", None, None
         with anyio.CancelScope() as scope:
             self._scope = scope
@@ -513,17 +516,21 @@ class Agent:
         context: list[str] = []
         if self._start_source is not None:
             source, self._start_source = self._start_source, None
-            for a in await settle(hook.dsh_session_start(session=self, source=source, turn=turn)):
-                if isinstance(a, SessionStart):
-                    context += [c for c in a.context if c]
-        answers = [a for a in await settle(hook.dsh_prompt_submit(session=self, messages=list(claimed), turn=turn))
-                   if isinstance(a, PromptSubmit)]
+            started = [a for a in await settle(hook.dsh_session_start(session=self, source=source, turn=turn))
+                       if isinstance(a, SessionStart)]
+            context += [c for a in started for c in a.context if c]
+            self._halt(turn, "session_start", started)
+        answers: list[PromptSubmit] = []
+        if not self._halted:  # a stop at session start: the prompt is not submitted
+            answers = [a for a in await settle(hook.dsh_prompt_submit(session=self, messages=list(claimed), turn=turn))
+                       if isinstance(a, PromptSubmit)]
+            self._halt(turn, "prompt_submit", answers)
         blocks = [a.block for a in answers if a.block]
-        if blocks:
+        if blocks or self._halted:  # a stop before the prompt was admitted keeps it out, as a block does
             ids = {m.id for m in claimed}
             self._history = [m for m in self._history if not (isinstance(m, UserMessage) and m.id in ids)]
             self.emit(Note(kind="prompt/blocked", data={"turn": turn, "messageIds": sorted(ids),
-                                                         "reason": "\n\n".join(blocks)}))
+                                                         "reason": "\n\n".join(blocks) or "a hook stopped the turn"}))
             self._append_context(context)  # session context stays: it is not the prompt's
             return False
         self._append_context(context + [c for a in answers for c in a.context if c])
@@ -531,14 +538,28 @@ class Agent:
 
     async def _intercept_stop(self, turn: int, step: int, continued: int) -> bool:
         """True: a ``dsh_before_stop`` answer made the turn take another step."""
-        answers = await settle(self.host.pm.hook.dsh_before_stop(session=self, turn=turn, step=step, continued=continued))
-        blocks = [a.block for a in answers if isinstance(a, BeforeStop) and a.block]
-        if not blocks:
+        answers = [a for a in await settle(self.host.pm.hook.dsh_before_stop(
+            session=self, turn=turn, step=step, continued=continued)) if isinstance(a, BeforeStop)]
+        blocks = [a.block for a in answers if a.block]
+        if self._halt(turn, "before_stop", answers) or not blocks:  # a stop wins over a block
             return False
         message = UserMessage(id=new_id("msg_"), content=[TextBlock(text="\n\n".join(blocks))], source="hook")
         self._history.append(message)
         self.emit(UserMessageEvent(message=message))
         return True
+
+    def _halt(self, turn: int, point: str, answers: list[Any]) -> bool:
+        """Note the first interception answer of this turn that stops it (``halt``), with the reasons
+        for the user; True when the turn is stopped."""
+        halting = [a for a in answers if getattr(a, "halt", False)]
+        if halting and self._halted is None:
+            self._halted = point
+            reasons = [a.halt_reason for a in halting if a.halt_reason]
+            data: dict[str, Any] = {"turn": turn, "point": point}
+            if reasons:
+                data["reason"] = "\n\n".join(reasons)
+            self.emit(Note(kind="turn/stopped", data=data))
+        return self._halted is not None
 
     async def _turn_body(self, turn: int, claimed: list[UserMessage] | None = None) -> str:
         if claimed is not None and not await self._intercept_prompt(turn, claimed):
@@ -575,8 +596,10 @@ class Agent:
                 if await self._intercept_stop(turn, step, continued):
                     continued += 1
                     continue
-                return "completed"
+                return "stopped" if self._halted else "completed"
             await self._run_tools(turn, step, calls)
+            if self._halted:
+                return "stopped"  # an interception point stopped the turn: every call is answered
 
     @property
     def history(self) -> HistoryView:
@@ -700,42 +723,52 @@ class Agent:
                 self.emit(UserMessageEvent(message=message))
 
     async def _run_tool(self, turn: int, step: int, call: ToolCallBlock) -> ToolOutput:
-        return await self._after_tool(call, await self._dispatch(turn, step, call))
+        return await self._after_tool(call, self._bounded(call, await self._dispatch(turn, step, call)))
 
-    async def _after_tool(self, call: ToolCallBlock, out: ToolOutput) -> ToolOutput:
-        """Bound the result (one spill mechanism for every tool), then fold the ``dsh_after_tool``
-        decisions: feedback that blocks replaces the content, context is appended after it."""
-        if out.spill_path is None:
-            spilled_any = False
-            content: list[ContentBlock] = []
-            text = "\n".join(b.text for b in out.content if isinstance(b, TextBlock))
-            if len(text.encode("utf-8", errors="replace")) > self.host.spill_limit:
-                path = spill_path_for(self.host.spill_root, self.session_id, call.id)
-                try:
-                    bounded, spilled_any = bound(text, self.host.spill_limit, path)
-                except OSError as exc:  # no spill file: still never flood the model
-                    warn(f"spill of {call.name} result failed: {exc}")
-                    bounded = text[: self.host.spill_limit] + f"\n[… output truncated; the spill file failed: {exc}]"
-                content = [TextBlock(text=bounded)] + [b for b in out.content if not isinstance(b, TextBlock)]
-                out = ToolOutput(
-                    content=content, is_error=out.is_error, code=out.code, structured=out.structured,
-                    spill_path=str(path) if spilled_any else None,
-                )
+    def _bounded(self, call: ToolCallBlock, out: ToolOutput) -> ToolOutput:
+        """Bound a result the model will see (one spill mechanism for every tool)."""
+        if out.spill_path is not None:
+            return out
+        text = "\n".join(b.text for b in out.content if isinstance(b, TextBlock))
+        if len(text.encode("utf-8", errors="replace")) <= self.host.spill_limit:
+            return out
+        path = spill_path_for(self.host.spill_root, self.session_id, call.id)
+        spilled = False
+        try:
+            bounded, spilled = bound(text, self.host.spill_limit, path)
+        except OSError as exc:  # no spill file: still never flood the model
+            warn(f"spill of {call.name} result failed: {exc}")
+            bounded = text[: self.host.spill_limit] + f"\n[… output truncated; the spill file failed: {exc}]"
+        content: list[ContentBlock] = [TextBlock(text=bounded)] + [b for b in out.content if not isinstance(b, TextBlock)]
+        return ToolOutput(content=content, is_error=out.is_error, code=out.code, structured=out.structured,
+                          spill_path=str(path) if spilled else None)
+
+    async def _after_tool(self, call: ToolCallBlock, out: ToolOutput, *, nested: bool = False) -> ToolOutput:
+        """Fold the ``dsh_after_tool`` decisions: feedback that blocks replaces the content (and
+        drops the structured result, so a program sees the error too); context is appended after
+        the result, or for a program's nested call (which the model never reads) spliced after this
+        step's results. Nothing runs once an interception point stopped the turn."""
+        if self._halted:
+            return out
         answers: list[AfterTool] = [
             a for a in await settle(self.host.pm.hook.dsh_after_tool(session=self, call=call, output=out))
             if isinstance(a, AfterTool)
         ]
         if not answers:
             return out
+        self._halt(self._turn, "after_tool", answers)
         blocks = [a.block for a in answers if a.block]
-        context = [c for a in answers for c in a.context if c]
-        content = list(out.content)
-        if blocks:
-            content = [TextBlock(text="\n\n".join(blocks))]
-        content += [TextBlock(text=f"<system-reminder>\n{c}\n</system-reminder>") for c in context]
+        context: list[ContentBlock] = [TextBlock(text=reminder(c)) for a in answers for c in a.context if c]
+        if not blocks and not context:
+            return out
+        content: list[ContentBlock] = [TextBlock(text="\n\n".join(blocks))] if blocks else list(out.content)
+        if nested:
+            self.splice(context)
+        else:
+            content += context
         return ToolOutput(
             content=content, is_error=out.is_error or bool(blocks), code="BLOCKED" if blocks else out.code,
-            structured=out.structured, spill_path=out.spill_path,
+            structured=None if blocks else out.structured, spill_path=out.spill_path,
         )
 
     async def _dispatch(self, turn: int, step: int, call: ToolCallBlock) -> ToolOutput:
@@ -745,15 +778,26 @@ class Agent:
             return ToolOutput.text(
                 f"Error: unknown tool {call.name!r}. Available tools: {known}.{hint}", is_error=True, code="UNKNOWN_TOOL"
             )
-        return await self.call_tool(call.name, call.arguments, call_id=call.id, turn=turn, step=step)
+        return await self._call(call.name, call.arguments, call_id=call.id, turn=turn, step=step)
 
     async def call_tool(
         self, name: str, arguments: str | dict[str, Any], *, call_id: str, turn: int, step: int
     ) -> ToolOutput:
         """Run one tool call through the normal tool path: lookup among all of this agent's tools
-        (offered or not), argument decoding, a ``ToolContext`` (so approvals reach the approval
-        seam with ``call_id``), and errors mapped to error results. Never raises for a tool's
-        failure; cancellation propagates. Tools that call tools (code mode) use this."""
+        (offered or not), argument decoding, the ``dsh_before_tool`` interception, a ``ToolContext``
+        (so approvals reach the approval seam with ``call_id``), errors mapped to error results,
+        then the ``dsh_after_tool`` interception (the result is not bounded: a program reads it
+        whole). Never raises for a tool's failure; cancellation propagates. Tools that call tools
+        (code mode) use this."""
+        out = await self._call(name, arguments, call_id=call_id, turn=turn, step=step)
+        raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        return await self._after_tool(ToolCallBlock(id=call_id, name=name, arguments=raw), out, nested=True)
+
+    async def _call(
+        self, name: str, arguments: str | dict[str, Any], *, call_id: str, turn: int, step: int
+    ) -> ToolOutput:
+        if self._halted:  # an interception point stopped the turn: nothing more runs in it
+            return ToolOutput.text(f"Error: {HALTED_TOOL}", is_error=True, code="STOPPED")
         tool = self.tools.get(name)
         if tool is None:
             known = ", ".join(self.tools) or "none"
@@ -789,16 +833,18 @@ class Agent:
     ) -> ToolOutput | None:
         """Fold the ``dsh_before_tool`` answers (deny > ask > allow); an error result when the call
         must not run, None when it may."""
-        answers = await settle(self.host.pm.hook.dsh_before_tool(
-            session=self, name=name, args=args, call_id=call_id, turn=turn, step=step))
-        verdict = fold_before_tool([a for a in answers if isinstance(a, BeforeTool)])
+        answers = [a for a in await settle(self.host.pm.hook.dsh_before_tool(
+            session=self, name=name, args=args, call_id=call_id, turn=turn, step=step)) if isinstance(a, BeforeTool)]
+        if self._halt(turn, "before_tool", answers):  # a stop wins over any verdict: the call does not run
+            return ToolOutput.text(f"Error: {HALTED_TOOL}", is_error=True, code="STOPPED")
+        verdict = fold_before_tool(answers)
         if verdict.decision == "deny":
             return ToolOutput.text(f"Error: {verdict.reason or BLOCKED_TOOL}", is_error=True, code="BLOCKED")
         if verdict.decision == "ask":
             reason = verdict.reason or f"a hook asks before {name} runs"
             outcome = await self.host.approvals.request(ApprovalRequest(
                 agent=self, tool_name=name, call_id=call_id, reason=reason,
-                kind=getattr(tool.spec, "kind", None), subject=_subject(args, reason), args=args,
+                kind=tool.spec.kind, subject=_subject(args, reason), args=args,
             ))
             if outcome != "allowed-once":
                 return ToolOutput.text(f"Error: the user rejected tool {name!r} ({reason})", is_error=True,

@@ -247,16 +247,19 @@ def dsh_check_step(session: "Agent", turn: int, step: int) -> Literal["stop"] | 
 def dsh_after_tool(session: "Agent", call: "ToolCallBlock", output: "ToolOutput") -> "AfterTool | None":
     """Decide what follows one tool result the model is about to see.
 
-    Called by the agent loop once per tool call the *model* made (not for calls a program
-    makes through ``Agent.call_tool``), after the tool ran and after the spine bounded the
-    result (``dsh_core.spill``: over ``host.spill_limit`` bytes, the model gets head, tail and
-    the spill file's path), before the result is committed. ``call`` has the raw JSON
-    ``arguments``; ``output`` is the (bounded) result — read it, never mutate it. Return an
-    ``AfterTool`` or None. Every implementation is called (registration order) and the loop
-    folds the answers: all ``context`` texts are appended after the result, each in a
-    ``<system-reminder>`` block (append-only: nothing earlier is rewritten, so the prefix cache
-    keeps hitting); any ``block`` replaces the result's content with the joined feedback and
-    marks it an error. Hooks decide; the loop applies.
+    Called by the agent's tool path once per tool call after the tool ran, before the result is
+    committed: for the model's calls after the spine bounded the result (``dsh_core.spill``: over
+    ``host.spill_limit`` bytes, the model gets head, tail and the spill file's path), and for the
+    nested calls a program makes through ``Agent.call_tool`` (code mode; ``call.id`` is
+    ``<parent>:code:<n>``; the result is whole, as the program reads it). ``call`` has the raw
+    JSON ``arguments``; ``output`` is the result — read it, never mutate it. Return an
+    ``AfterTool`` (or a ``Pending`` one, see *interception* below) or None. Every implementation
+    is called (registration order) and the loop folds the answers: all ``context`` texts are
+    appended after the result, each in a ``<system-reminder>`` block — for a nested call, whose
+    result only the program reads, as one message after the step's tool results (append-only:
+    nothing earlier is rewritten, so the prefix cache keeps hitting); any ``block`` replaces the
+    result's content with the joined feedback and marks it an error (a program sees the error);
+    any ``halt`` stops the turn once the step's calls are answered. Hooks decide; the loop applies.
     """
 
 
@@ -304,7 +307,8 @@ def dsh_session_event(session: "Agent", event: "DurableEvent") -> None:
 # ``dsh_core.interception`` (or ``types.AfterTool``), or with a ``Pending`` object whose async
 # ``decide()`` the agent awaits inside the turn (its cancel scope: cancelling the turn cancels the
 # work), or None (no opinion). ``dsh_after_tool`` accepts a ``Pending`` the same way. The loop
-# folds the answers most-restrictively (see ``dsh_core.interception``); a plugin that writes
+# folds the answers most-restrictively (see ``dsh_core.interception``); any answer may also ``halt``
+# the turn right after its point (``turn/end`` reason ``stopped``); a plugin that writes
 # durable records of its work uses ``session.emit`` (the ``hook/invoked``/``hook/result`` events).
 # -----------------------------------------------------------------------------
 
@@ -331,7 +335,8 @@ def dsh_prompt_submit(
 
     Called by the agent loop at the start of every turn, after ``turn/start``, before the first
     model call. Any ``block`` keeps the messages out of the model's history and ends the turn
-    with reason ``blocked`` (nothing is sent to the model); ``context`` texts are appended after
+    with reason ``blocked`` (nothing is sent to the model); so does any ``halt`` here or at
+    ``dsh_session_start`` (then this point is not called); ``context`` texts are appended after
     the messages.
     """
 
@@ -347,7 +352,8 @@ def dsh_before_tool(
     their ``call_id`` is ``<parent>:code:<n>``) alike. Folded deny > ask > allow: ``deny`` answers
     ``Error: <reason>`` (code ``BLOCKED``) without running the tool; ``ask`` asks the approval seam
     once (over ACP a ``session/request_permission``) and runs the call only when allowed.
-    ``args`` is the decoded arguments: read them, never mutate them.
+    ``args`` is the decoded arguments: read them, never mutate them. ``halt`` (any answer) wins
+    over every verdict: the call does not run and the turn stops once the step's calls are answered.
     """
 
 
@@ -360,5 +366,6 @@ def dsh_before_stop(
     Called by the agent loop when a step asked for no tool call (the turn would complete);
     ``continued`` counts how often this turn was already made to continue. Any ``block`` appends
     its reason as a user message (source ``hook``) and runs another step; the step budget
-    (``dsh_check_step``) still applies, so a hook that always blocks ends at ``max-steps``.
+    (``dsh_check_step``) still applies, so a hook that always blocks ends at ``max-steps``. Any
+    ``halt`` wins over the blocks: the turn ends with reason ``stopped``.
     """

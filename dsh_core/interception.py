@@ -7,7 +7,8 @@ below, cheap native policy) or with a ``Pending`` object whose ``async decide()`
 inside the turn (a hook bridge runs its commands there, so cancelling the turn cancels them).
 Every implementation is called (pluggy's order) and the answers awaited one after another; the agent
 folds the answers: ``deny`` > ``ask`` > ``allow`` for tools, any ``block`` wins for prompts,
-results and stops, and context texts accumulate in order.
+results and stops, and context texts accumulate in order. Above all of these, any answer may
+``halt``: the turn stops right after that point (Claude Code's ``continue: false``).
 
 Context is only ever appended after what the model already saw (a message, or text after a
 tool result), never rewritten, so the provider's prefix cache keeps hitting.
@@ -28,10 +29,21 @@ BLOCKED_PROMPT = "blocked by UserPromptSubmit hook"
 BLOCKED_TOOL = "blocked by PreToolUse hook"
 BLOCKED_RESULT = "blocked by PostToolUse hook"
 BLOCKED_STOP = "continue: blocked by Stop hook"
+# The result of a call that did not run because an interception point stopped the turn.
+HALTED_TOOL = "not run: a hook stopped the turn"
 
 
 class _Decision(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
-    pass
+    """What every decision can say besides its own verdict: ``halt`` stops the session's current
+    turn right after this point, whatever else is decided (it takes precedence: a ``Stop`` block
+    does not continue, an ``allow`` does not run the call). The turn ends with ``turn/end`` reason
+    ``stopped`` (``blocked`` when it stops before the prompt is admitted: the prompt stays out of the
+    history as with a block); calls not yet started are answered ``Error: not run: …`` (code
+    ``STOPPED``), calls already running finish and are answered. ``halt_reason`` is for the user,
+    never shown to the model: the loop records it in a ``note`` (kind ``turn/stopped``)."""
+
+    halt: bool = False
+    halt_reason: str | None = None
 
 
 class SessionStart(_Decision):

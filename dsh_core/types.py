@@ -124,7 +124,7 @@ class TurnStart(Event, tag="turn/start", kw_only=True):
     turn: int
 
 
-TurnEndReason = Literal["completed", "max-tokens", "max-steps", "aborted", "error", "blocked", "disposed"]
+TurnEndReason = Literal["completed", "max-tokens", "max-steps", "aborted", "error", "blocked", "stopped", "disposed"]
 
 
 class TurnEnd(Event, tag="turn/end", kw_only=True):
@@ -311,10 +311,11 @@ class HookInvoked(Event, tag="hook/invoked", kw_only=True):
 
 
 class HookResult(Event, tag="hook/result", kw_only=True):
-    """The outcome of one command hook: ``decision`` (``block``, ``deny``, ``ask``, ``allow``,
-    ``approve``, ``stop`` for ``continue: false``, else ``pass``), its exit code (None: it did not
-    exit by itself — killed at its timeout, cancelled, or it could not start), a bounded stderr
-    summary and its wall-clock duration."""
+    """The outcome of one command hook: ``decision`` (``stop`` for ``continue: false``, which takes
+    precedence; else ``block``, ``deny``, ``ask``, ``allow``, ``approve``, or ``pass``), the hook's
+    ``stopReason`` (for the user, never shown to the model), its exit code (None: it did not exit
+    by itself — killed at its timeout, cancelled, or it could not start), a bounded stderr summary
+    and its wall-clock duration."""
 
     turn: int
     point: str
@@ -324,6 +325,7 @@ class HookResult(Event, tag="hook/result", kw_only=True):
     stderr_summary: str | None = None
     duration_ms: int = 0
     timed_out: bool = False
+    stop_reason: str | None = None
 
 
 DurableEvent = Union[
@@ -370,12 +372,15 @@ class ModelInfo(_Base, kw_only=True):
 
 
 class ToolSpec(_Base, kw_only=True):
-    """What the model sees (``name``, ``description``, ``parameters``) plus two declarations it does not:
+    """What the model sees (``name``, ``description``, ``parameters``) plus declarations it does not:
 
     - ``output_schema``: a JSON schema of the tool's structured result (``ToolOutput.structured``),
       for callers that consume results as data (code mode); None means "the result's text".
     - ``parallel_safe``: True when calls may overlap with other parallel-safe calls (reads);
       False (the default) makes each call run alone, after the calls before it (writes, commands).
+    - ``kind``: what a call does, in ACP ToolKind words (``execute``, ``edit``, ``read``,
+      ``search``, ``fetch``, …), for a person asked to approve a call the spine raises for the tool
+      (an interception ``ask``); None: ``other``. Never sent to the model.
     """
 
     name: str
@@ -383,6 +388,7 @@ class ToolSpec(_Base, kw_only=True):
     parameters: dict[str, Any]
     output_schema: dict[str, Any] | None = None
     parallel_safe: bool = False
+    kind: str | None = None
 
 
 class HistoryView(Sequence[Any]):
@@ -509,11 +515,14 @@ class AfterTool(_Base, kw_only=True):
     ``context``: texts appended after the result, in order (advisory: reminders, discovered
     instructions); the loop wraps each in a ``<system-reminder>`` block. ``block``: replace the
     result with this feedback, marked an error (for hooks that veto a result; several blocks are
-    joined). Neither ever rewrites earlier history: the result is only decided here, and the agent
+    joined). ``halt``: the turn stops once this step's calls are answered (the result is still
+    committed as decided). None of it ever rewrites earlier history: the result is only decided here, and the agent
     loop applies the folded decisions once, before the result is committed."""
 
     context: list[str] = []
     block: str | None = None
+    halt: bool = False  # stop the turn after this step (see ``dsh_core.interception``)
+    halt_reason: str | None = None  # for the user, never the model
 
 
 class ApprovalRequest(msgspec.Struct, kw_only=True):

@@ -12,10 +12,12 @@ from dsh_core.contracts import AgentSpec
 from dsh_core.interception import BeforeStop, BeforeTool, PromptSubmit, SessionStart
 from dsh_core.testing import memory_host
 from dsh_core.types import (
+    AfterTool,
     AssistantMessage,
     Note,
     TextBlock,
     ToolResultEvent,
+    ToolSpec,
     TurnEnd,
     UserMessage,
     UserMessageEvent,
@@ -169,3 +171,111 @@ async def test_stop_refused_once_takes_another_step(scripted, tmp_path):
     assert said == ["ONE", "TWO"] and stop.seen == [0, 1]
     steer = [m for m in agent.history if isinstance(m, UserMessage) and m.source == "hook"]
     assert [b.text for b in steer[0].content] == ["say TWO as well"]
+
+
+# ---------------------------------------------------------------------------- halt (continue: false)
+
+
+class Halter:
+    """Answers ``halt`` (with the reason for the user) at one point, and a verdict the halt must win over."""
+
+    def __init__(self, point, reason="policy says stop"):
+        self.point, self.reason = point, reason
+
+    def _at(self, point, decision):
+        return decision if point == self.point else None
+
+    @hookimpl
+    def dsh_prompt_submit(self, session, messages, turn):
+        return self._at("prompt", PromptSubmit(context=["never seen"], halt=True, halt_reason=self.reason))
+
+    @hookimpl
+    def dsh_before_tool(self, session, name, args, call_id, turn, step):
+        return self._at("before", BeforeTool(decision="allow", halt=True, halt_reason=self.reason))
+
+    @hookimpl
+    def dsh_after_tool(self, session, call, output):
+        return self._at("after", AfterTool(context=["after the result"], halt=True, halt_reason=self.reason))
+
+    @hookimpl
+    def dsh_before_stop(self, session, turn, step, continued):
+        return self._at("stop", BeforeStop(block="say TWO as well", halt=True, halt_reason=self.reason))
+
+
+def _stopped(events):
+    notes = [e.data for e in events if isinstance(e, Note) and e.kind == "turn/stopped"]
+    return notes, [e.reason for e in events if isinstance(e, TurnEnd)]
+
+
+async def test_halt_before_a_tool_wins_over_allow_and_ends_the_turn(scripted, tmp_path):
+    touch = Touch()
+    agent, events = await _session(scripted(SCRIPT), tmp_path, touch, Halter("before"), prompts=("touch it", "again"))
+    assert touch.ran == 0  # the call did not run, although the same answer allowed it
+    assert _results(events) == ["Error: not run: a hook stopped the turn"]
+    assert [e.code for e in events if isinstance(e, ToolResultEvent)] == ["STOPPED"]
+    notes, ends = _stopped(events)
+    assert notes == [{"turn": 1, "point": "before_tool", "reason": "policy says stop"}]
+    assert ends == ["stopped", "completed"]  # the next turn runs as usual
+    said = [b.text for m in agent.history if isinstance(m, AssistantMessage) for b in m.content
+            if isinstance(b, TextBlock)]
+    assert said == ["echo: again"]  # no model call after the stop ("said: …" never came)
+
+
+async def test_halt_after_a_tool_commits_the_result_then_ends_the_turn(scripted, tmp_path):
+    touch = Touch()
+    agent, events = await _session(scripted(SCRIPT), tmp_path, touch, Halter("after"), prompts=("touch it",))
+    assert touch.ran == 1
+    (result,) = [e.result for e in events if isinstance(e, ToolResultEvent)]
+    assert [b.text for b in result.content] == ["touched", "<system-reminder>\nafter the result\n</system-reminder>"]
+    notes, ends = _stopped(events)
+    assert [n["point"] for n in notes] == ["after_tool"] and ends == ["stopped"]
+    assert not [m for m in agent.history if isinstance(m, AssistantMessage) and "said" in str(m.content)]
+
+
+async def test_halt_at_stop_wins_over_a_block(scripted, tmp_path):
+    agent, events = await _session(scripted(SCRIPT), tmp_path, Halter("stop"), prompts=("stop soon",))
+    said = [b.text for m in agent.history if isinstance(m, AssistantMessage) for b in m.content]
+    assert said == ["ONE"]  # no second step
+    assert not [m for m in agent.history if isinstance(m, UserMessage) and m.source == "hook"]
+    notes, ends = _stopped(events)
+    assert [n["point"] for n in notes] == ["before_stop"] and ends == ["stopped"]
+
+
+async def test_halt_at_prompt_submit_keeps_the_prompt_out(scripted, tmp_path):
+    script = scripted(SCRIPT)
+    agent, events = await _session(script, tmp_path, Halter("prompt", reason=None), prompts=("secret plans",))
+    notes, ends = _stopped(events)
+    assert notes == [{"turn": 1, "point": "prompt_submit"}] and ends == ["blocked"]
+    assert list(agent.history) == []  # neither the prompt nor the context: nothing reached the model
+    async with memory_host(script) as host:
+        fresh = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        fresh.restore(events)
+        assert list(fresh.history) == []
+
+
+async def test_an_ask_carries_the_kind_the_tool_declares(scripted, tmp_path):
+    """A hook's ``ask`` reaches the approval seam with the tool's own ``ToolSpec.kind`` (the ACP
+    door shows it as ``toolCall.kind``), not a name switch in the spine."""
+    seen = []
+
+    class Edit:
+        spec = ToolSpec(name="touch", description="Touch.", parameters={"type": "object"}, kind="edit")
+
+        async def run(self, args, ctx):
+            raise AssertionError("must not run")
+
+    class Tools:
+        @hookimpl
+        def dsh_register_tools(self, register):
+            register(Edit())
+
+    class Answer:
+        @hookimpl
+        def dsh_check_approval(self, request):
+            seen.append((request.tool_name, request.kind))
+            return "deny"
+
+    agent, events = await _session(scripted(SCRIPT), tmp_path, Tools(), Policy("ask", "check"), Answer(),
+                                   prompts=("touch it",))
+    assert seen == [("touch", "edit")]
+    assert _results(events) == ["Error: the user rejected tool 'touch' (check)"]

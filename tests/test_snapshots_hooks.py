@@ -150,6 +150,7 @@ async def sc_cc_pretool_ask(run, sids):
     assert not (run.cwd / "created.txt").exists()
     ((_, tool_call, _),) = run.client.permission_requests  # one one-shot question, answered reject-once
     assert tool_call.raw_input == {"command": "echo HELLO > created.txt && cat created.txt"}
+    assert tool_call.kind == "execute"  # what bash's own escalation request would say
     assert tool_call.title == "bash: echo HELLO > created.txt && cat created.txt — bash requires manual approval in this session"
 
 
@@ -354,3 +355,123 @@ async def test_hook_denies_a_run_code_nested_call(acp_agent, scripted):
     assert not (cwd / "nested.txt").exists()
     sent = payload(cwd, ".nested-payload.json")
     assert sent["tool_name"] == "bash" and ":code:" in sent["tool_use_id"]
+
+
+# ---------------------------------------------------------------------------- continue: false
+
+
+def _json_hook(obj: dict, save: str) -> str:
+    return f"#!/bin/sh\ncat > {save}\nprintf '%s\\n' '{json.dumps(obj)}'\n"
+
+
+HALT_PRE = _json_hook({"continue": False, "stopReason": "paused for review by the release hook",
+                       "hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"}},
+                      ".pretool-payload.json")
+HALT_POST = _json_hook({"continue": False, "stopReason": "paused for review by the release hook"},
+                       ".posttool-payload.json")
+
+
+@pytest.mark.parametrize(("file", "event", "script", "ran"), [
+    (CC, "PreToolUse", HALT_PRE, False),  # continue: false wins over the allow in the same answer
+    (CODEX, "PostToolUse", HALT_POST, True),
+    (CC, "PostToolUse", HALT_POST, True),
+])
+async def test_continue_false_stops_the_turn(acp_agent, scripted, file, event, script, ran):
+    """``continue: false`` halts the turn after that hook point: the model is not called again, the
+    turn ends ``stopped`` (``end_turn`` on the wire), and ``stopReason`` — for the user, not the
+    model — is in the hook/result event and the turn/stopped note, never in the history."""
+    cwd = acp_agent.work
+    seed(cwd, file, {event: [("bash", "halt.sh")]}, {"halt.sh": script})
+    async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        await _open(run, sids := [])
+        assert (await _ask(run, sids[0], "create the file")).stop_reason == "end_turn"
+        assert run.client.text(sids[0]) == []  # no "tool said: …": no model call after the hook
+        assert (await _ask(run, sids[0], "ping")).stop_reason == "end_turn"  # the session goes on
+        assert run.client.text(sids[0]) == ["PONG"]
+    assert (cwd / "created.txt").exists() is ran
+    events = _events(acp_agent.home, sids[0])
+    (result,) = [e for e in events if e["type"] == "hook/result"]
+    assert (result["point"], result["decision"], result["stopReason"]) == (
+        event, "stop", "paused for review by the release hook")
+    assert [e["reason"] for e in events if e["type"] == "turn/end"] == ["stopped", "completed"]
+    (note,) = [e for e in events if e["type"] == "note" and e["kind"] == "turn/stopped"]
+    assert note["data"] == {"turn": 1, "point": "before_tool" if event == "PreToolUse" else "after_tool",
+                            "reason": "paused for review by the release hook"}
+    (tool_result,) = [e for e in events if e["type"] == "tool/result"]
+    said = tool_result["result"]["content"][0]["text"]
+    assert said == ("HELLO" if ran else "Error: not run: a hook stopped the turn")
+    model_saw = [json.dumps(e) for e in events if e["type"] in ("user/message", "tool/result", "assistant/message")]
+    assert not any("release hook" in m for m in model_saw)
+
+
+async def test_updated_input_and_system_message_are_warned_once_per_file(acp_agent, scripted):
+    """Neither is honoured (as in the original): the call runs with the model's own arguments, and
+    the file gets one warning per field however often its hooks return them."""
+    cwd = acp_agent.work
+    rewrite = _json_hook({"systemMessage": "shown to the user in Claude Code",
+                          "hookSpecificOutput": {"hookEventName": "PreToolUse",
+                                                 "updatedInput": {"command": "echo REWRITTEN"}}}, ".pre.json")
+    seed(cwd, CC, {"PreToolUse": [("bash", "rewrite.sh")]}, {"rewrite.sh": rewrite})
+    async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        await _open(run, sids := [])
+        await _ask(run, sids[0], "retry echo")  # two bash calls, two hook runs
+        assert run.client.text(sids[0]) == ["tool said: HELLO"]
+        err = run.stderr.decode()
+    assert err.count("returned updatedInput") == 1 and err.count("returned systemMessage") == 1, err
+    assert f"{cwd / CC}: a PreToolUse hook returned updatedInput" in err
+    assert len([e for e in _events(acp_agent.home, sids[0]) if e["type"] == "hook/result"]) == 2
+
+
+# ---------------------------------------------------------------------------- PostToolUse on nested calls
+
+
+@pytest.mark.parametrize("mode", ["block", "context"])
+async def test_post_tool_hook_sees_a_run_code_nested_call(acp_agent, scripted, mode):
+    """PostToolUse runs for code mode's nested calls too (Agent.call_tool): a block makes the program
+    see an error instead of the result; context, which the program would not pass on, is appended
+    for the model after the step's tool results."""
+    cwd = acp_agent.work
+    (cwd / ".claude").mkdir()
+    if mode == "block":
+        command = "cat > .nested-post.json; echo 'nested output withheld by policy' >&2; exit 2"
+    else:
+        out = {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "nested output audited"}}
+        command = f"cat > .nested-post.json; printf '%s\\n' '{json.dumps(out)}'"
+    (cwd / ".claude" / "settings.json").write_text(json.dumps({"hooks": {"PostToolUse": [{"matcher": "bash", "hooks": [
+        {"type": "command", "command": command}]}]}}))
+    async with acp_agent(scripted(CODE_SCRIPT), example="hooks-code-mode",
+                         env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        await _open(run, sids := [])
+        await _ask(run, sids[0], "code please")
+        (said,) = run.client.text(sids[0])
+    assert (cwd / "nested.txt").exists()  # the nested call ran; its hook came after
+    sent = payload(cwd, ".nested-post.json")
+    assert sent["hook_event_name"] == "PostToolUse" and sent["tool_name"] == "bash"
+    assert ":code:" in sent["tool_use_id"] and sent["tool_input"] == {"command": "echo NESTED > nested.txt"}
+    events = _events(acp_agent.home, sids[0])
+    (dispatch,) = [e for e in events if e["type"] == "tool/code-dispatch"]
+    if mode == "block":
+        assert "ToolCallError: bash: nested output withheld by policy" in said, said
+        assert dispatch["isError"] and dispatch["code"] == "BLOCKED"
+        return
+    assert not dispatch.get("isError") and "audited" not in said and "Error" not in said, said  # the program's result as is
+    kinds = [(e["type"], e.get("message", {}).get("source")) for e in events
+             if e["type"] in ("tool/result", "user/message")]
+    assert kinds[-2:] == [("tool/result", None), ("user/message", "tool")]  # after the run_code result
+    spliced = [e for e in events if e["type"] == "user/message"][-1]["message"]["content"]
+    assert spliced == [{"type": "text", "text": "<system-reminder>\nnested output audited\n</system-reminder>"}]
+
+
+async def test_continue_false_wins_over_a_stop_block(acp_agent, scripted):
+    cwd = acp_agent.work
+    halt = _json_hook({"continue": False, "stopReason": "enough for today", "decision": "block",
+                       "reason": "Also reply with the single word SECOND, then stop."}, ".stop.json")
+    seed(cwd, CODEX, {"Stop": [(None, "stop.sh")]}, {"stop.sh": halt})
+    async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        await _open(run, sids := [])
+        assert (await _ask(run, sids[0], "Reply with the single word FIRST and stop.")).stop_reason == "end_turn"
+        assert run.client.text(sids[0]) == ["FIRST"]  # no second step
+    events = _events(acp_agent.home, sids[0])
+    assert [(e["decision"], e["stopReason"]) for e in events if e["type"] == "hook/result"] == [
+        ("stop", "enough for today")]
+    assert [e["reason"] for e in events if e["type"] == "turn/end"] == ["stopped"]

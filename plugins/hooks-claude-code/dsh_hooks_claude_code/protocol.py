@@ -27,7 +27,11 @@ What is shared:
   stderr as the reason; anything else (or no exit: timeout, cancel, no sandbox) is a non-blocking
   error.
 - **folding**: hooks of one point run serially in file order; deny > ask > allow, the reasons of
-  the winning decision joined by blank lines, context texts in order.
+  the winning decision joined by blank lines, context texts in order; ``continue: false`` from
+  any hook halts the turn after that point (the spine's ``halt``, which wins over every
+  decision), with the first halting hook's ``stopReason`` for the user.
+- **not honoured**: ``updatedInput`` and ``systemMessage`` (as in the original harness): one
+  warning per hook file and field, the first time a hook of that file returns it.
 - **records**: a ``hook/invoked`` and a ``hook/result`` durable event per hook run.
 """
 
@@ -49,7 +53,7 @@ import anyio
 import anyio.abc
 
 from dsh_core import ConfigError
-from dsh_core.diag import debug, warn
+from dsh_core.diag import warn
 from dsh_core.interception import (
     BLOCKED_PROMPT,
     BLOCKED_RESULT,
@@ -97,6 +101,7 @@ class Group:
 class HookFile:
     path: str
     points: dict[str, list[Group]] = field(default_factory=dict)
+    warned: set[str] = field(default_factory=set)  # unsupported output fields already warned about
 
 
 def matcher_problem(pattern: str | None, literal: bool) -> str | None:
@@ -393,6 +398,11 @@ def merge(outputs: Iterable[HookOutput]) -> Merged:
     return merged
 
 
+def _halt(m: Merged) -> dict[str, Any]:
+    """``continue: false`` as the spine's ``halt`` (its ``stopReason`` is for the user)."""
+    return {"halt": True, "halt_reason": m.stop_reason} if m.stop else {}
+
+
 def _bounded(text: str) -> str:
     if len(text) <= CONTEXT_LIMIT:
         return text
@@ -513,14 +523,21 @@ class Bridge:
                 if (point in d.stdout_context and code == 0 and out.context is None and out.stdout
                         and not out.stdout.startswith("{")):
                     out.context = out.stdout
-                if out.updated_input is not None:
-                    debug(f"{d.plugin}: a {point} hook asked to rewrite the tool input; that is not honoured")
+                self._warn_unsupported(hook_file, point, out)
                 outputs.append(out)
-                recorded = out.decision or ("stop" if out.cont is False else "pass")
+                recorded = "stop" if out.cont is False else out.decision or "pass"
                 session.emit(HookResult(turn=turn, point=point, handler_id=handler, decision=recorded,
                                         exit_code=code, stderr_summary=_summary(out.stderr),
-                                        duration_ms=int((time.monotonic() - started) * 1000), timed_out=timed_out))
+                                        duration_ms=int((time.monotonic() - started) * 1000), timed_out=timed_out,
+                                        stop_reason=out.stop_reason if out.cont is False else None))
         return merge(outputs)
+
+    def _warn_unsupported(self, hook_file: HookFile, point: str, out: HookOutput) -> None:
+        for name, given in (("updatedInput", out.updated_input is not None), ("systemMessage", bool(out.system_message))):
+            if given and name not in hook_file.warned:
+                hook_file.warned.add(name)
+                warn(f"{self.dialect.plugin}: {hook_file.path}: a {point} hook returned {name}, which dsh does not "
+                     "honour (ignored; not warned again for this file)")
 
     # ---------------------------------------------------------------- the interception points
 
@@ -533,15 +550,15 @@ class Bridge:
 
     def session_start(self, session: Any, source: str, turn: int) -> "_Pending | None":
         return self._pending(session, "SessionStart", source, turn, {"source": source},
-                             lambda m: SessionStart(context=m.context) if m.context else None)
+                             lambda m: SessionStart(context=m.context, **_halt(m)) if m.context or m.stop else None)
 
     def prompt_submit(self, session: Any, messages: list[Any], turn: int) -> "_Pending | None":
         prompt = "\n".join(b.text for m in messages for b in m.content if isinstance(b, TextBlock))
 
         def decided(m: Merged) -> PromptSubmit:
             if m.decision == "deny":
-                return PromptSubmit(block=m.reason or BLOCKED_PROMPT)
-            return PromptSubmit(context=m.context)
+                return PromptSubmit(block=m.reason or BLOCKED_PROMPT, **_halt(m))
+            return PromptSubmit(context=m.context, **_halt(m))
 
         return self._pending(session, "UserPromptSubmit", "", turn, {"prompt": prompt}, decided)
 
@@ -550,10 +567,10 @@ class Bridge:
 
         def decided(m: Merged) -> BeforeTool | None:
             if m.decision == "deny":
-                return BeforeTool(decision="deny", reason=m.reason or BLOCKED_TOOL)
+                return BeforeTool(decision="deny", reason=m.reason or BLOCKED_TOOL, **_halt(m))
             if m.decision in ("ask", "allow") and honours_ask:
-                return BeforeTool(decision=m.decision, reason=m.reason)  # type: ignore[arg-type]
-            return None
+                return BeforeTool(decision=m.decision, reason=m.reason, **_halt(m))  # type: ignore[arg-type]
+            return BeforeTool(**_halt(m)) if m.stop else None
 
         return self._pending(session, "PreToolUse", name, turn,
                              {"tool_name": name, "tool_input": args, "tool_use_id": call_id}, decided)
@@ -567,8 +584,8 @@ class Bridge:
 
         def decided(m: Merged) -> AfterTool:
             if m.decision == "deny":
-                return AfterTool(block=m.reason or BLOCKED_RESULT, context=m.context)
-            return AfterTool(context=m.context)
+                return AfterTool(block=m.reason or BLOCKED_RESULT, context=m.context, **_halt(m))
+            return AfterTool(context=m.context, **_halt(m))
 
         return self._pending(session, "PostToolUse", call.name, turn, {
             "tool_name": call.name, "tool_input": args if isinstance(args, dict) else {},
@@ -582,7 +599,9 @@ class Bridge:
                 break
 
         def decided(m: Merged) -> BeforeStop | None:
-            return BeforeStop(block=m.reason or BLOCKED_STOP) if m.decision == "deny" else None
+            if m.decision == "deny":
+                return BeforeStop(block=m.reason or BLOCKED_STOP, **_halt(m))
+            return BeforeStop(**_halt(m)) if m.stop else None
 
         return self._pending(session, "Stop", "", turn,
                              {"stop_hook_active": continued > 0, "last_assistant_message": last}, decided)

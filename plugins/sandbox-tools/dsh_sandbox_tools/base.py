@@ -39,7 +39,8 @@ class SandboxTool:
     A subclass says what the model sees (``name``, ``description`` or ``describe``,
     ``properties`` or ``arguments``, ``required``) and what programs get back
     (``output_schema``: the structured result code mode sees; the model's text result is
-    separate). The constructor builds the ``ToolSpec`` from these the same way for every tool;
+    separate) and what a call does (``kind``: the ACP ToolKind a person asked about the call
+    reads). The constructor builds the ``ToolSpec`` from these the same way for every tool;
     with ``escalates`` the one-shot escalation arguments (``sandbox_permissions``,
     ``justification``) follow the tool's own, when the tier has a wider one to offer.
     """
@@ -51,6 +52,7 @@ class SandboxTool:
     output_schema: ClassVar[dict[str, Any]]
     parallel_safe: ClassVar[bool] = False
     escalates: ClassVar[bool] = False
+    kind: ClassVar[str | None] = None  # ACP ToolKind words: what a person asked about a call reads
 
     def __init__(self, sb: Sandbox) -> None:
         self.sb = sb
@@ -63,6 +65,7 @@ class SandboxTool:
             parameters=schema(props, list(self.required)),
             output_schema=self.output_schema,
             parallel_safe=self.parallel_safe,
+            kind=self.kind,
         )
 
     def describe(self, settings: Settings) -> str:

@@ -31,6 +31,7 @@ BASH_OUTPUT = out_schema({
 
 class BashTool(SandboxTool):
     name = "bash"
+    kind = "execute"
     required = ("command",)
     output_schema = BASH_OUTPUT
     escalates = True

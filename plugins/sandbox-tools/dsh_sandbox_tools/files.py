@@ -72,6 +72,7 @@ def _read_window(path: str, offset: int, limit: int, exact: list[str] | None = N
 
 class ReadTool(SandboxTool):
     name = "read"
+    kind = "read"
     description = (
         "Read a text file as numbered lines (`<line>\\t<text>`). Paths are absolute or relative to the "
         f"workspace. offset is the first line (1-based), limit the number of lines (default {READ_DEFAULT_LIMIT})."
@@ -136,6 +137,7 @@ def _write_bytes(abspath: str, data: bytes, roots: list[str] | None, *, create: 
 
 class WriteTool(SandboxTool):
     name = "write"
+    kind = "edit"
     properties: ClassVar[dict[str, Any]] = {
         "path": {"type": "string", "description": "File to write (absolute or relative to the workspace)."},
         "content": {"type": "string", "description": "The complete new content."},
@@ -176,6 +178,7 @@ class WriteTool(SandboxTool):
 
 class EditTool(SandboxTool):
     name = "edit"
+    kind = "edit"
     description = (
         "Replace an exact string in a file you have read in this session. old_string must match exactly "
         "(whitespace included) and be unique unless replace_all is true."
@@ -243,6 +246,7 @@ class EditTool(SandboxTool):
 
 class ReadImageTool(SandboxTool):
     name = "read_image"
+    kind = "read"
     description = (
         "Look at an image file in the workspace (png, jpeg, gif, webp): it is attached to the "
         "conversation so you can see it. Only for models with image input."

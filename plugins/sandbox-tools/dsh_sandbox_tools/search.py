@@ -61,6 +61,7 @@ def _glob(base: str, pattern: str) -> tuple[list[str], bool]:
 
 class GlobTool(SandboxTool):
     name = "glob"
+    kind = "search"
     description = (
         "List files matching a glob pattern (e.g. `**/*.py`), relative to path (default: the workspace). "
         "`.git` is skipped."
@@ -136,6 +137,7 @@ def _grep(base: str, rx: re.Pattern[str], name_glob: str | None, cwd: str,
 
 class GrepTool(SandboxTool):
     name = "grep"
+    kind = "search"
     description = (
         "Search file contents with a regular expression (Python syntax). Returns `path:line: text`. "
         "path is a file or directory (default: the workspace); glob filters file names (e.g. `*.py`)."

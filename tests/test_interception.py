@@ -275,7 +275,7 @@ async def test_an_ask_carries_the_kind_the_tool_declares(scripted, tmp_path):
             seen.append((request.tool_name, request.kind))
             return "deny"
 
-    agent, events = await _session(scripted(SCRIPT), tmp_path, Tools(), Policy("ask", "check"), Answer(),
-                                   prompts=("touch it",))
+    _, events = await _session(scripted(SCRIPT), tmp_path, Tools(), Policy("ask", "check"), Answer(),
+                               prompts=("touch it",))
     assert seen == [("touch", "edit")]
     assert _results(events) == ["Error: the user rejected tool 'touch' (check)"]

@@ -407,7 +407,7 @@ def _class_pin(sc: Scenario) -> tuple[str | None, Any]:
 
 def _first_header(log: str) -> dict[str, Any] | None:
     for line in log.splitlines():
-        rec = json.loads(line)
+        rec: dict[str, Any] = json.loads(line)
         if rec.get("type") == "request/header":
             return rec
     return None

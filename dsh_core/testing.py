@@ -54,7 +54,8 @@ def acp_schema_file() -> Any:
 
 @cache
 def acp_schema() -> dict[str, Any]:
-    return json.loads(acp_schema_file().read_text(encoding="utf-8"))
+    schema: dict[str, Any] = json.loads(acp_schema_file().read_text(encoding="utf-8"))
+    return schema
 
 
 @cache
@@ -201,9 +202,11 @@ class AcpRun:
     async def start(self) -> str:
         """initialize + session/new; returns the session id."""
         await self.conn.initialize(protocol_version=1)
-        return (await self.conn.new_session(cwd=str(self.cwd), mcp_servers=[])).session_id
+        session_id: str = (await self.conn.new_session(cwd=str(self.cwd), mcp_servers=[])).session_id
+        return session_id
 
     async def close_stdin(self) -> int:
+        assert self.proc.stdin is not None
         self.proc.stdin.close()
         return await asyncio.wait_for(self.proc.wait(), 10)
 
@@ -262,12 +265,14 @@ async def spawn_acp(
             err.extend(chunk)
 
     tasks = [asyncio.create_task(tap()), asyncio.create_task(drain_stderr())]
-    conn = connect_to_agent(client, proc.stdin, tapped)
+    sdk_client: Any = client  # a Recorder answers what a run needs; the SDK answers the rest method-not-found
+    conn = connect_to_agent(sdk_client, proc.stdin, tapped)
     run = AcpRun(conn=conn, proc=proc, client=client, cwd=cwd, stdout=raw, stderr=err)
     try:
         yield run
     finally:
         if proc.returncode is None:
+            assert proc.stdin is not None
             try:
                 proc.stdin.close()
                 await asyncio.wait_for(proc.wait(), 10)
@@ -341,7 +346,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if a test (or a process it spawned) left a session log in the user's data dir."""
     if not _run_temp or _DATA_DIRS not in session.config.stash:
         return
-    leaks = [log for root in _run_temp for log in leaked_session_logs(session.config.stash[_DATA_DIRS], root)]
+    dirs = session.config.stash[_DATA_DIRS]
+    leaks = [log for root in _run_temp for log in leaked_session_logs(dirs, root)]
     if leaks:
         lines = [
             f"dsh_core.testing: tests wrote {len(leaks)} session log(s) outside their temporary directories "
@@ -461,7 +467,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
-_PINS = pytest.StashKey[dict]()
+_PINS = pytest.StashKey[dict[str, Any]]()
 
 
 class ScenarioFile(pytest.File):

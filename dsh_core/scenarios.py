@@ -315,7 +315,7 @@ async def run_scenario(
 ) -> Run:
     """Run the scenario once in a fresh temporary directory (fixed-length path, so the cwd's length
     — which the token meter sees — is the same in every run) and return what it produced."""
-    from .testing import Recorder, normalize_transcript, spawn_acp
+    from .harness import Recorder, normalize_transcript, spawn_acp
 
     if mode not in MODES:
         raise ScenarioError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")

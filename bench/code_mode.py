@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT / "plugins" / "deepseek-model" / "tests"))
 
 from fake_deepseek import FakeDeepSeek, Turn  # noqa: E402
 
-from dsh_core.contracts import AgentSpec, new_id  # noqa: E402
 from dsh_core.compose import load_composition  # noqa: E402
+from dsh_core.contracts import AgentSpec, new_id  # noqa: E402
 from dsh_core.host import open_host  # noqa: E402
 from dsh_core.types import TextBlock, ToolCallEvent, ToolResultEvent, UserMessage  # noqa: E402
 
@@ -187,8 +187,8 @@ async def main_async(repeat: int) -> int:
           f"{RATIO_GOAL}x -> {'meets' if ratio <= RATIO_GOAL else 'MISSES'}")
     print(f"(3) {FILES}-file task (read + edit each) through the fake DeepSeek server:")
     print(f"    {'':<28}{'model calls':>12}{'prompt tokens':>15}{'task done':>11}")
-    print(f"    {'native, one call per step':<28}{n_calls:>12}{n_tokens:>15,}{str(n_done):>11}")
-    print(f"    {'one run_code program':<28}{c_calls:>12}{c_tokens:>15,}{str(c_done):>11}")
+    print(f"    {'native, one call per step':<28}{n_calls:>12}{n_tokens:>15,}{n_done!s:>11}")
+    print(f"    {'one run_code program':<28}{c_calls:>12}{c_tokens:>15,}{c_done!s:>11}")
     print(f"    saving: {n_calls - c_calls} model calls ({1 - c_calls / n_calls:.0%}), "
           f"{n_tokens - c_tokens:,} prompt tokens ({1 - c_tokens / n_tokens:.0%})")
     return 0 if (n_done and c_done) else 1

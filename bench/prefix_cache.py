@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,8 @@ sys.path.insert(0, str(ROOT / "plugins" / "deepseek-model" / "tests"))
 from dsh_compaction import SUMMARY_SYSTEM  # noqa: E402
 from fake_deepseek import FakeDeepSeek, Turn, _lcp, render_prompt  # noqa: E402
 
-from dsh_core.contracts import AgentSpec, new_id  # noqa: E402
 from dsh_core.compose import load_composition  # noqa: E402
+from dsh_core.contracts import AgentSpec, new_id  # noqa: E402
 from dsh_core.host import open_host  # noqa: E402
 from dsh_core.types import TextBlock, UserMessage  # noqa: E402
 
@@ -101,7 +102,7 @@ def totals(fake: FakeDeepSeek) -> tuple[int, int, int, int]:
     if bad:
         raise SystemExit(f"the fake rejected requests: HTTP {bad}")
     prompts = [render_prompt(r.body) for r in chats]
-    rewritten = sum(len(a) - _lcp(a, b) for a, b in zip(prompts, prompts[1:], strict=False))
+    rewritten = sum(len(a) - _lcp(a, b) for a, b in pairwise(prompts))
     return len(chats), sum(r.prompt_tokens for r in chats), sum(r.cache_hit_tokens for r in chats), rewritten
 
 
@@ -250,7 +251,7 @@ def compaction_report(plain: list[Any], chats: list[Any], window: int) -> None:
     plain_prompt = sum(r.prompt_tokens for r in plain)
     plain_misses = plain_prompt - sum(r.cache_hit_tokens for r in plain)
     prompts = [render_prompt(r.body) for r in main]
-    rewritten = sum(len(a) - _lcp(a, b) for a, b in zip(prompts, prompts[1:], strict=False))
+    rewritten = sum(len(a) - _lcp(a, b) for a, b in pairwise(prompts))
     print(row(f"dsh, window {window:,} (compacts once)", len(main), sum(r.prompt_tokens for r in main),
               sum(r.cache_hit_tokens for r in main), rewritten))
     print(f"  compaction before call {len(before) + 1}: hit ratio {ratio(before):.1%} over the {len(before)} calls before, "

@@ -242,7 +242,7 @@ def main() -> None:
     step = max(1, len(series) // 10)
     print("  window means: " + " ".join(f"{v:.0f}" for v in series[::step]))
 
-    print("\nbash call, median of %d (ms)                    measured   goal" % args.calls)
+    print(f"\nbash call, median of {args.calls} (ms)                    measured   goal")
     for name, ms in sandbox_calls(args.calls).items():
         goal = "" if name.startswith(("plain", "one-shot")) else ("<= 10 ms  " + ("met" if ms <= 10 else "MISSED"))
         print(f"  {name:<40}   {ms:8.2f}   {goal}")

@@ -102,8 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         mine, rest = group.split(DshError)
         if mine is None or rest is not None:
             raise
-        for exc in _leaves(mine):
-            print(f"dsh: {exc}", file=sys.stderr)
+        for leaf in _leaves(mine):
+            print(f"dsh: {leaf}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -348,7 +348,7 @@ async def run_scenario(
 ) -> Run:
     """Run the scenario once in a fresh temporary directory (fixed-length path, so the cwd's length
     — which the token meter sees — is the same in every run) and return what it produced."""
-    from .testing import Recorder, normalize_transcript, spawn_acp
+    from .harness import Recorder, normalize_transcript, spawn_acp
 
     if mode not in MODES:
         raise ScenarioError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
@@ -441,7 +441,7 @@ def _class_pin(sc: Scenario) -> tuple[str | None, Any]:
 
 def _first_header(log: str) -> dict[str, Any] | None:
     for line in log.splitlines():
-        rec = json.loads(line)
+        rec: dict[str, Any] = json.loads(line)
         if rec.get("type") == "request/header":
             return rec
     return None

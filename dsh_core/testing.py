@@ -24,264 +24,51 @@ Gives you:
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from functools import cache
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def acp_schema_file() -> Any:
-    """The vendored ACP v1 schema (v1.21.0), shipped as package data: ``dsh_core/_vendor/acp/``
-    holds it with its upstream LICENSE and SOURCE.md (commit, release, sha256)."""
-    from importlib.resources import files
-
-    return files("dsh_core").joinpath("_vendor", "acp", "schema.json")
-
-
-@cache
-def acp_schema() -> dict[str, Any]:
-    return json.loads(acp_schema_file().read_text(encoding="utf-8"))
-
-
-@cache
-def acp_validator() -> Any:
-    """A jsonschema validator for any frame an agent may send (request, response, notification)."""
-    import jsonschema
-
-    schema = acp_schema()
-    wrapper = {
-        "$schema": schema.get("$schema", "https://json-schema.org/draft/2020-12/schema"),
-        "$defs": schema["$defs"],
-        "anyOf": [
-            {"$ref": "#/$defs/AgentRequest"},
-            {"$ref": "#/$defs/AgentResponse"},
-            {"$ref": "#/$defs/AgentNotification"},
-        ],
-    }
-    cls = jsonschema.validators.validator_for(wrapper)
-    return cls(wrapper)
-
-
-def check_frames(raw: bytes) -> list[dict[str, Any]]:
-    """Every line must be a JSON-RPC 2.0 object that validates against ACP's schema."""
-    frames = []
-    for n, line in enumerate(raw.split(b"\n")):
-        if not line:
-            continue
-        try:
-            frame = json.loads(line)
-        except ValueError:
-            raise AssertionError(f"stdout line {n} is not JSON: {line[:200]!r}") from None
-        assert isinstance(frame, dict) and frame.get("jsonrpc") == "2.0", f"line {n} is not JSON-RPC: {line[:200]!r}"
-        method = frame.get("method", "")
-        assert not method.startswith(("fs/", "terminal/")), (
-            f"the agent called the client's {method} (ACP-12: tools run in the harness, docs/acp-contract.md)"
-        )
-        errors = sorted(acp_validator().iter_errors(frame), key=str)
-        assert not errors, f"stdout line {n} violates ACP schema: {errors[0].message}\n{line[:500]!r}"
-        frames.append(frame)
-    assert raw == b"" or raw.endswith(b"\n"), "stdout ends in a partial frame"
-    return frames
-
-
-_UUIDISH = re.compile(r"\b[0-9a-f]{32}\b")
-
-
-def normalize_transcript(frames: Iterable[dict[str, Any]], cwd: str | None = None) -> str:
-    """One JSON line per frame; ids renumbered by first appearance (client and agent id
-    spaces kept apart), session ids → {{sessionId}}, the cwd → {{cwd}}, each message id →
-    {{messageId-N}} numbered by first appearance (chunks of one message keep one number)."""
-    ids: dict[Any, int] = {}
-    message_ids: dict[str, int] = {}
-    out = []
-    for f in frames:
-        f = json.loads(json.dumps(f))
-        if "id" in f and f["id"] is not None:
-            key = ("agent" if "method" in f else "client", f["id"])
-            f["id"] = ids.setdefault(key, len(ids) + 1)
-        update = (f.get("params") or {}).get("update") if isinstance(f.get("params"), dict) else None
-        if isinstance(update, dict) and isinstance(update.get("messageId"), str):
-            n = message_ids.setdefault(update["messageId"], len(message_ids) + 1)
-            update["messageId"] = f"{{{{messageId-{n}}}}}"
-        text = json.dumps(f, sort_keys=True)
-        text = _UUIDISH.sub("{{sessionId}}", text)
-        if cwd:
-            text = text.replace(cwd, "{{cwd}}")
-        out.append(text)
-    return "\n".join(out) + "\n"
-
-
-def memory_host(
-    model: str | Path,
-    *extra_plugins: object,
-    plugins: tuple[str, ...] = ("scripted-model",),
-    provider: str = "scripted",
-    config: dict[str, dict[str, Any]] | None = None,
-) -> Any:
-    """An in-process host for tests: ``async with memory_host(script) as host: ...``."""
-    from .compose import Composition
-    from .host import make_plugin_manager, open_host
-
-    pm = make_plugin_manager(trace=False)
-    for i, plugin in enumerate(extra_plugins):
-        pm.register(plugin, name=f"test-plugin-{i}")
-    comp = Composition(name="test", path=Path("test/example.toml"), plugins=plugins, config=config or {})
-    return open_host(comp, provider=provider, model=str(model), pm=pm)
-
-
-def minimal_env(**extra: str) -> dict[str, str]:
-    """The small environment the official ACP Python SDK gives an agent it spawns (HOME, LOGNAME,
-    PATH, SHELL, TERM, USER), plus the test's ``DSH_HOME`` (so a spawned ``dsh`` writes under the
-    test's temporary directory, never the user's data dir), plus ``extra``."""
-    env = {k: os.environ[k] for k in ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "DSH_HOME") if k in os.environ}
-    env.update(extra)
-    return env
-
-
-@dataclass
-class Recorder:
-    """An SDK ``Client`` that records updates and answers permission requests from a queue."""
-
-    updates: list[tuple[str, Any]] = field(default_factory=list)
-    permission_answers: list[Any] = field(default_factory=list)  # "allow-once" | "reject-once" | "cancelled" | Exception | "hang"
-    permission_requests: list[Any] = field(default_factory=list)
-
-    def text(self, session_id: str | None = None) -> list[str]:
-        return [
-            u.content.text
-            for sid, u in self.updates
-            if (session_id is None or sid == session_id) and getattr(u.content, "type", "") == "text"
-        ]
-
-    # --- acp.interfaces.Client
-    async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
-        self.updates.append((session_id, update))
-
-    async def request_permission(self, options: Any, session_id: str, tool_call: Any, **kw: Any) -> Any:
-        from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
-
-        self.permission_requests.append((session_id, tool_call, options))
-        answer = self.permission_answers.pop(0) if self.permission_answers else "cancelled"
-        if isinstance(answer, BaseException):
-            raise answer
-        if answer == "hang":
-            await asyncio.sleep(3600)
-        if answer == "cancelled":
-            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=answer))
-
-    def on_connect(self, conn: Any) -> None:
-        pass
-
-
-@dataclass
-class AcpRun:
-    conn: Any
-    proc: asyncio.subprocess.Process
-    client: Recorder
-    cwd: Path
-    stdout: bytearray
-    stderr: bytearray
-    frames: list[dict[str, Any]] = field(default_factory=list)
-
-    async def start(self) -> str:
-        """initialize + session/new; returns the session id."""
-        await self.conn.initialize(protocol_version=1)
-        return (await self.conn.new_session(cwd=str(self.cwd), mcp_servers=[])).session_id
-
-    async def close_stdin(self) -> int:
-        self.proc.stdin.close()
-        return await asyncio.wait_for(self.proc.wait(), 10)
-
-
-@asynccontextmanager
-async def spawn_acp(
-    script: Path | None,
-    *,
-    cwd: Path,
-    example: str = "acp-agent",
-    env: dict[str, str] | None = None,
-    client: Recorder | None = None,
-    check: bool = True,
-    dsh: tuple[str, ...] = (),
-    provider: str = "scripted",
-) -> AsyncIterator[AcpRun]:
-    """Spawn ``dsh run`` and connect the official SDK client to it through a byte tap.
-
-    ``script`` is the ``--model`` of ``provider`` (a scripted-model script by default; a recorded
-    session log for ``provider="replay"``; a model id for ``deepseek``); None: the example's route.
-    ``dsh`` is the command that runs dsh (default: this interpreter's ``-m dsh_core.cli``),
-    e.g. ``("/venv/bin/dsh",)`` to drive another installation."""
-    from acp import connect_to_agent
-
-    client = client or Recorder()
-    args = ["run", "--example", example]
-    if script is not None:
-        args += ["--provider", provider, "--model", str(script)]
-    full_env = minimal_env(**(env or {}))
-    full_env.setdefault("DSH_EXAMPLES_PATH", str(REPO / "tests" / "examples"))
-    proc = await asyncio.create_subprocess_exec(
-        *(dsh or (sys.executable, "-m", "dsh_core.cli")),
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=str(cwd),
-        env=full_env,
-        limit=256 * 1024 * 1024,
-        start_new_session=True,
-    )
-    raw = bytearray()
-    err = bytearray()
-    tapped = asyncio.StreamReader(limit=256 * 1024 * 1024)
-
-    async def tap() -> None:
-        assert proc.stdout is not None
-        while chunk := await proc.stdout.read(1 << 20):
-            raw.extend(chunk)
-            tapped.feed_data(chunk)
-        tapped.feed_eof()
-
-    async def drain_stderr() -> None:
-        assert proc.stderr is not None
-        while chunk := await proc.stderr.read(1 << 16):
-            err.extend(chunk)
-
-    tasks = [asyncio.create_task(tap()), asyncio.create_task(drain_stderr())]
-    conn = connect_to_agent(client, proc.stdin, tapped)
-    run = AcpRun(conn=conn, proc=proc, client=client, cwd=cwd, stdout=raw, stderr=err)
-    try:
-        yield run
-    finally:
-        if proc.returncode is None:
-            try:
-                proc.stdin.close()
-                await asyncio.wait_for(proc.wait(), 10)
-            except (asyncio.TimeoutError, ProcessLookupError):
-                proc.kill()
-                await proc.wait()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        try:
-            await conn.close()
-        except Exception:
-            pass
-        if check:
-            run.frames = check_frames(bytes(raw))
-
+from .harness import (  # re-exported: plugin authors import these from dsh_core.testing
+    REPO as REPO,
+)
+from .harness import (
+    AcpRun as AcpRun,
+)
+from .harness import (
+    Recorder as Recorder,
+)
+from .harness import (
+    acp_schema as acp_schema,
+)
+from .harness import (
+    acp_schema_file as acp_schema_file,
+)
+from .harness import (
+    acp_validator as acp_validator,
+)
+from .harness import (
+    check_frames as check_frames,
+)
+from .harness import (
+    memory_host as memory_host,
+)
+from .harness import (
+    minimal_env as minimal_env,
+)
+from .harness import (
+    normalize_transcript as normalize_transcript,
+)
+from .harness import (
+    spawn_acp as spawn_acp,
+)
 
 # ---------------------------------------------------------------- test isolation: DSH_HOME per test
 
@@ -341,7 +128,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if a test (or a process it spawned) left a session log in the user's data dir."""
     if not _run_temp or _DATA_DIRS not in session.config.stash:
         return
-    leaks = [log for root in _run_temp for log in leaked_session_logs(session.config.stash[_DATA_DIRS], root)]
+    dirs = session.config.stash[_DATA_DIRS]
+    leaks = [log for root in _run_temp for log in leaked_session_logs(dirs, root)]
     if leaks:
         lines = [
             f"dsh_core.testing: tests wrote {len(leaks)} session log(s) outside their temporary directories "
@@ -461,7 +249,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
-_PINS = pytest.StashKey[dict]()
+_PINS = pytest.StashKey[dict[str, Any]]()
 
 
 class ScenarioFile(pytest.File):

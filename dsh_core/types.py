@@ -353,7 +353,7 @@ DurableEvent = Union[
     Note,
 ]
 
-LogLine = Union[SessionHeader, DurableEvent]  # type: ignore[valid-type]
+LogLine = Union[SessionHeader, DurableEvent]
 
 # --------------------------------------------------------------------------- model seam
 
@@ -391,7 +391,7 @@ class ToolSpec(_Base, kw_only=True):
     kind: str | None = None
 
 
-class HistoryView(Sequence):
+class HistoryView(Sequence[Any]):
     """The first ``n`` messages of an append-only history, as a read-only sequence.
 
     Taking one is O(1): the agent hands each model call a view instead of a copy, so a long

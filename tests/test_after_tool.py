@@ -3,8 +3,6 @@ appended after a result, or a block replacing it; several answers folded) and ``
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from dsh_core import FunctionTool, hookimpl

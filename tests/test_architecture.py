@@ -294,7 +294,7 @@ def test_the_contract_imports_nothing_concrete():
 
 def test_hookimpl_lives_beside_the_hookspecs_and_the_old_names_still_work():
     import dsh_core
-    from dsh_core import host, hookspecs
+    from dsh_core import hookspecs, host
 
     assert dsh_core.hookimpl is host.hookimpl is hookspecs.hookimpl
     assert hookspecs.hookimpl.project_name == hookspecs.hookspec.project_name == "dsh"

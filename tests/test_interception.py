@@ -112,7 +112,7 @@ async def test_deny_wins_over_ask_and_allow(scripted, tmp_path, pending):
     touch = Touch()
     plugins = (touch, Policy("allow"), Policy("ask", "check"), Policy("deny", "not here", pending=pending),
                Policy("deny", "nor there"))
-    agent, events = await _session(scripted(SCRIPT), tmp_path, *plugins, prompts=("touch it",))
+    _, events = await _session(scripted(SCRIPT), tmp_path, *plugins, prompts=("touch it",))
     assert touch.ran == 0
     assert _results(events) == ["Error: nor there\n\nnot here"]  # pluggy's order: the last registered first
     assert [e.code for e in events if isinstance(e, ToolResultEvent)] == ["BLOCKED"]
@@ -120,8 +120,8 @@ async def test_deny_wins_over_ask_and_allow(scripted, tmp_path, pending):
 
 async def test_ask_goes_to_the_approval_seam_and_fails_closed(scripted, tmp_path):
     touch = Touch()
-    agent, events = await _session(scripted(SCRIPT), tmp_path, touch, Policy("allow"), Policy("ask", "check"),
-                                   prompts=("touch it",))
+    _, events = await _session(scripted(SCRIPT), tmp_path, touch, Policy("allow"), Policy("ask", "check"),
+                              prompts=("touch it",))
     assert touch.ran == 0  # no answerer in a memory host: unavailable, so the call does not run
     assert _results(events) == ["Error: the user rejected tool 'touch' (check)"]
     assert [type(e).__name__ for e in events if "Approval" in type(e).__name__] == ["ApprovalAsked", "ApprovalDecided"]
@@ -129,7 +129,7 @@ async def test_ask_goes_to_the_approval_seam_and_fails_closed(scripted, tmp_path
 
 async def test_allow_and_no_opinion_run_the_tool(scripted, tmp_path):
     touch, policy = Touch(), Policy("allow", pending=True)
-    agent, events = await _session(scripted(SCRIPT), tmp_path, touch, policy, Policy(None), prompts=("touch it",))
+    _, events = await _session(scripted(SCRIPT), tmp_path, touch, policy, Policy(None), prompts=("touch it",))
     assert touch.ran == 1 and _results(events) == ["touched"]
     assert policy.calls == [("touch", {"name": "x"}, 1, 1)]
 
@@ -166,7 +166,7 @@ async def test_blocked_prompt_never_reaches_the_model_nor_a_resumed_history(scri
 
 async def test_stop_refused_once_takes_another_step(scripted, tmp_path):
     stop = StopOnce()
-    agent, events = await _session(scripted(SCRIPT), tmp_path, stop, prompts=("stop soon",))
+    agent, _ = await _session(scripted(SCRIPT), tmp_path, stop, prompts=("stop soon",))
     said = [b.text for m in agent.history if isinstance(m, AssistantMessage) for b in m.content]
     assert said == ["ONE", "TWO"] and stop.seen == [0, 1]
     steer = [m for m in agent.history if isinstance(m, UserMessage) and m.source == "hook"]
@@ -275,7 +275,7 @@ async def test_an_ask_carries_the_kind_the_tool_declares(scripted, tmp_path):
             seen.append((request.tool_name, request.kind))
             return "deny"
 
-    agent, events = await _session(scripted(SCRIPT), tmp_path, Tools(), Policy("ask", "check"), Answer(),
-                                   prompts=("touch it",))
+    _, events = await _session(scripted(SCRIPT), tmp_path, Tools(), Policy("ask", "check"), Answer(),
+                               prompts=("touch it",))
     assert seen == [("touch", "edit")]
     assert _results(events) == ["Error: the user rejected tool 'touch' (check)"]

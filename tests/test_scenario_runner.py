@@ -17,7 +17,7 @@ import pytest
 from dsh_core.scenarios import ScenarioError, load_scenario, run_and_check
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins" / "deepseek-model" / "tests"))
-from fake_deepseek import FakeDeepSeek, Turn  # noqa: E402
+from fake_deepseek import FakeDeepSeek, Turn
 
 pytestmark = pytest.mark.snapshot_scenario
 
@@ -67,7 +67,7 @@ def test_record_through_fake_deepseek_then_replay_keyless_to_the_identical_trans
     header = next(e for e in log if e["type"] == "request/header")
     assert header["system"] == "{{system}}" and header["tools"] == "{{tools}}"  # pinned once per class
     assert header["route"]["provider"] == "deepseek"
-    first, second = [e for e in log if e["type"] == "assistant/message"]
+    first, _ = [e for e in log if e["type"] == "assistant/message"]
     assert first["message"]["content"][0] == {"type": "reasoning", "text": "Read the file first."}
     assert first["finish"] == "tool-calls" and first["usage"]["inputTokens"] > 0
     result = next(e for e in log if e["type"] == "tool/result")
@@ -104,7 +104,7 @@ def test_refresh_rewrites_expectations_keylessly(recorded):
     d, _ = recorded
     stdout = (d / "stdout.expected.jsonl").read_text()
     (d / "stdout.expected.jsonl").write_text(stdout.replace("alpha and beta", "nothing"))
-    with pytest.raises(ScenarioError, match="stdout.expected.jsonl"):
+    with pytest.raises(ScenarioError, match=r"stdout\.expected\.jsonl"):
         run_and_check(load_scenario(d), "replay")
     assert run_and_check(load_scenario(d), "refresh") == [str(d / "stdout.expected.jsonl")]
     assert (d / "stdout.expected.jsonl").read_text() == stdout

@@ -6,6 +6,7 @@ schema-checked when each run closes (``spawn_acp``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -131,10 +132,9 @@ async def test_eof_during_a_close_exits_cleanly(acp_agent, scripted):
         await asyncio.sleep(0)
         assert await run.close_stdin() == 0
         for task in (pending, closing):
-            try:
+            # either answered or failed with the closed connection; the exit code is the point
+            with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 10)
-            except Exception:
-                pass  # either answered or failed with the closed connection; the exit code is the point
 
 
 async def test_memory_returns_after_close(acp_agent, scripted):
@@ -336,8 +336,15 @@ async def test_restore_rebuilds_history_including_a_compaction(scripted, tmp_pat
     from dsh_core.contracts import AgentSpec
     from dsh_core.testing import memory_host
     from dsh_core.types import (
-        AssistantMessage, AssistantMessageEvent, CompactionSummary, InboxClaimed, TextBlock, TurnEnd, TurnStart,
-        UserMessage, UserMessageEvent,
+        AssistantMessage,
+        AssistantMessageEvent,
+        CompactionSummary,
+        InboxClaimed,
+        TextBlock,
+        TurnEnd,
+        TurnStart,
+        UserMessage,
+        UserMessageEvent,
     )
 
     def user(i: str) -> UserMessage:

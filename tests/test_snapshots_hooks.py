@@ -329,7 +329,7 @@ async def test_cancel_during_a_hook_kills_it(acp_agent, scripted):
     await asyncio.sleep(3.5)
     assert not (cwd / "hook-survived").exists() and not (cwd / "created.txt").exists()
     events = _events(acp_agent.home, sids[0])
-    assert [e["decision"] for e in events if e["type"] == "hook/result"][0] == "cancelled"
+    assert next(e["decision"] for e in events if e["type"] == "hook/result") == "cancelled"
     assert any(e["type"] == "turn/end" and e["reason"] == "aborted" for e in events)
 
 

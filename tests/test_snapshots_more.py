@@ -223,7 +223,7 @@ def _files(**files: str | bytes) -> Callable[[Path], None]:
 
 def _check_delete(run: Run) -> None:
     assert (run.cwd / "deleted.txt").read_text() == "fresh\n"
-    first, rm, again, write = run.results()
+    first, _, again, write = run.results()
     assert "old contents" in first and "does not exist" in again and write.startswith("created")
 
 

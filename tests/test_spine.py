@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import inspect
 from importlib.metadata import entry_points
+from itertools import pairwise
 from pathlib import Path
 
 import anyio
 import pytest
 
 from dsh_core import CompositionError, FunctionTool, hookimpl, hookspecs
-from dsh_core.contracts import AgentSpec
 from dsh_core.compose import Composition, load_composition
+from dsh_core.contracts import AgentSpec
 from dsh_core.host import make_plugin_manager
 from dsh_core.testing import memory_host
 from dsh_core.types import (
@@ -288,7 +289,7 @@ async def test_history_sent_to_the_model_is_append_only(scripted, tmp_path):
         for text in ("one", "two"):
             agent.submit(UserMessage(id=text, content=[TextBlock(text=text)]))
             await agent.wait_idle()
-        for before, after in zip(seen, seen[1:], strict=False):
+        for before, after in pairwise(seen):
             assert after[: len(before)] == before
 
 

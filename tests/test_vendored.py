@@ -41,7 +41,7 @@ def test_frame_validator_uses_the_vendored_schema():
 # ------------------------------------------------------------------ the project cites only itself
 
 CONTRACT = REPO / "docs" / "acp-contract.md"
-SKIP_PARTS = {".git", ".venv", ".tox", "__pycache__", "_vendor", "build", "dist", "snapshots"}
+SKIP_PARTS = {".git", ".venv", ".tox", ".mypy_cache", ".ruff_cache", "__pycache__", "_vendor", "build", "dist", "snapshots"}
 
 
 def project_text_files() -> list[Path]:

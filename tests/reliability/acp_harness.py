@@ -6,6 +6,7 @@ Not a test module; the tests import it (``from acp_harness import …``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -17,6 +18,7 @@ import time
 from collections import Counter
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +162,7 @@ class RawProcess:
 
     proc: subprocess.Popen
     out: bytearray = field(default_factory=bytearray)
-    lines: "queue.Queue[bytes]" = field(default_factory=queue.Queue)
+    lines: queue.Queue[bytes] = field(default_factory=queue.Queue)
     frames: list[dict[str, Any]] = field(default_factory=list)
     err: bytearray = field(default_factory=bytearray)
 
@@ -172,10 +174,8 @@ class RawProcess:
     def close_stdin(self) -> None:
         if self.proc.stdin is None:
             return
-        try:
+        with contextlib.suppress(BrokenPipeError):
             self.proc.stdin.close()
-        except BrokenPipeError:
-            pass
 
     def next_frame(self, timeout: float = 20) -> dict[str, Any]:
         line = self.lines.get(timeout=timeout)
@@ -204,7 +204,7 @@ class RawProcess:
         return self.call("new", "session/new", {"cwd": str(cwd), "mcpServers": []})["result"]["sessionId"]
 
 
-def _pump(stream: Any, sink: bytearray, lines: "queue.Queue[bytes] | None") -> None:
+def _pump(stream: Any, sink: bytearray, lines: queue.Queue[bytes] | None) -> None:
     buf = b""
     while chunk := stream.read1(1 << 16):
         sink += chunk
@@ -461,7 +461,7 @@ def render(specs: list[Spec], sid: str, ids: Ids, crlf: bool) -> tuple[bytes, li
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:], strict=False) if b > a]
+    return [data[a:b] for a, b in pairwise(points) if b > a]
 
 
 def check_answers(frames: list[dict[str, Any]], exact: list[int], lo: int, hi: int,

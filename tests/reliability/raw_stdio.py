@@ -121,7 +121,7 @@ class RawAgent:
             except OSError:
                 pass
 
-    def __enter__(self) -> "RawAgent":
+    def __enter__(self) -> RawAgent:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -173,7 +173,7 @@ MALFORMED = {
 
 @pytest.mark.parametrize("case", list(MALFORMED))
 async def test_a_malformed_permission_answer_denies_at_once(scripted, tmp_path, case):
-    text, wrote, frames = await permission_round(scripted, tmp_path, MALFORMED[case])
+    text, wrote, _ = await permission_round(scripted, tmp_path, MALFORMED[case])
     assert not wrote
     assert text in ("result: not written: approval rejected", "result: not written: approval unavailable")
 
@@ -186,7 +186,7 @@ async def test_late_answers_of_any_shape_are_ignored_silently(scripted, tmp_path
     assert [f for f in frames if "method" not in f and f.get("id") == ask["id"]] == []
 
 
-_ANSWERS = st.sampled_from(["allow", "reject"] + list(MALFORMED))
+_ANSWERS = st.sampled_from(["allow", "reject", *MALFORMED])
 
 
 @pytest.mark.timeout(3600 if STRESS else 120)

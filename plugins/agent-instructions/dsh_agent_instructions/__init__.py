@@ -43,12 +43,12 @@ def escape(text: str) -> str:
     return _SYSTEM_TAG.sub(r"&lt;\1", text)
 
 
-def max_bytes(host: "Host") -> int:
+def max_bytes(host: Host) -> int:
     return int(host.config.get(PLUGIN, {}).get("max-bytes", DEFAULT_MAX_BYTES))
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     table = config.get(PLUGIN, {})
     unknown = set(table) - {"max-bytes"}
     if unknown:
@@ -101,7 +101,7 @@ def _section(path: str, text: str) -> str:
 
 
 @hookimpl
-def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str | None:
+def dsh_system_prompt(spec: AgentSpec, host: Host) -> str | None:
     budget = max_bytes(host)
     chain = repo_chain(spec.cwd)
     spec.extra[_SEEN] = set(chain)
@@ -152,7 +152,7 @@ def nested_dirs(cwd: str, named: str) -> list[str]:
 
 
 @hookimpl
-def dsh_after_tool(session: "Agent", call: "ToolCallBlock", output: "ToolOutput") -> AfterTool | None:
+def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> AfterTool | None:
     named = _named_path(call.arguments)
     if named is None:
         return None

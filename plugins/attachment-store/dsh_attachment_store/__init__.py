@@ -56,10 +56,10 @@ def store_from_config(table: Mapping[str, Any]) -> LocalAttachmentStore:
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     store_from_config(_table(config))  # validate early: a bad table fails start-up, naming the key
 
 
 @hookimpl
-def dsh_attachment_store(host: "Host") -> LocalAttachmentStore:
+def dsh_attachment_store(host: Host) -> LocalAttachmentStore:
     return store_from_config(_table(host.config))

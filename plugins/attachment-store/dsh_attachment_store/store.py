@@ -49,7 +49,7 @@ class Limits:
     max_batch_images: int = 16
 
     @classmethod
-    def from_config(cls, table: Mapping[str, Any] | None) -> "Limits":
+    def from_config(cls, table: Mapping[str, Any] | None) -> Limits:
         table = dict(table or {})
         table.pop("dir", None)
         known = {f.name for f in fields(cls)}

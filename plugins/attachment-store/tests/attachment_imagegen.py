@@ -18,7 +18,7 @@ def png(width: int = 3, height: int = 2, *, seed: int = 0, noisy: bool = False) 
         rows = b"".join(b"\x00" + rng.randbytes(width * 3) for _ in range(height))
     else:
         rows = b"".join(
-            b"\x00" + bytes(((x * 40 + y * 90 + seed) % 256 for x in range(width) for _ in range(3)))
+            b"\x00" + bytes((x * 40 + y * 90 + seed) % 256 for x in range(width) for _ in range(3))
             for y in range(height)
         )
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)

@@ -153,7 +153,7 @@ def _bad_cases() -> list[tuple[str, list, str]]:
 @pytest.mark.anyio
 @pytest.mark.parametrize("case", _bad_cases(), ids=lambda c: c[0])
 async def test_every_rule_rejects_before_any_write(home: Path, case) -> None:
-    name, batch, message, *rest = case
+    _, batch, message, *rest = case
     store = LocalAttachmentStore(limits=rest[0] if rest else None)
     root = home / "attachments"
     before = files_under(root)

@@ -8,6 +8,7 @@ SIGTERM; re-run the same command to finish).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -138,11 +139,11 @@ async def _main(args: argparse.Namespace, todo: list, skipped: int, invalid: int
     import anyio
 
     from . import progress as prog
-    from .engine import Stats, drive
+    from .engine import Executor, Stats, drive
 
     stats = Stats(total=len(todo), skipped=skipped)
     if sys.stderr.isatty():
-        listener: object = prog.LiveBar()
+        listener: prog.LiveBar | prog.PlainLines = prog.LiveBar()
     else:
         listener = prog.PlainLines(args.progress_interval)
     engine = "local"
@@ -152,7 +153,7 @@ async def _main(args: argparse.Namespace, todo: list, skipped: int, invalid: int
         except ImportError as exc:
             print(f"dsh batch: --ray needs Ray: pip install 'dsh-batch[ray]' ({exc})", file=sys.stderr)
             return EXIT_USAGE
-        executor_cm = RayExecutor(
+        executor_cm: contextlib.AbstractAsyncContextManager[Executor] = RayExecutor(
             args.ray,
             defaults,
             concurrency=args.concurrency,
@@ -160,7 +161,7 @@ async def _main(args: argparse.Namespace, todo: list, skipped: int, invalid: int
             recycle_after=args.recycle_after,
             actors=args.ray_actors,
             verbose=args.verbose,
-            note=listener.note,  # type: ignore[attr-defined]
+            note=listener.note,
         )
         engine = f"ray {args.ray}"
     else:
@@ -170,15 +171,15 @@ async def _main(args: argparse.Namespace, todo: list, skipped: int, invalid: int
             defaults, sessions_per_agent=args.sessions_per_agent, recycle_after=args.recycle_after, verbose=args.verbose
         )
     if skipped:
-        listener.note(f"{skipped} task(s) already in {args.out}: skipped")  # type: ignore[attr-defined]
-    listener.start(stats)  # type: ignore[attr-defined]
+        listener.note(f"{skipped} task(s) already in {args.out}: skipped")
+    listener.start(stats)
     try:
         async with executor_cm as executor, anyio.create_task_group() as tg:
-            tg.start_soon(listener.tick, stats)  # type: ignore[attr-defined]
-            await drive(todo, executor, results, stats, listener, concurrency=args.concurrency, retries=args.retries)  # type: ignore[arg-type]
+            tg.start_soon(listener.tick, stats)
+            await drive(todo, executor, results, stats, listener, concurrency=args.concurrency, retries=args.retries)
             tg.cancel_scope.cancel()
     finally:
-        listener.stop(stats)  # type: ignore[attr-defined]
+        listener.stop(stats)
     # the state of the whole list in --out, this run and earlier ones together
     state = {"ok": 0, "failed": 0, "interrupted": 0, "missing": 0}
     for task_id in ids:

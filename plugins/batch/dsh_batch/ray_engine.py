@@ -26,10 +26,11 @@ driver forwards only its non-secret ``DSH_*`` settings. Session logs are written
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import ray
@@ -130,7 +131,7 @@ class RayExecutor:
         self.dead: set[int] = set()
         self._started_ray = False
 
-    async def __aenter__(self) -> "RayExecutor":
+    async def __aenter__(self) -> RayExecutor:
         import anyio
 
         await anyio.to_thread.run_sync(self._start)
@@ -155,8 +156,9 @@ class RayExecutor:
         if env:
             options["runtime_env"] = {"env_vars": env}
         defaults = asdict(self.defaults)
+        actor_class = cast(Any, BatchActor)  # @ray.remote made it a Ray ActorClass
         self.actors = [
-            BatchActor.options(**options).remote(defaults, self.sessions_per_agent, self.recycle_after, self.verbose)
+            actor_class.options(**options).remote(defaults, self.sessions_per_agent, self.recycle_after, self.verbose)
             for _ in range(count)
         ]
         self.inflight = dict.fromkeys(range(count), 0)
@@ -170,10 +172,8 @@ class RayExecutor:
             for i, actor in enumerate(self.actors):
                 if i in self.dead:
                     continue
-                try:
+                with contextlib.suppress(Exception):
                     await actor.close.remote()
-                except Exception:
-                    pass
             if self._started_ray:
                 await anyio.to_thread.run_sync(ray.shutdown)
 
@@ -204,10 +204,8 @@ class RayExecutor:
     async def kill(self) -> None:
         for i, actor in enumerate(self.actors):
             if i not in self.dead:
-                try:
+                with contextlib.suppress(Exception):
                     await actor.kill.remote()
-                except Exception:
-                    pass
 
 
 def _failed(task: Task, attempt: int, retried: list[ErrorInfo], err: ErrorInfo) -> Any:

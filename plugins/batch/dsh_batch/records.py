@@ -226,8 +226,8 @@ def open_results(path: str | os.PathLike[str], *, rerun: Iterable[str] = ()) -> 
     return ResultsFile(path=path, fd=lock_fd, kept=kept, dropped_lines=dropped)
 
 
-def to_builtins(result: Result) -> dict[str, Any]:
-    return msgspec.to_builtins(result)
+def to_builtins(record: Task | Result) -> dict[str, Any]:
+    return msgspec.to_builtins(record)
 
 
 def from_builtins(obj: Any) -> Result:

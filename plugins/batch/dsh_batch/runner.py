@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
@@ -148,6 +148,10 @@ def _usage_from_log(session_id: str | None) -> dict[str, int] | None:
     return total or None
 
 
+def _echo_stderr(data: bytes) -> None:
+    sys.stderr.buffer.write(data)
+
+
 class Runner:
     """A pool of agent processes inside one task group (``async with Runner(...) as r``)."""
 
@@ -176,7 +180,7 @@ class Runner:
         self._cm: Any = None
         self.spawned = 0
 
-    async def __aenter__(self) -> "Runner":
+    async def __aenter__(self) -> Runner:
         self._cm = anyio.create_task_group()
         self._tg = await self._cm.__aenter__()
         return self
@@ -197,7 +201,7 @@ class Runner:
                 agent_argv(proc.key),
                 cwd=os.getcwd(),
                 env=self.env,
-                on_stderr=(lambda b: sys.stderr.buffer.write(b)) if self.verbose else None,
+                on_stderr=_echo_stderr if self.verbose else None,
             ) as client:
                 proc.client = client
                 if self.on_agent is not None:
@@ -336,7 +340,7 @@ class Runner:
         approve: str,
         finish: Callable[..., Outcome],
     ) -> Outcome:
-        async def policy(ask: PermissionAsk) -> str:
+        async def policy(ask: PermissionAsk) -> Literal["allow", "reject"]:
             return "allow" if approve == "allow" else "reject"
 
         try:

@@ -15,8 +15,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import batchkit  # noqa: E402
-from batchkit import MIXED_SCRIPT, REPO, comparable, expected, mixed_tasks, read_results, write_jsonl  # noqa: E402
+import batchkit
+from batchkit import MIXED_SCRIPT, REPO, comparable, expected, mixed_tasks, read_results, write_jsonl
 
 ADDRESS = os.environ.get("DSH_RAY_ADDRESS", "")
 

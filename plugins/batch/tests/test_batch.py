@@ -83,7 +83,7 @@ def test_200_mixed_tasks_exact_results(setup):
     # the session id leads to the log
     sid = by_id["t0000"]["sessionId"]
     show = subprocess.run(
-        batch_argv(tasks_file, out)[:3] + ["sessions", "show", sid], env=batch_env(home), capture_output=True, timeout=60
+        [*batch_argv(tasks_file, out)[:3], "sessions", "show", sid], env=batch_env(home), capture_output=True, timeout=60
     )
     assert show.returncode == 0 and b"answer to answer 0" in show.stdout, show.stderr
     # a re-run has nothing left to do

@@ -51,7 +51,7 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
 
     @classmethod
-    def from_config(cls, table: Mapping[str, Any] | None) -> "Settings":
+    def from_config(cls, table: Mapping[str, Any] | None) -> Settings:
         table = dict(table or {})
         known = {"mode", "max-parallel-sub-calls", *_LIMIT_KEYS}
         unknown = sorted(set(table) - known)
@@ -75,25 +75,25 @@ class Settings:
 
 assert {f.name for f in fields(Limits)} >= set(_LIMIT_KEYS.values())
 
-_settings: "weakref.WeakKeyDictionary[Any, Settings]" = weakref.WeakKeyDictionary()
+_settings: weakref.WeakKeyDictionary[Any, Settings] = weakref.WeakKeyDictionary()
 
 
-def settings_for(host: "Host") -> Settings:
+def settings_for(host: Host) -> Settings:
     return _settings.get(host) or Settings()
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     _settings[host] = Settings.from_config(config.get(PLUGIN))
 
 
 @hookimpl(trylast=True)  # after the native tools, so run_code comes last in the list the model sees
-def dsh_register_tools(register: Callable[[Any], None], host: "Host") -> None:
+def dsh_register_tools(register: Callable[[Any], None], host: Host) -> None:
     register(RunCodeTool(settings_for(host)))
 
 
 @hookimpl(wrapper=True)
-def dsh_make_agent(spec: "AgentSpec", host: "Host") -> Generator[None, "Agent | None", "Agent | None"]:
+def dsh_make_agent(spec: AgentSpec, host: Host) -> Generator[None, Agent | None, Agent | None]:
     agent = yield
     if agent is not None and settings_for(host).mode == "code" and hasattr(agent, "offer"):
         agent.offer([NAME], hint=UNKNOWN_HINT)
@@ -101,11 +101,11 @@ def dsh_make_agent(spec: "AgentSpec", host: "Host") -> Generator[None, "Agent | 
 
 
 @hookimpl(trylast=True)
-def dsh_code_runtime(session: "Agent", host: "Host") -> PythonRuntime:
+def dsh_code_runtime(session: Agent, host: Host) -> PythonRuntime:
     return PythonRuntime(host, session.cwd, settings_for(host).limits)
 
 
-def prompt_section(host: "Host") -> str:
+def prompt_section(host: Host) -> str:
     settings = settings_for(host)
     specs = [t.spec for name, t in host.tools.items() if name != NAME and callable_name(name)]
     lim = settings.limits
@@ -131,5 +131,5 @@ def prompt_section(host: "Host") -> str:
 
 
 @hookimpl
-def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str:
+def dsh_system_prompt(spec: AgentSpec, host: Host) -> str:
     return prompt_section(host)

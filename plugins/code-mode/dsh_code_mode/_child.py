@@ -29,6 +29,7 @@ import os
 import resource
 import signal
 import sys
+import types  # already loaded by the interpreter: free
 
 FILENAME = "<run_code>"
 READ_CHUNK = 1 << 16
@@ -170,13 +171,13 @@ def apply_limits(limits: dict) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def parse_program(program: str) -> tuple[object, bool]:
+def parse_program(program: str) -> tuple[types.CodeType, bool]:
     """(code object of ``async def __program__``, whether the program uses asyncio)."""
     tree = ast.parse(program, filename=FILENAME)
     uses_asyncio = any(
         (isinstance(node, ast.Name) and node.id == "asyncio")
-        or (isinstance(node, (ast.Import, ast.ImportFrom))
-            and any("asyncio" in (a.name or "") for a in node.names) or getattr(node, "module", None) == "asyncio")
+        or ((isinstance(node, (ast.Import, ast.ImportFrom))
+            and any("asyncio" in (a.name or "") for a in node.names)) or getattr(node, "module", None) == "asyncio")
         for node in ast.walk(tree)
     )
     fn = ast.AsyncFunctionDef(
@@ -250,7 +251,8 @@ def drive(coro, channel: SyncChannel):
 
 
 def main(fd: int) -> None:
-    sys.stdout.reconfigure(line_buffering=True)  # a killed program keeps the lines it printed
+    # a killed program keeps the lines it printed (stdout is the runtime's pipe: a TextIOWrapper)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     channel = SyncChannel(fd)
     run = json.loads(channel.readline())
     limits = run.get("limits", {})
@@ -273,7 +275,7 @@ def main(fd: int) -> None:
     except BaseException as exc:
         finish(channel, encode_done({"t": "done", "ok": False, "kind": "exception", "error": describe(exc)}, 0))
         return
-    namespace = {"__name__": "__run_code__", "ToolCallError": ToolCallError}
+    namespace: dict = {"__name__": "__run_code__", "ToolCallError": ToolCallError}  # the program's globals
     if not uses_asyncio:
         namespace["tools"] = Tools(names, _Request)
         exec(code, namespace)

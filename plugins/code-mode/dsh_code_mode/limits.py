@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -46,7 +47,7 @@ class ProcessBound:
         self.cgroup = cgroup
 
     @classmethod
-    def create(cls, max_processes: int) -> "ProcessBound":
+    def create(cls, max_processes: int) -> ProcessBound:
         if os.geteuid() != 0:
             return cls("rlimit-nproc", nproc=_user_process_count(os.getuid()) + max_processes)
         if os.access(PIDS_V1, os.W_OK) and (PIDS_V1 / "cgroup.procs").exists():
@@ -78,10 +79,8 @@ class ProcessBound:
             if not pids:
                 return
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
             time.sleep(0.005)
 
     def close(self) -> None:

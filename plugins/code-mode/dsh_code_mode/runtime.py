@@ -13,6 +13,7 @@ cancelled and drained and the whole process group (and cgroup) is killed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,8 +21,9 @@ import socket
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, Awaitable
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -53,6 +55,12 @@ class _Done(msgspec.Struct, tag="done", tag_field="t", forbid_unknown_fields=Tru
 
 _decode = msgspec.json.Decoder(_Call | _Done).decode
 _encode = msgspec.json.Encoder().encode
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads; one that is already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 class _Ended(Exception):
@@ -139,10 +147,7 @@ class _Run:
 
     async def stop(self) -> None:
         """Kill the program's whole process group (and cgroup) and reap it."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill_group(self.proc.pid)
         await anyio.to_thread.run_sync(self.bound.kill_all)
         with anyio.move_on_after(5):
             await self.proc.wait()
@@ -180,10 +185,7 @@ class _Run:
                 except TimeoutError:
                     self._set("timeout", f"the program ran past its wall-clock budget of {lim.wall_seconds:g} s")
                 # The program is done one way or another: kill what is left, then collect its last output.
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                _kill_group(self.proc.pid)
                 with anyio.move_on_after(DRAIN_GRACE_S):
                     await self.output_done.wait()
                 tg.cancel_scope.cancel()
@@ -206,10 +208,7 @@ class _Run:
 
     async def _watch_exit(self) -> None:
         code = await self.proc.wait()
-        try:  # stragglers must not keep the channel open
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill_group(self.proc.pid)  # stragglers must not keep the channel open
         with anyio.move_on_after(CHANNEL_GRACE_S):  # a done message written before the exit is still read
             await self.channel_closed.wait()
         self.fail("worker-exit", f"the program's process ended without finishing (exit status {code})")
@@ -224,10 +223,7 @@ class _Run:
                     self.output += chunk[:room]
                 if self.output_total > self.limits.max_output_bytes and not self.finished:
                     self._set("output-limit", f"the program printed more than {self.limits.max_output_bytes} bytes")
-                    try:
-                        os.killpg(self.proc.pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
+                    _kill_group(self.proc.pid)
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
         finally:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Awaitable
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -45,7 +46,7 @@ class Dispatcher:
     them, never the model's history. Images are kept for the message spliced in after the step.
     """
 
-    def __init__(self, ctx: "ToolContext", names: list[str], limit: int) -> None:
+    def __init__(self, ctx: ToolContext, names: list[str], limit: int) -> None:
         self.ctx = ctx
         self.names = names
         self.scheduler = ToolScheduler(limit)
@@ -71,8 +72,8 @@ class Dispatcher:
             raise CodeCallError(name, f"no tool {name!r}; the tools are: {', '.join(self.names)}", code="UNKNOWN_TOOL")
         logged = arguments if len(arguments) <= MAX_ARGUMENTS_LOGGED else arguments[:MAX_ARGUMENTS_LOGGED] + "…"
         async with ticket:
-            common = dict(turn=ctx.turn, step=ctx.step, call_id=sub_id, parent_call_id=ctx.call_id, name=name,
-                          arguments=logged)
+            common: dict[str, Any] = dict(turn=ctx.turn, step=ctx.step, call_id=sub_id, parent_call_id=ctx.call_id,
+                                          name=name, arguments=logged)
             ctx.emit(CodeDispatchStart(**common))
             out: ToolOutput | None = None
             try:
@@ -128,7 +129,7 @@ class RunCodeTool:
             },
         )
 
-    async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput:
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         code = args.get("code")
         description = args.get("description")
         if not isinstance(code, str):

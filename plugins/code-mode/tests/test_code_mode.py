@@ -266,7 +266,7 @@ async def test_setting_cancel_aborts_the_run_and_kills_the_program(workspace):
     from dsh_core.testing import memory_host
 
     class NoTools:
-        names: list[str] = []
+        names: tuple[str, ...] = ()
 
         def call(self, name, args):  # pragma: no cover - the program makes no calls
             raise AssertionError

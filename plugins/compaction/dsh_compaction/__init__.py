@@ -41,7 +41,7 @@ from dsh_core.types import (
 
 from ._meter import Meter, history_tokens, message_tokens, prefix_tokens, reading, text_tokens
 
-__all__ = ["Compactor", "Meter", "Settings", "split_point", "reading", "render_transcript"]
+__all__ = ["Compactor", "Meter", "Settings", "reading", "render_transcript", "split_point"]
 
 SOURCE = "compaction"  # UserMessage.source of a summary message
 SUMMARY_PREFIX = "[Earlier conversation, compacted. Summary of what happened before the messages that follow:]\n\n"

@@ -51,12 +51,14 @@ def message_tokens(message: Any) -> int:
 
 
 def prefix_tokens(system: str, tools: Iterable[ToolSpec]) -> int:
-    """Estimated tokens of the stable prefix: the system prompt and the tool schemas."""
+    """Estimated tokens of the stable prefix: the system prompt and the tool schemas as the model
+    sees them (name, description, parameters; a ToolSpec's other declarations never reach it)."""
     import msgspec
 
     total = text_tokens(system) + MESSAGE_OVERHEAD
     for tool in tools:
-        total += text_tokens(msgspec.json.encode(tool).decode())
+        seen = {"name": tool.name, "description": tool.description, "parameters": tool.parameters}
+        total += text_tokens(msgspec.json.encode(seen).decode())
     return total
 
 

@@ -64,7 +64,7 @@ def _int(value: Any) -> int:
 
 def usage_from(raw: dict[str, Any]) -> Usage:
     prompt = _int(raw.get("prompt_tokens"))
-    details = raw.get("prompt_tokens_details") if isinstance(raw.get("prompt_tokens_details"), dict) else {}
+    details = d if isinstance(d := raw.get("prompt_tokens_details"), dict) else {}
     hit = raw.get("prompt_cache_hit_tokens")
     hit = _int(hit) if hit is not None else _int(details.get("cached_tokens"))
     miss = raw.get("prompt_cache_miss_tokens")
@@ -109,7 +109,7 @@ def _chunk_deltas(chunk: Any, call: _Call) -> list[ModelDelta]:
                 if not isinstance(tc, dict):
                     continue
                 index = _int(tc.get("index"))
-                fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+                fn = f if isinstance(f := tc.get("function"), dict) else {}
                 call.tools.add(index)
                 out.append(
                     ToolCallDelta(

@@ -9,14 +9,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dsh_deepseek_model import (  # noqa: E402
+from dsh_deepseek_model import (
     DeepSeekProvider,
-    _config,  # noqa: E402
+    _config,
     parse_settings,
 )
-from fake_deepseek import FakeDeepSeek  # noqa: E402
+from fake_deepseek import FakeDeepSeek
 
-from dsh_core import diag  # noqa: E402
+from dsh_core import diag
 
 # Tiny delays so the suite stays fast; the shapes are the production ones.
 FAST: dict[str, Any] = {

@@ -9,6 +9,7 @@ events sent, whether the client went away) for assertions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -236,7 +237,7 @@ class FakeDeepSeek:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self) -> "FakeDeepSeek":
+    def start(self) -> FakeDeepSeek:
         fake = self
 
         class Handler(_Handler):
@@ -254,7 +255,7 @@ class FakeDeepSeek:
             self._server.shutdown()
             self._server.server_close()
 
-    def __enter__(self) -> "FakeDeepSeek":
+    def __enter__(self) -> FakeDeepSeek:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -386,10 +387,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def finish(self) -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             super().finish()
-        except (OSError, ValueError):
-            pass
 
     # -- plumbing ----------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +149,7 @@ async def test_multi_tool_turn_with_thinking_replays_reasoning(env, tmp_path):
     assert [r.status for r in chats] == [200] * 4, "the fake rejected a request (reasoning_content not replayed?)"
     assert sum(isinstance(e, ToolResultEvent) for e in events) == 3
     # Every request is a pure append of the previous one: same head, same earlier messages.
-    for prev, cur in zip(chats, chats[1:], strict=False):
+    for prev, cur in pairwise(chats):
         assert {k: v for k, v in prev.body.items() if k != "messages"} == {k: v for k, v in cur.body.items() if k != "messages"}
         assert cur.body["messages"][: len(prev.body["messages"])] == prev.body["messages"]
     last = chats[-1].body["messages"]

@@ -30,17 +30,17 @@ DEFAULT_THRESHOLDS = (3, 5, 8)
 DEFAULT_MAX_STEPS = 200
 ENV_MAX_STEPS = "DSH_MAX_STEPS"  # overrides max-steps (a client that spawns dsh sets it)
 
-_counts: "weakref.WeakKeyDictionary[Any, Counter[tuple[str, str]]]" = weakref.WeakKeyDictionary()
+_counts: weakref.WeakKeyDictionary[Any, Counter[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
 
-def _settings(host: "Host") -> tuple[tuple[int, ...], int]:
+def _settings(host: Host) -> tuple[tuple[int, ...], int]:
     table = host.config.get(PLUGIN, {})
     steps = os.environ.get(ENV_MAX_STEPS) or table.get("max-steps", DEFAULT_MAX_STEPS)
     return tuple(table.get("repeat-thresholds", DEFAULT_THRESHOLDS)), int(steps)
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     table = config.get(PLUGIN, {})
     unknown = set(table) - {"repeat-thresholds", "max-steps"}
     if unknown:
@@ -76,7 +76,7 @@ def reminder(name: str, n: int) -> str:
 
 
 @hookimpl
-def dsh_after_tool(session: "Agent", call: "ToolCallBlock", output: "ToolOutput") -> AfterTool | None:
+def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> AfterTool | None:
     thresholds, _ = _settings(session.host)
     counts = _counts.setdefault(session, Counter())
     key = call_key(call.name, call.arguments)
@@ -86,6 +86,6 @@ def dsh_after_tool(session: "Agent", call: "ToolCallBlock", output: "ToolOutput"
 
 
 @hookimpl
-def dsh_check_step(session: "Agent", turn: int, step: int) -> Literal["stop"] | None:
+def dsh_check_step(session: Agent, turn: int, step: int) -> Literal["stop"] | None:
     _, max_steps = _settings(session.host)
     return "stop" if step > max_steps else None

@@ -39,12 +39,12 @@ __all__ = [
 
 
 @hookimpl
-def dsh_session_store(host: "Host") -> JsonlStore:
+def dsh_session_store(host: Host) -> JsonlStore:
     return JsonlStore()
 
 
 @asynccontextmanager
-async def _flush_at_exit(host: "Host") -> AsyncIterator[None]:
+async def _flush_at_exit(host: Host) -> AsyncIterator[None]:
     try:
         yield
     finally:
@@ -54,12 +54,12 @@ async def _flush_at_exit(host: "Host") -> AsyncIterator[None]:
 
 
 @hookimpl
-def dsh_lifespan(host: "Host") -> Any:
+def dsh_lifespan(host: Host) -> Any:
     return _flush_at_exit(host)
 
 
 @hookimpl
-def dsh_register_commands(commands: "CommandRegistry") -> None:
+def dsh_register_commands(commands: CommandRegistry) -> None:
     from . import cli
 
     commands.add(

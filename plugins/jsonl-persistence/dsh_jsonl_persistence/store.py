@@ -80,7 +80,7 @@ class SessionRead(tuple):
     torn: TornTail | None
     contents: SessionContents
 
-    def __new__(cls, contents: SessionContents) -> "SessionRead":
+    def __new__(cls, contents: SessionContents) -> SessionRead:
         self = super().__new__(cls, (contents.header, contents.events))
         self.torn = contents.torn
         self.contents = contents
@@ -162,7 +162,7 @@ class JsonlLog:
     record, so the number of sessions never costs descriptors (nor durability).
     """
 
-    def __init__(self, store: "JsonlStore", header: SessionHeader) -> None:
+    def __init__(self, store: JsonlStore, header: SessionHeader) -> None:
         self.store = store
         self.header = header
         self.path = store.path_for(header.id)
@@ -265,7 +265,7 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float
 
 
-def _title_of(f: "object") -> str | None:
+def _title_of(f: object) -> str | None:
     """The first user prompt's first line (bounded), read line by line from an open log."""
     for line in f:  # type: ignore[attr-defined]
         if b'"user/message"' not in line or not line.endswith(b"\n"):

@@ -178,7 +178,7 @@ async def test_torn_last_line_is_tolerated_and_reported(home: Path, capsys: pyte
     full = msgspec.json.encode(events[-1])
     write_log(home, events[:-1], tail=full[: len(full) // 2])
     result = await JsonlStore().read("sess_0123abcd")
-    h, got = result
+    _, got = result
     assert got == events[:-1]
     assert result.torn is not None and result.torn.line == len(events) and result.torn.data == full[: len(full) // 2]
     assert "torn" in capsys.readouterr().err

@@ -123,6 +123,21 @@ def _validate(script: Script, path: Path) -> list[re.Pattern[str]]:
     return patterns
 
 
+def _is_prompt(message: Any) -> bool:
+    return isinstance(message, UserMessage) and message.source not in ("tool", "compaction")
+
+
+def _substitute(value: Any, values: Mapping[str, str]) -> Any:
+    """``value`` with ``{prompt}``, ``{tool_result}`` and ``{cwd}`` filled in, through lists and dicts."""
+    if isinstance(value, str):
+        return _SUBST.sub(lambda m: values[m.group(1)], value)
+    if isinstance(value, list):
+        return [_substitute(v, values) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, values) for k, v in value.items()}
+    return value
+
+
 def _flatten(blocks: list[Any]) -> str:
     return "".join(b.text for b in blocks if isinstance(b, TextBlock))
 
@@ -193,10 +208,10 @@ class ScriptedProvider:
         # mid-turn (source "tool", e.g. images from code mode) belong to the prompt before them, and
         # a compaction summary (source "compaction") belongs to no prompt: when the prompt itself was
         # compacted away, the session goes on with the steps it was playing.
-        last = next((i for i in range(len(msgs) - 1, -1, -1)
-                     if isinstance(msgs[i], UserMessage) and msgs[i].source not in ("tool", "compaction")), -1)
-        prompt = _flatten(msgs[last].content) if last >= 0 else ""  # type: ignore[union-attr]
-        prompt_id = msgs[last].id if last >= 0 else ""  # type: ignore[union-attr]
+        last = next((i for i in range(len(msgs) - 1, -1, -1) if _is_prompt(msgs[i])), -1)
+        head = msgs[last] if last >= 0 else None
+        prompt = _flatten(head.content) if isinstance(head, UserMessage) else ""
+        prompt_id = head.id if isinstance(head, UserMessage) else ""
         tool_result = ""
         for m in msgs[last + 1 :]:
             if isinstance(m, ToolResultMessage):
@@ -232,13 +247,7 @@ class ScriptedProvider:
         values = {"prompt": prompt, "tool_result": tool_result, "cwd": request.cwd}
 
         def sub(value: Any) -> Any:
-            if isinstance(value, str):
-                return _SUBST.sub(lambda m: values[m.group(1)], value)
-            if isinstance(value, list):
-                return [sub(v) for v in value]
-            if isinstance(value, dict):
-                return {k: sub(v) for k, v in value.items()}
-            return value
+            return _substitute(value, values)
 
         if step.partial is not None:
             yield TextDelta(text=sub(step.partial))

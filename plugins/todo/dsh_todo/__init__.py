@@ -11,9 +11,9 @@ beyond what every tool call already shows.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from dsh_core import FunctionTool, ToolError, hookimpl
 from dsh_core.errors import ConfigError
@@ -39,10 +39,10 @@ class TodoState:
     since_shown: int = 0
 
 
-_states: "weakref.WeakKeyDictionary[Any, TodoState]" = weakref.WeakKeyDictionary()
+_states: weakref.WeakKeyDictionary[Any, TodoState] = weakref.WeakKeyDictionary()
 
 
-def state(session: "Agent") -> TodoState:
+def state(session: Agent) -> TodoState:
     return _states.setdefault(session, TodoState())
 
 
@@ -73,7 +73,7 @@ def parse(args: dict[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
-async def _todo_write(args: dict[str, Any], ctx: "ToolContext") -> str:
+async def _todo_write(args: dict[str, Any], ctx: ToolContext) -> str:
     items = parse(args)
     st = state(ctx.agent)
     st.items = items
@@ -112,7 +112,7 @@ def make_tool() -> FunctionTool:
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     table = config.get(PLUGIN, {})
     unknown = set(table) - {"remind-every"}
     if unknown:
@@ -123,12 +123,12 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None
 
 
 @hookimpl(trylast=True)  # after the workspace tools: the tool list the model saw before only grows at its end
-def dsh_register_tools(register: Callable[["Tool"], None], host: "Host") -> None:
+def dsh_register_tools(register: Callable[[Tool], None], host: Host) -> None:
     register(make_tool())
 
 
 @hookimpl
-def dsh_after_tool(session: "Agent", call: "ToolCallBlock", output: "ToolOutput") -> AfterTool | None:
+def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> AfterTool | None:
     if call.name == TOOL:
         return None
     st = _states.get(session)

@@ -205,13 +205,8 @@ def _scripted(script_doc: Any) -> Callable[[], AbstractContextManager[dict[str, 
     return route
 
 
-def convert(module: Any, name: str, snapshots: Path) -> Path:
-    spec = _spec(module, name)
-    example = spec["example"]
-    if hasattr(module, "scenario_dir"):  # the module knows where its scenarios live
-        dest = Path(module.scenario_dir(name))
-    else:
-        dest = snapshots / ("code-mode" if example in ("code-mode", "both-mode") else "acp-agent") / name
+def _clear(dest: Path) -> None:
+    """What an earlier conversion or the inline harness left there (the workspace is captured anew)."""
     for old in ("stdout.jsonl", "session.jsonl", "system-prompt.md", "tool-schemas.json", "input.json",
                 "stderr.txt"):
         (dest / old).unlink(missing_ok=True)
@@ -219,40 +214,30 @@ def convert(module: Any, name: str, snapshots: Path) -> Path:
         extra.unlink()
     shutil.rmtree(dest / "workspace", ignore_errors=True)
     dest.mkdir(parents=True, exist_ok=True)
-    env = dict(spec.get("env", {}))
-    cleanup = list(spec.get("cleanup", []))
-    scripted = "route" not in spec
-    route = _scripted(spec["script"]) if scripted else spec["route"]
-    for p in cleanup:
-        Path(p).unlink(missing_ok=True)
-    with route() as live:
-        steps, empty_dirs = asyncio.run(_capture(spec["body"], example, live, env, dest))
-        recorded_on = {"provider": live["provider"], "model": live["model"]}
-    for p in cleanup:
-        Path(p).unlink(missing_ok=True)
-    for step in steps:
-        if step["op"] == "promptAndCancel" and name in AFTER:
-            step["after"] = AFTER[name]
-    if spec.get("checkFiles"):
-        steps.append({"op": "checkFiles", "files": spec["checkFiles"]})
-    doc: dict[str, Any] = {"example": example}
+
+
+def _input_doc(spec: dict[str, Any], steps: list[dict[str, Any]], empty_dirs: list[str],
+               recorded_on: dict[str, str] | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"example": spec["example"]}
     for key in ("header", "about"):
         if key in spec:
             doc[key] = spec[key]
-    if not scripted:  # the route it was recorded on (a scripted recording is recorded once, by this tool)
+    if recorded_on is not None:  # the route it was recorded on (a scripted recording is recorded once, by this tool)
         doc["recordable"] = bool(spec.get("recordable", False))
         doc["record"] = recorded_on
-    if env:
-        doc["env"] = env
+    for key in ("env", "cleanup"):
+        if spec.get(key):
+            doc[key] = spec[key]
     for key in ("perMechanism", "pinStderr"):
         if spec.get(key):
             doc[key] = True
-    if cleanup:
-        doc["cleanup"] = cleanup
     if empty_dirs:
         doc["mkdir"] = empty_dirs
     doc["steps"] = steps
-    (dest / "input.json").write_text(dump_input(doc))
+    return doc
+
+
+def _record(name: str, dest: Path, route: Callable[[], AbstractContextManager[dict[str, Any]]]) -> None:
     sc = load_scenario(dest)
     pins = {p: p.read_bytes() for p in sc.headers_dir.glob("*")} if sc.headers_dir.is_dir() else {}
     with route() as live:
@@ -264,6 +249,34 @@ def convert(module: Any, name: str, snapshots: Path) -> Path:
             p.write_bytes(pins[p])
         raise SystemExit(f"{name}: its request header differs from header class {sc.header!r}'s pin "
                          f"({', '.join(p.name for p in changed)}, left as it was): give it its own \"header\"")
+
+
+def convert(module: Any, name: str, snapshots: Path) -> Path:
+    spec = _spec(module, name)
+    example = spec["example"]
+    if hasattr(module, "scenario_dir"):  # the module knows where its scenarios live
+        dest = Path(module.scenario_dir(name))
+    else:
+        dest = snapshots / ("code-mode" if example in ("code-mode", "both-mode") else "acp-agent") / name
+    _clear(dest)
+    cleanup = list(spec.get("cleanup", []))
+    scripted = "route" not in spec
+    route = _scripted(spec["script"]) if scripted else spec["route"]
+    for p in cleanup:
+        Path(p).unlink(missing_ok=True)
+    with route() as live:
+        steps, empty_dirs = asyncio.run(_capture(spec["body"], example, live, dict(spec.get("env", {})), dest))
+        recorded_on = {"provider": live["provider"], "model": live["model"]}
+    for p in cleanup:
+        Path(p).unlink(missing_ok=True)
+    for step in steps:
+        if step["op"] == "promptAndCancel" and name in AFTER:
+            step["after"] = AFTER[name]
+    if spec.get("checkFiles"):
+        steps.append({"op": "checkFiles", "files": spec["checkFiles"]})
+    doc = _input_doc(spec, steps, empty_dirs, None if scripted else recorded_on)
+    (dest / "input.json").write_text(dump_input(doc))
+    _record(name, dest, route)
     run_and_check(load_scenario(dest), "replay")
     return dest
 

@@ -205,5 +205,5 @@ def test_a_startup_error_is_a_scenario_with_a_pinned_stderr_and_no_session(tmp_p
     assert (d / "stdout.expected.jsonl").read_text().strip() == "" and not (d / "session.jsonl").exists()
     run_and_check(load_scenario(d), "replay")
     (d / "stderr.expected.txt").write_text("exit code 0\n")
-    with pytest.raises(ScenarioError, match="stderr.expected.txt"):
+    with pytest.raises(ScenarioError, match=r"stderr\.expected\.txt"):
         run_and_check(load_scenario(d), "replay")

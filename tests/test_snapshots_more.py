@@ -712,7 +712,7 @@ def test_startup_activation_error_scenario_stops_before_the_front_door():
 
 @_converted_only("fs-delete-recreate")
 def test_delete_recreate_scenario():
-    first, rm, again, write = _results(_logs("fs-delete-recreate")[0])
+    first, _rm, again, write = _results(_logs("fs-delete-recreate")[0])
     assert "old contents" in first and "does not exist" in again and write.startswith("created")
 
 

@@ -207,3 +207,19 @@ def test_a_startup_error_is_a_scenario_with_a_pinned_stderr_and_no_session(tmp_p
     (d / "stderr.expected.txt").write_text("exit code 0\n")
     with pytest.raises(ScenarioError, match=r"stderr\.expected\.txt"):
         run_and_check(load_scenario(d), "replay")
+
+
+def test_a_scenario_naming_a_sandbox_mechanism_the_machine_lacks_is_skipped(recorded, tmp_path):
+    """A scenario whose env pins DSH_SANDBOX_MECHANISM (say, partial Landlock) skips — with the reason —
+    where that mechanism is missing, like the per-mechanism ones; here bubblewrap, hidden from PATH."""
+    d, _ = recorded
+    inp = json.loads((d / "input.json").read_text())
+    inp["env"] = {"DSH_SANDBOX_MECHANISM": "bwrap"}
+    (d / "input.json").write_text(json.dumps(inp))
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["dsh_core.testing"]\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSEEK_", "PYTEST_"))}
+    without_bwrap = Path(__file__).resolve().parent.parent / ".ci" / "without-bwrap"
+    out = subprocess.run([str(without_bwrap), sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
+                          "snapshots"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "1 skipped" in out.stdout, out.stdout + out.stderr
+    assert "bubblewrap is not installed" in out.stdout

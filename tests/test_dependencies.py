@@ -77,8 +77,8 @@ def test_declared_dependencies_are_exactly_the_imported_ones(root):
     assert files, root
     # A package's testing.py (dsh_core.testing, dsh_sandbox_tools.testing) is opt-in pytest support:
     # its imports belong to the distribution's `test` extra, not to every user's install; so does
-    # dsh_core.scenarios, the snapshot-scenario runner behind dsh_core.testing.
-    helpers = [f for f in files if f.name == "testing.py" or (root == REPO and f.name == "scenarios.py")]
+    # dsh_core.scenarios and dsh_core.harness, the snapshot-scenario runner and the real-stdio ACP harness behind it.
+    helpers = [f for f in files if f.name == "testing.py" or (root == REPO and f.name in ("scenarios.py", "harness.py"))]
     runtime = [f for f in files if f not in helpers]
     needed = set(_third_party(_imported_top_levels(runtime), own, extras).values())
     assert needed - declared - extras == set(), f"{label}: imported but not declared in [project] dependencies"

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .protocols import AgentSpec, HistoryContext, Observer, ToolContext, new_id
 from .diag import warn
 from .errors import AgentDisposed, ModelError, SessionLogFailed, ToolError
 from .interception import (
@@ -40,6 +39,7 @@ from .interception import (
     reminder,
     settle,
 )
+from .protocols import AgentSpec, HistoryContext, Observer, ToolContext, new_id
 from .schedule import ToolScheduler
 from .spill import bound, spill_path_for
 from .types import (
@@ -829,7 +829,7 @@ class Agent:
             return ToolOutput.text(f"Error: tool {name} crashed: {exc!r}", is_error=True, code="TOOL_CRASHED")
 
     async def _before_tool(
-        self, tool: "Tool", name: str, args: dict[str, Any], call_id: str, turn: int, step: int
+        self, tool: Tool, name: str, args: dict[str, Any], call_id: str, turn: int, step: int
     ) -> ToolOutput | None:
         """Fold the ``dsh_before_tool`` answers (deny > ask > allow); an error result when the call
         must not run, None when it may."""

@@ -438,7 +438,7 @@ class ModelRequest(_Base, kw_only=True):
 
     route: ModelInfo
     system: str
-    messages: Sequence[Union[UserMessage, AssistantMessage, ToolResultMessage]]
+    messages: Sequence[UserMessage | AssistantMessage | ToolResultMessage]
     tools: list[ToolSpec]
     session_id: str = ""
     cwd: str = ""
@@ -505,7 +505,7 @@ class ToolOutput(_Base, kw_only=True):
     spill_path: str | None = None  # set when the tool already bounded its text through dsh_core.spill
 
     @classmethod
-    def text(cls, text: str, *, is_error: bool = False, code: str | None = None) -> "ToolOutput":
+    def text(cls, text: str, *, is_error: bool = False, code: str | None = None) -> ToolOutput:
         return cls(content=[TextBlock(text=text)], is_error=is_error, code=code)
 
 

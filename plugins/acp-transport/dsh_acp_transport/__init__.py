@@ -52,7 +52,7 @@ def _settings(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def make_bridge(host: "Host", reader: FdReader, writer: FdWriter) -> Bridge:
+def make_bridge(host: Host, reader: FdReader, writer: FdWriter) -> Bridge:
     settings = _settings(host.config)
     peer = Peer(reader, writer, max_frame=settings["max_frame"], name="acp")
     return Bridge(
@@ -72,7 +72,7 @@ async def serve_bridge(bridge: Bridge) -> None:
 class AcpStdioDoor:
     name = "acp-stdio"
 
-    async def serve(self, host: "Host") -> None:
+    async def serve(self, host: Host) -> None:
         stdin, stdout = claim_stdio()
         bridge = make_bridge(host, FdReader(stdin.fileno()), FdWriter(stdout.fileno()))
         async with anyio.create_task_group() as tg:

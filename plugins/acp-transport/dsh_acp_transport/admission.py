@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from os import path as osp
 from pathlib import Path
@@ -57,7 +57,7 @@ def _decode_cursor(cursor: str) -> tuple[int, str]:
 
 
 def _iso(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 
@@ -124,7 +124,7 @@ class Admission(BridgeState):
         self._publish(agent)
         return wire.NewSessionResult(session_id=agent.session_id)
 
-    def _publish(self, agent: "Agent") -> Session:
+    def _publish(self, agent: Agent) -> Session:
         session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self.peer, self.host, agent.session_id))
         session.unsubscribe = agent.subscribe(observer(session, self.usage_updates))
         self.sessions[session.id] = session

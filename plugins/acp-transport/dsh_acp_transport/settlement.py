@@ -62,11 +62,11 @@ def _usage_meta(u: Usage, calls: int) -> dict[str, int]:
     }
 
 
-def observer(session: Session, usage_updates: bool) -> Callable[["Agent", Any], None]:
+def observer(session: Session, usage_updates: bool) -> Callable[[Agent, Any], None]:
     """The agent's event observer for one session: committed output to the session's delivery
     chain, and the facts settlement reads (the turn, its end, errors, usage) to the prompt's slot."""
 
-    def observe(agent: "Agent", event: Any) -> None:
+    def observe(agent: Agent, event: Any) -> None:
         if agent is not session.agent:
             return
         slot = session.slot

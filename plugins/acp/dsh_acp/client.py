@@ -57,8 +57,8 @@ from .wire import PROTOCOL_VERSION
 
 __all__ = [
     "AcpClient",
-    "AcpSession",
     "AcpClientError",
+    "AcpSession",
     "PermissionAsk",
     "PromptResult",
     "open_client",
@@ -192,7 +192,7 @@ class AcpClient:
     _service_scopes: set[anyio.CancelScope] = field(default_factory=set)
     agent_capabilities: dict[str, Any] | None = None
     _initialized: bool = False
-    _sessions: dict[str, "AcpSession"] = field(default_factory=dict)
+    _sessions: dict[str, AcpSession] = field(default_factory=dict)
 
     def _start_service(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run ``fn`` in the client's task group, shielded from the caller's cancellation
@@ -314,7 +314,7 @@ class AcpClient:
 
     async def new_session(
         self, cwd: str | None = None, *, on_permission: PermissionPolicy | None = None, timeout: float | None = 30.0
-    ) -> "AcpSession":
+    ) -> AcpSession:
         """Open one more session on this connection (``initialize`` first, once)."""
         await self.initialize(timeout=timeout)
         where = os.path.abspath(cwd or self.cwd)

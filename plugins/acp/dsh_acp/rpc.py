@@ -105,7 +105,7 @@ class Dispatcher:
     ``$/cancel_request`` naming an open inbound request (started or not); it returns True when
     it took care of the cancel, else the handler's scope is cancelled (answered ``-32800``)."""
 
-    __slots__ = ("_requests", "_notifications", "gate", "on_cancel_request")
+    __slots__ = ("_notifications", "_requests", "gate", "on_cancel_request")
 
     def __init__(
         self,
@@ -151,7 +151,7 @@ _EOF_ERRORS = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourc
 
 
 class _Pending:
-    __slots__ = ("done", "result", "error")
+    __slots__ = ("done", "error", "result")
 
     def __init__(self) -> None:
         self.done = anyio.Event()
@@ -165,7 +165,7 @@ class Inbound:
     ``seq`` is its place in the one ordered stream of frames read; ``cancel_requested`` is set
     by a ``$/cancel_request`` read after it, whether or not its handler has started."""
 
-    __slots__ = ("seq", "method", "scope", "cancel_requested")
+    __slots__ = ("cancel_requested", "method", "scope", "seq")
 
     def __init__(self, seq: int, method: str) -> None:
         self.seq = seq

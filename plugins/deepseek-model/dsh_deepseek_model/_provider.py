@@ -84,7 +84,7 @@ def _chunk_deltas(chunk: Any, call: _Call) -> list[ModelDelta]:
     if not isinstance(chunk, dict):
         raise ModelError(f"deepseek: malformed stream event from model {call.model}: not a JSON object",
                          code="MALFORMED_RESPONSE", retryable=True)
-    if "error" in chunk and chunk["error"]:
+    if chunk.get("error"):
         err = chunk["error"]
         text = err.get("message") if isinstance(err, dict) else str(err)
         raise ModelError(f"deepseek: error inside the stream from model {call.model}: {text}",
@@ -133,7 +133,7 @@ class DeepSeekProvider:
         self,
         settings: Settings | None = None,
         *,
-        host: "Host | None" = None,
+        host: Host | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.settings = settings or Settings()

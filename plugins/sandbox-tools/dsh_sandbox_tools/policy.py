@@ -36,7 +36,7 @@ class Settings:
     spill_dir: Path | None = None  # default: $DSH_HOME/spill
 
     @classmethod
-    def from_config(cls, table: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> "Settings":
+    def from_config(cls, table: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         table = dict(table or {})
         known = {"permission-mode", "mechanism", "max-output-bytes", "timeout-ms", "max-timeout-ms", "spill-dir"}

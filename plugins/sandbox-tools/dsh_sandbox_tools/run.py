@@ -34,7 +34,7 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
-async def kill_group(proc: "anyio.abc.Process", pgid: int) -> None:
+async def kill_group(proc: anyio.abc.Process, pgid: int) -> None:
     """SIGTERM the whole group, wait a little, then SIGKILL it (grandchildren included)."""
     _killpg(pgid, signal.SIGTERM)
     with anyio.move_on_after(TERM_GRACE_S):

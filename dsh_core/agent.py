@@ -51,7 +51,6 @@ from .types import (
     CompactionSummary,
     ContentBlock,
     DurableEvent,
-    Event,
     Finish,
     HistoryView,
     ImageBlock,
@@ -233,13 +232,13 @@ class Agent:
 
         return unsubscribe
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: DurableEvent) -> None:
         self._seq += 1
         event.seq = self._seq
         event.time = now()
         if self.log_error is None:
             try:
-                self.log.append(event)  # type: ignore[arg-type]
+                self.log.append(event)
             except Exception as exc:  # e.g. disk full, no descriptor left
                 # No work without a record: the running turn fails (LOG_FAILED), later prompts are
                 # refused, and the log stops at the failure (no gaps). Other sessions are untouched.
@@ -249,7 +248,7 @@ class Agent:
                     self._scope.cancel()
         for obs in list(self._observers):
             try:
-                obs(self, event)  # type: ignore[arg-type]
+                obs(self, event)
             except Exception as exc:  # an observer must not break the loop
                 warn(f"session observer failed: {exc!r}")
         self.host.observe(self, event)
@@ -334,7 +333,7 @@ class Agent:
         await self.wait_idle()
         if self._wake is not None:
             self._wake.set()  # let the idle driver task end
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
         for child in list(reversed(self.children)):
             try:
                 await child.dispose()

@@ -266,7 +266,7 @@ class Host:
     # ------------------------------------------------------------------ agents
 
     def create_agent(self, spec: AgentSpec) -> Agent:
-        agent = self.pm.hook.dsh_make_agent(spec=spec, host=self)
+        agent: Agent = self.pm.hook.dsh_make_agent(spec=spec, host=self)  # firstresult: one Agent
         self.agents.add(agent)
         return agent
 
@@ -274,7 +274,7 @@ class Host:
         self.agents.discard(agent)
 
     async def dispose_agents(self) -> None:
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
 
         async def one(agent: Agent) -> None:
             try:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Host
 
 NAME = "acp-transport"
-_KEYS = {"max-frame-bytes": int, "permission-timeout": (int, float), "usage-updates": bool}
+_KEYS: dict[str, type[int] | tuple[type[int], type[float]]] = {"max-frame-bytes": int, "permission-timeout": (int, float), "usage-updates": bool}
 
 
 def _settings(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -220,7 +220,7 @@ class DeepSeekProvider:
             )
         return await store.read_image(block)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelDelta, None]:
         s = self.settings
         model = request.route.model
         key = find_api_key(dotenv=s.dotenv)

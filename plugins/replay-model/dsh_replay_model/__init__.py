@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -406,7 +406,7 @@ class ReplayProvider:
                 f"replay: {rec.path.name} call {n} ({call.where}) diverged: the recorded call continued a turn, "
                 f"the live request starts a new prompt {prompt!r}"))
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelDelta, None]:
         sid = request.session_id
         compaction = sid.endswith(_COMPACTION)
         base = sid.removesuffix(_COMPACTION) if compaction else sid

@@ -14,6 +14,7 @@ without the -32700 Parse error that JSON-RPC 2.0 prescribes (ACP-1, docs/acp-con
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -352,10 +353,8 @@ class Peer:
         except BaseException:
             if self._pending.pop(rid, None) is not None and not self.closed:
                 with anyio.CancelScope(shield=True):
-                    try:
+                    with contextlib.suppress(Exception):
                         await self.notify("$/cancel_request", {"requestId": rid})
-                    except Exception:
-                        pass
             raise
         self._pending.pop(rid, None)
         if pending.error is not None:
@@ -466,10 +465,8 @@ class Peer:
         await self._safe_write(ErrorResponse(id=rid, error=error_with_details(code, message, data, details)))
 
     async def _safe_write(self, message: Any) -> None:
-        try:
+        with contextlib.suppress(TransportClosed):
             await self.write(message)
-        except TransportClosed:
-            pass
 
     async def _frame(self, line: bytes) -> None:
         if line.endswith(b"\r"):

@@ -12,7 +12,7 @@ required members); an agent that is not dsh may send more than that, so the clie
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -31,7 +31,7 @@ class _Out(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
 
 # --------------------------------------------------------------------------- JSON-RPC envelope
 
-RequestId = Union[int, str, None]
+RequestId = int | str | None
 
 
 class Frame(msgspec.Struct, kw_only=True):
@@ -164,7 +164,7 @@ class ResourceIn(_In, tag="resource", tag_field="type"):
     resource: Any = None
 
 
-ContentIn = Union[TextIn, ImageIn, AudioIn, ResourceLinkIn, ResourceIn]
+ContentIn = TextIn | ImageIn | AudioIn | ResourceLinkIn | ResourceIn
 
 
 class PromptParams(_In):

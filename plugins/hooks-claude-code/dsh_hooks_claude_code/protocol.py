@@ -37,6 +37,7 @@ What is shared:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -266,10 +267,8 @@ def decode(exit_code: int | None, stdout: str, stderr: str, event: str | None) -
 
 
 def _killpg(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 async def _kill_group(proc: anyio.abc.Process, pgid: int) -> None:

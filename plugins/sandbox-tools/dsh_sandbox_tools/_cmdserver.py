@@ -28,6 +28,7 @@ before it answers ``exit``. End-of-file on the control socket ends the server.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -68,10 +69,8 @@ def _children() -> list[int]:
 
 
 def _kill(pid: int, sig: int, group: bool = False) -> None:
-    try:
+    with contextlib.suppress(OSError):
         (os.killpg if group else os.kill)(pid, sig)
-    except OSError:
-        pass
 
 
 def _resolve(argv0: str, env: dict[str, str]) -> str:
@@ -152,10 +151,8 @@ def _reaper(request: dict, out_fd: int, call: socket.socket) -> None:
     code = 0
     if leader_status is not None:
         code = -os.WTERMSIG(leader_status) if os.WIFSIGNALED(leader_status) else os.WEXITSTATUS(leader_status)
-    try:
+    with contextlib.suppress(OSError):
         call.send(b"exit %d" % code)
-    except OSError:
-        pass
 
 
 def _take_one(control: socket.socket, taken: int) -> None:

@@ -406,7 +406,7 @@ class Agent:
                 history.append(ev.result)
                 answered.add(ev.result.call_id)
             elif isinstance(ev, CompactionSummary):  # replayed exactly as the policy rewrote it
-                history = history[: ev.covered_from] + [ev.message] + history[ev.covered_to :]
+                history = [*history[:ev.covered_from], ev.message, *history[ev.covered_to:]]
         self._history = history
         self._start_source = "resume"
         if open_turn is not None:

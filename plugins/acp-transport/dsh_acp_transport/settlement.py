@@ -91,9 +91,8 @@ def observer(session: Session, usage_updates: bool) -> Callable[[Agent, Any], No
         elif isinstance(event, AgentError):
             if slot.in_inbox and event.turn != slot.turn and slot.interval_error is None:
                 slot.interval_error = event.message
-        elif isinstance(event, InboxDropped):
-            if slot.message_id in event.message_ids:
-                slot.dropped = True
+        elif isinstance(event, InboxDropped) and slot.message_id in event.message_ids:
+            slot.dropped = True
 
     return observe
 

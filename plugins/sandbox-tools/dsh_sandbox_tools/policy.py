@@ -94,7 +94,7 @@ def writable_roots(mode: str, root: str) -> list[str]:
     """Directories writable under ``mode`` for a session rooted at ``root`` (canonical paths)."""
     if mode == "read-only":
         return []
-    roots = [os.path.realpath(root)] + temp_roots()
+    roots = [os.path.realpath(root), *temp_roots()]
     out: list[str] = []
     for r in roots:
         if r not in out:

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .protocols import AgentSpec, HistoryContext, Observer, ToolContext, new_id
 from .diag import warn
 from .errors import AgentDisposed, ModelError, SessionLogFailed, ToolError
 from .interception import (
@@ -40,6 +39,7 @@ from .interception import (
     reminder,
     settle,
 )
+from .protocols import AgentSpec, HistoryContext, Observer, ToolContext, new_id
 from .schedule import ToolScheduler
 from .spill import bound, spill_path_for
 from .types import (
@@ -51,7 +51,6 @@ from .types import (
     CompactionSummary,
     ContentBlock,
     DurableEvent,
-    Event,
     Finish,
     HistoryView,
     ImageBlock,
@@ -174,6 +173,54 @@ class _Partial:
                    for b in self.blocks)
 
 
+@dataclass
+class _Replay:
+    """What ``Agent.restore`` rebuilds from a recorded log, one event at a time."""
+
+    seq: int
+    turn: int
+    pending: dict[str, UserMessage] = field(default_factory=dict)  # recorded, not yet claimed
+    history: list[UserMessage | AssistantMessage | ToolResultMessage] = field(default_factory=list)
+    open_turn: int | None = None
+    answered: set[str] = field(default_factory=set)  # call ids with a result in the open turn
+    calls: list[tuple[int, int, ToolCallBlock]] = field(default_factory=list)  # (turn, step, call) of the open turn
+    claimed: set[str] = field(default_factory=set)  # ids the last claim moved into the history
+
+    def apply(self, ev: DurableEvent) -> None:
+        self.seq = max(self.seq, ev.seq)
+        if isinstance(ev, UserMessageEvent):
+            if ev.message.source in IMMEDIATE_SOURCES:  # spliced by the loop itself: history at once
+                self.history.append(ev.message)
+            else:
+                self.pending[ev.message.id] = ev.message
+        elif isinstance(ev, InboxClaimed):
+            self.claimed = set(ev.message_ids)
+            self.history.extend(self.pending.pop(i) for i in ev.message_ids if i in self.pending)
+            self.turn = max(self.turn, ev.turn)
+        elif isinstance(ev, InboxDropped):
+            for i in ev.message_ids:
+                self.pending.pop(i, None)
+        elif isinstance(ev, TurnStart):
+            self.open_turn, self.answered, self.calls = ev.turn, set(), []
+            self.turn = max(self.turn, ev.turn)
+        elif isinstance(ev, TurnEnd):
+            self._turn_end(ev)
+        elif isinstance(ev, AssistantMessageEvent):
+            if ev.message.content:  # as the loop did: an empty (cut) message never entered history
+                self.history.append(ev.message)
+            self.calls.extend((ev.turn, ev.step, b) for b in ev.message.content if isinstance(b, ToolCallBlock))
+        elif isinstance(ev, ToolResultEvent):
+            self.history.append(ev.result)
+            self.answered.add(ev.result.call_id)
+        elif isinstance(ev, CompactionSummary):  # replayed exactly as the policy rewrote it
+            self.history = [*self.history[:ev.covered_from], ev.message, *self.history[ev.covered_to:]]
+
+    def _turn_end(self, ev: TurnEnd) -> None:
+        self.open_turn = None
+        if ev.reason == "blocked":  # dsh_prompt_submit kept the claimed prompt out
+            self.history = [m for m in self.history if not (isinstance(m, UserMessage) and m.id in self.claimed)]
+
+
 class Agent:
     """The spine's agent. Front doors use only the ``protocols.Agent`` surface."""
 
@@ -233,13 +280,13 @@ class Agent:
 
         return unsubscribe
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: DurableEvent) -> None:
         self._seq += 1
         event.seq = self._seq
         event.time = now()
         if self.log_error is None:
             try:
-                self.log.append(event)  # type: ignore[arg-type]
+                self.log.append(event)
             except Exception as exc:  # e.g. disk full, no descriptor left
                 # No work without a record: the running turn fails (LOG_FAILED), later prompts are
                 # refused, and the log stops at the failure (no gaps). Other sessions are untouched.
@@ -249,7 +296,7 @@ class Agent:
                     self._scope.cancel()
         for obs in list(self._observers):
             try:
-                obs(self, event)  # type: ignore[arg-type]
+                obs(self, event)
             except Exception as exc:  # an observer must not break the loop
                 warn(f"session observer failed: {exc!r}")
         self.host.observe(self, event)
@@ -334,7 +381,7 @@ class Agent:
         await self.wait_idle()
         if self._wake is not None:
             self._wake.set()  # let the idle driver task end
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
         for child in list(reversed(self.children)):
             try:
                 await child.dispose()
@@ -372,58 +419,29 @@ class Agent:
         ``turn/end`` (aborted, ``interrupted``) is recorded, so history stays a valid conversation."""
         if self._busy or self._seq or self._history:
             raise RuntimeError("restore() needs a fresh, idle agent")
-        pending: dict[str, UserMessage] = {}
-        history: list[UserMessage | AssistantMessage | ToolResultMessage] = []
-        open_turn: int | None = None
-        answered: set[str] = set()
-        calls: list[tuple[int, int, ToolCallBlock]] = []  # (turn, step, call) of the open turn
-        claimed: set[str] = set()  # ids the last claim moved into the history
+        replay = _Replay(seq=self._seq, turn=self._turn)
         for ev in events:
-            self._seq = max(self._seq, ev.seq)
-            if isinstance(ev, UserMessageEvent):
-                if ev.message.source in IMMEDIATE_SOURCES:  # spliced by the loop itself: history at once
-                    history.append(ev.message)
-                else:
-                    pending[ev.message.id] = ev.message
-            elif isinstance(ev, InboxClaimed):
-                claimed = set(ev.message_ids)
-                history.extend(pending.pop(i) for i in ev.message_ids if i in pending)
-                self._turn = max(self._turn, ev.turn)
-            elif isinstance(ev, InboxDropped):
-                for i in ev.message_ids:
-                    pending.pop(i, None)
-            elif isinstance(ev, TurnStart):
-                open_turn, answered, calls = ev.turn, set(), []
-                self._turn = max(self._turn, ev.turn)
-            elif isinstance(ev, TurnEnd):
-                open_turn = None
-                if ev.reason == "blocked":  # dsh_prompt_submit kept the claimed prompt out
-                    history = [m for m in history if not (isinstance(m, UserMessage) and m.id in claimed)]
-            elif isinstance(ev, AssistantMessageEvent):
-                if ev.message.content:  # as the loop did: an empty (cut) message never entered history
-                    history.append(ev.message)
-                calls.extend((ev.turn, ev.step, b) for b in ev.message.content if isinstance(b, ToolCallBlock))
-            elif isinstance(ev, ToolResultEvent):
-                history.append(ev.result)
-                answered.add(ev.result.call_id)
-            elif isinstance(ev, CompactionSummary):  # replayed exactly as the policy rewrote it
-                history = history[: ev.covered_from] + [ev.message] + history[ev.covered_to :]
-        self._history = history
+            replay.apply(ev)
+        self._seq, self._turn = replay.seq, replay.turn
+        self._history = replay.history
         self._start_source = "resume"
-        if open_turn is not None:
-            for turn, step, call in calls:
-                if call.id in answered:
-                    continue
-                result = ToolResultMessage(
-                    call_id=call.id,
-                    name=call.name,
-                    content=[TextBlock(text="Error: interrupted (the agent process stopped during this call); "
-                                            "it was not re-run")],
-                    is_error=True,
-                )
-                self._history.append(result)
-                self.emit(ToolResultEvent(turn=turn, step=step, result=result, code="INTERRUPTED"))
-            self.emit(TurnEnd(turn=open_turn, reason="aborted", abort_kind="interrupted"))
+        if replay.open_turn is not None:
+            self._interrupt(replay.open_turn, [c for c in replay.calls if c[2].id not in replay.answered])
+
+    def _interrupt(self, open_turn: int, unanswered: list[tuple[int, int, ToolCallBlock]]) -> None:
+        """Close a restored turn the process died in: an error result for each call without one,
+        then ``turn/end`` (aborted, ``interrupted``)."""
+        for turn, step, call in unanswered:
+            result = ToolResultMessage(
+                call_id=call.id,
+                name=call.name,
+                content=[TextBlock(text="Error: interrupted (the agent process stopped during this call); "
+                                        "it was not re-run")],
+                is_error=True,
+            )
+            self._history.append(result)
+            self.emit(ToolResultEvent(turn=turn, step=step, result=result, code="INTERRUPTED"))
+        self.emit(TurnEnd(turn=open_turn, reason="aborted", abort_kind="interrupted"))
 
     # ------------------------------------------------------------------ the loop
 
@@ -829,7 +847,7 @@ class Agent:
             return ToolOutput.text(f"Error: tool {name} crashed: {exc!r}", is_error=True, code="TOOL_CRASHED")
 
     async def _before_tool(
-        self, tool: "Tool", name: str, args: dict[str, Any], call_id: str, turn: int, step: int
+        self, tool: Tool, name: str, args: dict[str, Any], call_id: str, turn: int, step: int
     ) -> ToolOutput | None:
         """Fold the ``dsh_before_tool`` answers (deny > ask > allow); an error result when the call
         must not run, None when it may."""

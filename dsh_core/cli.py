@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -126,10 +127,8 @@ def entry() -> None:  # pragma: no cover - the process entry point (the `dsh` sc
     code = main()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(code)
 
 

@@ -81,7 +81,7 @@ def dsh_addhooks(pluginmanager: pluggy.PluginManager) -> None:
 
 
 @hookspec(historic=True)
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     """Receive and validate configuration.
 
     Called by the host once after composition, before any other hook that uses
@@ -93,7 +93,7 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None
 
 
 @hookspec
-def dsh_register_models(register: Callable[["ModelProvider"], None], host: "Host") -> None:
+def dsh_register_models(register: Callable[[ModelProvider], None], host: Host) -> None:
     """Offer model providers.
 
     Called once by the host at start-up, after ``dsh_configure``; build one provider
@@ -104,7 +104,7 @@ def dsh_register_models(register: Callable[["ModelProvider"], None], host: "Host
 
 
 @hookspec
-def dsh_register_tools(register: Callable[["Tool"], None], host: "Host") -> None:
+def dsh_register_tools(register: Callable[[Tool], None], host: Host) -> None:
     """Offer tools to every agent of this host.
 
     Called once by the host at start-up, after ``dsh_configure``. Call ``register(tool)``; tool names are
@@ -114,7 +114,7 @@ def dsh_register_tools(register: Callable[["Tool"], None], host: "Host") -> None
 
 
 @hookspec
-def dsh_register_front_doors(register: Callable[["FrontDoor"], None], host: "Host") -> None:
+def dsh_register_front_doors(register: Callable[[FrontDoor], None], host: Host) -> None:
     """Offer front doors by name (``acp-stdio``, ``stream-json``…).
 
     Called once by the host at start-up, after ``dsh_configure`` (read your settings
@@ -124,7 +124,7 @@ def dsh_register_front_doors(register: Callable[["FrontDoor"], None], host: "Hos
 
 
 @hookspec
-def dsh_register_commands(commands: "CommandRegistry") -> None:
+def dsh_register_commands(commands: CommandRegistry) -> None:
     """Add ``dsh <sub>`` subcommands.
 
     Called by the CLI while it builds its argument parser, on a plugin manager that
@@ -135,7 +135,7 @@ def dsh_register_commands(commands: "CommandRegistry") -> None:
 
 
 @hookspec
-def dsh_register_doctor_checks(register: Callable[["DoctorCheck"], None], host: "Host") -> None:
+def dsh_register_doctor_checks(register: Callable[[DoctorCheck], None], host: Host) -> None:
     """Offer checks to ``dsh doctor`` (does this machine serve the example?).
 
     Called by ``dsh doctor`` once, on a host built for the example being checked from
@@ -153,7 +153,7 @@ def dsh_register_doctor_checks(register: Callable[["DoctorCheck"], None], host: 
 
 
 @hookspec(firstresult=True)
-def dsh_session_store(host: "Host") -> "SessionStore | None":
+def dsh_session_store(host: Host) -> SessionStore | None:
     """Pick the durable session store.
 
     Called once by the host at start-up. First non-None wins; the spine's default
@@ -162,7 +162,7 @@ def dsh_session_store(host: "Host") -> "SessionStore | None":
 
 
 @hookspec(firstresult=True)
-def dsh_attachment_store(host: "Host") -> "AttachmentStore | None":
+def dsh_attachment_store(host: Host) -> AttachmentStore | None:
     """Pick the content-addressed attachment store.
 
     Called once by the host at start-up. First non-None wins; the default is None:
@@ -171,7 +171,7 @@ def dsh_attachment_store(host: "Host") -> "AttachmentStore | None":
 
 
 @hookspec
-def dsh_lifespan(host: "Host") -> "AbstractAsyncContextManager[Any] | None":
+def dsh_lifespan(host: Host) -> AbstractAsyncContextManager[Any] | None:
     """Provide an async context manager that lives as long as the host.
 
     Called once by the host at start-up. Managers are entered in call order inside
@@ -185,7 +185,7 @@ def dsh_lifespan(host: "Host") -> "AbstractAsyncContextManager[Any] | None":
 
 
 @hookspec(firstresult=True)
-def dsh_make_agent(spec: "AgentSpec", host: "Host") -> "Agent | None":
+def dsh_make_agent(spec: AgentSpec, host: Host) -> Agent | None:
     """Build the agent for a new session.
 
     Called by ``Host.create_agent``. The first non-None result wins; the spine's
@@ -195,7 +195,7 @@ def dsh_make_agent(spec: "AgentSpec", host: "Host") -> "Agent | None":
 
 
 @hookspec
-def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str | None:
+def dsh_system_prompt(spec: AgentSpec, host: Host) -> str | None:
     """Contribute a section of an agent's system prompt.
 
     Called by the agent service once when it creates an agent (``spec.cwd`` is the
@@ -207,7 +207,7 @@ def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str | None:
 
 
 @hookspec(firstresult=True)
-def dsh_history_policy(session: "Agent", host: "Host") -> "HistoryPolicy | None":
+def dsh_history_policy(session: Agent, host: Host) -> HistoryPolicy | None:
     """Pick the object that may rewrite ``session``'s model history (compaction).
 
     Called by the agent once, when it is built. First non-None wins; None (the default)
@@ -221,7 +221,7 @@ def dsh_history_policy(session: "Agent", host: "Host") -> "HistoryPolicy | None"
 
 
 @hookspec(firstresult=True)
-def dsh_code_runtime(session: "Agent", host: "Host") -> "CodeRuntime | None":
+def dsh_code_runtime(session: Agent, host: Host) -> CodeRuntime | None:
     """Pick the runtime that runs one program of code mode (``run_code``) for ``session``.
 
     Called by the code-mode plugin each time a program of that session is to run (keep it
@@ -233,7 +233,7 @@ def dsh_code_runtime(session: "Agent", host: "Host") -> "CodeRuntime | None":
 
 
 @hookspec(firstresult=True)
-def dsh_check_step(session: "Agent", turn: int, step: int) -> Literal["stop"] | None:
+def dsh_check_step(session: Agent, turn: int, step: int) -> Literal["stop"] | None:
     """Say whether a turn may make its next model call.
 
     Called by the agent loop before each model call of a turn (``step`` counts them from 1).
@@ -244,7 +244,7 @@ def dsh_check_step(session: "Agent", turn: int, step: int) -> Literal["stop"] | 
 
 
 @hookspec
-def dsh_after_tool(session: "Agent", call: "ToolCallBlock", output: "ToolOutput") -> "AfterTool | None":
+def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> AfterTool | None:
     """Decide what follows one tool result the model is about to see.
 
     Called by the agent's tool path once per tool call after the tool ran, before the result is
@@ -265,7 +265,7 @@ def dsh_after_tool(session: "Agent", call: "ToolCallBlock", output: "ToolOutput"
 
 @hookspec(firstresult=True)
 def dsh_check_approval(
-    request: "ApprovalRequest",
+    request: ApprovalRequest,
 ) -> Literal["allow", "deny", "ask"] | None:
     """Give a policy verdict on an approval request before anyone is asked.
 
@@ -276,7 +276,7 @@ def dsh_check_approval(
 
 
 @hookspec
-def dsh_session_artifacts(session_id: str, host: "Host") -> "list[Path] | None":
+def dsh_session_artifacts(session_id: str, host: Host) -> list[Path] | None:
     """Name the files a plugin keeps for one session besides its log (e.g. spill files).
 
     Called by a front door when a client deletes a recorded session that is not open
@@ -291,7 +291,7 @@ def dsh_session_artifacts(session_id: str, host: "Host") -> "list[Path] | None":
 
 
 @hookspec
-def dsh_session_event(session: "Agent", event: "DurableEvent") -> None:
+def dsh_session_event(session: Agent, event: DurableEvent) -> None:
     """Observe every durable event, after it is appended to the session log.
 
     Called synchronously by the agent for each event, in order. Must not block or
@@ -318,7 +318,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @hookspec
-def dsh_session_start(session: "Agent", source: str, turn: int) -> "SessionStart | Pending[SessionStart] | None":
+def dsh_session_start(session: Agent, source: str, turn: int) -> SessionStart | Pending[SessionStart] | None:
     """Add context when a session starts serving.
 
     Called by the agent loop once per agent object, at the start of its first turn (``turn``),
@@ -329,8 +329,8 @@ def dsh_session_start(session: "Agent", source: str, turn: int) -> "SessionStart
 
 @hookspec
 def dsh_prompt_submit(
-    session: "Agent", messages: "list[UserMessage]", turn: int
-) -> "PromptSubmit | Pending[PromptSubmit] | None":
+    session: Agent, messages: list[UserMessage], turn: int
+) -> PromptSubmit | Pending[PromptSubmit] | None:
     """Admit (or reject) the user messages a turn has just claimed, or add context to them.
 
     Called by the agent loop at the start of every turn, after ``turn/start``, before the first
@@ -343,8 +343,8 @@ def dsh_prompt_submit(
 
 @hookspec
 def dsh_before_tool(
-    session: "Agent", name: str, args: "dict[str, Any]", call_id: str, turn: int, step: int
-) -> "BeforeTool | Pending[BeforeTool] | None":
+    session: Agent, name: str, args: dict[str, Any], call_id: str, turn: int, step: int
+) -> BeforeTool | Pending[BeforeTool] | None:
     """Allow, deny or ask about one tool call before it runs.
 
     Called by the agent's tool path (``Agent.call_tool``) for every call whose tool exists and
@@ -359,8 +359,8 @@ def dsh_before_tool(
 
 @hookspec
 def dsh_before_stop(
-    session: "Agent", turn: int, step: int, continued: int
-) -> "BeforeStop | Pending[BeforeStop] | None":
+    session: Agent, turn: int, step: int, continued: int
+) -> BeforeStop | Pending[BeforeStop] | None:
     """Let a turn end, or make it take another step.
 
     Called by the agent loop when a step asked for no tool call (the turn would complete);

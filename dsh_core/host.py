@@ -24,9 +24,8 @@ from . import hookspecs
 from .builtin import defaults as builtin_defaults
 from .compose import Composition
 from .diag import warn
-from .spill import DEFAULT_LIMIT as DEFAULT_SPILL_LIMIT
-from .spill import default_root as default_spill_root
 from .errors import CompositionError, ConfigError, DshError, RouteError
+
 # re-exported: `from dsh_core.host import hookimpl` keeps working
 from .hookspecs import PROJECT as PROJECT
 from .hookspecs import hookimpl as hookimpl
@@ -41,6 +40,8 @@ from .protocols import (
     Tool,
     new_id,
 )
+from .spill import DEFAULT_LIMIT as DEFAULT_SPILL_LIMIT
+from .spill import default_root as default_spill_root
 from .types import (
     ApprovalAsked,
     ApprovalDecided,
@@ -265,7 +266,7 @@ class Host:
     # ------------------------------------------------------------------ agents
 
     def create_agent(self, spec: AgentSpec) -> Agent:
-        agent = self.pm.hook.dsh_make_agent(spec=spec, host=self)
+        agent: Agent = self.pm.hook.dsh_make_agent(spec=spec, host=self)  # firstresult: one Agent
         self.agents.add(agent)
         return agent
 
@@ -273,7 +274,7 @@ class Host:
         self.agents.discard(agent)
 
     async def dispose_agents(self) -> None:
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
 
         async def one(agent: Agent) -> None:
             try:

@@ -20,7 +20,7 @@ This module imports only ``types`` from the spine: it is the bottom of the contr
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +36,6 @@ from .types import (
     CodeRunResult,
     ContentBlock,
     DurableEvent,
-    Event,
     HistoryView,
     ImageBlock,
     ModelDelta,
@@ -60,8 +59,9 @@ class ModelProvider(Protocol):
     """A provider of exact routes ``(name, model)``.
 
     ``resolve`` is a catalogue lookup (no I/O); it raises ``RouteError`` for a model it
-    will not serve. ``stream`` yields deltas and raises ``ModelError`` on failure.
-    Cancellation of the calling task must close the underlying stream at once.
+    will not serve. ``stream`` yields deltas and raises ``ModelError`` on failure; it is an async
+    generator (``async def`` with ``yield``), because the agent closes it with ``aclose`` however
+    the loop ends. Cancellation of the calling task must close the underlying stream at once.
 
     Optional: ``forget(session_id)``, called by ``Agent.dispose``, lets a provider that keeps
     per-session state drop it (a long-lived process closes sessions by the thousand).
@@ -72,7 +72,7 @@ class ModelProvider(Protocol):
 
     def resolve(self, model: str) -> ModelInfo: ...
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta]: ...
+    def stream(self, request: ModelRequest) -> AsyncGenerator[ModelDelta, None]: ...
 
 
 @runtime_checkable
@@ -160,7 +160,7 @@ class Agent(Protocol):
     def subscribe(self, observer: Observer) -> Callable[[], None]:
         """Observe every durable event; returns the unsubscribe function."""
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: DurableEvent) -> None:
         """Record a durable event (a tool's or policy's own, e.g. compaction) and publish it."""
 
     def splice(self, content: list[ContentBlock]) -> None:
@@ -435,7 +435,7 @@ class ToolContext:
     def route(self) -> ModelInfo:
         return self.agent.route
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: DurableEvent) -> None:
         self.agent.emit(event)
 
     async def approve(

@@ -21,13 +21,13 @@ import anyio
 class Ticket:
     """One call's place in line. Enter once; cancellation while waiting gives the place up."""
 
-    def __init__(self, scheduler: "ToolScheduler", parallel_safe: bool) -> None:
+    def __init__(self, scheduler: ToolScheduler, parallel_safe: bool) -> None:
         self._scheduler = scheduler
         self.parallel_safe = parallel_safe
         self._admitted = anyio.Event()
         self._released = False
 
-    async def __aenter__(self) -> "Ticket":
+    async def __aenter__(self) -> Ticket:
         try:
             await self._admitted.wait()
         except BaseException:

@@ -49,7 +49,7 @@ class Sink:
             self.head += chunk
             if len(self.head) > self.limit:
                 self.spill_target.parent.mkdir(parents=True, exist_ok=True)
-                self.file = open(self.spill_target, "wb")
+                self.file = open(self.spill_target, "wb")  # noqa: SIM115 - stays open across feed(); close() closes it
                 self.file.write(self.head)
                 self.tail = bytearray(self.head[-self.half :])
                 del self.head[self.half :]

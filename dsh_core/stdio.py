@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import BinaryIO
 
 _claimed: tuple[BinaryIO, BinaryIO] | None = None
@@ -19,10 +19,8 @@ _claimed: tuple[BinaryIO, BinaryIO] | None = None
 
 def _flush_python_stdout() -> None:
     """Push out anything ``print`` buffered before fd 1 changes target."""
-    try:
+    with suppress(Exception):
         sys.stdout.flush()
-    except Exception:
-        pass
 
 
 def claim_stdio() -> tuple[BinaryIO, BinaryIO]:

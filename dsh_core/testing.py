@@ -24,6 +24,7 @@ Gives you:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -259,10 +260,8 @@ class ScenarioFile(pytest.File):
         sc = load_scenario(self.path.parent)
         mechanisms: Iterable[str | None] = (None,)
         if sc.per_mechanism:  # sandbox-tools is optional here: without it there is one mechanism to test
-            try:
+            with contextlib.suppress(ImportError):
                 mechanisms = importlib.import_module("dsh_sandbox_tools.testing").MECHANISMS
-            except ImportError:
-                pass
         for mechanism in mechanisms:
             name = f"{sc.dir.parent.name}/{sc.name}" + (f"[{mechanism}]" if mechanism else "")
             item = ScenarioItem.from_parent(self, name=name, scenario=sc, mechanism=mechanism)

@@ -21,7 +21,7 @@ class FunctionTool:
         name: str,
         description: str,
         parameters: dict[str, Any],
-        fn: Callable[[dict[str, Any], "ToolContext"], Awaitable[ToolOutput | str]],
+        fn: Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutput | str]],
         *,
         parallel_safe: bool = False,
         output_schema: dict[str, Any] | None = None,
@@ -35,6 +35,6 @@ class FunctionTool:
         )
         self._fn = fn
 
-    async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput:
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         out = await self._fn(args, ctx)
         return ToolOutput.text(out) if isinstance(out, str) else out

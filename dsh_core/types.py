@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from itertools import islice
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import msgspec
 
@@ -51,7 +51,7 @@ class ToolCallBlock(_Base, tag="tool-call", tag_field="type", kw_only=True):
     arguments: str  # raw JSON text as the model produced it
 
 
-ContentBlock = Union[TextBlock, ImageBlock, ReasoningBlock, ToolCallBlock]
+ContentBlock = TextBlock | ImageBlock | ReasoningBlock | ToolCallBlock
 
 
 class Usage(_Base, kw_only=True):
@@ -328,32 +328,32 @@ class HookResult(Event, tag="hook/result", kw_only=True):
     stop_reason: str | None = None
 
 
-DurableEvent = Union[
-    UserMessageEvent,
-    InboxClaimed,
-    InboxDropped,
-    TurnStart,
-    TurnEnd,
-    RequestHeader,
-    AssistantMessageEvent,
-    ModelCallFailed,
-    ToolCallEvent,
-    ToolResultEvent,
-    RetryEvent,
-    AgentError,
-    ApprovalAsked,
-    ApprovalDecided,
-    CodeDispatchStart,
-    CodeDispatch,
-    CompactionStart,
-    CompactionSummary,
-    CompactionFailed,
-    HookInvoked,
-    HookResult,
-    Note,
-]
+DurableEvent = (
+    UserMessageEvent
+    | InboxClaimed
+    | InboxDropped
+    | TurnStart
+    | TurnEnd
+    | RequestHeader
+    | AssistantMessageEvent
+    | ModelCallFailed
+    | ToolCallEvent
+    | ToolResultEvent
+    | RetryEvent
+    | AgentError
+    | ApprovalAsked
+    | ApprovalDecided
+    | CodeDispatchStart
+    | CodeDispatch
+    | CompactionStart
+    | CompactionSummary
+    | CompactionFailed
+    | HookInvoked
+    | HookResult
+    | Note
+)
 
-LogLine = Union[SessionHeader, DurableEvent]
+LogLine = SessionHeader | DurableEvent
 
 # --------------------------------------------------------------------------- model seam
 
@@ -438,7 +438,7 @@ class ModelRequest(_Base, kw_only=True):
 
     route: ModelInfo
     system: str
-    messages: Sequence[Union[UserMessage, AssistantMessage, ToolResultMessage]]
+    messages: Sequence[UserMessage | AssistantMessage | ToolResultMessage]
     tools: list[ToolSpec]
     session_id: str = ""
     cwd: str = ""
@@ -478,7 +478,7 @@ class Finish(_Base, tag="finish", tag_field="kind", kw_only=True):
     reason: FinishReason
 
 
-ModelDelta = Union[TextDelta, ReasoningDelta, ToolCallDelta, ImageDelta, UsageDelta, Finish]
+ModelDelta = TextDelta | ReasoningDelta | ToolCallDelta | ImageDelta | UsageDelta | Finish
 
 
 class RetryPolicy(_Base, kw_only=True):
@@ -505,7 +505,7 @@ class ToolOutput(_Base, kw_only=True):
     spill_path: str | None = None  # set when the tool already bounded its text through dsh_core.spill
 
     @classmethod
-    def text(cls, text: str, *, is_error: bool = False, code: str | None = None) -> "ToolOutput":
+    def text(cls, text: str, *, is_error: bool = False, code: str | None = None) -> ToolOutput:
         return cls(content=[TextBlock(text=text)], is_error=is_error, code=code)
 
 

@@ -127,7 +127,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 @hookimpl(trylast=True)
-def dsh_register_commands(commands: "CommandRegistry") -> None:
+def dsh_register_commands(commands: CommandRegistry) -> None:
     commands.add(
         "run",
         help="serve an example's front door (ACP over stdio for acp-agent)",

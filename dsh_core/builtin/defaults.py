@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class MemoryLog:
-    def __init__(self, store: "MemoryStore", header: SessionHeader) -> None:
+    def __init__(self, store: MemoryStore, header: SessionHeader) -> None:
         self.header = header
         self.events: list[DurableEvent] = []
         store.logs[header.id] = self
@@ -46,17 +46,17 @@ class MemoryStore:
 
 
 @hookimpl(trylast=True)
-def dsh_make_agent(spec: AgentSpec, host: "Host") -> Agent:
+def dsh_make_agent(spec: AgentSpec, host: Host) -> Agent:
     return Agent(spec, host)
 
 
 @hookimpl(trylast=True)
-def dsh_session_store(host: "Host") -> MemoryStore:
+def dsh_session_store(host: Host) -> MemoryStore:
     return MemoryStore()
 
 
 @hookimpl(trylast=True)
-def dsh_system_prompt(spec: AgentSpec, host: "Host") -> str:
+def dsh_system_prompt(spec: AgentSpec, host: Host) -> str:
     return (
         f"You are dsh, an automation agent working in {spec.cwd}. "
         "Use the tools to inspect and change the workspace; answer with the result when done."

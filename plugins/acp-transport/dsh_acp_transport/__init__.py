@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Host
 
 NAME = "acp-transport"
-_KEYS = {"max-frame-bytes": int, "permission-timeout": (int, float), "usage-updates": bool}
+_KEYS: dict[str, type[int] | tuple[type[int], type[float]]] = {"max-frame-bytes": int, "permission-timeout": (int, float), "usage-updates": bool}
 
 
 def _settings(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def _settings(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def make_bridge(host: "Host", reader: FdReader, writer: FdWriter) -> Bridge:
+def make_bridge(host: Host, reader: FdReader, writer: FdWriter) -> Bridge:
     settings = _settings(host.config)
     peer = Peer(reader, writer, max_frame=settings["max_frame"], name="acp")
     return Bridge(
@@ -72,7 +72,7 @@ async def serve_bridge(bridge: Bridge) -> None:
 class AcpStdioDoor:
     name = "acp-stdio"
 
-    async def serve(self, host: "Host") -> None:
+    async def serve(self, host: Host) -> None:
         stdin, stdout = claim_stdio()
         bridge = make_bridge(host, FdReader(stdin.fileno()), FdWriter(stdout.fileno()))
         async with anyio.create_task_group() as tg:

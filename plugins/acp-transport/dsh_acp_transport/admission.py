@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from os import path as osp
 from pathlib import Path
@@ -19,7 +19,7 @@ from dsh_acp.rpc import INVALID_REQUEST, METHOD_NOT_FOUND, RpcFailure, decode_pa
 from dsh_core import RouteError
 from dsh_core.contracts import AgentSpec
 from dsh_core.errors import DshError
-from dsh_core.types import RequestHeader, SessionHeader
+from dsh_core.types import DurableEvent, RequestHeader, SessionHeader
 
 from .delivery import Delivery
 from .settlement import observer
@@ -57,7 +57,7 @@ def _decode_cursor(cursor: str) -> tuple[int, str]:
 
 
 def _iso(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 
@@ -124,7 +124,7 @@ class Admission(BridgeState):
         self._publish(agent)
         return wire.NewSessionResult(session_id=agent.session_id)
 
-    def _publish(self, agent: "Agent") -> Session:
+    def _publish(self, agent: Agent) -> Session:
         session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self.peer, self.host, agent.session_id))
         session.unsubscribe = agent.subscribe(observer(session, self.usage_updates))
         self.sessions[session.id] = session
@@ -190,12 +190,7 @@ class Admission(BridgeState):
         p = decode_params(params, wire.ResumeSessionParams)
         if self.closed:
             raise internal_error(CLOSING + "the session was not resumed")
-        if not osp.isabs(p.cwd):
-            raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
-        if p.mcp_servers:
-            raise invalid_params("mcpServers is not supported")
-        if p.additional_directories:
-            raise invalid_params("additionalDirectories is not supported")
+        _check_resume_params(p)
         self._recorded(store, p.session_id)
         if self._open_here(p.session_id):
             raise invalid_params(f"session {p.session_id} is already open in this agent process")
@@ -204,22 +199,8 @@ class Admission(BridgeState):
         except DshError as exc:
             raise internal_error(f"the session log cannot be read: {exc}") from None
         header = contents.header
-        if header.version > LOG_FORMAT:
-            raise invalid_params(
-                f"session {p.session_id} was recorded in log format {header.version}, newer than this "
-                f"dsh reads ({LOG_FORMAT}); resume it with a newer dsh"
-            )
-        if header.parent_session is not None:
-            raise invalid_params(f"session {p.session_id} is a subagent's session; resume its parent")
-        cwd = osp.normpath(p.cwd)
-        if cwd != header.cwd:
-            raise invalid_params(f"cwd {p.cwd} differs from the session's recorded cwd {header.cwd}")
-        if not osp.isdir(cwd):
-            raise invalid_params(f"cwd is not a directory: {p.cwd}")
-        provider, model = header.provider, header.model
-        for ev in contents.events:  # the route last recorded (a session may switch models)
-            if isinstance(ev, RequestHeader):
-                provider, model = ev.provider, ev.model
+        cwd = _check_resumable(p, header)
+        provider, model = _last_route(header, contents.events)
         if self._open_here(p.session_id):  # re-checked: the read awaited
             raise invalid_params(f"session {p.session_id} is already open in this agent process")
         try:
@@ -232,17 +213,19 @@ class Admission(BridgeState):
         try:
             agent.restore(contents.events)
         except Exception as exc:
-            with anyio.CancelScope(shield=True):
-                await agent.dispose()
-            self.host.forget(agent)
+            await self._abandon(agent)
             raise internal_error(f"the session could not be rebuilt from its log: {exc}") from None
         if self.closed:
-            with anyio.CancelScope(shield=True):
-                await agent.dispose()
-            self.host.forget(agent)
+            await self._abandon(agent)
             raise internal_error(CLOSING + "the session was not resumed")
         self._publish(agent)
         return {}
+
+    async def _abandon(self, agent: Agent) -> None:
+        """Dispose and forget an agent built for a resume that does not go through."""
+        with anyio.CancelScope(shield=True):
+            await agent.dispose()
+        self.host.forget(agent)
 
     async def delete_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
         """Remove a closed session's log and the files plugins keep for it (spill files)."""
@@ -305,3 +288,38 @@ class Admission(BridgeState):
             session.delivery.close()
             self.host.forget(session.agent)
 
+
+def _check_resume_params(p: wire.ResumeSessionParams) -> None:
+    """What session/resume refuses before it looks at the store."""
+    if not osp.isabs(p.cwd):
+        raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
+    if p.mcp_servers:
+        raise invalid_params("mcpServers is not supported")
+    if p.additional_directories:
+        raise invalid_params("additionalDirectories is not supported")
+
+
+def _check_resumable(p: wire.ResumeSessionParams, header: SessionHeader) -> str:
+    """The session's cwd, once its recorded header says this process may resume it here."""
+    if header.version > LOG_FORMAT:
+        raise invalid_params(
+            f"session {p.session_id} was recorded in log format {header.version}, newer than this "
+            f"dsh reads ({LOG_FORMAT}); resume it with a newer dsh"
+        )
+    if header.parent_session is not None:
+        raise invalid_params(f"session {p.session_id} is a subagent's session; resume its parent")
+    cwd = osp.normpath(p.cwd)
+    if cwd != header.cwd:
+        raise invalid_params(f"cwd {p.cwd} differs from the session's recorded cwd {header.cwd}")
+    if not osp.isdir(cwd):
+        raise invalid_params(f"cwd is not a directory: {p.cwd}")
+    return cwd
+
+
+def _last_route(header: SessionHeader, events: list[DurableEvent]) -> tuple[str, str]:
+    """The route last recorded (a session may switch models): the header's, or the last request's."""
+    provider, model = header.provider, header.model
+    for ev in events:
+        if isinstance(ev, RequestHeader):
+            provider, model = ev.provider, ev.model
+    return provider, model

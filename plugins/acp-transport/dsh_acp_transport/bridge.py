@@ -32,7 +32,7 @@ class Bridge(Admission, Settlement):
     name = "acp"  # recorded as ``answeredBy`` in approval/decided events
 
     def __init__(
-        self, host: "Host", peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False
+        self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False
     ) -> None:
         BridgeState.__init__(self, host, peer, permission_timeout=permission_timeout, usage_updates=usage_updates)
         self._quiesced: anyio.Event | None = None

@@ -29,7 +29,7 @@ class Delivery:
     when everything queued so far is written (or failed).
     """
 
-    def __init__(self, peer: Peer, host: "Host", session_id: str) -> None:
+    def __init__(self, peer: Peer, host: Host, session_id: str) -> None:
         self.peer = peer
         self.host = host
         self.session_id = session_id

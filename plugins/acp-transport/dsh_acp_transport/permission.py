@@ -61,7 +61,7 @@ def raw_input_of(request: ApprovalRequest) -> dict[str, Any]:
         raw["justification"] = request.justification
     limit = RAW_STRING_MAX
     while limit >= 16:
-        bounded = _bound(raw, limit, RAW_DEPTH_MAX)
+        bounded: dict[str, Any] = _bound(raw, limit, RAW_DEPTH_MAX)  # a dict stays a dict
         if len(wire.encoder.encode(bounded)) <= RAW_MAX_BYTES:
             return bounded
         limit //= 4

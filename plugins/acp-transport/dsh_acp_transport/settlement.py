@@ -62,40 +62,50 @@ def _usage_meta(u: Usage, calls: int) -> dict[str, int]:
     }
 
 
-def observer(session: Session, usage_updates: bool) -> Callable[["Agent", Any], None]:
+def observer(session: Session, usage_updates: bool) -> Callable[[Agent, Any], None]:
     """The agent's event observer for one session: committed output to the session's delivery
     chain, and the facts settlement reads (the turn, its end, errors, usage) to the prompt's slot."""
 
-    def observe(agent: "Agent", event: Any) -> None:
+    def observe(agent: Agent, event: Any) -> None:
         if agent is not session.agent:
             return
         slot = session.slot
         if isinstance(event, AssistantMessageEvent):
-            for block in event.message.content:
-                if (isinstance(block, TextBlock) and block.text) or isinstance(block, ImageBlock):
-                    session.delivery.push(block, event.message.id)
-            if slot is not None and event.usage is not None and event.turn == slot.turn:
-                slot.usage = _add_usage(slot.usage, event.usage)
-                slot.calls += 1
-                slot.context = event.usage.input_tokens + event.usage.output_tokens
-        elif slot is None:
-            return
-        elif isinstance(event, InboxClaimed):
-            if slot.message_id in event.message_ids:
-                slot.turn = event.turn
-        elif isinstance(event, TurnEnd):
-            if slot.turn == event.turn:
-                slot.end = event
-                if usage_updates and slot.usage is not None:
-                    session.delivery.push_update(_usage_update(session, slot))
-        elif isinstance(event, AgentError):
-            if slot.in_inbox and event.turn != slot.turn and slot.interval_error is None:
-                slot.interval_error = event.message
-        elif isinstance(event, InboxDropped):
-            if slot.message_id in event.message_ids:
-                slot.dropped = True
+            _deliver(session, slot, event)
+        elif slot is not None:
+            _track(session, slot, event, usage_updates)
 
     return observe
+
+
+def _deliver(session: Session, slot: Slot | None, event: AssistantMessageEvent) -> None:
+    """A committed assistant message: its visible blocks down the delivery chain, its usage to the
+    prompt's slot when the message belongs to the prompt's turn."""
+    for block in event.message.content:
+        if (isinstance(block, TextBlock) and block.text) or isinstance(block, ImageBlock):
+            session.delivery.push(block, event.message.id)
+    if slot is not None and event.usage is not None and event.turn == slot.turn:
+        slot.usage = _add_usage(slot.usage, event.usage)
+        slot.calls += 1
+        slot.context = event.usage.input_tokens + event.usage.output_tokens
+
+
+def _track(session: Session, slot: Slot, event: Any, usage_updates: bool) -> None:
+    """What settlement reads off the prompt's way through the agent: the turn that claimed it, that
+    turn's end, an error while it waited in the inbox, its drop."""
+    if isinstance(event, InboxClaimed):
+        if slot.message_id in event.message_ids:
+            slot.turn = event.turn
+    elif isinstance(event, TurnEnd):
+        if slot.turn == event.turn:
+            slot.end = event
+            if usage_updates and slot.usage is not None:
+                session.delivery.push_update(_usage_update(session, slot))
+    elif isinstance(event, AgentError):
+        if slot.in_inbox and event.turn != slot.turn and slot.interval_error is None:
+            slot.interval_error = event.message
+    elif isinstance(event, InboxDropped) and slot.message_id in event.message_ids:
+        slot.dropped = True
 
 
 def _usage_update(session: Session, slot: Slot) -> wire.UsageUpdate:

@@ -40,7 +40,7 @@ class Slot:
 @dataclass(eq=False)
 class Session:
     id: str
-    agent: "Agent"
+    agent: Agent
     delivery: Delivery
     slot: Slot | None = None
     unsubscribe: Any = None
@@ -53,7 +53,7 @@ class BridgeState:
     """One connection's sessions and settings, and what every topic of the bridge uses."""
 
     def __init__(
-        self, host: "Host", peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False
+        self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False
     ) -> None:
         self.host = host
         self.peer = peer

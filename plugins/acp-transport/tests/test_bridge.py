@@ -109,7 +109,7 @@ def echo(scripted):
 
 
 async def test_malformed_frames_get_jsonrpc_errors_and_the_server_keeps_serving(echo, tmp_path):
-    async with served(echo) as (client, bridge, host):
+    async with served(echo) as (client, _bridge, _host):
         cases = [
             (b'{"jsonrpc":"2.0","id":1,"method":', -32700),
             (b"[]", -32600),
@@ -144,14 +144,14 @@ async def test_malformed_frames_get_jsonrpc_errors_and_the_server_keeps_serving(
 
 
 async def test_ids_are_echoed_exactly_including_zero_and_strings(echo, tmp_path):
-    async with served(echo) as (client, bridge, host):
+    async with served(echo) as (client, _bridge, _host):
         assert (await client.call("initialize", {"protocolVersion": 1}, rid=0))["id"] == 0
         resp = await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}, rid="1")
         assert resp["id"] == "1" and "result" in resp
 
 
 async def test_second_initialize_is_refused_and_authenticate_is_a_noop(echo, tmp_path):
-    async with served(echo) as (client, bridge, host):
+    async with served(echo) as (client, _bridge, _host):
         await client.start(tmp_path)
         assert (await client.call("initialize", {"protocolVersion": 1}))["error"]["code"] == -32600
         assert (await client.call("authenticate", {"methodId": "x"}))["result"] == {}
@@ -169,7 +169,7 @@ async def test_second_initialize_is_refused_and_authenticate_is_a_noop(echo, tmp
     ],
 )
 async def test_session_new_rules(echo, params, message):
-    async with served(echo) as (client, bridge, host):
+    async with served(echo) as (client, _bridge, host):
         await client.call("initialize", {"protocolVersion": 1})
         resp = await client.call("session/new", params)
         assert resp["error"] == {"code": -32602, "message": message,
@@ -178,7 +178,7 @@ async def test_session_new_rules(echo, params, message):
 
 
 async def test_session_ids_are_unguessable_and_distinct(echo, tmp_path):
-    async with served(echo) as (client, bridge, host):
+    async with served(echo) as (client, _bridge, _host):
         await client.call("initialize", {"protocolVersion": 1})
         ids = {(await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["result"]["sessionId"]
                for _ in range(20)}
@@ -186,7 +186,7 @@ async def test_session_ids_are_unguessable_and_distinct(echo, tmp_path):
 
 
 async def test_unknown_session_prompt_is_invalid_params_and_unknown_cancel_is_silent(echo, tmp_path):
-    async with served(echo) as (client, bridge, host):
+    async with served(echo) as (client, _bridge, _host):
         await client.start(tmp_path)
         resp = await client.call("session/prompt", {"sessionId": "nope", "prompt": [{"type": "text", "text": "x"}]})
         assert resp["error"] == {"code": -32602, "message": "Invalid params: unknown session: nope",
@@ -196,7 +196,7 @@ async def test_unknown_session_prompt_is_invalid_params_and_unknown_cancel_is_si
 
 
 async def test_images_are_refused_when_not_advertised(echo, tmp_path):
-    async with served(echo) as (client, bridge, host):
+    async with served(echo) as (client, _bridge, _host):
         sid = await client.start(tmp_path)
         resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [
             {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}]})
@@ -211,7 +211,7 @@ async def test_images_are_refused_when_not_advertised(echo, tmp_path):
 async def test_frames_of_tens_of_mib_round_trip(scripted, tmp_path):
     script = scripted({"default": [{"text": "{prompt}"}]})
     big = "x" * (24 * 1024 * 1024)
-    async with served(script) as (client, bridge, host):
+    async with served(script) as (client, _bridge, _host):
         sid = await client.start(tmp_path)
         resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": big}]})
         assert resp["result"] == {"stopReason": "end_turn"}
@@ -221,7 +221,7 @@ async def test_frames_of_tens_of_mib_round_trip(scripted, tmp_path):
 
 async def test_a_frame_over_the_limit_gets_an_error_and_the_connection_lives(echo, tmp_path):
     config = {"acp-transport": {"max-frame-bytes": 4096}}
-    async with served(echo, config=config) as (client, bridge, host):
+    async with served(echo, config=config) as (client, _bridge, _host):
         sid = await client.start(tmp_path)
         await client.send({"jsonrpc": "2.0", "id": 9, "method": "session/prompt",
                            "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "y" * 100_000}]}})
@@ -236,7 +236,7 @@ async def test_a_frame_over_the_limit_gets_an_error_and_the_connection_lives(ech
 
 
 async def test_dollar_cancel_request_on_a_prompt_settles_cancelled(echo, tmp_path):
-    async with served(echo) as (client, bridge, host):
+    async with served(echo) as (client, _bridge, _host):
         sid = await client.start(tmp_path)
         await client.send({"jsonrpc": "2.0", "id": "p1", "method": "session/prompt",
                            "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "hang"}]}})
@@ -246,7 +246,7 @@ async def test_dollar_cancel_request_on_a_prompt_settles_cancelled(echo, tmp_pat
 
 
 async def test_cancel_without_a_prompt_cancels_autonomous_work(echo, tmp_path):
-    async with served(echo) as (client, bridge, host):
+    async with served(echo) as (client, bridge, _host):
         sid = await client.start(tmp_path)
         agent = bridge.sessions[sid].agent
         agent.submit(UserMessage(id="auto", content=[TextBlock(text="hang")]))  # work nobody prompted
@@ -264,7 +264,7 @@ async def test_cancel_without_a_prompt_cancels_autonomous_work(echo, tmp_path):
 
 async def test_an_unrelated_failure_before_inbox_receipt_is_not_the_prompts(scripted, tmp_path):
     script = scripted({"rules": [{"when": "boom", "steps": [{"error": "auth"}]}], "default": [{"text": "fine"}]})
-    async with served(script) as (client, bridge, host):
+    async with served(script) as (client, bridge, _host):
         sid = await client.start(tmp_path)
         agent = bridge.sessions[sid].agent
         agent.submit(UserMessage(id="auto", content=[TextBlock(text="boom")]))
@@ -275,7 +275,7 @@ async def test_an_unrelated_failure_before_inbox_receipt_is_not_the_prompts(scri
 
 async def test_correlated_model_error_rejects_at_quiescence_without_chunks(scripted, tmp_path):
     script = scripted({"default": [{"error": "context_length"}]})
-    async with served(script) as (client, bridge, host):
+    async with served(script) as (client, bridge, _host):
         sid = await client.start(tmp_path)
         resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "x"}]})
         assert resp["error"]["code"] == -32603
@@ -290,7 +290,7 @@ def agent_busy(bridge, sid):
 
 async def test_length_finish_settles_end_turn_and_keeps_its_text(scripted, tmp_path):
     script = scripted({"default": [{"finish": "length", "text": "cut short"}]})
-    async with served(script) as (client, bridge, host):
+    async with served(script) as (client, _bridge, _host):
         sid = await client.start(tmp_path)
         resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "x"}]})
         assert resp["result"] == {"stopReason": "end_turn"}
@@ -307,7 +307,7 @@ async def test_every_chunk_precedes_the_response_and_text_blocks_each_become_one
                 return "ok"
             register(FunctionTool("noop", "no-op", {"type": "object"}, noop))
 
-    async with served(script, Noop()) as (client, bridge, host):
+    async with served(script, Noop()) as (client, _bridge, _host):
         sid = await client.start(tmp_path)
         resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "x"}]})
         texts = [f["params"]["update"]["content"]["text"] for f in client.frames if f.get("method") == "session/update"]
@@ -371,7 +371,7 @@ async def test_eof_settles_in_flight_prompts_cancelled_and_disposes_every_agent(
 async def test_requests_after_close_get_disposed_errors(echo, tmp_path):
     from dsh_acp.rpc import RpcFailure
 
-    async with served(echo) as (client, bridge, host):
+    async with served(echo) as (client, bridge, _host):
         await client.start(tmp_path)
         await bridge.quiesce()
         with pytest.raises(RpcFailure) as err:
@@ -388,7 +388,7 @@ async def test_teardown_raises_every_disposal_failure_together(echo, tmp_path):
 
 
 async def _broken_teardown(echo, tmp_path):
-    async with served(echo) as (client, bridge, host):
+    async with served(echo) as (client, bridge, _host):
         await client.call("initialize", {"protocolVersion": 1})
         for _ in range(2):
             await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
@@ -449,7 +449,7 @@ def _png_b64() -> str:
 async def test_cancel_during_image_admission_waits_for_the_write_and_publishes_nothing(scripted, tmp_path):
     script = scripted({"capabilities": {"image_input": True}})
     store = SlowStore()
-    async with served(script, StorePlugin(store)) as (client, bridge, host):
+    async with served(script, StorePlugin(store)) as (client, _bridge, host):
         sid = await client.start(tmp_path)
         await client.send({"jsonrpc": "2.0", "id": "img", "method": "session/prompt", "params": {
             "sessionId": sid, "prompt": [{"type": "text", "text": "see"},
@@ -467,7 +467,7 @@ async def test_cancel_during_image_admission_waits_for_the_write_and_publishes_n
 async def test_image_admission_rechecks_the_sessions_current_route(scripted, tmp_path):
     vision = scripted({"capabilities": {"image_input": True}})
     text_only = scripted({"capabilities": {"image_input": False}})
-    async with served(vision, StorePlugin(SlowStore())) as (client, bridge, host):
+    async with served(vision, StorePlugin(SlowStore())) as (client, bridge, _host):
         init = await client.call("initialize", {"protocolVersion": 1})
         assert init["result"]["agentCapabilities"]["promptCapabilities"]["image"] is True
         sid = (await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["result"]["sessionId"]
@@ -484,7 +484,7 @@ async def test_image_admission_rechecks_the_sessions_current_route(scripted, tmp
 async def test_capability_matrix(scripted, tmp_path, store, image_route, advertised):
     script = scripted({"capabilities": {"image_input": image_route}})
     extra = [StorePlugin(SlowStore())] if store else []
-    async with served(script, *extra) as (client, bridge, host):
+    async with served(script, *extra) as (client, _bridge, _host):
         init = await client.call("initialize", {"protocolVersion": 1})
         assert init["result"]["agentCapabilities"]["promptCapabilities"] == {
             "image": advertised, "audio": False, "embeddedContext": True}
@@ -496,7 +496,7 @@ async def test_a_failing_store_is_an_internal_error(scripted, tmp_path):
             raise OSError("disk full")
 
     script = scripted({"capabilities": {"image_input": True}})
-    async with served(script, StorePlugin(Broken())) as (client, bridge, host):
+    async with served(script, StorePlugin(Broken())) as (client, _bridge, _host):
         sid = await client.start(tmp_path)
         resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [
             {"type": "image", "data": _png_b64(), "mimeType": "image/png"}]})

@@ -38,7 +38,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
@@ -57,8 +57,8 @@ from .wire import PROTOCOL_VERSION
 
 __all__ = [
     "AcpClient",
-    "AcpSession",
     "AcpClientError",
+    "AcpSession",
     "PermissionAsk",
     "PromptResult",
     "open_client",
@@ -192,7 +192,7 @@ class AcpClient:
     _service_scopes: set[anyio.CancelScope] = field(default_factory=set)
     agent_capabilities: dict[str, Any] | None = None
     _initialized: bool = False
-    _sessions: dict[str, "AcpSession"] = field(default_factory=dict)
+    _sessions: dict[str, AcpSession] = field(default_factory=dict)
 
     def _start_service(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run ``fn`` in the client's task group, shielded from the caller's cancellation
@@ -314,7 +314,7 @@ class AcpClient:
 
     async def new_session(
         self, cwd: str | None = None, *, on_permission: PermissionPolicy | None = None, timeout: float | None = 30.0
-    ) -> "AcpSession":
+    ) -> AcpSession:
         """Open one more session on this connection (``initialize`` first, once)."""
         await self.initialize(timeout=timeout)
         where = os.path.abspath(cwd or self.cwd)
@@ -388,10 +388,8 @@ class AcpClient:
         if self.session_id is None or self.peer.closed or self._cancel_sent:
             return
         self._cancel_sent = True
-        try:
+        with suppress(TransportClosed, OSError):
             await self.peer.notify("session/cancel", {"sessionId": self.session_id})
-        except (TransportClosed, OSError):
-            pass
 
     # ------------------------------------------------------------------ inbound
 
@@ -462,10 +460,8 @@ class AcpClient:
                 while self._stderr_size > self.stderr_limit and len(self.stderr_tail) > 1:
                     self._stderr_size -= len(self.stderr_tail.popleft())
                 if self.on_stderr is not None:
-                    try:
+                    with suppress(Exception):
                         self.on_stderr(chunk)
-                    except Exception:
-                        pass
         finally:
             reader.close()
 
@@ -574,10 +570,8 @@ class AcpSession:
         if self.client.peer.closed or self._cancel_sent or self.closed:
             return
         self._cancel_sent = True
-        try:
+        with suppress(TransportClosed, OSError):
             await self.client.peer.notify("session/cancel", {"sessionId": self.session_id})
-        except (TransportClosed, OSError):
-            pass
 
     async def close(self, *, timeout: float | None = 10.0) -> bool:
         """Forget the session; send ``session/close`` first when the agent advertised it.

@@ -10,6 +10,7 @@ waits for a reader that stopped reading).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -56,10 +57,8 @@ class FdReader(anyio.abc.ByteReceiveStream):
         fd, self.fd = self.fd, -1
         if fd < 0:
             return
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
 
     async def aclose(self) -> None:
         self.close()
@@ -119,10 +118,8 @@ class FdWriter(anyio.abc.ByteSendStream):
         fd, self.fd = self.fd, -1
         if fd < 0:
             return
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
 
     async def aclose(self) -> None:
         self.close()

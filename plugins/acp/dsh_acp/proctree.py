@@ -10,6 +10,7 @@ signalled.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -131,15 +132,11 @@ class ProcessTree:
 
     def signal(self, tracked: Mapping[int, int], sig: int) -> None:
         """``sig`` to the leader's group and to every tracked process still alive."""
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
         for pid in still_alive(tracked):
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def kill_now(self) -> None:
         """SIGKILL the whole tree at once (escalates a shutdown in progress)."""

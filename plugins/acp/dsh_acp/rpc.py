@@ -14,6 +14,7 @@ without the -32700 Parse error that JSON-RPC 2.0 prescribes (ACP-1, docs/acp-con
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -105,7 +106,7 @@ class Dispatcher:
     ``$/cancel_request`` naming an open inbound request (started or not); it returns True when
     it took care of the cancel, else the handler's scope is cancelled (answered ``-32800``)."""
 
-    __slots__ = ("_requests", "_notifications", "gate", "on_cancel_request")
+    __slots__ = ("_notifications", "_requests", "gate", "on_cancel_request")
 
     def __init__(
         self,
@@ -151,7 +152,7 @@ _EOF_ERRORS = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourc
 
 
 class _Pending:
-    __slots__ = ("done", "result", "error")
+    __slots__ = ("done", "error", "result")
 
     def __init__(self) -> None:
         self.done = anyio.Event()
@@ -165,7 +166,7 @@ class Inbound:
     ``seq`` is its place in the one ordered stream of frames read; ``cancel_requested`` is set
     by a ``$/cancel_request`` read after it, whether or not its handler has started."""
 
-    __slots__ = ("seq", "method", "scope", "cancel_requested")
+    __slots__ = ("cancel_requested", "method", "scope", "seq")
 
     def __init__(self, seq: int, method: str) -> None:
         self.seq = seq
@@ -352,10 +353,8 @@ class Peer:
         except BaseException:
             if self._pending.pop(rid, None) is not None and not self.closed:
                 with anyio.CancelScope(shield=True):
-                    try:
+                    with contextlib.suppress(Exception):
                         await self.notify("$/cancel_request", {"requestId": rid})
-                    except Exception:
-                        pass
             raise
         self._pending.pop(rid, None)
         if pending.error is not None:
@@ -466,10 +465,8 @@ class Peer:
         await self._safe_write(ErrorResponse(id=rid, error=error_with_details(code, message, data, details)))
 
     async def _safe_write(self, message: Any) -> None:
-        try:
+        with contextlib.suppress(TransportClosed):
             await self.write(message)
-        except TransportClosed:
-            pass
 
     async def _frame(self, line: bytes) -> None:
         if line.endswith(b"\r"):
@@ -483,10 +480,31 @@ class Peer:
             warn(f"{self.name}: a frame could not be handled: {exc!r}")
 
     async def _dispatch(self, line: bytes) -> None:
+        decoded = await self._decode(line)
+        if decoded is None:
+            return
+        frame, bad_utf8 = decoded
+        has_id = frame.id is not msgspec.UNSET
+        id_ok = has_id and _valid_id(frame.id)
+        reply_id = frame.id if id_ok else None
+        if self._took_response(frame, has_id, id_ok, bad_utf8):
+            return
+        if frame.jsonrpc != "2.0":
+            await self._error(reply_id, INVALID_REQUEST, 'Invalid request: jsonrpc must be "2.0"')
+            return
+        if frame.method is not msgspec.UNSET:
+            await self._incoming(frame, has_id, id_ok, reply_id, bad_utf8)
+            return
+        await self._error(reply_id, INVALID_REQUEST, "Invalid request",
+                          details="not a request, a notification or a response")
+
+    async def _decode(self, line: bytes) -> tuple[Frame, bool] | None:
+        """The line's frame and whether the line was invalid UTF-8; None once the line has been
+        answered with an error (too deep, not an object, not JSON)."""
         if nesting_depth_exceeds(line):
             await self._error(None, INVALID_REQUEST, f"Invalid request: nested deeper than {MAX_DEPTH} levels",
                               {"maxDepth": MAX_DEPTH})
-            return
+            return None
         bad_utf8 = False
         if not line.isascii():
             try:
@@ -495,66 +513,64 @@ class Peer:
                 bad_utf8 = True  # not JSON; decoded leniently only to answer the right id
                 line = line.decode("utf-8", "replace").encode("utf-8")
         try:
-            frame = _FRAME.decode(line)
+            return _FRAME.decode(line), bad_utf8
         except msgspec.ValidationError:  # valid JSON, wrong shape (array, scalar) or out-of-range numbers
             await self._error(None, INVALID_REQUEST, "Invalid request", details="a frame must be one JSON-RPC 2.0 object")
-            return
+            return None
         except msgspec.DecodeError:
             fixed = _lone_surrogates_replaced(line) if b"\\u" in line else None
             try:
                 if fixed is None:
                     raise
-                frame = _FRAME.decode(fixed)  # lone surrogates (legal JSON) are carried as U+FFFD
+                return _FRAME.decode(fixed), bad_utf8  # lone surrogates (legal JSON) are carried as U+FFFD
             except msgspec.ValidationError:
                 await self._error(None, INVALID_REQUEST, "Invalid request",
                                   details="a frame must be one JSON-RPC 2.0 object")
-                return
+                return None
             except msgspec.DecodeError:
                 await self._error(None, PARSE_ERROR, "Parse error", details="the line is not valid JSON")
-                return
-        has_id = frame.id is not msgspec.UNSET
-        id_ok = has_id and _valid_id(frame.id)
-        reply_id = frame.id if id_ok else None
+                return None
+
+    def _took_response(self, frame: Frame, has_id: bool, id_ok: bool, bad_utf8: bool) -> bool:
+        """True when ``frame`` answers a request of ours: it settles the request, or (a later
+        answer to a request already settled, in any shape) is only a debug note."""
         is_response = (
             frame.method is msgspec.UNSET and has_id
             and (frame.result is not msgspec.UNSET or frame.error is not msgspec.UNSET)
         )
-        if is_response:
-            pending = self._pending.pop(frame.id, None) if id_ok else None
-            if pending is not None:  # the first response settles the request; later ones find nothing
-                self._settle(pending, frame, bad_utf8)
-                return
-            if id_ok and (frame.jsonrpc == "2.0" or self._issued(frame.id)):
-                # a later answer to a request already settled, in any shape, is only a debug note
-                debug(f"{self.name}: dropped a response to unknown or settled request id {frame.id!r}")
-                return
-        if frame.jsonrpc != "2.0":
-            await self._error(reply_id, INVALID_REQUEST, 'Invalid request: jsonrpc must be "2.0"')
+        if not is_response:
+            return False
+        pending = self._pending.pop(frame.id, None) if id_ok else None
+        if pending is not None:  # the first response settles the request; later ones find nothing
+            self._settle(pending, frame, bad_utf8)
+            return True
+        if id_ok and (frame.jsonrpc == "2.0" or self._issued(frame.id)):
+            debug(f"{self.name}: dropped a response to unknown or settled request id {frame.id!r}")
+            return True
+        return False
+
+    async def _incoming(self, frame: Frame, has_id: bool, id_ok: bool, reply_id: RequestId, bad_utf8: bool) -> None:
+        """A request (its handler started now, in order) or a notification from the other side."""
+        if not isinstance(frame.method, str) or (has_id and not id_ok):
+            await self._error(reply_id, INVALID_REQUEST, "Invalid request",
+                              details="method must be a string and id a string, an integer or null")
             return
-        if frame.method is not msgspec.UNSET:
-            if not isinstance(frame.method, str) or (has_id and not id_ok):
-                await self._error(reply_id, INVALID_REQUEST, "Invalid request",
-                                  details="method must be a string and id a string, an integer or null")
-                return
-            params = frame.params if frame.params is not msgspec.UNSET else None
-            if not has_id:
-                if not bad_utf8:
-                    await self._notification(frame.method, params)
-                return
-            if bad_utf8:
-                await self._error(frame.id, INVALID_PARAMS, "Invalid params: the frame is not valid UTF-8",
-                                  details="the frame is not valid UTF-8")
-                return
-            entry = Inbound(self.read_seq, frame.method)
-            self._inbound[frame.id] = entry  # registered now: a cancel read next applies to it
-            self._handlers += 1
-            if self._handlers == 1:
-                self._handlers_idle = anyio.Event()
-            assert self._tg is not None
-            self._tg.start_soon(self._handle, frame.id, frame.method, params, entry)
+        params = frame.params if frame.params is not msgspec.UNSET else None
+        if not has_id:
+            if not bad_utf8:
+                await self._notification(frame.method, params)
             return
-        await self._error(reply_id, INVALID_REQUEST, "Invalid request",
-                          details="not a request, a notification or a response")
+        if bad_utf8:
+            await self._error(frame.id, INVALID_PARAMS, "Invalid params: the frame is not valid UTF-8",
+                              details="the frame is not valid UTF-8")
+            return
+        entry = Inbound(self.read_seq, frame.method)
+        self._inbound[frame.id] = entry  # registered now: a cancel read next applies to it
+        self._handlers += 1
+        if self._handlers == 1:
+            self._handlers_idle = anyio.Event()
+        assert self._tg is not None
+        self._tg.start_soon(self._handle, frame.id, frame.method, params, entry)
 
     def _issued(self, rid: Any) -> bool:
         return type(rid) is int and 0 <= rid < self._next_id

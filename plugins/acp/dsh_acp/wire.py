@@ -12,7 +12,7 @@ required members); an agent that is not dsh may send more than that, so the clie
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -31,7 +31,7 @@ class _Out(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
 
 # --------------------------------------------------------------------------- JSON-RPC envelope
 
-RequestId = Union[int, str, None]
+RequestId = int | str | None
 
 
 class Frame(msgspec.Struct, kw_only=True):
@@ -43,8 +43,8 @@ class Frame(msgspec.Struct, kw_only=True):
     jsonrpc: Any = UNSET
     id: Any = UNSET
     method: Any = UNSET
-    params: Union[msgspec.Raw, UnsetType] = UNSET
-    result: Union[msgspec.Raw, UnsetType] = UNSET
+    params: msgspec.Raw | UnsetType = UNSET
+    result: msgspec.Raw | UnsetType = UNSET
     error: Any = UNSET
 
 
@@ -99,21 +99,21 @@ class PromptCapabilities(msgspec.Struct, rename="camel", kw_only=True):
 class SessionCapabilities(_Out):
     """Optional session methods: a member is sent (as ``{}``) only when the method is supported."""
 
-    close: Union[dict[str, Any], UnsetType] = UNSET
-    list: Union[dict[str, Any], UnsetType] = UNSET
-    resume: Union[dict[str, Any], UnsetType] = UNSET
-    delete: Union[dict[str, Any], UnsetType] = UNSET
+    close: dict[str, Any] | UnsetType = UNSET
+    list: dict[str, Any] | UnsetType = UNSET
+    resume: dict[str, Any] | UnsetType = UNSET
+    delete: dict[str, Any] | UnsetType = UNSET
 
 
 class AgentCapabilities(_Out):
     prompt_capabilities: PromptCapabilities
-    session_capabilities: Union[SessionCapabilities, UnsetType] = UNSET
+    session_capabilities: SessionCapabilities | UnsetType = UNSET
 
 
 class Implementation(_Out):
     name: str
     version: str
-    title: Union[str, UnsetType] = UNSET
+    title: str | UnsetType = UNSET
 
 
 class InitializeResult(_Out):
@@ -164,7 +164,7 @@ class ResourceIn(_In, tag="resource", tag_field="type"):
     resource: Any = None
 
 
-ContentIn = Union[TextIn, ImageIn, AudioIn, ResourceLinkIn, ResourceIn]
+ContentIn = TextIn | ImageIn | AudioIn | ResourceLinkIn | ResourceIn
 
 
 class PromptParams(_In):
@@ -199,17 +199,17 @@ class ListSessionsParams(_In):
 class SessionInfo(_Out):
     session_id: str
     cwd: str
-    title: Union[str, UnsetType] = UNSET
-    updated_at: Union[str, UnsetType] = UNSET
+    title: str | UnsetType = UNSET
+    updated_at: str | UnsetType = UNSET
 
 
 class ListSessionsResult(_Out):
     sessions: list[SessionInfo]
-    next_cursor: Union[str, UnsetType] = UNSET
+    next_cursor: str | UnsetType = UNSET
 
 
 class CancelRequestParams(_In):
-    request_id: Union[int, str, None]
+    request_id: int | str | None
 
 
 StopReason = Literal["end_turn", "cancelled", "max_turn_requests"]
@@ -218,7 +218,7 @@ StopReason = Literal["end_turn", "cancelled", "max_turn_requests"]
 
 class PromptResult(_Out):
     stop_reason: str  # a StopReason from the door; any string from another agent
-    meta: Union[dict[str, Any], UnsetType] = msgspec.field(default=UNSET, name="_meta")
+    meta: dict[str, Any] | UnsetType = msgspec.field(default=UNSET, name="_meta")
 
 
 # --------------------------------------------------------------------------- agent → client
@@ -234,8 +234,8 @@ class ImageOut(_Out, tag="image", tag_field="type"):
 
 
 class MessageChunk(_Out, tag="agent_message_chunk", tag_field="sessionUpdate"):
-    content: Union[TextOut, ImageOut]
-    message_id: Union[str, UnsetType] = UNSET  # chunks of one assistant message share it
+    content: TextOut | ImageOut
+    message_id: str | UnsetType = UNSET  # chunks of one assistant message share it
 
 
 class UsageUpdate(_Out, tag="usage_update", tag_field="sessionUpdate"):
@@ -245,7 +245,7 @@ class UsageUpdate(_Out, tag="usage_update", tag_field="sessionUpdate"):
 
 class SessionNotification(_Out):
     session_id: str
-    update: Union[MessageChunk, UsageUpdate]
+    update: MessageChunk | UsageUpdate
 
 
 TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"})
@@ -255,8 +255,8 @@ class PermissionToolCall(_Out):
     """``toolCall`` of a permission request (ACP's ToolCallUpdate): what a person judges."""
 
     tool_call_id: str
-    kind: Union[str, UnsetType] = UNSET
-    title: Union[str, UnsetType] = UNSET
+    kind: str | UnsetType = UNSET
+    title: str | UnsetType = UNSET
     raw_input: Any = UNSET
 
 

@@ -82,7 +82,7 @@ def adder() -> Dispatcher:
 
 
 async def test_a_request_gets_its_answer():
-    async with pair(adder()) as (c, s, c_out, s_out):
+    async with pair(adder()) as (c, _s, _c_out, s_out):
         assert msgspec.json.decode(await c.request("add", {"a": 2, "b": 3})) == 5
         assert msgspec.json.decode(await c.request("add", {"a": -1, "b": 1})) == 0
     assert s_out.frames() == [
@@ -101,7 +101,7 @@ async def test_concurrent_requests_are_matched_by_id():
 
     d.on_request("echo", slow_echo)
     results: dict[int, Any] = {}
-    async with pair(d) as (c, s, c_out, s_out):
+    async with pair(d) as (c, _s, _c_out, s_out):
 
         async def ask(n: int) -> None:
             results[n] = msgspec.json.decode(await c.request("echo", n))
@@ -121,7 +121,7 @@ async def test_a_notification_reaches_its_handler_and_is_never_answered():
         got.append(decode_params(params, CancelParams).session_id)
 
     d.on_notification("session/cancel", on_note)
-    async with pair(d) as (c, s, c_out, s_out):
+    async with pair(d) as (c, _s, _c_out, s_out):
         await c.notify("session/cancel", {"sessionId": "s1"})
         await c.notify("no/such/notification", {})
         await c.notify("session/cancel", {"no": "sessionId"})  # its handler fails: only a warning
@@ -144,7 +144,7 @@ async def test_errors_unknown_method_invalid_params_gate_and_handler_failure():
             raise RpcFailure(INVALID_REQUEST, "Invalid request: closed", details="the door is closed")
 
     d.gate = gate
-    async with pair(d) as (c, s, c_out, s_out):
+    async with pair(d) as (c, _s, _c_out, _s_out):
         with pytest.raises(RpcFailure) as err:
             await c.request("nope", {})
         assert err.value.code == METHOD_NOT_FOUND
@@ -163,7 +163,7 @@ async def test_errors_unknown_method_invalid_params_gate_and_handler_failure():
 
 async def test_a_malformed_line_is_a_parse_error_and_the_peer_keeps_serving():
     c2s_send, c2s_recv = anyio.create_memory_object_stream[bytes](100)
-    s2c_send, s2c_recv = anyio.create_memory_object_stream[bytes](100)
+    s2c_send, _s2c_recv = anyio.create_memory_object_stream[bytes](100)
     out = Tap(s2c_send)
     s = Peer(c2s_recv, out, adder(), name="server")
     async with anyio.create_task_group() as tg:
@@ -196,7 +196,7 @@ async def test_a_cancelled_request_cancels_the_handler_which_answers_request_can
             finished.set()
 
     d.on_request("hang", hang)
-    async with pair(d) as (c, s, c_out, s_out):
+    async with pair(d) as (c, _s, c_out, s_out):
         with anyio.move_on_after(5) as scope:
             async with anyio.create_task_group() as tg:
 
@@ -233,7 +233,7 @@ async def test_the_dispatcher_may_take_over_a_cancel_request():
 
     d.on_request("work", work)
     d.on_cancel_request = on_cancel_request
-    async with pair(d) as (c, s, c_out, s_out):
+    async with pair(d) as (_c, _s, c_out, s_out):
         await c_out.send(b'{"jsonrpc":"2.0","id":"w","method":"work","params":{}}\n')
         await c_out.send(b'{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":"w"}}\n')
         with anyio.fail_after(5):

@@ -21,7 +21,7 @@ from ._provider import PROVIDER, DeepSeekProvider
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Host, ModelProvider
 
-__all__ = ["CATALOGUE", "DeepSeekProvider", "ModelCard", "PLUGIN", "PROVIDER", "Settings", "parse_settings"]
+__all__ = ["CATALOGUE", "PLUGIN", "PROVIDER", "DeepSeekProvider", "ModelCard", "Settings", "parse_settings"]
 
 # dsh_configure and dsh_register_models run back to back inside one Host's constructor;
 # this carries the validated settings (and the host, for its attachment store) across.
@@ -29,20 +29,20 @@ _pending: dict[str, Any] = {}
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     _pending["settings"] = parse_settings(config.get(PLUGIN))
     _pending["host"] = host
 
 
 @hookimpl
-def dsh_register_models(register: Callable[["ModelProvider"], None]) -> None:
+def dsh_register_models(register: Callable[[ModelProvider], None]) -> None:
     settings = _pending.pop("settings", None) or Settings()
     host = _pending.pop("host", None)
     register(DeepSeekProvider(settings, host=host))
 
 
 @hookimpl
-def dsh_lifespan(host: "Host") -> Any:
+def dsh_lifespan(host: Host) -> Any:
     provider = host.models.get(PROVIDER)
     if not isinstance(provider, DeepSeekProvider):
         return None
@@ -58,7 +58,7 @@ def dsh_lifespan(host: "Host") -> Any:
 
 
 @hookimpl
-def dsh_register_doctor_checks(register: Callable[[Any], None], host: "Host") -> None:
+def dsh_register_doctor_checks(register: Callable[[Any], None], host: Host) -> None:
     from ._doctor import key_check
 
     register(key_check(host))

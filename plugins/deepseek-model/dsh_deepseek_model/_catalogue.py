@@ -24,7 +24,7 @@ class ModelCard:
     thinking: bool = True
     image_input: bool = False
 
-    def with_overrides(self, overrides: dict[str, object]) -> "ModelCard":
+    def with_overrides(self, overrides: dict[str, object]) -> ModelCard:
         return replace(self, **overrides)  # type: ignore[arg-type]
 
 

@@ -77,17 +77,9 @@ def parse_settings(table: Mapping[str, Any] | None) -> Settings:
         raise ConfigError(f"{_where(unknown[0])}: unknown key; known keys: {', '.join(sorted(known))}")
     kw: dict[str, Any] = {}
     if "base-url" in table:
-        url = table["base-url"]
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ConfigError(f"{_where('base-url')} must be an http(s) URL, not {url!r}")
-        kw["base_url"] = url
+        kw["base_url"] = _base_url(table["base-url"])
     if "reasoning-effort" in table:
-        effort = table["reasoning-effort"]
-        if effort is False:
-            effort = "off"
-        if effort not in EFFORTS:
-            raise ConfigError(f"{_where('reasoning-effort')} must be one of {', '.join(EFFORTS)}, not {effort!r}")
-        kw["reasoning_effort"] = effort
+        kw["reasoning_effort"] = _effort(table["reasoning-effort"])
     if "max-tokens" in table:
         kw["max_tokens"] = _number(table, "max-tokens", int)
     for key in ("connect-timeout", "first-event-timeout", "idle-timeout", "deadline"):
@@ -98,41 +90,64 @@ def parse_settings(table: Mapping[str, Any] | None) -> Settings:
             raise ConfigError(f"{_where('dotenv')} must be true or false")
         kw["dotenv"] = table["dotenv"]
     if "retry" in table:
-        retry = table["retry"]
-        if not isinstance(retry, Mapping):
-            raise ConfigError(f"{_where('retry')} must be a table with {', '.join(_RETRY_KEYS)}")
-        fields: dict[str, Any] = {}
-        for key in retry:
-            if key not in _RETRY_KEYS:
-                raise ConfigError(f"{_where('retry.' + key)}: unknown key; known: {', '.join(_RETRY_KEYS)}")
-            name, kind = _RETRY_KEYS[key]
-            fields[name] = _number(retry, key, kind, strict=False)
-        policy = RetryPolicy(**{**_policy_dict(Settings().retry), **fields})
-        if policy.jitter >= 1:
-            raise ConfigError(f"{_where('retry.jitter')} must be below 1 (a fraction of the delay)")
-        kw["retry"] = policy
+        kw["retry"] = _retry(table["retry"])
     if "models" in table:
-        models = table["models"]
-        if not isinstance(models, Mapping):
-            raise ConfigError(f"{_where('models')} must be a table of model id → capability table")
-        parsed: dict[str, dict[str, Any]] = {}
-        for model, caps in models.items():
-            if not isinstance(caps, Mapping):
-                raise ConfigError(f"{_where('models.' + model)} must be a table")
-            out: dict[str, Any] = {}
-            for key, value in caps.items():
-                if key not in _MODEL_KEYS:
-                    raise ConfigError(f"{_where(f'models.{model}.{key}')}: unknown key; known: {', '.join(_MODEL_KEYS)}")
-                name, kind = _MODEL_KEYS[key]
-                if kind is bool:
-                    if not isinstance(value, bool):
-                        raise ConfigError(f"{_where(f'models.{model}.{key}')} must be true or false")
-                    out[name] = value
-                else:
-                    out[name] = _number(caps, key, int)
-            parsed[model] = out
-        kw["models"] = parsed
+        kw["models"] = _models(table["models"])
     return Settings(**kw)
+
+
+def _base_url(url: Any) -> str:
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{_where('base-url')} must be an http(s) URL, not {url!r}")
+    return url
+
+
+def _effort(effort: Any) -> str:
+    if effort is False:
+        effort = "off"
+    if effort not in EFFORTS:
+        raise ConfigError(f"{_where('reasoning-effort')} must be one of {', '.join(EFFORTS)}, not {effort!r}")
+    return str(effort)
+
+
+def _retry(retry: Any) -> RetryPolicy:
+    """The ``retry`` table over the default policy."""
+    if not isinstance(retry, Mapping):
+        raise ConfigError(f"{_where('retry')} must be a table with {', '.join(_RETRY_KEYS)}")
+    fields: dict[str, Any] = {}
+    for key in retry:
+        if key not in _RETRY_KEYS:
+            raise ConfigError(f"{_where('retry.' + key)}: unknown key; known: {', '.join(_RETRY_KEYS)}")
+        name, kind = _RETRY_KEYS[key]
+        fields[name] = _number(retry, key, kind, strict=False)
+    policy = RetryPolicy(**{**_policy_dict(Settings().retry), **fields})
+    if policy.jitter >= 1:
+        raise ConfigError(f"{_where('retry.jitter')} must be below 1 (a fraction of the delay)")
+    return policy
+
+
+def _models(models: Any) -> dict[str, dict[str, Any]]:
+    """The ``models`` table: model id → capability overrides."""
+    if not isinstance(models, Mapping):
+        raise ConfigError(f"{_where('models')} must be a table of model id → capability table")
+    return {model: _capabilities(model, caps) for model, caps in models.items()}
+
+
+def _capabilities(model: str, caps: Any) -> dict[str, Any]:
+    if not isinstance(caps, Mapping):
+        raise ConfigError(f"{_where('models.' + model)} must be a table")
+    out: dict[str, Any] = {}
+    for key, value in caps.items():
+        if key not in _MODEL_KEYS:
+            raise ConfigError(f"{_where(f'models.{model}.{key}')}: unknown key; known: {', '.join(_MODEL_KEYS)}")
+        name, kind = _MODEL_KEYS[key]
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{_where(f'models.{model}.{key}')} must be true or false")
+            out[name] = value
+        else:
+            out[name] = _number(caps, key, int)
+    return out
 
 
 def _policy_dict(policy: RetryPolicy) -> dict[str, Any]:

@@ -19,7 +19,7 @@ class KeyCheck:
         self.settings = settings
         self.route = (route_provider, route_model)
 
-    async def run(self) -> "Finding":
+    async def run(self) -> Finding:
         from dsh_core.doctor import Finding
 
         endpoint = self.settings.endpoint()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,7 +84,7 @@ def _chunk_deltas(chunk: Any, call: _Call) -> list[ModelDelta]:
     if not isinstance(chunk, dict):
         raise ModelError(f"deepseek: malformed stream event from model {call.model}: not a JSON object",
                          code="MALFORMED_RESPONSE", retryable=True)
-    if "error" in chunk and chunk["error"]:
+    if chunk.get("error"):
         err = chunk["error"]
         text = err.get("message") if isinstance(err, dict) else str(err)
         raise ModelError(f"deepseek: error inside the stream from model {call.model}: {text}",
@@ -133,7 +133,7 @@ class DeepSeekProvider:
         self,
         settings: Settings | None = None,
         *,
-        host: "Host | None" = None,
+        host: Host | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.settings = settings or Settings()
@@ -220,10 +220,8 @@ class DeepSeekProvider:
             )
         return await store.read_image(block)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta]:
-        s = self.settings
-        model = request.route.model
-        key = find_api_key(dotenv=s.dotenv)
+    def _api_key(self) -> str:
+        key = find_api_key(dotenv=self.settings.dotenv)
         if not key:
             raise self._missing_key()
         if not _HEADER_SAFE.fullmatch(key):  # httpx would fail it deep in the send, as a crash or a retried transport error
@@ -232,9 +230,12 @@ class DeepSeekProvider:
                 f"characters); set {KEY_ENV} to the key alone",
                 code="INVALID_CREDENTIAL",
             )
+        return key
+
+    async def _http_request(self, request: ModelRequest, key: str) -> httpx.Request:
+        s = self.settings
         body = await build_body(request, effort=s.reasoning_effort, max_tokens=s.max_tokens, read_image=self._read_image)
-        client = self.client()
-        http_request = client.build_request(
+        return self.client().build_request(
             "POST",
             s.endpoint() + "/chat/completions",
             content=dumps(body),
@@ -244,78 +245,39 @@ class DeepSeekProvider:
                 "Accept": "text/event-stream",
             },
         )
-        start = anyio.current_time()
-        overall = start + s.deadline
-        data_deadline = start + s.first_event_timeout
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelDelta, None]:
+        s = self.settings
+        model = request.route.model
+        key = self._api_key()
+        http_request = await self._http_request(request, key)
+        client = self.client()
         call = _Call(model=model)
+        clock = _Clock.starting(s, call)
         response: httpx.Response | None = None
-
-        def timed_out(now: float) -> ModelError:
-            if now >= overall:
-                what = f"the overall deadline of {s.deadline:g}s passed"
-            elif call.events == 0:
-                what = f"no data within {s.first_event_timeout:g}s (keep-alives do not count)"
-            else:
-                what = f"the stream was idle for {s.idle_timeout:g}s (keep-alives do not count)"
-            return ModelError(f"deepseek: timeout from model {model}: {what}", code="TIMEOUT", retryable=True)
-
         try:
             try:
-                with anyio.move_on_after(min(overall, data_deadline) - start) as scope:
+                with anyio.move_on_after(clock.limit() - clock.start) as scope:
                     response = await client.send(http_request, stream=True)
                 if scope.cancelled_caught or response is None:
-                    raise timed_out(anyio.current_time())
-                if response.status_code != 200:
-                    raw = b""
-                    with anyio.move_on_after(max(0.0, min(overall - anyio.current_time(), s.idle_timeout))):
-                        async for piece in response.aiter_bytes():
-                            raw += piece
-                            if len(raw) > MAX_ERROR_BODY:
-                                break
-                    raise http_error(response.status_code, raw, response.headers, model=model, secret=key)
-                ctype = response.headers.get("content-type", "")
-                if "text/event-stream" not in ctype:
-                    raise ModelError(
-                        f"deepseek: HTTP 200 from model {model} with content-type {ctype!r}, not an event stream",
-                        code="MALFORMED_RESPONSE",
-                        retryable=True,
-                        status=200,
-                    )
+                    raise clock.timed_out(anyio.current_time())
+                await _check_response(response, clock, key)
                 parser = SSEParser()
                 chunks = response.aiter_bytes().__aiter__()
                 done = False
                 while not done:
-                    now = anyio.current_time()
-                    limit = min(overall, data_deadline)
-                    if now >= limit:
-                        raise timed_out(now)
-                    chunk: bytes | None = None
-                    with anyio.move_on_after(limit - now) as scope:
-                        try:
-                            chunk = await chunks.__anext__()
-                        except StopAsyncIteration:
-                            chunk = None
-                    if scope.cancelled_caught:
-                        raise timed_out(anyio.current_time())
+                    chunk = await clock.next_chunk(chunks)
                     items = parser.feed(chunk) if chunk is not None else parser.close()
                     for item in items:
                         if item is KEEP_ALIVE:
                             continue
                         data = item.data  # type: ignore[union-attr]
                         call.events += 1
-                        data_deadline = anyio.current_time() + s.idle_timeout
+                        clock.data = anyio.current_time() + s.idle_timeout
                         if data.strip() == "[DONE]":
                             done = True
                             break
-                        try:
-                            parsed = json.loads(data)
-                        except ValueError:
-                            raise ModelError(
-                                f"deepseek: malformed stream event from model {model}: {redact(data[:200], key)!r}",
-                                code="MALFORMED_RESPONSE",
-                                retryable=True,
-                            ) from None
-                        for delta in _chunk_deltas(parsed, call):
+                        for delta in _chunk_deltas(_parse_event(data, model, key), call):
                             yield delta
                     if chunk is None and not done:
                         raise ModelError(
@@ -332,22 +294,106 @@ class DeepSeekProvider:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
                     await response.aclose()
         # [DONE] seen: judge the answer as a whole.
-        reason = call.finish
-        if reason is None:
-            raise ModelError(f"deepseek: the stream from model {model} ended without a finish_reason",
-                             code="MALFORMED_RESPONSE", retryable=True)
-        if reason == "insufficient_system_resource":
-            raise ModelError(f"deepseek: model {model} stopped with insufficient_system_resource "
-                             "(inference interrupted by lack of capacity)", code="SERVER", retryable=True)
-        if reason == "content_filter":
-            raise ModelError(f"deepseek: model {model} stopped the answer: content_filter", code="CONTENT_FILTER")
-        mapped = _FINISH.get(reason)
-        if mapped is None:
-            raise ModelError(f"deepseek: model {model} returned an unknown finish_reason {reason!r}",
-                             code="MALFORMED_RESPONSE")
-        if mapped != "max-tokens" and not call.text and not call.tools:
-            raise ModelError(f"deepseek: model {model} returned an empty answer (finish_reason {reason!r}, "
-                             "no text and no tool calls)", code="EMPTY_RESPONSE", retryable=True)
+        mapped = _judge(call)
         if call.usage is not None:
             yield UsageDelta(usage=usage_from(call.usage))
         yield Finish(reason=mapped)  # type: ignore[arg-type]
+
+
+@dataclass
+class _Clock:
+    """The deadlines of one streamed call: overall, and the next data event's (the first within
+    ``first-event-timeout``, each later one within ``idle-timeout``; keep-alives do not count)."""
+
+    settings: Settings
+    call: _Call
+    start: float
+    overall: float
+    data: float  # the next data event is due by then
+
+    @classmethod
+    def starting(cls, settings: Settings, call: _Call) -> _Clock:
+        start = anyio.current_time()
+        return cls(settings, call, start, start + settings.deadline, start + settings.first_event_timeout)
+
+    def limit(self) -> float:
+        return min(self.overall, self.data)
+
+    def timed_out(self, now: float) -> ModelError:
+        s = self.settings
+        if now >= self.overall:
+            what = f"the overall deadline of {s.deadline:g}s passed"
+        elif self.call.events == 0:
+            what = f"no data within {s.first_event_timeout:g}s (keep-alives do not count)"
+        else:
+            what = f"the stream was idle for {s.idle_timeout:g}s (keep-alives do not count)"
+        return ModelError(f"deepseek: timeout from model {self.call.model}: {what}", code="TIMEOUT", retryable=True)
+
+    async def next_chunk(self, chunks: AsyncIterator[bytes]) -> bytes | None:
+        """The next piece of the body, None at its end; a timeout error when it is due and absent."""
+        now = anyio.current_time()
+        limit = self.limit()
+        if now >= limit:
+            raise self.timed_out(now)
+        chunk: bytes | None = None
+        with anyio.move_on_after(limit - now) as scope:
+            try:
+                chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                chunk = None
+        if scope.cancelled_caught:
+            raise self.timed_out(anyio.current_time())
+        return chunk
+
+
+async def _check_response(response: httpx.Response, clock: _Clock, key: str) -> None:
+    """An error for anything but an HTTP 200 event stream (the error body read, bounded)."""
+    model = clock.call.model
+    if response.status_code != 200:
+        raw = b""
+        with anyio.move_on_after(max(0.0, min(clock.overall - anyio.current_time(), clock.settings.idle_timeout))):
+            async for piece in response.aiter_bytes():
+                raw += piece
+                if len(raw) > MAX_ERROR_BODY:
+                    break
+        raise http_error(response.status_code, raw, response.headers, model=model, secret=key)
+    ctype = response.headers.get("content-type", "")
+    if "text/event-stream" not in ctype:
+        raise ModelError(
+            f"deepseek: HTTP 200 from model {model} with content-type {ctype!r}, not an event stream",
+            code="MALFORMED_RESPONSE",
+            retryable=True,
+            status=200,
+        )
+
+
+def _parse_event(data: str, model: str, key: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise ModelError(
+            f"deepseek: malformed stream event from model {model}: {redact(data[:200], key)!r}",
+            code="MALFORMED_RESPONSE",
+            retryable=True,
+        ) from None
+
+
+def _judge(call: _Call) -> str:
+    """The answer as a whole, once [DONE] was seen: its finish reason in dsh's terms, or the error."""
+    model, reason = call.model, call.finish
+    if reason is None:
+        raise ModelError(f"deepseek: the stream from model {model} ended without a finish_reason",
+                         code="MALFORMED_RESPONSE", retryable=True)
+    if reason == "insufficient_system_resource":
+        raise ModelError(f"deepseek: model {model} stopped with insufficient_system_resource "
+                         "(inference interrupted by lack of capacity)", code="SERVER", retryable=True)
+    if reason == "content_filter":
+        raise ModelError(f"deepseek: model {model} stopped the answer: content_filter", code="CONTENT_FILTER")
+    mapped = _FINISH.get(reason)
+    if mapped is None:
+        raise ModelError(f"deepseek: model {model} returned an unknown finish_reason {reason!r}",
+                         code="MALFORMED_RESPONSE")
+    if mapped != "max-tokens" and not call.text and not call.tools:
+        raise ModelError(f"deepseek: model {model} returned an empty answer (finish_reason {reason!r}, "
+                         "no text and no tool calls)", code="EMPTY_RESPONSE", retryable=True)
+    return mapped

@@ -285,26 +285,8 @@ class FakeDeepSeek:
     # -- validation (first match wins) -------------------------------------
 
     def validate(self, body: Any) -> tuple[bool, list[bytes]]:
-        def deser(where: str, what: str) -> _Reject:
-            return _Reject(422, f"Failed to deserialize the JSON body into the target type: {where}: {what} at line 1 column 1")
-
-        if not isinstance(body, dict):
-            raise deser("", "invalid type: expected struct ChatCompletionRequest")
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise deser("messages", "invalid length 0, expected at least one message")
-        if not isinstance(body.get("model"), str):
-            raise deser("model", "missing field `model`")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or m.get("role") not in {"system", "user", "assistant", "tool"}:
-                raise deser(f"messages[{i}]", "unknown variant, expected one of `system`, `user`, `assistant`, `tool`")
-            role, content = m["role"], m.get("content", ...)
-            if role in ("system", "tool", "user") and content is ...:
-                raise deser(f"messages[{i}]", "missing field `content`")
-            if role in ("system", "tool", "assistant") and isinstance(content, list):
-                raise deser(f"messages[{i}]", "invalid type: sequence, expected a string")
-            if role == "user" and not isinstance(content, (str, list)):
-                raise deser(f"messages[{i}]", "invalid type, expected a string or a sequence")
+        _check_shape(body)
+        messages = body["messages"]
         model = body["model"]
         if model not in MODELS:
             raise _Reject(400, "Model Not Exist")
@@ -316,22 +298,26 @@ class FakeDeepSeek:
         if thinking and (choice == "required" or isinstance(choice, dict)):
             raise _Reject(400, TOOL_CHOICE_400)
         if thinking:
-            spans = _tool_spans(messages)
-            for m, in_span in zip(messages, spans, strict=False):
-                if m["role"] != "assistant":
-                    continue
-                needs = bool(m.get("tool_calls")) or (self.strict_span and in_span)
-                if needs and not isinstance(m.get("reasoning_content"), str):
-                    raise _Reject(400, REASONING_400)
-        seen_calls: set[str] = set()
-        for m in messages:
-            if m["role"] == "assistant":
-                if m.get("content") is None and not m.get("tool_calls"):
-                    raise _Reject(400, "content or tool_calls must be set")
-                for c in m.get("tool_calls") or []:
-                    seen_calls.add(c.get("id"))
-            if m["role"] == "tool" and m.get("tool_call_id") not in seen_calls:
-                raise _Reject(400, f"tool_call_id {m.get('tool_call_id')!r} matches no earlier tool call")
+            self._check_reasoning(messages)
+        _check_tool_ids(messages)
+        prompt = self._check_length(body, thinking)
+        if not MODELS[model][1]:
+            _check_no_images(model, messages)
+        return thinking, prompt
+
+    def _check_reasoning(self, messages: list[dict[str, Any]]) -> None:
+        """Thinking mode: an assistant message with tool calls (or, strict, any in a tool span)
+        must carry its reasoning_content back."""
+        spans = _tool_spans(messages)
+        for m, in_span in zip(messages, spans, strict=False):
+            if m["role"] != "assistant":
+                continue
+            needs = bool(m.get("tool_calls")) or (self.strict_span and in_span)
+            if needs and not isinstance(m.get("reasoning_content"), str):
+                raise _Reject(400, REASONING_400)
+
+    def _check_length(self, body: dict[str, Any], thinking: bool) -> list[bytes]:
+        """The rendered prompt, once max_tokens is in range and prompt plus completion fit the window."""
         max_tokens = body.get("max_tokens", 8192 if not thinking else 65536)
         if not isinstance(max_tokens, int) or max_tokens < 1 or max_tokens > MAX_OUTPUT:
             raise _Reject(400, f"Invalid max_tokens value, the valid range of max_tokens is [1, {MAX_OUTPUT}]")
@@ -343,13 +329,7 @@ class FakeDeepSeek:
                 f"{len(prompt) + max_tokens} tokens ({len(prompt)} in the messages, {max_tokens} in the completion). "
                 "Please reduce the length of the messages or completion.",
             )
-        if not MODELS[model][1]:
-            for m in messages:
-                if isinstance(m.get("content"), list) and any(
-                    isinstance(p, dict) and p.get("type") in ("image_url", "file") for p in m["content"]
-                ):
-                    raise _Reject(400, f"Model {model} does not support image input")
-        return thinking, prompt
+        return prompt
 
     # -- cache accounting ----------------------------------------------------
 
@@ -371,6 +351,53 @@ class FakeDeepSeek:
         with self._lock:
             self._chat_index += 1
             return self.script.popleft() if self.script else Turn(content="ok")
+
+
+def _deser(where: str, what: str) -> _Reject:
+    return _Reject(422, f"Failed to deserialize the JSON body into the target type: {where}: {what} at line 1 column 1")
+
+
+def _check_shape(body: Any) -> None:
+    """The body deserializes into a chat request: an object, messages, a model, known roles and
+    content of the right type (422 otherwise)."""
+    if not isinstance(body, dict):
+        raise _deser("", "invalid type: expected struct ChatCompletionRequest")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _deser("messages", "invalid length 0, expected at least one message")
+    if not isinstance(body.get("model"), str):
+        raise _deser("model", "missing field `model`")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in {"system", "user", "assistant", "tool"}:
+            raise _deser(f"messages[{i}]", "unknown variant, expected one of `system`, `user`, `assistant`, `tool`")
+        role, content = m["role"], m.get("content", ...)
+        if role in ("system", "tool", "user") and content is ...:
+            raise _deser(f"messages[{i}]", "missing field `content`")
+        if role in ("system", "tool", "assistant") and isinstance(content, list):
+            raise _deser(f"messages[{i}]", "invalid type: sequence, expected a string")
+        if role == "user" and not isinstance(content, (str, list)):
+            raise _deser(f"messages[{i}]", "invalid type, expected a string or a sequence")
+
+
+def _check_tool_ids(messages: list[dict[str, Any]]) -> None:
+    """Assistant messages have content or tool calls; a tool message answers an earlier call."""
+    seen_calls: set[str] = set()
+    for m in messages:
+        if m["role"] == "assistant":
+            if m.get("content") is None and not m.get("tool_calls"):
+                raise _Reject(400, "content or tool_calls must be set")
+            for c in m.get("tool_calls") or []:
+                seen_calls.add(c.get("id"))
+        if m["role"] == "tool" and m.get("tool_call_id") not in seen_calls:
+            raise _Reject(400, f"tool_call_id {m.get('tool_call_id')!r} matches no earlier tool call")
+
+
+def _check_no_images(model: str, messages: list[dict[str, Any]]) -> None:
+    for m in messages:
+        if isinstance(m.get("content"), list) and any(
+            isinstance(p, dict) and p.get("type") in ("image_url", "file") for p in m["content"]
+        ):
+            raise _Reject(400, f"Model {model} does not support image input")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -596,55 +623,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _stream(self, rec: Recorded, item: Turn, body: dict[str, Any], thinking: bool, reasoning: str,
                 calls: list[tuple[str, str, str]], finish: str, usage: dict[str, Any] | None,
                 rng: random.Random) -> None:
-        fake = self.server_fake
         rid, created, model = str(uuid.uuid4()), int(time.time()), body["model"]
-        eol = self._eol
-
-        def chunk(delta: dict[str, Any] | None, finish_reason: str | None = None, usage_: Any = None,
-                  choices: bool = True) -> bytes:
-            payload = {
-                "id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                "system_fingerprint": "fp_fake_deepseek",
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}] if choices else [],
-                "usage": usage_,
-            }
-            return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + eol + eol
-
-        def pieces(text: str, lo: int, hi: int) -> list[str]:
-            out, i = [], 0
-            while i < len(text):
-                n = rng.randint(lo, hi)
-                out.append(text[i : i + n])
-                i += n
-            return out
-
-        events: list[bytes] = []
-        events.append(chunk({"role": "assistant", "content": None, "reasoning_content": ""} if thinking
-                            else {"role": "assistant", "content": ""}))
-        for p in pieces(reasoning, 1, 8):
-            events.append(chunk({"content": None, "reasoning_content": p}))
-        for p in pieces(item.content, 1, 8):
-            events.append(chunk({"content": p, "reasoning_content": None}))
-        text_events = len(events)
-        frags: list[list[dict[str, Any]]] = []
-        for i, (cid, name, args) in enumerate(calls):
-            seq = [{"index": i, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}]
-            seq += [{"index": i, "function": {"arguments": p}} for p in pieces(args, 1, 6)]
-            frags.append(seq)
-        if item.interleave:
-            while any(frags):
-                for seq in frags:
-                    if seq:
-                        events.append(chunk({"tool_calls": [seq.pop(0)]}))
-        else:
-            for seq in frags:
-                events.extend(chunk({"tool_calls": [f]}) for f in seq)
-        attached = usage if item.usage_mode in ("attached", "both") else None
-        events.append(chunk({"content": "", "reasoning_content": None}, finish, attached))
-        if usage is not None and item.usage_mode in ("trailing", "both"):
-            events.append(chunk(None, None, usage, choices=False))
-        events.append(b"data: [DONE]" + eol + eol)
-
+        chunker = _Chunker(rid, created, model, self._eol)
+        events, text_events = _stream_events(chunker, item, thinking, reasoning, calls, finish, usage, rng)
         rec.status = 200
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
@@ -655,24 +636,30 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         try:
-            self._keepalive_for(item.queue_s, rng)
-            for n, event in enumerate(events):
-                if item.close_after is not None and n >= item.close_after:
-                    self._close(item.close_mode)
-                    return
-                if item.malformed_after is not None and n == item.malformed_after:
-                    self._write_split(b'data: {"id": "broken' + eol + eol, rng)
-                if item.stall and n == text_events:
-                    while True:
-                        self._keepalive_for(fake.keepalive_every_s, rng)
-                self._write_split(event, rng)
-                rec.events_sent += 1
-                self._sleep(item.delay_per_event_s)
-            self.wfile.write(b"0\r\n\r\n")
-            rec.finished = True
+            self._send_events(rec, item, events, text_events, rng)
         except _Gone:
             rec.cancelled = True
             self.close_connection = True
+
+    def _send_events(self, rec: Recorded, item: Turn, events: list[bytes], text_events: int,
+                     rng: random.Random) -> None:
+        """The SSE body with the turn's faults: queueing keep-alives, a close, a malformed event, a stall."""
+        eol = self._eol
+        self._keepalive_for(item.queue_s, rng)
+        for n, event in enumerate(events):
+            if item.close_after is not None and n >= item.close_after:
+                self._close(item.close_mode)
+                return
+            if item.malformed_after is not None and n == item.malformed_after:
+                self._write_split(b'data: {"id": "broken' + eol + eol, rng)
+            if item.stall and n == text_events:
+                while True:
+                    self._keepalive_for(self.server_fake.keepalive_every_s, rng)
+            self._write_split(event, rng)
+            rec.events_sent += 1
+            self._sleep(item.delay_per_event_s)
+        self.wfile.write(b"0\r\n\r\n")
+        rec.finished = True
 
     def _close(self, mode: str) -> None:
         self.close_connection = True
@@ -681,6 +668,67 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.close()
         else:
             self.wfile.write(b"0\r\n\r\n")
+
+
+@dataclass
+class _Chunker:
+    """Frames one streamed answer's chunks as SSE events."""
+
+    rid: str
+    created: int
+    model: str
+    eol: bytes
+
+    def __call__(self, delta: dict[str, Any] | None, finish_reason: str | None = None, usage_: Any = None,
+                 choices: bool = True) -> bytes:
+        payload = {
+            "id": self.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+            "system_fingerprint": "fp_fake_deepseek",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}] if choices else [],
+            "usage": usage_,
+        }
+        return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + self.eol + self.eol
+
+
+def _pieces(text: str, lo: int, hi: int, rng: random.Random) -> list[str]:
+    out, i = [], 0
+    while i < len(text):
+        n = rng.randint(lo, hi)
+        out.append(text[i : i + n])
+        i += n
+    return out
+
+
+def _stream_events(chunk: _Chunker, item: Turn, thinking: bool, reasoning: str, calls: list[tuple[str, str, str]],
+                   finish: str, usage: dict[str, Any] | None, rng: random.Random) -> tuple[list[bytes], int]:
+    """The answer's SSE events, and how many of them carry the role, reasoning and text."""
+    events: list[bytes] = []
+    events.append(chunk({"role": "assistant", "content": None, "reasoning_content": ""} if thinking
+                        else {"role": "assistant", "content": ""}))
+    for p in _pieces(reasoning, 1, 8, rng):
+        events.append(chunk({"content": None, "reasoning_content": p}))
+    for p in _pieces(item.content, 1, 8, rng):
+        events.append(chunk({"content": p, "reasoning_content": None}))
+    text_events = len(events)
+    frags: list[list[dict[str, Any]]] = []
+    for i, (cid, name, args) in enumerate(calls):
+        seq = [{"index": i, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}]
+        seq += [{"index": i, "function": {"arguments": p}} for p in _pieces(args, 1, 6, rng)]
+        frags.append(seq)
+    if item.interleave:
+        while any(frags):
+            for seq in frags:
+                if seq:
+                    events.append(chunk({"tool_calls": [seq.pop(0)]}))
+    else:
+        for seq in frags:
+            events.extend(chunk({"tool_calls": [f]}) for f in seq)
+    attached = usage if item.usage_mode in ("attached", "both") else None
+    events.append(chunk({"content": "", "reasoning_content": None}, finish, attached))
+    if usage is not None and item.usage_mode in ("trailing", "both"):
+        events.append(chunk(None, None, usage, choices=False))
+    events.append(b"data: [DONE]" + chunk.eol + chunk.eol)
+    return events, text_events
 
 
 def _after_last_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -56,11 +56,11 @@ DIALECT = ClaudeCode(
     project_files=(".claude/settings.json", ".claude/settings.local.json"),
 )
 
-_bridges: "weakref.WeakKeyDictionary[Any, Bridge]" = weakref.WeakKeyDictionary()
+_bridges: weakref.WeakKeyDictionary[Any, Bridge] = weakref.WeakKeyDictionary()
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     _bridges[host] = Bridge(DIALECT, Settings.from_config(config.get(PLUGIN), DIALECT))
 
 

@@ -37,6 +37,7 @@ What is shared:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -266,10 +267,8 @@ def decode(exit_code: int | None, stdout: str, stderr: str, event: str | None) -
 
 
 def _killpg(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 async def _kill_group(proc: anyio.abc.Process, pgid: int) -> None:
@@ -428,7 +427,7 @@ class Settings:
     project_dir: str | None = None
 
     @classmethod
-    def from_config(cls, table: Mapping[str, Any] | None, dialect: Dialect) -> "Settings":
+    def from_config(cls, table: Mapping[str, Any] | None, dialect: Dialect) -> Settings:
         table = dict(table or {})
         known = {"files", "project-files", "default-timeout", "output-limit", "project-dir"}
         for key in table:
@@ -467,7 +466,7 @@ class Bridge:
         self.dialect = dialect
         self.settings = settings
         self.global_files = [f for f in (load_hook_file(p, dialect) for p in settings.files) if f]
-        self._sessions: "weakref.WeakKeyDictionary[Any, _SessionState]" = weakref.WeakKeyDictionary()
+        self._sessions: weakref.WeakKeyDictionary[Any, _SessionState] = weakref.WeakKeyDictionary()
 
     def state(self, session: Any) -> _SessionState:
         st = self._sessions.get(session)
@@ -542,17 +541,17 @@ class Bridge:
     # ---------------------------------------------------------------- the interception points
 
     def _pending(self, session: Any, point: str, query: str, turn: int, fields: dict[str, Any],
-                 mapper: Callable[[Merged], Any]) -> "_Pending | None":
+                 mapper: Callable[[Merged], Any]) -> _Pending | None:
         selected = self.selected(session, point, query)
         if not selected:
             return None
         return _Pending(self, session, point, selected, turn, fields, mapper)
 
-    def session_start(self, session: Any, source: str, turn: int) -> "_Pending | None":
+    def session_start(self, session: Any, source: str, turn: int) -> _Pending | None:
         return self._pending(session, "SessionStart", source, turn, {"source": source},
                              lambda m: SessionStart(context=m.context, **_halt(m)) if m.context or m.stop else None)
 
-    def prompt_submit(self, session: Any, messages: list[Any], turn: int) -> "_Pending | None":
+    def prompt_submit(self, session: Any, messages: list[Any], turn: int) -> _Pending | None:
         prompt = "\n".join(b.text for m in messages for b in m.content if isinstance(b, TextBlock))
 
         def decided(m: Merged) -> PromptSubmit:
@@ -562,7 +561,7 @@ class Bridge:
 
         return self._pending(session, "UserPromptSubmit", "", turn, {"prompt": prompt}, decided)
 
-    def before_tool(self, session: Any, name: str, args: dict[str, Any], call_id: str, turn: int) -> "_Pending | None":
+    def before_tool(self, session: Any, name: str, args: dict[str, Any], call_id: str, turn: int) -> _Pending | None:
         honours_ask = self.dialect.honours_ask
 
         def decided(m: Merged) -> BeforeTool | None:
@@ -575,7 +574,7 @@ class Bridge:
         return self._pending(session, "PreToolUse", name, turn,
                              {"tool_name": name, "tool_input": args, "tool_use_id": call_id}, decided)
 
-    def after_tool(self, session: Any, call: Any, output: Any, turn: int) -> "_Pending | None":
+    def after_tool(self, session: Any, call: Any, output: Any, turn: int) -> _Pending | None:
         try:
             args = json.loads(call.arguments) if call.arguments.strip() else {}
         except ValueError:
@@ -591,7 +590,7 @@ class Bridge:
             "tool_name": call.name, "tool_input": args if isinstance(args, dict) else {},
             "tool_use_id": call.id, "tool_response": response}, decided)
 
-    def before_stop(self, session: Any, turn: int, continued: int) -> "_Pending | None":
+    def before_stop(self, session: Any, turn: int, continued: int) -> _Pending | None:
         last = ""
         for message in reversed(list(getattr(session, "history", []))):
             if isinstance(message, AssistantMessage):

@@ -64,11 +64,11 @@ DIALECT = Codex(
     project_files=(".codex/hooks.json",),
 )
 
-_bridges: "weakref.WeakKeyDictionary[Any, Bridge]" = weakref.WeakKeyDictionary()
+_bridges: weakref.WeakKeyDictionary[Any, Bridge] = weakref.WeakKeyDictionary()
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     _bridges[host] = Bridge(DIALECT, Settings.from_config(config.get(PLUGIN), DIALECT))
 
 

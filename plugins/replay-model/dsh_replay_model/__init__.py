@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,6 +169,19 @@ def _summary_text(message: UserMessage) -> str:
 
 def derive(path: Path) -> Recording:
     """Read one session log into its model calls, in order."""
+    header, events = _read_log(path)
+    d = _Derivation()
+    for ev in events:
+        d.apply(ev)
+    # The same retry budget as the recording, so the same failures are retried (or not).
+    max_retries = max(d.retries) if d.retries else (max(d.final_attempts) if d.final_attempts else 5)
+    route = d.route or ModelInfo(provider=header.provider, model=header.model)
+    return Recording(path=path, header=header, route=route, calls=d.calls, summaries=d.summaries,
+                     max_retries=max_retries)
+
+
+def _read_log(path: Path) -> tuple[SessionHeader, list[Any]]:
+    """The log's header and its events."""
     try:
         lines = [ln for ln in path.read_bytes().splitlines() if ln.strip()]
     except OSError as exc:
@@ -183,74 +196,87 @@ def derive(path: Path) -> Recording:
         raise RouteError(f"replay: {path} is not a dsh session log: {exc}") from None
     if not records or not isinstance(records[0], SessionHeader):
         raise RouteError(f"replay: {path} does not start with a session header")
-    header = records[0]
+    return records[0], records[1:]
+
+
+@dataclass
+class _Derivation:
+    """The model calls ``derive`` reads off a log, one event at a time."""
+
     route: ModelInfo | None = None
-    calls: list[Call] = []
-    summaries: list[Call] = []
-    texts: dict[str, str] = {}
-    expect = Expect()
-    retries: list[int] = []
-    final_attempts: list[int] = []
+    calls: list[Call] = field(default_factory=list)
+    summaries: list[Call] = field(default_factory=list)
+    texts: dict[str, str] = field(default_factory=dict)
+    expect: Expect = field(default_factory=Expect)
+    retries: list[int] = field(default_factory=list)
+    final_attempts: list[int] = field(default_factory=list)
     # Whether a model call may be in flight, unrecorded: a call cancelled before it produced any
     # text leaves nothing in the log (nothing was committed), but the turn's end says "aborted".
-    in_flight = aborted_tool = False
-    where = ""
-    for ev in records[1:]:
-        if isinstance(ev, RequestHeader) and route is None:
-            route = ev.route or ModelInfo(provider=ev.provider, model=ev.model)
+    in_flight: bool = False
+    aborted_tool: bool = False
+    where: str = ""
+
+    def apply(self, ev: Any) -> None:
+        if isinstance(ev, RequestHeader) and self.route is None:
+            self.route = ev.route or ModelInfo(provider=ev.provider, model=ev.model)
         elif isinstance(ev, UserMessageEvent):
-            texts[ev.message.id] = _text(ev.message.content)
+            self.texts[ev.message.id] = _text(ev.message.content)
         elif isinstance(ev, InboxClaimed):
-            expect = Expect(prompt=[texts.get(i, "") for i in ev.message_ids])
-            in_flight, where = True, f"turn {ev.turn} step 1"
+            self.expect = Expect(prompt=[self.texts.get(i, "") for i in ev.message_ids])
+            self.in_flight, self.where = True, f"turn {ev.turn} step 1"
         elif isinstance(ev, ToolResultEvent):
-            expect.results.append((ev.result.call_id, ev.result.name, ev.result.is_error))
-            aborted_tool = aborted_tool or ev.code == "ABORTED"
-            in_flight = not aborted_tool  # the next call starts once every result is in, unless cancelled
-            where = f"turn {ev.turn} step {ev.step + 1}"
+            self.expect.results.append((ev.result.call_id, ev.result.name, ev.result.is_error))
+            self.aborted_tool = self.aborted_tool or ev.code == "ABORTED"
+            self.in_flight = not self.aborted_tool  # the next call starts once every result is in, unless cancelled
+            self.where = f"turn {ev.turn} step {ev.step + 1}"
         elif isinstance(ev, TurnEnd):
-            if ev.reason == "aborted" and in_flight:
-                calls.append(Call(where=where, hang=True, expect=expect))  # cancelled before any output
-                expect = Expect()
-            in_flight = False
+            if ev.reason == "aborted" and self.in_flight:
+                self.calls.append(Call(where=self.where, hang=True, expect=self.expect))  # cancelled before any output
+                self.expect = Expect()
+            self.in_flight = False
         elif isinstance(ev, AssistantMessageEvent):
-            in_flight = aborted_tool = False
-            calls.append(Call(
-                where=f"turn {ev.turn} step {ev.step}", blocks=list(ev.message.content),
-                finish="stop" if ev.finish == "aborted" else ev.finish, usage=ev.usage, hang=ev.interrupted,
-                expect=expect,
-            ))
-            expect = Expect()
+            self._answered(ev)
         elif isinstance(ev, ModelCallFailed):
-            error = ErrorEntry(message=ev.message, code=ev.code, retryable=ev.retryable, status=ev.status,
-                               retry_after=ev.retry_after)
-            calls.append(Call(where=f"turn {ev.turn} step {ev.step}", error=error, expect=expect))
-            in_flight, where = True, f"turn {ev.turn} step {ev.step}"  # a retry (or a recovery) may follow
-            if ev.retryable:
-                final_attempts.append(ev.attempt)
+            self._failed(ev)
         elif isinstance(ev, RetryEvent):
-            retries.append(ev.max_retries)
+            self.retries.append(ev.max_retries)
         elif isinstance(ev, CompactionSummary):
-            summaries.append(Call(where=f"compaction at turn {ev.turn} step {ev.step}",
-                                  blocks=[TextBlock(text=_summary_text(ev.message))], usage=ev.usage))
+            self.summaries.append(Call(where=f"compaction at turn {ev.turn} step {ev.step}",
+                                       blocks=[TextBlock(text=_summary_text(ev.message))], usage=ev.usage))
         elif isinstance(ev, CompactionFailed):
-            at = f"compaction at turn {ev.turn} step {ev.step}"
-            if ev.code == "NOTHING_TO_COMPACT":
-                continue  # no call was made
-            if ev.code == "ABORTED":
-                summaries.append(Call(where=at, hang=True))
-                in_flight = False  # cancelled while compacting: the step's own call never started
-            elif ev.code == "EMPTY_RESPONSE":
-                summaries.append(Call(where=at))
-            elif ev.code == "INTERNAL":
-                summaries.append(Call(where=at, crash=ev.error))
-            else:
-                message = ev.error.removeprefix("the summary call failed: ")
-                summaries.append(Call(where=at, error=ErrorEntry(message=message, code=ev.code)))
-    # The same retry budget as the recording, so the same failures are retried (or not).
-    max_retries = max(retries) if retries else (max(final_attempts) if final_attempts else 5)
-    route = route or ModelInfo(provider=header.provider, model=header.model)
-    return Recording(path=path, header=header, route=route, calls=calls, summaries=summaries, max_retries=max_retries)
+            self._compaction_failed(ev)
+
+    def _answered(self, ev: AssistantMessageEvent) -> None:
+        self.in_flight = self.aborted_tool = False
+        self.calls.append(Call(
+            where=f"turn {ev.turn} step {ev.step}", blocks=list(ev.message.content),
+            finish="stop" if ev.finish == "aborted" else ev.finish, usage=ev.usage, hang=ev.interrupted,
+            expect=self.expect,
+        ))
+        self.expect = Expect()
+
+    def _failed(self, ev: ModelCallFailed) -> None:
+        error = ErrorEntry(message=ev.message, code=ev.code, retryable=ev.retryable, status=ev.status,
+                           retry_after=ev.retry_after)
+        self.calls.append(Call(where=f"turn {ev.turn} step {ev.step}", error=error, expect=self.expect))
+        self.in_flight, self.where = True, f"turn {ev.turn} step {ev.step}"  # a retry (or a recovery) may follow
+        if ev.retryable:
+            self.final_attempts.append(ev.attempt)
+
+    def _compaction_failed(self, ev: CompactionFailed) -> None:
+        at = f"compaction at turn {ev.turn} step {ev.step}"
+        if ev.code == "NOTHING_TO_COMPACT":
+            return  # no call was made
+        if ev.code == "ABORTED":
+            self.summaries.append(Call(where=at, hang=True))
+            self.in_flight = False  # cancelled while compacting: the step's own call never started
+        elif ev.code == "EMPTY_RESPONSE":
+            self.summaries.append(Call(where=at))
+        elif ev.code == "INTERNAL":
+            self.summaries.append(Call(where=at, crash=ev.error))
+        else:
+            message = ev.error.removeprefix("the summary call failed: ")
+            self.summaries.append(Call(where=at, error=ErrorEntry(message=message, code=ev.code)))
 
 
 def _apply(rec: Recording, patches: list[Patch], source: Path) -> None:
@@ -406,7 +432,7 @@ class ReplayProvider:
                 f"replay: {rec.path.name} call {n} ({call.where}) diverged: the recorded call continued a turn, "
                 f"the live request starts a new prompt {prompt!r}"))
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelDelta, None]:
         sid = request.session_id
         compaction = sid.endswith(_COMPACTION)
         base = sid.removesuffix(_COMPACTION) if compaction else sid

@@ -33,7 +33,7 @@ __all__ = ["Confined", "Sandbox", "Settings", "confine", "sandbox_for"]
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None:
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     # The host's Sandbox lives on the host's own plugin manager (see sandbox.SANDBOX_SLOT); the
     # hooks below find it from the host they are given. Were two hosts ever built on one plugin
     # manager, the newer one's settings would replace the older one's.
@@ -43,7 +43,7 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: "Host") -> None
 
 
 @hookimpl
-def dsh_register_tools(register: Callable[[Any], None], host: "Host") -> None:
+def dsh_register_tools(register: Callable[[Any], None], host: Host) -> None:
     for tool in make_tools(sandbox_for(host)):
         register(tool)
 
@@ -66,18 +66,18 @@ async def _probe_at_start(sb: Sandbox) -> AsyncIterator[None]:
 
 
 @hookimpl
-def dsh_session_artifacts(session_id: str, host: "Host") -> list[Path]:
+def dsh_session_artifacts(session_id: str, host: Host) -> list[Path]:
     """A deleted session's spill files: ``<spill root>/<session id>/`` (see ``run.spill_path_for``)."""
     return [spill_path_for(sandbox_for(host).settings.spill_root(), session_id, "x").parent]
 
 
 @hookimpl
-def dsh_lifespan(host: "Host") -> Any:
+def dsh_lifespan(host: Host) -> Any:
     return _probe_at_start(sandbox_for(host))
 
 
 @hookimpl
-def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str:
+def dsh_system_prompt(spec: AgentSpec, host: Host) -> str:
     sb = sandbox_for(host)
     mode = sb.settings.mode
     root = spec.cwd
@@ -104,7 +104,7 @@ def dsh_system_prompt(spec: "AgentSpec", host: "Host") -> str:
 
 
 @hookimpl
-def dsh_register_doctor_checks(register: Callable[[Any], None], host: "Host") -> None:
+def dsh_register_doctor_checks(register: Callable[[Any], None], host: Host) -> None:
     from ._doctor import SandboxCheck
 
     register(SandboxCheck(sandbox_for(host).settings))

@@ -28,6 +28,7 @@ before it answers ``exit``. End-of-file on the control socket ends the server.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -68,10 +69,8 @@ def _children() -> list[int]:
 
 
 def _kill(pid: int, sig: int, group: bool = False) -> None:
-    try:
+    with contextlib.suppress(OSError):
         (os.killpg if group else os.kill)(pid, sig)
-    except OSError:
-        pass
 
 
 def _resolve(argv0: str, env: dict[str, str]) -> str:
@@ -92,10 +91,29 @@ def _reaper(request: dict, out_fd: int, call: socket.socket) -> None:
     """The forked per-call process: spawn the command, relay signals, kill and reap everything."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    leader, leader_status = _spawn(request, out_fd)
+    os.close(out_fd)
+    if leader_status is None:
+        _watch(leader, call)
+    # Nothing of the call outlives it: the group (while the zombie leader holds its id), then every
+    # process re-parented to this subreaper, until none is left.
+    if leader:
+        _kill(leader, signal.SIGKILL, group=True)
+    reaped = _reap_all(leader)
+    if reaped is not None:
+        leader_status = reaped
+    code = 0
+    if leader_status is not None:
+        code = -os.WTERMSIG(leader_status) if os.WIFSIGNALED(leader_status) else os.WEXITSTATUS(leader_status)
+    with contextlib.suppress(OSError):
+        call.send(b"exit %d" % code)
+
+
+def _spawn(request: dict, out_fd: int) -> tuple[int, int | None]:
+    """The command's group leader (0 when it could not start) and, when it could not, the wait
+    status the shell would report (127 not found, 126 not runnable)."""
     argv = [str(a) for a in request["argv"]]
     env = {str(k): str(v) for k, v in request["env"].items()}
-    leader = 0
-    leader_status: int | None = None
     try:
         os.chdir(request["cwd"])
         devnull = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
@@ -107,16 +125,20 @@ def _reaper(request: dict, out_fd: int, call: socket.socket) -> None:
         )
     except OSError as exc:
         os.write(out_fd, f"dsh-sandbox: cannot run {argv[0]!r}: {exc.strerror}\n".encode())
-        leader_status = (127 if isinstance(exc, FileNotFoundError) else 126) << 8
-    os.close(out_fd)
-    pidfd = os.pidfd_open(leader) if leader else -1
+        return 0, (127 if isinstance(exc, FileNotFoundError) else 126) << 8
+    return leader, None
+
+
+def _watch(leader: int, call: socket.socket) -> None:
+    """Until the leader exits or the harness says kill (or goes away): relay "term" to the group
+    and to every re-parented process."""
+    pidfd = os.pidfd_open(leader)
     poller = select.poll()
-    if pidfd >= 0:
-        poller.register(pidfd, select.POLLIN)
+    poller.register(pidfd, select.POLLIN)
     poller.register(call.fileno(), select.POLLIN)
     stop = False
-    while leader_status is None and not stop:
-        for fd, _ in poller.poll():
+    while not stop:
+        for fd, _ in poller.poll():  # every ready fd is handled, even after one said stop
             if fd == pidfd:
                 # Leave the leader a zombie for now: its pid keeps the group id reserved for killpg.
                 if os.waitid(os.P_PID, leader, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
@@ -132,10 +154,11 @@ def _reaper(request: dict, out_fd: int, call: socket.socket) -> None:
                         _kill(child, signal.SIGTERM)
                 else:  # "kill", or end-of-file: the harness is gone or gave up on the call
                     stop = True
-    # Nothing of the call outlives it: the group (while the zombie leader holds its id), then every
-    # process re-parented to this subreaper, until none is left.
-    if leader:
-        _kill(leader, signal.SIGKILL, group=True)
+
+
+def _reap_all(leader: int) -> int | None:
+    """Kill and reap every child until none is left; the leader's wait status when it was reaped here."""
+    leader_status: int | None = None
     while True:
         kids = _children()
         for child in kids:
@@ -143,19 +166,12 @@ def _reaper(request: dict, out_fd: int, call: socket.socket) -> None:
         try:
             pid, status = os.waitpid(-1, 0 if kids else os.WNOHANG)
         except ChildProcessError:
-            break
+            return leader_status
         if pid == 0:
             time.sleep(0.001)  # a child exists but was re-parented after the listing
             continue
         if pid == leader:
             leader_status = status
-    code = 0
-    if leader_status is not None:
-        code = -os.WTERMSIG(leader_status) if os.WIFSIGNALED(leader_status) else os.WEXITSTATUS(leader_status)
-    try:
-        call.send(b"exit %d" % code)
-    except OSError:
-        pass
 
 
 def _take_one(control: socket.socket, taken: int) -> None:

@@ -19,7 +19,7 @@ class SandboxCheck:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    async def run(self) -> "Finding":
+    async def run(self) -> Finding:
         from dsh_core.doctor import Finding
 
         mode, mech = self.settings.mode, self.settings.mechanism

@@ -73,13 +73,13 @@ def write_rights(abi: int) -> tuple[int, int]:
     return d, f
 
 
-def _fail(msg: str) -> "None":
+def _fail(msg: str) -> None:
     sys.stderr.write(f"landlock-run: {msg}\n")
     sys.stderr.flush()
     os._exit(EXIT_RUNNER_FAILED)
 
 
-def _raise(msg: str) -> "None":
+def _raise(msg: str) -> None:
     raise OSError(f"landlock-run: {msg}")
 
 

@@ -80,9 +80,8 @@ def canonical_target(abspath: str) -> str:
 def pick_root(target: str, roots: list[str]) -> str | None:
     best = None
     for r in roots:
-        if target == r or target.startswith(r.rstrip("/") + "/"):
-            if best is None or len(r) > len(best):
-                best = r
+        if (target == r or target.startswith(r.rstrip("/") + "/")) and (best is None or len(r) > len(best)):
+            best = r
     return best
 
 

@@ -36,7 +36,7 @@ class Settings:
     spill_dir: Path | None = None  # default: $DSH_HOME/spill
 
     @classmethod
-    def from_config(cls, table: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> "Settings":
+    def from_config(cls, table: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         table = dict(table or {})
         known = {"permission-mode", "mechanism", "max-output-bytes", "timeout-ms", "max-timeout-ms", "spill-dir"}
@@ -94,7 +94,7 @@ def writable_roots(mode: str, root: str) -> list[str]:
     """Directories writable under ``mode`` for a session rooted at ``root`` (canonical paths)."""
     if mode == "read-only":
         return []
-    roots = [os.path.realpath(root)] + temp_roots()
+    roots = [os.path.realpath(root), *temp_roots()]
     out: list[str] = []
     for r in roots:
         if r not in out:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,13 +29,11 @@ class CommandResult:
 
 
 def _killpg(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
-async def kill_group(proc: "anyio.abc.Process", pgid: int) -> None:
+async def kill_group(proc: anyio.abc.Process, pgid: int) -> None:
     """SIGTERM the whole group, wait a little, then SIGKILL it (grandchildren included)."""
     _killpg(pgid, signal.SIGTERM)
     with anyio.move_on_after(TERM_GRACE_S):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,7 +234,7 @@ class ScriptedProvider:
             cursor.prompt = prompt
         return cursor, prompt, tool_result
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelDelta, None]:
         loaded = self._load(request.route.model)
         cursor, prompt, tool_result = self._cursor(request, loaded)
         if cursor.index >= len(cursor.steps):

@@ -135,7 +135,7 @@ class Children:
     closed: bool = False
 
 
-_hosts: "WeakKeyDictionary[Any, Children]" = WeakKeyDictionary()
+_hosts: WeakKeyDictionary[Any, Children] = WeakKeyDictionary()
 
 
 def children_of(host: Any) -> Children:
@@ -158,7 +158,7 @@ def ambient_depth() -> tuple[int, int | None]:
     return depth, cap
 
 
-def child_command(settings: Settings, ctx: "ToolContext") -> list[str]:
+def child_command(settings: Settings, ctx: ToolContext) -> list[str]:
     override = os.environ.get(ENV_COMMAND, "").strip()
     if override:
         return shlex.split(override)
@@ -218,7 +218,7 @@ def _result(status: str, text: str, *, error: str | None = None, stop: str | Non
 
 
 class SubagentAcpTool:
-    def __init__(self, host: "Host") -> None:
+    def __init__(self, host: Host) -> None:
         self.host = host
         self.spec = ToolSpec(
             name=TOOL,
@@ -233,7 +233,7 @@ class SubagentAcpTool:
             parallel_safe=True,
         )
 
-    async def run(self, args: dict[str, Any], ctx: "ToolContext") -> ToolOutput:
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         state = children_of(ctx.host)
         settings = state.settings
         task = args.get("task")
@@ -310,7 +310,7 @@ class SubagentAcpTool:
         return _result(status, result.text, stop=result.stop_reason,
                        error=None if status != "error" else f"stop reason {result.stop_reason!r}")
 
-    def _policy(self, ctx: "ToolContext", settings: Settings) -> Any:
+    def _policy(self, ctx: ToolContext, settings: Settings) -> Any:
         """The child's permission request → the parent's approval seam (one-shot).
 
         ``unavailable`` with nobody answering (no channel in the parent) → the static
@@ -350,7 +350,7 @@ class SubagentAcpTool:
 
 
 @asynccontextmanager
-async def _lifespan(host: "Host") -> AsyncIterator[None]:
+async def _lifespan(host: Host) -> AsyncIterator[None]:
     state = children_of(host)
     try:
         yield

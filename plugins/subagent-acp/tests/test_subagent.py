@@ -83,7 +83,7 @@ async def test_nested_permission_is_answered_by_the_outermost_client(
         assert resp.stop_reason == "end_turn"
         assert run.client.text(sid) == [f"parent got: [subagent completed]\n{child_says}"]
         # the child's question reached the top as a question about the parent's own tool call
-        (req_sid, tool_call, options) = client.permission_requests[0]
+        (req_sid, tool_call, _options) = client.permission_requests[0]
         assert req_sid == sid and tool_call.tool_call_id == "call_1"
     assert (run.cwd / "out.txt").exists() is written
     log = events(acp_agent.home, sid)

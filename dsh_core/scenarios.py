@@ -36,12 +36,15 @@ Three modes (``pytest --dsh-snapshots=MODE``, or ``--snapshot-update`` for refre
      "perMechanism": false,             # run once per sandbox mechanism (bubblewrap, Landlock)
      "cleanup": ["/var/tmp/x"],         # paths removed before and after the run
      "mkdir": [".git"],                 # empty directories to create in the workspace (git stores none)
+     "pinStderr": false,                # also pin the exit code and stderr in stderr.expected.txt
+                                        # (e.g. a start-up error that never opens the front door)
      "steps": [...]}
 
 Steps (``session`` is the index of a session this client opened, default 0):
 
     {"op": "initialize"}
-    {"op": "newSession", "additionalDirectories": [...], "expectError": true}
+    {"op": "newSession", "additionalDirectories": [...], "expectError": true,
+     "cwd": "sub/dir"}                  # the session's cwd, relative to the workspace (default: itself)
     {"op": "prompt", "text": "ping", "expect": "end_turn" | "cancelled" | "max_turn_requests" | "error"}
     {"op": "promptContent", "content": [ACP content blocks; an image may say "file": "x.png"]}
     {"op": "promptAndCancel", "text": "…", "after": {"event": "turn/start"} | {"file": "started.txt"},
@@ -49,6 +52,8 @@ Steps (``session`` is the index of a session this client opened, default 0):
     {"op": "cancel"}
     {"op": "permission", "answers": ["allow-once", "reject-once"]}   # queued for the next requests
     {"op": "wait", "ms": 50} | {"op": "wait", "event": "tool/call"} | {"op": "wait", "file": "x"}
+    {"op": "checkFiles", "files": {"out.txt": "exact text\n", "made": true, "gone.txt": null}}
+                                        # the workspace now: a file's text, exists, does not exist
 
 The runner is the library behind ``dsh_core.testing``'s collection of ``input.json`` files; its
 functions (``load_scenario``, ``run_scenario``, ``check_or_write``) are usable directly.
@@ -73,6 +78,7 @@ HEADERS_DIR = "_headers"
 SYSTEM_FILE = "system-prompt.md"
 TOOLS_FILE = "tool-schemas.json"
 STDOUT_FILE = "stdout.expected.jsonl"
+STDERR_FILE = "stderr.expected.txt"
 OVERRIDE_FILE = "replay.override.json"
 DEFAULT_RECORD_ROUTE = ("deepseek", "deepseek-flash")
 REPLAY_CODES = ("REPLAY_EXHAUSTED", "REPLAY_DIVERGED")
@@ -95,6 +101,7 @@ class Scenario:
     per_mechanism: bool = False
     cleanup: list[str] = field(default_factory=list)
     mkdir: list[str] = field(default_factory=list)  # empty directories of the workspace (git keeps none)
+    pin_stderr: bool = False  # pin "exit code N" and the normalised stderr in stderr.expected.txt
 
     @property
     def name(self) -> str:
@@ -122,7 +129,8 @@ def load_scenario(directory: Path) -> Scenario:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"{path}: not readable JSON: {exc}") from None
-    known = {"example", "header", "steps", "env", "recordable", "record", "perMechanism", "cleanup", "mkdir", "about"}
+    known = {"example", "header", "steps", "env", "recordable", "record", "perMechanism", "cleanup", "mkdir", "about",
+             "pinStderr"}
     unknown = set(doc) - known
     if unknown:
         raise ScenarioError(f"{path}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
@@ -141,6 +149,7 @@ def load_scenario(directory: Path) -> Scenario:
         per_mechanism=bool(doc.get("perMechanism", False)),
         cleanup=list(doc.get("cleanup") or []),
         mkdir=list(doc.get("mkdir") or []),
+        pin_stderr=bool(doc.get("pinStderr", False)),
     )
 
 
@@ -148,7 +157,7 @@ def dump_input(doc: dict[str, Any]) -> str:
     """``input.json`` as people read it: one key per line, one step per line."""
     lines = []
     for key, value in doc.items():
-        if key == "steps":
+        if key == "steps" and value:
             steps = ",\n".join("  " + json.dumps(s, ensure_ascii=False) for s in value)
             lines.append(f'"steps": [\n{steps}\n ]')
         else:
@@ -168,6 +177,8 @@ class Run:
     headers: list[dict[str, Any]]  # the live session headers (provider/model before restoring)
     stderr: str
     replay_errors: list[str]
+    exit_code: int | None = None
+    stderr_normalized: str = ""
 
 
 def _content_block(block: dict[str, Any], scenario_dir: Path) -> Any:
@@ -229,8 +240,9 @@ async def _drive(steps: list[dict[str, Any]], run: Any, sids: list[str], home: P
             kw: dict[str, Any] = {}
             if "additionalDirectories" in step:
                 kw["additional_directories"] = step["additionalDirectories"]
+            cwd = run.cwd / step["cwd"] if "cwd" in step else run.cwd
             try:
-                sids.append((await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[], **kw)).session_id)
+                sids.append((await run.conn.new_session(cwd=str(cwd), mcp_servers=[], **kw)).session_id)
             except RequestError:
                 if not step.get("expectError"):
                     raise
@@ -254,6 +266,8 @@ async def _drive(steps: list[dict[str, Any]], run: Any, sids: list[str], home: P
             await run.conn.cancel(session_id=session(step))
         elif op == "permission":
             run.client.permission_answers.extend(step["answers"])
+        elif op == "checkFiles":
+            _check_files(step["files"], run.cwd, n)
         elif op == "wait":
             if "ms" in step:
                 await asyncio.sleep(int(step["ms"]) / 1000)
@@ -261,7 +275,26 @@ async def _drive(steps: list[dict[str, Any]], run: Any, sids: list[str], home: P
                 await _wait_for(step, run.cwd, home, sids[int(step.get("session", 0))] if sids else None)
         else:
             raise ScenarioError(f"step {n}: unknown op {op!r} (initialize, newSession, prompt, promptContent, "
-                                "promptAndCancel, cancel, permission, wait)")
+                                "promptAndCancel, cancel, permission, wait, checkFiles)")
+
+
+def _check_files(files: dict[str, Any], cwd: Path, n: int) -> None:
+    """What the tools left in the workspace (the log says what they reported; this is what they did)."""
+    problems = []
+    for rel, want in files.items():
+        path = cwd / rel
+        there = path.exists() or path.is_symlink()
+        if want is None:
+            if there:
+                problems.append(f"{rel} exists, expected no such file")
+        elif not there:
+            problems.append(f"{rel} does not exist")
+        elif isinstance(want, str):
+            text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+            if text != want:
+                problems.append(f"{rel} holds {text!r}, expected {want!r}")
+    if problems:
+        raise ScenarioError(f"step {n} (checkFiles): " + "; ".join(problems))
 
 
 def _normalize_text(text: str, replacements: list[tuple[str, str]]) -> str:
@@ -388,7 +421,8 @@ async def run_scenario(
             raw_frames = raw_frames.replace(s, f"{{{{session{i}}}}}")
         frames = json.loads(raw_frames)
         stdout = _normalize_text(normalize_transcript(frames), replacements)
-        return Run(stdout=stdout, logs=logs_out, headers=headers, stderr=stderr, replay_errors=errors)
+        return Run(stdout=stdout, logs=logs_out, headers=headers, stderr=stderr, replay_errors=errors,
+                   exit_code=run.proc.returncode, stderr_normalized=_normalize_text(stderr, replacements))
     finally:
         for p in sc.cleanup:
             Path(p).unlink(missing_ok=True)
@@ -482,6 +516,8 @@ def expected_files(sc: Scenario, run: Run, *, class_written: dict[str, str] | No
         files[sc.headers_dir / TOOLS_FILE] = json.dumps(live_tools, indent=2, ensure_ascii=False) + "\n"
         system, tools = live_system, live_tools
     files[sc.dir / STDOUT_FILE] = run.stdout
+    if sc.pin_stderr:
+        files[sc.dir / STDERR_FILE] = f"exit code {run.exit_code}\n{run.stderr_normalized}"
     committed = sc.logs()
     for i, log in enumerate(run.logs):
         name = "session.jsonl" if i == 0 else f"session.{i}.jsonl"

@@ -20,6 +20,15 @@ tool creates). Assertions in the body still run (in step 1). The module's ``SCEN
 and after, e.g. files written outside the workspace) and ``scenario_dir(name)`` (where the
 directory goes; default snapshots/acp-agent/NAME, snapshots/code-mode/NAME for code/both mode)
 are honoured; header classes other than the example's come from ``HEADER_CLASS`` below.
+
+A module written another way says how to convert each of its scenarios with ``conversion(name)``,
+which returns a dict: ``example``, ``body`` (``async body(run, sids)`` as above), and either
+``script`` (a scripted-model script) or ``route`` — a context-manager factory yielding
+``{"provider", "model", "env", …}`` for one run, e.g. deepseek-model against a fresh loopback fake
+DeepSeek server (the body finds the dict as ``run.route``), so the recording is in DeepSeek's wire
+format and replays keyless; plus optional ``env``, ``perMechanism``, ``cleanup``, ``header``,
+``recordable``, ``about`` and ``pinStderr`` (written to ``input.json`` as they are), and ``checkFiles``
+(what the workspace must hold at the end: a last ``checkFiles`` step, checked on every replay).
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +105,8 @@ class StepConn:
 
         self._seed()
         step: dict[str, Any] = {"op": "newSession"}
+        if Path(cwd) != self._cwd:
+            step["cwd"] = Path(cwd).relative_to(self._cwd).as_posix()
         if kw.get("additional_directories"):
             step["additionalDirectories"] = kw["additional_directories"]
         self.steps.append(step)
@@ -140,7 +153,7 @@ class StepConn:
         return await self._conn.cancel(session_id=session_id, **kw)
 
 
-async def _capture(name: str, example: str, body: Any, script: Path, env: dict[str, str],
+async def _capture(body: Any, example: str, route: dict[str, Any], env: dict[str, str],
                    dest: Path) -> tuple[list[dict], list[str]]:
     root = Path(tempfile.mkdtemp(prefix="dsh-convert-"))
     try:
@@ -149,9 +162,11 @@ async def _capture(name: str, example: str, body: Any, script: Path, env: dict[s
         steps: list[dict[str, Any]] = []
         client = Recorder()
         client.permission_answers = _Answers(steps)
-        env = {"DSH_HOME": str(home), "DSH_PERMISSION_MODE": "workspace-write", **env}
-        async with spawn_acp(script, cwd=work, example=example, env=env, client=client) as run:
+        env = {"DSH_HOME": str(home), "DSH_PERMISSION_MODE": "workspace-write", **env, **route.get("env", {})}
+        async with spawn_acp(Path(route["model"]), provider=route["provider"], cwd=work, example=example, env=env,
+                             client=client) as run:
             run.home = home  # type: ignore[attr-defined]
+            run.route = route  # type: ignore[attr-defined]
             conn = StepConn(run.conn, work, dest / "workspace", steps)
             run.conn = conn
             await body(run, [])
@@ -160,48 +175,108 @@ async def _capture(name: str, example: str, body: Any, script: Path, env: dict[s
         shutil.rmtree(root, ignore_errors=True)
 
 
-def convert(module: Any, name: str, snapshots: Path) -> Path:
+def _spec(module: Any, name: str) -> dict[str, Any]:
+    """How to convert ``name``: the module's ``conversion(name)``, or read from the inline harness's tables."""
+    if hasattr(module, "conversion"):
+        return dict(module.conversion(name))
     example, body, *override = module.SCENARIOS[name]
-    script_doc = override[0] if override else module.SCRIPT
-    if hasattr(module, "scenario_dir"):  # the module knows where its scenarios live
-        dest = Path(module.scenario_dir(name))
-    else:
-        dest = snapshots / ("code-mode" if example in ("code-mode", "both-mode") else "acp-agent") / name
-    for old in ("stdout.jsonl", "session.jsonl", "system-prompt.md", "tool-schemas.json", "input.json"):
+    spec: dict[str, Any] = {"example": example, "body": body, "script": override[0] if override else module.SCRIPT}
+    env = dict(getattr(module, "SCENARIO_ENV", {}).get(name, {}))
+    if env:
+        spec["env"] = env
+    if name in getattr(module, "CONFINED", set()):
+        spec["perMechanism"] = True
+    cleanup = {**CLEANUP, **getattr(module, "CLEANUP", {})}.get(name, [])
+    if cleanup:
+        spec["cleanup"] = cleanup
+    if name in HEADER_CLASS:
+        spec["header"] = HEADER_CLASS[name]
+    return spec
+
+
+def _scripted(script_doc: Any) -> Callable[[], AbstractContextManager[dict[str, Any]]]:
+    @contextmanager
+    def route() -> Iterator[dict[str, Any]]:
+        with tempfile.TemporaryDirectory(prefix="dsh-convert-script-") as tmp:
+            script = Path(tmp) / "script.json"
+            script.write_text(json.dumps(script_doc))
+            yield {"provider": "scripted", "model": str(script), "env": {}}
+
+    return route
+
+
+def _clear(dest: Path) -> None:
+    """What an earlier conversion or the inline harness left there (the workspace is captured anew)."""
+    for old in ("stdout.jsonl", "session.jsonl", "system-prompt.md", "tool-schemas.json", "input.json",
+                "stderr.txt"):
         (dest / old).unlink(missing_ok=True)
     for extra in dest.glob("session.*.jsonl"):
         extra.unlink()
     shutil.rmtree(dest / "workspace", ignore_errors=True)
     dest.mkdir(parents=True, exist_ok=True)
-    env = dict(getattr(module, "SCENARIO_ENV", {}).get(name, {}))
-    cleanup = {**CLEANUP, **getattr(module, "CLEANUP", {})}.get(name, [])
-    with tempfile.TemporaryDirectory(prefix="dsh-convert-script-") as tmp:
-        script = Path(tmp) / "script.json"
-        script.write_text(json.dumps(script_doc))
-        for p in cleanup:
-            Path(p).unlink(missing_ok=True)
-        steps, empty_dirs = asyncio.run(_capture(name, example, body, script, env, dest))
-        for p in cleanup:
-            Path(p).unlink(missing_ok=True)
-        for step in steps:
-            if step["op"] == "promptAndCancel" and name in AFTER:
-                step["after"] = AFTER[name]
-        doc: dict[str, Any] = {"example": example}
-        if name in HEADER_CLASS:
-            doc["header"] = HEADER_CLASS[name]
-        if env:
-            doc["env"] = env
-        if name in getattr(module, "CONFINED", set()):
-            doc["perMechanism"] = True
-        if cleanup:
-            doc["cleanup"] = cleanup
-        if empty_dirs:
-            doc["mkdir"] = empty_dirs
-        doc["steps"] = steps
-        (dest / "input.json").write_text(dump_input(doc))
-        sc = load_scenario(dest)
-        sc.recordable, sc.record = True, ("scripted", str(script))
-        run_and_check(sc, "record")
+
+
+def _input_doc(spec: dict[str, Any], steps: list[dict[str, Any]], empty_dirs: list[str],
+               recorded_on: dict[str, str] | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"example": spec["example"]}
+    for key in ("header", "about"):
+        if key in spec:
+            doc[key] = spec[key]
+    if recorded_on is not None:  # the route it was recorded on (a scripted recording is recorded once, by this tool)
+        doc["recordable"] = bool(spec.get("recordable", False))
+        doc["record"] = recorded_on
+    for key in ("env", "cleanup"):
+        if spec.get(key):
+            doc[key] = spec[key]
+    for key in ("perMechanism", "pinStderr"):
+        if spec.get(key):
+            doc[key] = True
+    if empty_dirs:
+        doc["mkdir"] = empty_dirs
+    doc["steps"] = steps
+    return doc
+
+
+def _record(name: str, dest: Path, route: Callable[[], AbstractContextManager[dict[str, Any]]]) -> None:
+    sc = load_scenario(dest)
+    pins = {p: p.read_bytes() for p in sc.headers_dir.glob("*")} if sc.headers_dir.is_dir() else {}
+    with route() as live:
+        sc.recordable, sc.record = True, (live["provider"], live["model"])
+        run_and_check(sc, "record", extra_env=live.get("env") or None)
+    changed = [p for p, text in pins.items() if p.read_bytes() != text]
+    if changed:  # the class's other scenarios send the pinned header: this one sends another
+        for p in changed:
+            p.write_bytes(pins[p])
+        raise SystemExit(f"{name}: its request header differs from header class {sc.header!r}'s pin "
+                         f"({', '.join(p.name for p in changed)}, left as it was): give it its own \"header\"")
+
+
+def convert(module: Any, name: str, snapshots: Path) -> Path:
+    spec = _spec(module, name)
+    example = spec["example"]
+    if hasattr(module, "scenario_dir"):  # the module knows where its scenarios live
+        dest = Path(module.scenario_dir(name))
+    else:
+        dest = snapshots / ("code-mode" if example in ("code-mode", "both-mode") else "acp-agent") / name
+    _clear(dest)
+    cleanup = list(spec.get("cleanup", []))
+    scripted = "route" not in spec
+    route = _scripted(spec["script"]) if scripted else spec["route"]
+    for p in cleanup:
+        Path(p).unlink(missing_ok=True)
+    with route() as live:
+        steps, empty_dirs = asyncio.run(_capture(spec["body"], example, live, dict(spec.get("env", {})), dest))
+        recorded_on = {"provider": live["provider"], "model": live["model"]}
+    for p in cleanup:
+        Path(p).unlink(missing_ok=True)
+    for step in steps:
+        if step["op"] == "promptAndCancel" and name in AFTER:
+            step["after"] = AFTER[name]
+    if spec.get("checkFiles"):
+        steps.append({"op": "checkFiles", "files": spec["checkFiles"]})
+    doc = _input_doc(spec, steps, empty_dirs, None if scripted else recorded_on)
+    (dest / "input.json").write_text(dump_input(doc))
+    _record(name, dest, route)
     run_and_check(load_scenario(dest), "replay")
     return dest
 
@@ -215,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = importlib.util.spec_from_file_location("legacy_scenarios", args.module)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses of the module look themselves up there
     spec.loader.exec_module(module)
     for name in args.names or list(module.SCENARIOS):
         print(f"converted {convert(module, name, Path(args.snapshots))}", flush=True)

@@ -163,3 +163,63 @@ def test_parallel_subagents_record_and_replay_each_child_from_its_own_log(tmp_pa
     before = {p: p.read_bytes() for p in d.rglob("*") if p.is_file()}
     run_and_check(load_scenario(d), "replay")
     assert {p: p.read_bytes() for p in d.rglob("*") if p.is_file()} == before
+
+
+def test_session_cwd_and_workspace_checks_run_on_every_replay(tmp_path):
+    """newSession names a cwd inside the workspace; checkFiles says what the real tools left there."""
+    d = tmp_path / "snapshots" / "acp-agent" / "write-in-sub"
+    d.mkdir(parents=True)
+    (d / "script.json").write_text(json.dumps({"rules": [{"when": "^write", "steps": [
+        {"tool": "write", "args": {"path": "out.txt", "content": "hi\n"}}, {"text": "written"}]}]}))
+    inp = {"example": "acp-agent", "recordable": True,
+           "record": {"provider": "scripted", "model": "{{scenario}}/script.json"}, "mkdir": ["sub"],
+           "steps": [{"op": "initialize"}, {"op": "newSession", "cwd": "sub"},
+                     {"op": "prompt", "text": "write it", "expect": "end_turn"},
+                     {"op": "checkFiles", "files": {"sub/out.txt": "hi\n", "out.txt": None, "sub": True}}]}
+    (d / "input.json").write_text(json.dumps(inp))
+    run_and_check(load_scenario(d), "record")
+    log = [json.loads(line) for line in (d / "session.jsonl").read_text().splitlines()]
+    assert log[0]["cwd"] == "{{cwd}}/sub"
+    (d / "script.json").unlink()
+    run_and_check(load_scenario(d), "replay")
+    inp["steps"][-1]["files"] = {"sub/out.txt": "bye\n", "sub/missing": True, "sub": None}
+    (d / "input.json").write_text(json.dumps(inp))
+    with pytest.raises(ScenarioError) as err:
+        run_and_check(load_scenario(d), "replay")
+    assert ("step 3 (checkFiles): sub/out.txt holds 'hi\\n', expected 'bye\\n'; sub/missing does not exist; "
+            "sub exists, expected no such file") in str(err.value)
+
+
+def test_a_startup_error_is_a_scenario_with_a_pinned_stderr_and_no_session(tmp_path):
+    """pinStderr: a plugin that fails activation (deepseek-model refusing its config) stops dsh run
+    before the front door opens; exit code and stderr are the expectation, in replay as in record."""
+    d = tmp_path / "snapshots" / "acp-agent" / "bad-config"
+    d.mkdir(parents=True)
+    (d / "input.json").write_text(json.dumps({"example": "acp-deepseek-bad-config", "recordable": True,
+                                              "pinStderr": True, "steps": []}))
+    assert "DEEPSEEK_API_KEY" not in os.environ
+    assert run_and_check(load_scenario(d), "record") == [str(d / "stdout.expected.jsonl"),
+                                                           str(d / "stderr.expected.txt")]
+    stderr = (d / "stderr.expected.txt").read_text()
+    assert stderr.startswith("exit code 2\ndsh: [config.deepseek-model] retry must be a table")
+    assert (d / "stdout.expected.jsonl").read_text().strip() == "" and not (d / "session.jsonl").exists()
+    run_and_check(load_scenario(d), "replay")
+    (d / "stderr.expected.txt").write_text("exit code 0\n")
+    with pytest.raises(ScenarioError, match=r"stderr\.expected\.txt"):
+        run_and_check(load_scenario(d), "replay")
+
+
+def test_a_scenario_naming_a_sandbox_mechanism_the_machine_lacks_is_skipped(recorded, tmp_path):
+    """A scenario whose env pins DSH_SANDBOX_MECHANISM (say, partial Landlock) skips — with the reason —
+    where that mechanism is missing, like the per-mechanism ones; here bubblewrap, hidden from PATH."""
+    d, _ = recorded
+    inp = json.loads((d / "input.json").read_text())
+    inp["env"] = {"DSH_SANDBOX_MECHANISM": "bwrap"}
+    (d / "input.json").write_text(json.dumps(inp))
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["dsh_core.testing"]\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSEEK_", "PYTEST_"))}
+    without_bwrap = Path(__file__).resolve().parent.parent / ".ci" / "without-bwrap"
+    out = subprocess.run([str(without_bwrap), sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
+                          "snapshots"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "1 skipped" in out.stdout, out.stdout + out.stderr
+    assert "bubblewrap is not installed" in out.stdout

@@ -1,21 +1,27 @@
-"""More keyless snapshot scenarios (issue 16), pinned like tests/test_snapshots.py's.
+"""More keyless snapshot scenarios (issue 16), written with the inline harness of tests/test_snapshots.py.
 
-Each boots `dsh run` over real stdio, drives it with the official SDK client and pins
-`stdout.jsonl` (the wire) and `session.jsonl` (the parent session's durable log) under
-snapshots/acp-agent/<scenario>/. The model is the scripted one, except where the provider's
-own behaviour is the point (empty answer, retry, credentials): there it is deepseek-model
-against the loopback fake DeepSeek server of plugins/deepseek-model/tests. Every scenario
-also asserts what it is about, so a careless `--snapshot-update` cannot bless a regression.
+Each body boots `dsh run` over real stdio, drives it with the official SDK client and asserts what
+the scenario is about. The model is the scripted one, except where the provider's own behaviour is
+the point (empty answer, retry, credentials): there it is deepseek-model against the loopback fake
+DeepSeek server of plugins/deepseek-model/tests. Every scenario here has since been converted
+(tests/snapshot_convert.py, through ``conversion`` below) to a scenario directory under
+snapshots/acp-agent/ that replays its recording keyless (dsh_core.scenarios, collected from
+snapshots/); a scenario whose directory has an input.json is no longer run here. The table and the
+bodies stay as the conversion's source (re-running it re-records through the same bodies and
+checks); the tests at the end check each body's point on the committed recordings and transcripts,
+so a careless refresh cannot bless a regression.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,7 @@ from acp import RequestError, text_block
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 from test_snapshots import SNAPSHOTS, normalize_log, normalize_stdout
 
+from dsh_core.scenarios import load_scenario
 from dsh_core.testing import Recorder, make_png
 
 REPO = Path(__file__).resolve().parent.parent
@@ -436,9 +443,110 @@ SCENARIOS: dict[str, Scenario] = {
     "subagent-depth-two-rejection": Scenario(sc_depth_two, SUB_SCRIPT, example="nest"),
 }
 
+
+
+# ------------------------------------------------------------------------------ conversion
+# Every scenario above was converted (tests/snapshot_convert.py --module tests/test_snapshots_more.py
+# NAME…) to a scenario directory that replays its recording (dsh_core.scenarios, collected from
+# snapshots/). The examples the bodies used to write per test are tests/examples/acp-deepseek-fast-retry,
+# acp-deepseek-bad-config and subagent-nest now (each also mounts replay-model). The deepseek
+# scenarios are recorded through a fresh loopback fake DeepSeek server, in DeepSeek's wire format;
+# their replay needs neither the server nor a key.
+
+STARTUP = "startup-activation-error"
+EXAMPLE_NAMES = {"nest": "subagent-nest"}
+FAKE_ABOUT = ("Recorded through the loopback fake DeepSeek server (plugins/deepseek-model/tests/fake_deepseek.py), "
+              "which answered {turns}; a live API cannot be made to, so refresh keeps it current.")
+CREDENTIAL_ABOUT = ("deepseek-model refuses the call before anything is sent; recorded through the loopback fake "
+                    "DeepSeek server, which got no request. A live re-record changes nothing and sends nothing.")
+
+
+def scenario_dir(name: str) -> Path:
+    return SNAPSHOTS / name
+
+
+@contextmanager
+def _fake_route(sc: Scenario) -> Iterator[dict[str, Any]]:
+    with FakeDeepSeek(keepalive_every_s=0.05) as fake:
+        fake.push(*sc.fake_turns)
+        env = {"DEEPSEEK_BASE_URL": fake.base_url}
+        if sc.key == "fake":
+            env["DEEPSEEK_API_KEY"] = fake.api_key
+        yield {"provider": "deepseek", "model": "deepseek-flash", "env": env, "fake": fake}
+
+
+@contextmanager
+def _no_fake_route() -> Iterator[dict[str, Any]]:
+    yield {"provider": "deepseek", "model": "deepseek-flash", "env": {}}
+
+
+def conversion(name: str) -> dict[str, Any]:
+    """How tests/snapshot_convert.py converts ``name`` (see its docstring)."""
+    if name == STARTUP:
+        async def no_client(acp: Any, sids: list[str]) -> None:  # the agent exits before anyone can talk to it
+            await asyncio.wait_for(acp.proc.wait(), 60)
+            assert acp.proc.returncode != 0 and bytes(acp.stdout) == b""
+
+        return {"example": "acp-deepseek-bad-config", "body": no_client, "route": _no_fake_route, "recordable": True,
+                "pinStderr": True, "about": "deepseek-model refuses its config at activation: no session, nothing on "
+                                            "stdout, exit 2 and one plain line on stderr (stderr.expected.txt)."}
+    sc = SCENARIOS[name]
+
+    async def body(acp: Any, sids: list[str]) -> None:
+        for answer in sc.answers:  # queued before the first request, as the inline harness's Recorder had them
+            acp.client.permission_answers.append(answer)
+        fake = acp.route.get("fake")
+        await sc.body(Run(acp=acp, home=acp.home, cwd=acp.cwd, sids=sids, fake=fake))
+        if fake is not None:
+            assert fake.api_key not in bytes(acp.stderr).decode(errors="replace")
+
+    spec: dict[str, Any] = {"example": EXAMPLE_NAMES.get(sc.example, sc.example), "body": body}
+    env = dict(sc.env)
+    if sc.script is None:
+        spec["example"] = "acp-deepseek-fast-retry"
+        spec["route"] = lambda: _fake_route(sc)
+        if sc.key != "fake":
+            env["DEEPSEEK_API_KEY"] = sc.key or ""  # "": no key (deepseek-model reads an empty one as none)
+            spec["recordable"], spec["about"] = True, CREDENTIAL_ABOUT
+        else:
+            turns = ", then ".join(f"HTTP {t.status}" if isinstance(t, Fault) else repr(t.content) if t.content
+                                   else "nothing" for t in sc.fake_turns)
+            spec["about"] = FAKE_ABOUT.format(turns=turns)
+    else:
+        spec["script"] = sc.script
+    if env:
+        spec["env"] = env
+    if env.get("DSH_PERMISSION_MODE") == "read-only":  # the system prompt states the policy and the cwd
+        spec["header"] = "acp-agent-read-only"
+    elif name == "session-sandbox-root":
+        spec["header"] = "acp-agent-session-root"
+    if sc.confined:
+        spec["perMechanism"] = True
+    if name in CHECK_FILES:
+        spec["checkFiles"] = CHECK_FILES[name]
+    return spec
+
+
+# What the tools must have left in the workspace, checked at the end of every replay (the bodies'
+# checks of files, which no log line can prove).
+CHECK_FILES: dict[str, dict[str, Any]] = {
+    "fs-delete-recreate": {"deleted.txt": "fresh\n"},
+    "fs-escalation-approved": {"escalated.md": "escalated\n"},
+    "fs-write-overwrite": {"data.txt": "replaced\n"},
+    "session-sandbox-root": {"session-root/session-root.txt": "session root\n", "session-root/made-by-bash": True,
+                             "session-root.txt": None, "made-by-bash": None},
+    "workspace-edit": {"greeting.txt": "HELLO\nWORLD\n"},
+}
+
+
+def _converted(name: str) -> bool:
+    return (scenario_dir(name) / "input.json").is_file()
+
+
+# A scenario whose directory has an input.json runs by replay, no longer here.
 CASES = [
     pytest.param(name, mechanism, id=f"{name}-{mechanism}" if mechanism else name)
-    for name, sc in SCENARIOS.items()
+    for name, sc in SCENARIOS.items() if not _converted(name)
     for mechanism in (MECHANISMS if sc.confined else (None,))
 ]
 
@@ -450,8 +558,7 @@ def _manifest(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name, mechanism", CASES)
-async def test_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path):
+async def run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path):
     sc = SCENARIOS[name]
     env = {"DSH_PERMISSION_MODE": "workspace-write", **sc.env}
     if mechanism or "DSH_SANDBOX_MECHANISM" in sc.env:
@@ -494,11 +601,19 @@ async def test_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path
     snapshot.assert_match(normalize_log(acp_agent.home, logs, replacements) if logs else "", "session.jsonl")
 
 
+if CASES:
+
+    @pytest.mark.parametrize("name, mechanism", CASES)
+    async def test_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path):
+        await run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path)
+
+
 # ------------------------------------------------------------------ start-up activation error
 
 BAD_CONFIG_MANIFEST = DEEPSEEK_MANIFEST.replace("{retry}", '"as often as it takes"')
 
 
+@pytest.mark.skipif(_converted(STARTUP), reason="replays from snapshots/acp-agent/startup-activation-error")
 def test_startup_activation_error(tmp_path, dsh_home, snapshot):
     """A plugin whose activation fails (here deepseek-model refusing its config) stops `dsh run`
     before the front door opens: nothing on stdout, one plain diagnosis on stderr, exit 2."""
@@ -515,3 +630,209 @@ def test_startup_activation_error(tmp_path, dsh_home, snapshot):
     snapshot.snapshot_dir = SNAPSHOTS / "startup-activation-error"
     snapshot.assert_match(f"exit code {proc.returncode}\n{stderr}", "stderr.txt")
 
+
+
+# ---------------------------------------------------------------- what the converted scenarios prove
+# A converted scenario's logs are what its replay must write, line for line, and its
+# stdout.expected.jsonl the wire it must write; so a property of the committed files is a property
+# of every passing replay. These are the bodies' run-time checks, made on those files. (What only a
+# live run can show — how many requests the fake server got, that two children's processes
+# overlapped in time — was checked by the bodies when the scenarios were recorded.)
+
+
+def _logs(name: str) -> list[list[dict]]:
+    """The committed logs of ``name``: the client's session first, then subagents by first prompt."""
+    sc = load_scenario(scenario_dir(name))
+    return [[json.loads(line) for line in p.read_text().splitlines()] for p in sc.logs()]
+
+
+def _results(log: list[dict]) -> list[str]:
+    return ["".join(b.get("text", "") for b in e["result"]["content"]) for e in log if e["type"] == "tool/result"]
+
+
+def _wire(name: str) -> list[dict]:
+    return [json.loads(line) for line in (scenario_dir(name) / "stdout.expected.jsonl").read_text().splitlines()
+            if line.strip()]
+
+
+def _chunks(name: str) -> list[str]:
+    return [f["params"]["update"]["content"]["text"] for f in _wire(name)
+            if f.get("method") == "session/update" and f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"]
+
+
+def _permission_requests(name: str) -> int:
+    return sum(f.get("method") == "session/request_permission" for f in _wire(name))
+
+
+CONVERTED = [name for name in [*SCENARIOS, STARTUP] if _converted(name)]
+
+
+def _converted_only(*names: str) -> Any:
+    missing = [n for n in names if n not in CONVERTED]
+    return pytest.mark.skipif(bool(missing), reason=f"not converted yet: {missing}")
+
+
+@_converted_only("empty-response-retry", "provider-retry")
+@pytest.mark.parametrize("name, code, text", [("empty-response-retry", "EMPTY_RESPONSE", "Recovered."),
+                                              ("provider-retry", "RATE_LIMIT", "RETRY_OK")])
+def test_retry_scenarios_retry_once_then_answer(name, code, text):
+    (log,) = _logs(name)
+    (error,) = [e for e in log if e["type"] == "llm/error"]
+    (retry,) = [e for e in log if e["type"] == "llm/retry"]
+    assert error["code"] == retry["code"] == code and error["retryable"] is True
+    assert [e["type"] for e in log].index("llm/retry") < [e["type"] for e in log].index("assistant/message")
+    assert log[-1] == {**log[-1], "type": "turn/end", "reason": "completed"}
+    assert _chunks(name) == [text]
+    if code == "RATE_LIMIT":
+        assert error["status"] == 429
+
+
+@_converted_only("missing-credential", "invalid-credential")
+@pytest.mark.parametrize("name, code", [("missing-credential", "MISSING_CREDENTIAL"),
+                                        ("invalid-credential", "INVALID_CREDENTIAL")])
+def test_credential_scenarios_fail_the_turn_without_retrying(name, code):
+    (log,) = _logs(name)
+    end = log[-1]
+    assert end["type"] == "turn/end" and end["reason"] == "error" and end["code"] == code
+    assert not [e for e in log if e["type"] in ("llm/retry", "assistant/message")]
+    assert [e["code"] for e in log if e["type"] == "llm/error"] == [code]
+    (answer,) = [f for f in _wire(name) if f.get("id") == 3]
+    assert answer["error"]["code"] == -32603 and "API key" in answer["error"]["message"]  # the prompt failed
+    assert "sk-pasted" not in json.dumps(log) + json.dumps(_wire(name))  # the key is never echoed
+
+
+@_converted_only(STARTUP)
+def test_startup_activation_error_scenario_stops_before_the_front_door():
+    d = scenario_dir(STARTUP)
+    exit_line, stderr = (d / "stderr.expected.txt").read_text().split("\n", 1)
+    assert exit_line.startswith("exit code ") and exit_line != "exit code 0"
+    assert "deepseek-model" in stderr and "retry" in stderr and "Traceback" not in stderr
+    assert (d / "stdout.expected.jsonl").read_text().strip() == "" and not (d / "session.jsonl").exists()
+
+
+@_converted_only("fs-delete-recreate")
+def test_delete_recreate_scenario():
+    first, _rm, again, write = _results(_logs("fs-delete-recreate")[0])
+    assert "old contents" in first and "does not exist" in again and write.startswith("created")
+
+
+@_converted_only("fs-escalation-approved", "partial-landlock-child-failure")
+def test_escalation_scenarios_ask_once_per_call():
+    assert _permission_requests("fs-escalation-approved") == 1
+    assert _permission_requests("partial-landlock-child-failure") == 2
+    (log,) = _logs("fs-escalation-approved")
+    assert [e["outcome"] for e in log if e["type"] == "approval/decided"] == ["allowed-once"]
+    assert _results(log) == ["created escalated.md (10 bytes)"]
+
+
+@_converted_only("fs-read-window")
+def test_read_window_scenario():
+    (result,) = _results(_logs("fs-read-window")[0])
+    assert "line 5\n" in result and "line 8\n" in result and "line 4\n" not in result and "line 9\n" not in result
+
+
+@_converted_only("fs-write-overwrite")
+def test_overwrite_scenario_reads_then_overwrites():
+    read, write = _results(_logs("fs-write-overwrite")[0])
+    assert "original" in read and write.startswith("overwrote data.txt")
+
+
+@_converted_only("fs-glob-sampling")
+def test_glob_scenario_samples_over_the_cap():
+    (result,) = _results(_logs("fs-glob-sampling")[0])
+    lines = result.splitlines()
+    assert lines[-1].startswith("[more than 1000 matches: a sample across the top-level entries")
+    for path in ("tree/docs/f0002.txt", "tree/src/f0001.txt", "tree/README.md", "tree/docs", "tree/src"):
+        assert path in lines
+    assert len(lines) == 1001
+
+
+@_converted_only("parallel-tool-calls")
+def test_parallel_tool_calls_scenario():
+    (log,) = _logs("parallel-tool-calls")
+    (call,) = [e for e in log if e["type"] == "assistant/message" and e.get("finish") == "tool-calls"]
+    assert [b["name"] for b in call["message"]["content"] if b["type"] == "tool-call"] == ["read", "read"]
+    assert [r.splitlines()[0].split("\t")[-1] for r in _results(log)] == ["contents of a", "contents of b"]
+
+
+@_converted_only("read-image-dimension")
+def test_wide_image_scenario_stores_the_bytes_unchanged():
+    # the attachment store names objects by their bytes' sha256: this digest in the log is WIDE, unresized
+    assert hashlib.sha256(WIDE).hexdigest() in json.dumps(_logs("read-image-dimension"))
+    assert (scenario_dir("read-image-dimension") / "workspace" / "wide.png").read_bytes() == WIDE
+
+
+@_converted_only("session-sandbox-root")
+def test_session_root_scenario_works_in_the_session_cwd():
+    (log,) = _logs("session-sandbox-root")
+    assert log[0]["cwd"] == "{{cwd}}/session-root"
+    assert _results(log)[1].splitlines()[0] == "{{cwd}}/session-root"  # bash's pwd
+
+
+@_converted_only("workspace-edit")
+def test_workspace_edit_scenario_appends():
+    assert _results(_logs("workspace-edit")[0])[1].startswith("HELLO\nWORLD")  # cat after the append
+
+
+@_converted_only("partial-landlock-child-failure")
+def test_partial_landlock_scenario_keeps_the_notice_off_the_results():
+    (log,) = _logs("partial-landlock-child-failure")
+    assert _results(log) == ["(no output)\n[exit code 1]", "out\nerr\n[exit code 125]"]
+    text = json.dumps(log) + json.dumps(_wire("partial-landlock-child-failure"))
+    assert "SANDBOX_UNAVAILABLE" not in text and "landlock-run" not in text
+
+
+@_converted_only("max-tokens-tool-call")
+def test_max_tokens_mid_tool_call_scenario_drops_the_calls_and_continues():
+    (log,) = _logs("max-tokens-tool-call")
+    cut = next(e for e in log if e["type"] == "assistant/message")
+    assert cut["finish"] == "max-tokens" and [b["type"] for b in cut["message"]["content"]] == ["text"]
+    assert [e["reason"] for e in log if e["type"] == "turn/end"] == ["max-tokens", "completed"]
+    (result,) = _results(log)  # neither call of the cut message ran; the next turn's one did
+    assert "contents of b" in result
+    assert _chunks("max-tokens-tool-call") == ["Reading both. ", "b says:      1\tcontents of b"]
+
+
+@_converted_only("subagent-one", "subagent-sequential", "subagent-parallel")
+@pytest.mark.parametrize("name, needles", [
+    ("subagent-one", ["CHILD ANSWER to <child: say PONG>"]),
+    ("subagent-sequential", ["CHILD ANSWER to <child: first>", "CHILD ANSWER to <child: second>"]),
+    ("subagent-parallel", ["CHILD ANSWER to <child: left>", "CHILD ANSWER to <child: right>"]),
+])
+def test_subagent_scenarios_bring_each_child_answer_back(name, needles):
+    parent, *children = _logs(name)
+    assert len(children) == len(needles)
+    results = _results(parent)
+    assert results == [f"[subagent completed]\n{n}" for n in needles]
+    for child, needle in zip(children, needles, strict=True):
+        assert needle in "".join(_chunk_texts(child))
+
+
+def _chunk_texts(log: list[dict]) -> list[str]:
+    return [b.get("text", "") for e in log if e["type"] == "assistant/message" for b in e["message"]["content"]]
+
+
+@_converted_only("subagent-parallel")
+def test_parallel_children_scenario_starts_both_before_either_result():
+    parent = _logs("subagent-parallel")[0]
+    (call,) = [e for e in parent if e["type"] == "assistant/message" and e.get("finish") == "tool-calls"]
+    assert [b["name"] for b in call["message"]["content"] if b["type"] == "tool-call"] == [_CHILD, _CHILD]
+    kinds = [e["type"] for e in parent if e["type"] in ("tool/call", "tool/result")]
+    assert kinds == ["tool/call", "tool/call", "tool/result", "tool/result"]
+
+
+@_converted_only("subagent-max-tokens-partial")
+def test_cut_child_scenario_keeps_the_partial_output():
+    parent, child = _logs("subagent-max-tokens-partial")
+    assert [e["reason"] for e in child if e["type"] == "turn/end"] == ["max-tokens"]
+    # over ACP a dsh child's max-tokens turn settles as end_turn (docs/acp-contract.md, ACP-7): "completed"
+    assert _results(parent) == ["[subagent completed]\nOnce upon a time there was"]
+
+
+@_converted_only("subagent-depth-two-rejection")
+def test_depth_two_scenario_refuses_the_third_level():
+    parent, *children = _logs("subagent-depth-two-rejection")
+    (result,) = _results(parent)
+    assert "subagent depth limit reached (this agent is at depth 2, the limit is 2)" in result
+    assert len(children) == 2  # depths 1 and 2; nobody at depth 3
+    assert [e.get("code") for e in children[1] if e["type"] == "tool/result"] == ["DEPTH_LIMIT"]

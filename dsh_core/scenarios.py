@@ -69,6 +69,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,19 +211,27 @@ async def _wait_for(cond: dict[str, Any], cwd: Path, home: Path, sid: str | None
     raise ScenarioError(f"waited {timeout:.0f} s for {cond} in vain")
 
 
-async def _drive(steps: list[dict[str, Any]], run: Any, sids: list[str], home: Path, scenario_dir: Path) -> None:
-    from acp import RequestError, text_block
+@dataclass
+class _Driver:
+    """The client's side of one run: plays the steps against the agent, one method per op."""
 
-    def session(step: dict[str, Any]) -> str:
+    run: Any  # the spawned agent (dsh_core.harness): conn, client, cwd
+    sids: list[str]  # the sessions this client opened, in order
+    home: Path
+    scenario_dir: Path
+
+    def session(self, step: dict[str, Any]) -> str:
         try:
-            return sids[int(step.get("session", 0))]
+            return self.sids[int(step.get("session", 0))]
         except IndexError:
             raise ScenarioError(f"step {step} names a session this client has not opened") from None
 
-    async def prompt(step: dict[str, Any], blocks: list[Any]) -> None:
+    async def _prompt(self, step: dict[str, Any], blocks: list[Any]) -> None:
+        from acp import RequestError
+
         expect = step.get("expect")
         try:
-            result = await run.conn.prompt(session_id=session(step), prompt=blocks)
+            result = await self.run.conn.prompt(session_id=self.session(step), prompt=blocks)
         except RequestError as exc:
             if expect != "error":
                 raise ScenarioError(f"step {step}: the prompt failed: {exc}") from None
@@ -232,50 +241,84 @@ async def _drive(steps: list[dict[str, Any]], run: Any, sids: list[str], home: P
         if expect is not None and result.stop_reason != expect:
             raise ScenarioError(f"step {step}: stop reason {result.stop_reason!r}, expected {expect!r}")
 
+    async def initialize(self, step: dict[str, Any], n: int) -> None:
+        await self.run.conn.initialize(protocol_version=int(step.get("protocolVersion", 1)))
+
+    async def new_session(self, step: dict[str, Any], n: int) -> None:
+        from acp import RequestError
+
+        kw: dict[str, Any] = {}
+        if "additionalDirectories" in step:
+            kw["additional_directories"] = step["additionalDirectories"]
+        cwd = self.run.cwd / step["cwd"] if "cwd" in step else self.run.cwd
+        try:
+            self.sids.append((await self.run.conn.new_session(cwd=str(cwd), mcp_servers=[], **kw)).session_id)
+        except RequestError:
+            if not step.get("expectError"):
+                raise
+        else:
+            if step.get("expectError"):
+                raise ScenarioError(f"step {n} ({step.get('op')}): expected an error")
+
+    async def prompt(self, step: dict[str, Any], n: int) -> None:
+        from acp import text_block
+
+        await self._prompt(step, [text_block(step["text"])])
+
+    async def prompt_content(self, step: dict[str, Any], n: int) -> None:
+        await self._prompt(step, [_content_block(b, self.scenario_dir) for b in step["content"]])
+
+    async def prompt_and_cancel(self, step: dict[str, Any], n: int) -> None:
+        from acp import text_block
+
+        sid = self.session(step)
+        task = asyncio.create_task(self.run.conn.prompt(session_id=sid, prompt=[text_block(step["text"])]))
+        await _wait_for(step.get("after") or {"event": "turn/start"}, self.run.cwd, self.home, sid)
+        await asyncio.sleep(int(step.get("delayMs", 50)) / 1000)
+        await self.run.conn.cancel(session_id=sid)
+        stop = (await task).stop_reason
+        if stop != "cancelled":
+            raise ScenarioError(f"step {n} ({step.get('op')}): stop reason {stop!r}, expected 'cancelled'")
+
+    async def cancel(self, step: dict[str, Any], n: int) -> None:
+        await self.run.conn.cancel(session_id=self.session(step))
+
+    async def permission(self, step: dict[str, Any], n: int) -> None:
+        self.run.client.permission_answers.extend(step["answers"])
+
+    async def wait(self, step: dict[str, Any], n: int) -> None:
+        if "ms" in step:
+            await asyncio.sleep(int(step["ms"]) / 1000)
+        else:
+            sid = self.sids[int(step.get("session", 0))] if self.sids else None
+            await _wait_for(step, self.run.cwd, self.home, sid)
+
+    async def check_files(self, step: dict[str, Any], n: int) -> None:
+        _check_files(step["files"], self.run.cwd, n)
+
+
+# a step's "op" → what plays it (the order is the one the unknown-op message lists)
+_STEP_OPS: dict[str, Callable[[_Driver, dict[str, Any], int], Awaitable[None]]] = {
+    "initialize": _Driver.initialize,
+    "newSession": _Driver.new_session,
+    "prompt": _Driver.prompt,
+    "promptContent": _Driver.prompt_content,
+    "promptAndCancel": _Driver.prompt_and_cancel,
+    "cancel": _Driver.cancel,
+    "permission": _Driver.permission,
+    "wait": _Driver.wait,
+    "checkFiles": _Driver.check_files,
+}
+
+
+async def _drive(steps: list[dict[str, Any]], run: Any, sids: list[str], home: Path, scenario_dir: Path) -> None:
+    driver = _Driver(run, sids, home, scenario_dir)
     for n, step in enumerate(steps):
         op = step.get("op")
-        if op == "initialize":
-            await run.conn.initialize(protocol_version=int(step.get("protocolVersion", 1)))
-        elif op == "newSession":
-            kw: dict[str, Any] = {}
-            if "additionalDirectories" in step:
-                kw["additional_directories"] = step["additionalDirectories"]
-            cwd = run.cwd / step["cwd"] if "cwd" in step else run.cwd
-            try:
-                sids.append((await run.conn.new_session(cwd=str(cwd), mcp_servers=[], **kw)).session_id)
-            except RequestError:
-                if not step.get("expectError"):
-                    raise
-            else:
-                if step.get("expectError"):
-                    raise ScenarioError(f"step {n} ({op}): expected an error")
-        elif op == "prompt":
-            await prompt(step, [text_block(step["text"])])
-        elif op == "promptContent":
-            await prompt(step, [_content_block(b, scenario_dir) for b in step["content"]])
-        elif op == "promptAndCancel":
-            sid = session(step)
-            task = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block(step["text"])]))
-            await _wait_for(step.get("after") or {"event": "turn/start"}, run.cwd, home, sid)
-            await asyncio.sleep(int(step.get("delayMs", 50)) / 1000)
-            await run.conn.cancel(session_id=sid)
-            stop = (await task).stop_reason
-            if stop != "cancelled":
-                raise ScenarioError(f"step {n} ({op}): stop reason {stop!r}, expected 'cancelled'")
-        elif op == "cancel":
-            await run.conn.cancel(session_id=session(step))
-        elif op == "permission":
-            run.client.permission_answers.extend(step["answers"])
-        elif op == "checkFiles":
-            _check_files(step["files"], run.cwd, n)
-        elif op == "wait":
-            if "ms" in step:
-                await asyncio.sleep(int(step["ms"]) / 1000)
-            else:
-                await _wait_for(step, run.cwd, home, sids[int(step.get("session", 0))] if sids else None)
-        else:
-            raise ScenarioError(f"step {n}: unknown op {op!r} (initialize, newSession, prompt, promptContent, "
-                                "promptAndCancel, cancel, permission, wait, checkFiles)")
+        play = _STEP_OPS.get(op) if isinstance(op, str) else None
+        if play is None:
+            raise ScenarioError(f"step {n}: unknown op {op!r} ({', '.join(_STEP_OPS)})")
+        await play(driver, step, n)
 
 
 def _check_files(files: dict[str, Any], cwd: Path, n: int) -> None:
@@ -339,6 +382,100 @@ def _log_order_key(path: Path) -> tuple[str, float]:
     return first, created
 
 
+def _prepare_dirs(sc: Scenario, root: Path) -> tuple[Path, Path, Path]:
+    """The run's workspace (the scenario's ``workspace/`` copy plus its ``mkdir`` list), its home and
+    the fixture directory the replay provider reads."""
+    work, home, fixture = root / "work", root / "home", root / "fixture"
+    if (sc.dir / "workspace").is_dir():
+        shutil.copytree(sc.dir / "workspace", work, symlinks=True)
+    else:
+        work.mkdir()
+    for d in sc.mkdir:
+        (work / d).mkdir(parents=True, exist_ok=True)
+    fixture.mkdir()
+    return work, home, fixture
+
+
+def _agent_env(sc: Scenario, home: Path, mechanism: str | None, extra_env: dict[str, str] | None) -> dict[str, str]:
+    own = {k: v.replace("{{scenario}}", str(sc.dir)).replace("{{snapshots}}", str(sc.dir.parent.parent))
+           for k, v in sc.env.items()}
+    env = {"DSH_HOME": str(home), "DSH_PERMISSION_MODE": "workspace-write", **own, **(extra_env or {})}
+    if "DSH_EXAMPLES_PATH" in os.environ:
+        env.setdefault("DSH_EXAMPLES_PATH", os.environ["DSH_EXAMPLES_PATH"])
+    if mechanism:
+        env["DSH_SANDBOX_MECHANISM"] = mechanism
+    return env
+
+
+def _write_fixture(sc: Scenario, fixture: Path) -> None:
+    """What the replay provider plays back: the committed logs, and the override if there is one."""
+    logs = sc.logs()
+    for log in logs:  # with the class pin put back where the fixture says {{system}} / {{tools}}
+        (fixture / log.name).write_text(expand_headers(log.read_text(encoding="utf-8"), *_class_pin(sc)),
+                                        encoding="utf-8")
+    if not logs:  # no session was ever opened: any model call is more than recorded
+        (fixture / "session.jsonl").write_text(json.dumps(
+            {"type": "session", "id": "none", "provider": "replay", "model": "none"}) + "\n")
+    if (sc.dir / OVERRIDE_FILE).is_file():
+        shutil.copy(sc.dir / OVERRIDE_FILE, fixture / OVERRIDE_FILE)
+
+
+def _route(sc: Scenario, mode: str, fixture: Path, env: dict[str, str]) -> tuple[str, str]:
+    """The (provider, model) the agent runs with: the live route when recording (its keys passed on
+    in ``env``), else the replay provider on a fixture written now."""
+    if mode == "record":
+        for key in ("DEEPSEEK_API_KEY", "DEEPSEEK_BASE_URL"):
+            if key in os.environ:
+                env.setdefault(key, os.environ[key])
+        return sc.record
+    _write_fixture(sc, fixture)
+    return "replay", str(fixture / "session.jsonl")
+
+
+def _ordered_logs(home: Path, sids: list[str]) -> tuple[dict[str, Path], list[str]]:
+    """Every log this run wrote: the client's sessions in the order it opened them, then the rest."""
+    found = {p.stem: p for p in (home / "sessions").glob("*.jsonl")} if (home / "sessions").is_dir() else {}
+    order = [s for s in sids if s in found] + sorted((s for s in found if s not in sids),
+                                                     key=lambda s: _log_order_key(found[s]))
+    return found, order
+
+
+def _replacements(paths: tuple[Path, Path, Path], mode: str, model: str, sids: list[str],
+                  order: list[str]) -> list[tuple[str, str]]:
+    """What a run's text says that differs between runs (``paths``: home, work, root), and its placeholder."""
+    home, work, root = paths
+    replacements: list[tuple[str, str]] = [(str(home), "{{home}}"), (str(work), "{{cwd}}"), (str(root), "{{tmp}}")]
+    if mode != "record" or os.path.isabs(model):  # a file as the model: a script, a recording
+        replacements.insert(0, (model, "{{script}}"))
+    for n, sid in enumerate([*sids, *[s for s in order if s not in sids]]):
+        replacements.append((sid, f"{{{{session{n}}}}}"))
+    return replacements
+
+
+def _read_logs(found: dict[str, Path], order: list[str],
+               replacements: list[tuple[str, str]]) -> tuple[list[str], list[dict[str, Any]], list[str]]:
+    """The normalised logs, their headers, and the replay errors they report."""
+    logs_out, headers, errors = [], [], []
+    for sid in order:
+        raw = found[sid].read_text(encoding="utf-8")
+        for line in raw.splitlines():
+            if any(code in line for code in REPLAY_CODES) and '"agent/error"' in line.replace(" ", ""):
+                errors.append(json.loads(line)["message"])
+        text, header = normalize_log_lines(raw, replacements)
+        logs_out.append(text)
+        headers.append(header)
+    return logs_out, headers, errors
+
+
+def _normalize_frames(frames: Any, sids: list[str], replacements: list[tuple[str, str]]) -> str:
+    from .harness import normalize_transcript
+
+    raw_frames = json.dumps(frames)
+    for i, s in enumerate(sids):  # session ids first: messageIds are numbered before ids are blanked
+        raw_frames = raw_frames.replace(s, f"{{{{session{i}}}}}")
+    return _normalize_text(normalize_transcript(json.loads(raw_frames)), replacements)
+
+
 async def run_scenario(
     sc: Scenario,
     *,
@@ -348,7 +485,7 @@ async def run_scenario(
 ) -> Run:
     """Run the scenario once in a fresh temporary directory (fixed-length path, so the cwd's length
     — which the token meter sees — is the same in every run) and return what it produced."""
-    from .harness import Recorder, normalize_transcript, spawn_acp
+    from .harness import Recorder, spawn_acp
 
     if mode not in MODES:
         raise ScenarioError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
@@ -356,37 +493,11 @@ async def run_scenario(
     for p in sc.cleanup:
         Path(p).unlink(missing_ok=True)
     try:
-        work, home, fixture = root / "work", root / "home", root / "fixture"
-        if (sc.dir / "workspace").is_dir():
-            shutil.copytree(sc.dir / "workspace", work, symlinks=True)
-        else:
-            work.mkdir()
-        for d in sc.mkdir:
-            (work / d).mkdir(parents=True, exist_ok=True)
-        fixture.mkdir()
-        own = {k: v.replace("{{scenario}}", str(sc.dir)).replace("{{snapshots}}", str(sc.dir.parent.parent))
-               for k, v in sc.env.items()}
-        env = {"DSH_HOME": str(home), "DSH_PERMISSION_MODE": "workspace-write", **own, **(extra_env or {})}
-        if "DSH_EXAMPLES_PATH" in os.environ:
-            env.setdefault("DSH_EXAMPLES_PATH", os.environ["DSH_EXAMPLES_PATH"])
-        if mechanism:
-            env["DSH_SANDBOX_MECHANISM"] = mechanism
-        if mode == "record":
-            provider, model = sc.record
-            for key in ("DEEPSEEK_API_KEY", "DEEPSEEK_BASE_URL"):
-                if key in os.environ:
-                    env.setdefault(key, os.environ[key])
-        else:
-            provider, model = "replay", str(fixture / "session.jsonl")
-            logs = sc.logs()
-            for log in logs:  # with the class pin put back where the fixture says {{system}} / {{tools}}
-                (fixture / log.name).write_text(expand_headers(log.read_text(encoding="utf-8"), *_class_pin(sc)),
-                                                encoding="utf-8")
-            if not logs:  # no session was ever opened: any model call is more than recorded
-                (fixture / "session.jsonl").write_text(json.dumps(
-                    {"type": "session", "id": "none", "provider": "replay", "model": "none"}) + "\n")
-            if (sc.dir / OVERRIDE_FILE).is_file():
-                shutil.copy(sc.dir / OVERRIDE_FILE, fixture / OVERRIDE_FILE)
+        # set up
+        work, home, fixture = _prepare_dirs(sc, root)
+        env = _agent_env(sc, home, mechanism, extra_env)
+        provider, model = _route(sc, mode, fixture, env)
+        # run
         sids: list[str] = []
         async with spawn_acp(Path(model), provider=provider, cwd=work, example=sc.example, env=env,
                              client=Recorder()) as run:
@@ -396,31 +507,12 @@ async def run_scenario(
                 await asyncio.sleep(0.2)  # let the agent's last words reach stderr
                 tail = bytes(run.stderr).decode(errors="replace")[-3000:]
                 raise ScenarioError(f"scenario {sc.name} ({provider} {model}): {exc}\nagent stderr:\n{tail}") from None
+        # collect, normalised for comparing
         stderr = bytes(run.stderr).decode(errors="replace")
-        # every log this run wrote: the client's sessions in the order it opened them, then the rest
-        found = {p.stem: p for p in (home / "sessions").glob("*.jsonl")} if (home / "sessions").is_dir() else {}
-        order = [s for s in sids if s in found] + sorted((s for s in found if s not in sids),
-                                                         key=lambda s: _log_order_key(found[s]))
-        replacements: list[tuple[str, str]] = [(str(home), "{{home}}"), (str(work), "{{cwd}}"),
-                                               (str(root), "{{tmp}}")]
-        if mode != "record" or os.path.isabs(model):  # a file as the model: a script, a recording
-            replacements.insert(0, (model, "{{script}}"))
-        for n, sid in enumerate([*sids, *[s for s in order if s not in sids]]):
-            replacements.append((sid, f"{{{{session{n}}}}}"))
-        logs_out, headers, errors = [], [], []
-        for sid in order:
-            raw = found[sid].read_text(encoding="utf-8")
-            for line in raw.splitlines():
-                if any(code in line for code in REPLAY_CODES) and '"agent/error"' in line.replace(" ", ""):
-                    errors.append(json.loads(line)["message"])
-            text, header = normalize_log_lines(raw, replacements)
-            logs_out.append(text)
-            headers.append(header)
-        raw_frames = json.dumps(run.frames)
-        for i, s in enumerate(sids):  # session ids first: messageIds are numbered before ids are blanked
-            raw_frames = raw_frames.replace(s, f"{{{{session{i}}}}}")
-        frames = json.loads(raw_frames)
-        stdout = _normalize_text(normalize_transcript(frames), replacements)
+        found, order = _ordered_logs(home, sids)
+        replacements = _replacements((home, work, root), mode, model, sids, order)
+        logs_out, headers, errors = _read_logs(found, order, replacements)
+        stdout = _normalize_frames(run.frames, sids, replacements)
         return Run(stdout=stdout, logs=logs_out, headers=headers, stderr=stderr, replay_errors=errors,
                    exit_code=run.proc.returncode, stderr_normalized=_normalize_text(stderr, replacements))
     finally:

@@ -11,16 +11,9 @@ which the Codex bridge shares.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dsh_core import hookimpl
-
-from .protocol import POINTS, Bridge, CommandHook, Dialect, Settings, transcript_path
-
-if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.protocols import Host
+from .protocol import POINTS, CommandHook, Dialect, DialectPlugin, transcript_path
 
 PLUGIN = "hooks-claude-code"
 PROJECT_DIR_TOKEN = "${CLAUDE_PROJECT_DIR}"
@@ -56,43 +49,5 @@ DIALECT = ClaudeCode(
     project_files=(".claude/settings.json", ".claude/settings.local.json"),
 )
 
-_bridges: weakref.WeakKeyDictionary[Any, Bridge] = weakref.WeakKeyDictionary()
-
-
-@hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
-    _bridges[host] = Bridge(DIALECT, Settings.from_config(config.get(PLUGIN), DIALECT))
-
-
-def _bridge(session: Any) -> Bridge | None:
-    return _bridges.get(session.host)
-
-
-@hookimpl
-def dsh_session_start(session: Any, source: str, turn: int) -> Any:
-    b = _bridge(session)
-    return b.session_start(session, source, turn) if b else None
-
-
-@hookimpl
-def dsh_prompt_submit(session: Any, messages: list[Any], turn: int) -> Any:
-    b = _bridge(session)
-    return b.prompt_submit(session, messages, turn) if b else None
-
-
-@hookimpl
-def dsh_before_tool(session: Any, name: str, args: dict[str, Any], call_id: str, turn: int, step: int) -> Any:
-    b = _bridge(session)
-    return b.before_tool(session, name, args, call_id, turn) if b else None
-
-
-@hookimpl
-def dsh_after_tool(session: Any, call: Any, output: Any) -> Any:
-    b = _bridge(session)
-    return b.after_tool(session, call, output, session.turn) if b else None
-
-
-@hookimpl
-def dsh_before_stop(session: Any, turn: int, step: int, continued: int) -> Any:
-    b = _bridge(session)
-    return b.before_stop(session, turn, continued) if b else None
+plugin = DialectPlugin(DIALECT)
+"""The plugin object the ``dsh`` entry point names (see ``protocol.DialectPlugin``)."""

@@ -53,7 +53,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from dsh_core import ConfigError
+from dsh_core import ConfigError, hookimpl
 from dsh_core.diag import warn
 from dsh_core.interception import (
     BLOCKED_PROMPT,
@@ -620,3 +620,46 @@ class _Pending:
 def transcript_path(session: Any) -> str | None:
     path = getattr(getattr(session, "log", None), "path", None)
     return str(path) if path is not None else None
+
+
+class DialectPlugin:
+    """One dialect's pluggy plugin (the object its entry point names): the spine's interception
+    points, each answered by the host's ``Bridge``. ``dsh_configure`` makes one Bridge per host;
+    they are kept weakly by host on this object, so two hosts in one process keep their own
+    configuration and a disposed host takes its Bridge with it."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self._bridges: weakref.WeakKeyDictionary[Any, Bridge] = weakref.WeakKeyDictionary()
+
+    def _bridge(self, session: Any) -> Bridge | None:
+        return self._bridges.get(session.host)
+
+    @hookimpl
+    def dsh_configure(self, config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
+        self._bridges[host] = Bridge(self.dialect, Settings.from_config(config.get(self.dialect.plugin), self.dialect))
+
+    @hookimpl
+    def dsh_session_start(self, session: Any, source: str, turn: int) -> Any:
+        b = self._bridge(session)
+        return b.session_start(session, source, turn) if b else None
+
+    @hookimpl
+    def dsh_prompt_submit(self, session: Any, messages: list[Any], turn: int) -> Any:
+        b = self._bridge(session)
+        return b.prompt_submit(session, messages, turn) if b else None
+
+    @hookimpl
+    def dsh_before_tool(self, session: Any, name: str, args: dict[str, Any], call_id: str, turn: int, step: int) -> Any:
+        b = self._bridge(session)
+        return b.before_tool(session, name, args, call_id, turn) if b else None
+
+    @hookimpl
+    def dsh_after_tool(self, session: Any, call: Any, output: Any) -> Any:
+        b = self._bridge(session)
+        return b.after_tool(session, call, output, session.turn) if b else None
+
+    @hookimpl
+    def dsh_before_stop(self, session: Any, turn: int, step: int, continued: int) -> Any:
+        b = self._bridge(session)
+        return b.before_stop(session, turn, continued) if b else None

@@ -12,16 +12,10 @@ allow/ask).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dsh_hooks_claude_code.protocol import POINTS, Bridge, CommandHook, Dialect, Settings, transcript_path
-
-from dsh_core import hookimpl
-
-if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.protocols import Host
+from dsh_hooks_claude_code.protocol import POINTS, CommandHook, Dialect, DialectPlugin, transcript_path
 
 PLUGIN = "hooks-codex"
 SNAKE = {"SessionStart": "session_start", "UserPromptSubmit": "user_prompt_submit", "PreToolUse": "pre_tool_use",
@@ -64,43 +58,5 @@ DIALECT = Codex(
     project_files=(".codex/hooks.json",),
 )
 
-_bridges: weakref.WeakKeyDictionary[Any, Bridge] = weakref.WeakKeyDictionary()
-
-
-@hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
-    _bridges[host] = Bridge(DIALECT, Settings.from_config(config.get(PLUGIN), DIALECT))
-
-
-def _bridge(session: Any) -> Bridge | None:
-    return _bridges.get(session.host)
-
-
-@hookimpl
-def dsh_session_start(session: Any, source: str, turn: int) -> Any:
-    b = _bridge(session)
-    return b.session_start(session, source, turn) if b else None
-
-
-@hookimpl
-def dsh_prompt_submit(session: Any, messages: list[Any], turn: int) -> Any:
-    b = _bridge(session)
-    return b.prompt_submit(session, messages, turn) if b else None
-
-
-@hookimpl
-def dsh_before_tool(session: Any, name: str, args: dict[str, Any], call_id: str, turn: int, step: int) -> Any:
-    b = _bridge(session)
-    return b.before_tool(session, name, args, call_id, turn) if b else None
-
-
-@hookimpl
-def dsh_after_tool(session: Any, call: Any, output: Any) -> Any:
-    b = _bridge(session)
-    return b.after_tool(session, call, output, session.turn) if b else None
-
-
-@hookimpl
-def dsh_before_stop(session: Any, turn: int, step: int, continued: int) -> Any:
-    b = _bridge(session)
-    return b.before_stop(session, turn, continued) if b else None
+plugin = DialectPlugin(DIALECT)
+"""The plugin object the ``dsh`` entry point names (see ``protocol.DialectPlugin``)."""

@@ -348,7 +348,8 @@ def _normalize_text(text: str, replacements: list[tuple[str, str]]) -> str:
 
 
 def normalize_log_lines(raw: str, replacements: list[tuple[str, str]]) -> tuple[str, dict[str, Any]]:
-    """One log: times zeroed, retry delays zeroed (they are jittered), paths and ids replaced."""
+    """One log: times zeroed, retry delays zeroed (they are jittered), hook durations zeroed, paths and
+    ids replaced."""
     lines, header = [], {}
     for n, line in enumerate(raw.splitlines()):
         if not line.strip():
@@ -361,6 +362,8 @@ def normalize_log_lines(raw: str, replacements: list[tuple[str, str]]) -> tuple[
                 rec[key] = 0
         if rec.get("type") == "llm/retry":
             rec["delayMs"] = 0
+        if rec.get("type") == "hook/result" and "durationMs" in rec:  # wall-clock time of the hook process
+            rec["durationMs"] = 0
         lines.append(_normalize_text(json.dumps(rec, sort_keys=True, ensure_ascii=False), replacements))
     return "\n".join(lines) + "\n", header
 

@@ -223,3 +223,24 @@ def test_a_scenario_naming_a_sandbox_mechanism_the_machine_lacks_is_skipped(reco
                           "snapshots"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "1 skipped" in out.stdout, out.stdout + out.stderr
     assert "bubblewrap is not installed" in out.stdout
+
+
+def test_hook_durations_are_zeroed_in_the_normalized_log():
+    from dsh_core.scenarios import normalize_log_lines
+
+    raw = "\n".join(json.dumps(r) for r in (
+        {"type": "session", "id": "s"}, {"type": "hook/result", "durationMs": 22, "time": 5, "exitCode": 2}))
+    text, _ = normalize_log_lines(raw, [])
+    assert json.loads(text.splitlines()[1]) == {"type": "hook/result", "durationMs": 0, "time": 0, "exitCode": 2}
+
+
+def test_the_workspace_copy_keeps_the_executable_bit(tmp_path):
+    from dsh_core.scenarios import _prepare_dirs
+
+    scenario = tmp_path / "sc"
+    (scenario / "workspace" / "hooks").mkdir(parents=True)
+    (scenario / "workspace" / "hooks" / "deny.sh").write_text("#!/bin/sh\nexit 2\n")
+    (scenario / "workspace" / "hooks" / "deny.sh").chmod(0o755)
+    (scenario / "workspace" / "plain.txt").write_text("x\n")
+    work, _, _ = _prepare_dirs(type("Sc", (), {"dir": scenario, "mkdir": []})(), tmp_path / "run")
+    assert os.access(work / "hooks" / "deny.sh", os.X_OK) and not os.access(work / "plain.txt", os.X_OK)

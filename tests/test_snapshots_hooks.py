@@ -233,8 +233,32 @@ SCENARIOS = {
 }
 
 
+
+
+# ------------------------------------------------------------------------------ conversion
+# The scenarios above are converted (tests/snapshot_convert.py --module tests/test_snapshots_hooks.py
+# NAME…) to scenario directories under snapshots/acp-agent/ (input.json, the recording, the expected
+# stdout and workspace/ holding the seeded hook files) that replay keyless (dsh_core.scenarios,
+# collected from snapshots/). The bodies stay as the conversion's source; the tests at the end of
+# this file check each body's point on the committed recordings and transcripts.
+
+
+def conversion(name: str) -> dict:
+    """How tests/snapshot_convert.py converts ``name`` (see its docstring)."""
+    return {"example": "acp-agent", "body": SCENARIOS[name], "script": SCRIPT}
+
+
+def _converted(name: str) -> bool:
+    return (SNAPSHOTS / name / "input.json").is_file()
+
+
+# A scenario whose directory has an input.json runs by replay, no longer here.
+LEGACY = [name for name in SCENARIOS if not _converted(name)]
+
+
 @snapshot_scenario
-@pytest.mark.parametrize("name", list(SCENARIOS))
+@pytest.mark.skipif(not LEGACY, reason="every hook scenario replays from snapshots/acp-agent/hook-*")
+@pytest.mark.parametrize("name", LEGACY or ["none"])
 async def test_hook_scenario(name, acp_agent, scripted, snapshot):
     script = scripted(SCRIPT)
     sids: list[str] = []
@@ -475,3 +499,80 @@ async def test_continue_false_wins_over_a_stop_block(acp_agent, scripted):
     assert [(e["decision"], e["stopReason"]) for e in events if e["type"] == "hook/result"] == [
         ("stop", "enough for today")]
     assert [e["reason"] for e in events if e["type"] == "turn/end"] == ["stopped"]
+
+
+# ------------------------------------------------------------- the converted scenarios' points
+# Each body's point, checked on the committed transcripts and recordings (a careless refresh cannot
+# bless a regression). The payload files the hooks wrote were checked by the bodies at conversion.
+
+
+def _committed(name: str) -> tuple[str, list[dict]]:
+    sc = SNAPSHOTS / name
+    log = [json.loads(line) for line in (sc / "session.jsonl").read_text().splitlines() if line.strip()]
+    return (sc / "stdout.expected.jsonl").read_text(), log
+
+
+def _said(stdout: str) -> list[str]:
+    return [f["params"]["update"]["content"]["text"] for f in map(json.loads, stdout.splitlines())
+            if f.get("method") == "session/update"
+            and f["params"]["update"].get("sessionUpdate") == "agent_message_chunk"]
+
+
+def _if_converted(*names: str):
+    missing = [n for n in names if not _converted(n)]
+    return pytest.mark.skipif(bool(missing), reason=f"not converted yet: {missing}")
+
+
+@pytest.mark.parametrize("name", ["hook-cc-invalid-matcher", "hook-codex-invalid-matcher"])
+def test_invalid_matcher_scenarios_still_answer(name):
+    if not _converted(name):
+        pytest.skip("not converted yet")
+    stdout, log = _committed(name)
+    assert _said(stdout) == ["PONG"]
+    assert not [r for r in log if r["type"].startswith("hook/")]  # neither hook ran
+
+
+@pytest.mark.parametrize("name", ["hook-cc-pretool-deny", "hook-codex-pretool-block"])
+def test_pretool_scenarios_block_the_call(name):
+    if not _converted(name):
+        pytest.skip("not converted yet")
+    stdout, log = _committed(name)
+    assert _said(stdout) == ["tool said: Error: bash is disabled by policy in this session"]
+    (result,) = [r for r in log if r["type"] == "tool/result"]
+    assert result["code"] == "BLOCKED" and result["result"]["isError"]
+
+
+@_if_converted("hook-cc-pretool-ask")
+def test_pretool_ask_scenario_asks_once_and_is_rejected():
+    stdout, log = _committed("hook-cc-pretool-ask")
+    asks = [f for f in map(json.loads, stdout.splitlines()) if f.get("method") == "session/request_permission"]
+    (ask,) = asks
+    call = ask["params"]["toolCall"]
+    assert call["kind"] == "execute" and call["rawInput"] == {"command": "echo HELLO > created.txt && cat created.txt"}
+    assert call["title"].endswith("— bash requires manual approval in this session")
+    assert not [r for r in log if r["type"] == "tool/result" and not r["result"]["isError"]]
+
+
+@pytest.mark.parametrize("name", ["hook-cc-posttool-context", "hook-codex-posttool-context"])
+def test_posttool_context_scenarios_reach_the_model(name):
+    if not _converted(name):
+        pytest.skip("not converted yet")
+    (said,) = _said(_committed(name)[0])
+    assert said.startswith("tool said: HELLO") and "verified against the audit log" in said
+
+
+@pytest.mark.parametrize("name", ["hook-cc-promptsubmit-block", "hook-codex-promptsubmit-block"])
+def test_promptsubmit_block_scenarios_skip_the_model_then_go_on(name):
+    if not _converted(name):
+        pytest.skip("not converted yet")
+    stdout, log = _committed(name)
+    assert _said(stdout) == ["PONG"]  # the blocked prompt never reached the model
+    assert len([r for r in log if r["type"] == "assistant/message"]) == 1
+
+
+@pytest.mark.parametrize("name", ["hook-cc-posttool-block", "hook-codex-posttool-block"])
+def test_posttool_block_scenarios_feed_the_block_back(name):
+    if not _converted(name):
+        pytest.skip("not converted yet")
+    _, log = _committed(name)
+    assert [r for r in log if r["type"] == "hook/result" and r["decision"] == "block"]

@@ -334,6 +334,11 @@ class _Bound:
     summaries: int = 0
 
 
+# User messages the run itself produces again on replay (tool output spliced in, a compaction
+# summary, interception context from hooks that run again): never part of the recorded prompt.
+_NOT_PROMPTS = frozenset({"tool", "compaction", "hook"})
+
+
 def _live_tail(request: ModelRequest) -> tuple[list[str], list[tuple[str, str, bool]]]:
     """The prompt texts and tool results the request carries after the model's last answer."""
     msgs = list(request.messages)
@@ -343,7 +348,7 @@ def _live_tail(request: ModelRequest) -> tuple[list[str], list[tuple[str, str, b
     for m in msgs[last + 1:]:
         if isinstance(m, ToolResultMessage):
             results.append((m.call_id, m.name, m.is_error))
-        elif isinstance(m, UserMessage) and m.source not in ("tool", "compaction"):
+        elif isinstance(m, UserMessage) and m.source not in _NOT_PROMPTS:
             prompt.append(_text(m.content))
     return prompt, results
 

@@ -1,0 +1,3 @@
+#!/bin/sh
+cat > .prompt-payload.json
+echo 'The user has previously stated their favorite color is teal.'

@@ -649,15 +649,6 @@ def _permission_requests(name: str) -> int:
     return sum(f.get("method") == "session/request_permission" for f in _wire(name))
 
 
-CONVERTED = [name for name in [*SCENARIOS, STARTUP] if _converted(name)]
-
-
-def _converted_only(*names: str) -> Any:
-    missing = [n for n in names if n not in CONVERTED]
-    return pytest.mark.skipif(bool(missing), reason=f"not converted yet: {missing}")
-
-
-@_converted_only("empty-response-retry", "provider-retry")
 @pytest.mark.parametrize("name, code, text", [("empty-response-retry", "EMPTY_RESPONSE", "Recovered."),
                                               ("provider-retry", "RATE_LIMIT", "RETRY_OK")])
 def test_retry_scenarios_retry_once_then_answer(name, code, text):
@@ -672,7 +663,6 @@ def test_retry_scenarios_retry_once_then_answer(name, code, text):
         assert error["status"] == 429
 
 
-@_converted_only("missing-credential", "invalid-credential")
 @pytest.mark.parametrize("name, code", [("missing-credential", "MISSING_CREDENTIAL"),
                                         ("invalid-credential", "INVALID_CREDENTIAL")])
 def test_credential_scenarios_fail_the_turn_without_retrying(name, code):
@@ -686,7 +676,6 @@ def test_credential_scenarios_fail_the_turn_without_retrying(name, code):
     assert "sk-pasted" not in json.dumps(log) + json.dumps(_wire(name))  # the key is never echoed
 
 
-@_converted_only(STARTUP)
 def test_startup_activation_error_scenario_stops_before_the_front_door():
     d = scenario_dir(STARTUP)
     exit_line, stderr = (d / "stderr.expected.txt").read_text().split("\n", 1)
@@ -695,13 +684,11 @@ def test_startup_activation_error_scenario_stops_before_the_front_door():
     assert (d / "stdout.expected.jsonl").read_text().strip() == "" and not (d / "session.jsonl").exists()
 
 
-@_converted_only("fs-delete-recreate")
 def test_delete_recreate_scenario():
     first, _rm, again, write = _results(_logs("fs-delete-recreate")[0])
     assert "old contents" in first and "does not exist" in again and write.startswith("created")
 
 
-@_converted_only("fs-escalation-approved", "partial-landlock-child-failure")
 def test_escalation_scenarios_ask_once_per_call():
     assert _permission_requests("fs-escalation-approved") == 1
     assert _permission_requests("partial-landlock-child-failure") == 2
@@ -710,19 +697,16 @@ def test_escalation_scenarios_ask_once_per_call():
     assert _results(log) == ["created escalated.md (10 bytes)"]
 
 
-@_converted_only("fs-read-window")
 def test_read_window_scenario():
     (result,) = _results(_logs("fs-read-window")[0])
     assert "line 5\n" in result and "line 8\n" in result and "line 4\n" not in result and "line 9\n" not in result
 
 
-@_converted_only("fs-write-overwrite")
 def test_overwrite_scenario_reads_then_overwrites():
     read, write = _results(_logs("fs-write-overwrite")[0])
     assert "original" in read and write.startswith("overwrote data.txt")
 
 
-@_converted_only("fs-glob-sampling")
 def test_glob_scenario_samples_over_the_cap():
     (result,) = _results(_logs("fs-glob-sampling")[0])
     lines = result.splitlines()
@@ -732,7 +716,6 @@ def test_glob_scenario_samples_over_the_cap():
     assert len(lines) == 1001
 
 
-@_converted_only("parallel-tool-calls")
 def test_parallel_tool_calls_scenario():
     (log,) = _logs("parallel-tool-calls")
     (call,) = [e for e in log if e["type"] == "assistant/message" and e.get("finish") == "tool-calls"]
@@ -740,26 +723,22 @@ def test_parallel_tool_calls_scenario():
     assert [r.splitlines()[0].split("\t")[-1] for r in _results(log)] == ["contents of a", "contents of b"]
 
 
-@_converted_only("read-image-dimension")
 def test_wide_image_scenario_stores_the_bytes_unchanged():
     # the attachment store names objects by their bytes' sha256: this digest in the log is WIDE, unresized
     assert hashlib.sha256(WIDE).hexdigest() in json.dumps(_logs("read-image-dimension"))
     assert (scenario_dir("read-image-dimension") / "workspace" / "wide.png").read_bytes() == WIDE
 
 
-@_converted_only("session-sandbox-root")
 def test_session_root_scenario_works_in_the_session_cwd():
     (log,) = _logs("session-sandbox-root")
     assert log[0]["cwd"] == "{{cwd}}/session-root"
     assert _results(log)[1].splitlines()[0] == "{{cwd}}/session-root"  # bash's pwd
 
 
-@_converted_only("workspace-edit")
 def test_workspace_edit_scenario_appends():
     assert _results(_logs("workspace-edit")[0])[1].startswith("HELLO\nWORLD")  # cat after the append
 
 
-@_converted_only("partial-landlock-child-failure")
 def test_partial_landlock_scenario_keeps_the_notice_off_the_results():
     (log,) = _logs("partial-landlock-child-failure")
     assert _results(log) == ["(no output)\n[exit code 1]", "out\nerr\n[exit code 125]"]
@@ -767,7 +746,6 @@ def test_partial_landlock_scenario_keeps_the_notice_off_the_results():
     assert "SANDBOX_UNAVAILABLE" not in text and "landlock-run" not in text
 
 
-@_converted_only("max-tokens-tool-call")
 def test_max_tokens_mid_tool_call_scenario_drops_the_calls_and_continues():
     (log,) = _logs("max-tokens-tool-call")
     cut = next(e for e in log if e["type"] == "assistant/message")
@@ -778,7 +756,6 @@ def test_max_tokens_mid_tool_call_scenario_drops_the_calls_and_continues():
     assert _chunks("max-tokens-tool-call") == ["Reading both. ", "b says:      1\tcontents of b"]
 
 
-@_converted_only("subagent-one", "subagent-sequential", "subagent-parallel")
 @pytest.mark.parametrize("name, needles", [
     ("subagent-one", ["CHILD ANSWER to <child: say PONG>"]),
     ("subagent-sequential", ["CHILD ANSWER to <child: first>", "CHILD ANSWER to <child: second>"]),
@@ -797,7 +774,6 @@ def _chunk_texts(log: list[dict]) -> list[str]:
     return [b.get("text", "") for e in log if e["type"] == "assistant/message" for b in e["message"]["content"]]
 
 
-@_converted_only("subagent-parallel")
 def test_parallel_children_scenario_starts_both_before_either_result():
     parent = _logs("subagent-parallel")[0]
     (call,) = [e for e in parent if e["type"] == "assistant/message" and e.get("finish") == "tool-calls"]
@@ -806,7 +782,6 @@ def test_parallel_children_scenario_starts_both_before_either_result():
     assert kinds == ["tool/call", "tool/call", "tool/result", "tool/result"]
 
 
-@_converted_only("subagent-max-tokens-partial")
 def test_cut_child_scenario_keeps_the_partial_output():
     parent, child = _logs("subagent-max-tokens-partial")
     assert [e["reason"] for e in child if e["type"] == "turn/end"] == ["max-tokens"]
@@ -814,7 +789,6 @@ def test_cut_child_scenario_keeps_the_partial_output():
     assert _results(parent) == ["[subagent completed]\nOnce upon a time there was"]
 
 
-@_converted_only("subagent-depth-two-rejection")
 def test_depth_two_scenario_refuses_the_third_level():
     parent, *children = _logs("subagent-depth-two-rejection")
     (result,) = _results(parent)

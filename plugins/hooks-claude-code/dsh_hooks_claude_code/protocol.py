@@ -37,7 +37,6 @@ What is shared:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -74,7 +73,6 @@ DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # bytes kept of each of stdout and stderr
 CONTEXT_LIMIT = 10_000  # characters of one hook's context the model may see
 STDERR_SUMMARY = 500  # characters of stderr kept in hook/result
 BLOCKING_EXIT = 2
-TERM_GRACE_S = 2.0
 
 _LITERAL = re.compile(r"^[A-Za-z0-9_|]+$")
 
@@ -266,20 +264,6 @@ def decode(exit_code: int | None, stdout: str, stderr: str, event: str | None) -
     return out
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-async def _kill_group(proc: anyio.abc.Process, pgid: int) -> None:
-    _killpg(pgid, signal.SIGTERM)
-    with anyio.move_on_after(TERM_GRACE_S):
-        await proc.wait()
-    _killpg(pgid, signal.SIGKILL)
-    with anyio.move_on_after(TERM_GRACE_S):
-        await proc.wait()
-
-
 class _Capture:
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -309,6 +293,7 @@ async def run_command(
     """Run ``command`` with ``/bin/sh -c``, confined like the session's bash. Returns
     (exit code or None, stdout, stderr, timed out). Cancellation kills the process group."""
     from dsh_sandbox_tools import confine
+    from dsh_sandbox_tools.run import kill_group, killpg
 
     confined = await confine(["/bin/sh", "-c", command], host=host, cwd=cwd)
     with anyio.CancelScope(shield=True):  # a cancel during spawn must not lose the handle
@@ -347,16 +332,16 @@ async def run_command(
             if deadline.cancelled_caught:
                 timed_out = True
                 with anyio.CancelScope(shield=True):
-                    await _kill_group(proc, pgid)
-            _killpg(pgid, signal.SIGKILL)  # nothing it started outlives it
+                    await kill_group(proc, pgid)
+            killpg(pgid, signal.SIGKILL)  # nothing it started outlives it
             with anyio.move_on_after(0.5):
                 await readers.wait()
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             if proc.returncode is None:
-                await _kill_group(proc, pgid)
-            _killpg(pgid, signal.SIGKILL)
+                await kill_group(proc, pgid)
+            killpg(pgid, signal.SIGKILL)
             await proc.aclose()
     code = None if timed_out else proc.returncode
     if code is not None and code < 0:

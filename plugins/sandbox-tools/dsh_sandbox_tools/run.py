@@ -28,17 +28,18 @@ class CommandResult:
     spill_path: Path | None
 
 
-def _killpg(pgid: int, sig: int) -> None:
+def killpg(pgid: int, sig: int) -> None:
+    """Signal a process group; one that is already gone is not an error."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 
 
 async def kill_group(proc: anyio.abc.Process, pgid: int) -> None:
     """SIGTERM the whole group, wait a little, then SIGKILL it (grandchildren included)."""
-    _killpg(pgid, signal.SIGTERM)
+    killpg(pgid, signal.SIGTERM)
     with anyio.move_on_after(TERM_GRACE_S):
         await proc.wait()
-    _killpg(pgid, signal.SIGKILL)
+    killpg(pgid, signal.SIGKILL)
     with anyio.move_on_after(TERM_GRACE_S):
         await proc.wait()
 
@@ -79,7 +80,7 @@ async def run_command(
                 with anyio.CancelScope(shield=True):
                     await kill_group(proc, pgid)
             # Nothing outlives the call: background jobs of the command die with it.
-            _killpg(pgid, signal.SIGKILL)
+            killpg(pgid, signal.SIGKILL)
             with anyio.move_on_after(DRAIN_GRACE_S):
                 await drained.wait()
             tg.cancel_scope.cancel()
@@ -87,7 +88,7 @@ async def run_command(
         with anyio.CancelScope(shield=True):
             if proc.returncode is None:
                 await kill_group(proc, pgid)
-            _killpg(pgid, signal.SIGKILL)
+            killpg(pgid, signal.SIGKILL)
             await proc.aclose()
             sink.close()
     rc = proc.returncode

@@ -14,6 +14,7 @@ import pluggy
 
 from .diag import warn
 from .errors import DshError
+from .hardening import harden
 
 
 @dataclass
@@ -123,7 +124,12 @@ def entry() -> None:  # pragma: no cover - the process entry point (the `dsh` sc
     By the time ``main`` returns everything that has an owner is closed (agents disposed,
     logs flushed, lifespans ended); freeing a 10,000-session host's objects one by one during
     interpreter finalization added ~0.4 s to every exit. Exit handlers still run.
+
+    First of all the process hardens itself (``dsh_core.hardening``): non-dumpable, and the
+    credentials it was started with wiped from the environment block the kernel shows in
+    ``/proc/<pid>/environ``, before any plugin or child runs.
     """
+    harden()
     code = main()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -113,3 +113,26 @@ def test_the_key_is_reported_present_or_absent_never_shown(tmp_path):
     assert key["status"] == "ok" and key["detail"].startswith("DEEPSEEK_API_KEY is set")
     code, text, err2 = doctor(tmp_path, DEEPSEEK_API_KEY=SECRET)
     assert SECRET not in out + err + text + err2
+
+
+def test_doctor_reports_the_isolation_each_mechanism_gives(tmp_path):
+    """Landlock ABI, signal scoping and pid isolation (issue 22): what the kernel gives, what is
+    missing, with the real probe; DSH_LANDLOCK_MAX_ABI=5 stands for a kernel before signal scoping."""
+    abi = _landlock_exec.abi_version()
+    if abi < 1:
+        pytest.skip("this kernel has no Landlock")
+    bare = without_bwrap(tmp_path)
+    _, out, _ = doctor(tmp_path, "--json", PATH=bare)
+    iso = checks(out)["sandbox-isolation"]
+    assert iso["detail"].startswith(f"Landlock ABI {abi}; capabilities dropped")
+    if _landlock_exec.signal_scoped(abi):
+        assert iso["status"] == "ok" and "signal and abstract-socket scoping" in iso["detail"]
+        assert "missing: pid namespace" in iso["detail"]
+    _, out, _ = doctor(tmp_path, "--json", PATH=bare, DSH_LANDLOCK_MAX_ABI="5")
+    iso = checks(out)["sandbox-isolation"]
+    assert iso["status"] == "warn" and "missing: signal scoping (needs Landlock ABI 6" in iso["detail"]
+    assert "can signal (kill, stop) dsh" in iso["detail"] and "bubblewrap" in iso["fix"]
+    if shutil.which("bwrap") is not None:
+        _, out, _ = doctor(tmp_path, "--json")
+        iso = checks(out)["sandbox-isolation"]
+        assert iso["status"] == "ok" and iso["detail"].startswith("pid namespace")

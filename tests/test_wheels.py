@@ -155,7 +155,7 @@ def test_doctor_from_the_wheels_runs_every_plugins_check(installed, tmp_path):
     report = json.loads(out.stdout)  # stdout is the JSON report and nothing else
     assert out.returncode == (0 if report["can_serve"] else 1), out.stderr
     subjects = [c["subject"] for c in report["checks"]]
-    assert subjects == ["dsh", "plugins", "route", "sandbox", "deepseek key", "data dir"]
+    assert subjects == ["dsh", "plugins", "route", "sandbox", "sandbox-isolation", "deepseek key", "data dir"]
     assert report["checks"][1]["status"] == "ok"
     assert [e["name"] for e in report["examples"]] == EXAMPLES
     assert all(e["missing"] == [] for e in report["examples"])

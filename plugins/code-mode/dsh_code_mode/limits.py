@@ -26,6 +26,11 @@ class Limits:
     max_processes: int = 64  # processes/threads at once (max-processes)
     max_calls: int = 10_000  # tool calls per run (max-calls)
     max_pending_calls: int = 256  # tool calls waiting or running at once
+    # Bytes the host holds for a run at once: arguments of calls not yet answered plus replies not
+    # yet written. Past it the host stops reading the program's channel until they drain, so a
+    # program cannot make dsh hold 256 x 16 MiB (measured: 100 raw 15 MB calls grew dsh by 678 MiB
+    # before this bound; tests/security/test_code_memory.py).
+    max_outstanding_bytes: int = 64 * MiB
 
 
 PIDS_V1 = Path("/sys/fs/cgroup/pids")
@@ -51,6 +56,7 @@ class ProcessBound:
         if os.geteuid() != 0:
             return cls("rlimit-nproc", nproc=_user_process_count(os.getuid()) + max_processes)
         if os.access(PIDS_V1, os.W_OK) and (PIDS_V1 / "cgroup.procs").exists():
+            sweep_stale(PIDS_V1)
             path = PIDS_V1 / f"dsh-code-{os.getpid()}-{secrets.token_hex(4)}"
             try:
                 path.mkdir()
@@ -88,6 +94,28 @@ class ProcessBound:
             self.kill_all()
             _rmdir(self.cgroup)
             self.cgroup = None
+
+
+def sweep_stale(root: Path) -> list[Path]:
+    """Remove the cgroups of runs whose dsh is gone (killed before it could remove them): their
+    leftover processes are killed first. Returns what was removed."""
+    removed: list[Path] = []
+    try:
+        entries = list(root.glob("dsh-code-*-*"))
+    except OSError:
+        return removed
+    for path in entries:
+        try:
+            owner = int(path.name.split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        if owner == os.getpid() or os.path.exists(f"/proc/{owner}"):
+            continue
+        stale = ProcessBound("pids-cgroup", cgroup=path)
+        stale.close()
+        if not path.exists():
+            removed.append(path)
+    return removed
 
 
 def _rmdir(path: Path) -> None:

@@ -105,6 +105,8 @@ def dsh_system_prompt(spec: AgentSpec, host: Host) -> str:
 
 @hookimpl
 def dsh_register_doctor_checks(register: Callable[[Any], None], host: Host) -> None:
-    from ._doctor import SandboxCheck
+    from ._doctor import IsolationCheck, SandboxCheck
 
-    register(SandboxCheck(sandbox_for(host).settings))
+    settings = sandbox_for(host).settings
+    register(SandboxCheck(settings))
+    register(IsolationCheck(settings))

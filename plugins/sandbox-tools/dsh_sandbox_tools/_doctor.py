@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import _landlock_exec
 from .mechanisms import get_runner
 from .policy import Settings
 
@@ -44,3 +45,37 @@ class SandboxCheck:
         if runner.name == "landlock" and bwrap_missing:
             return Finding(self.name, "ok", detail, f"optional, for a read-only root and a pid namespace: {INSTALL_BWRAP}")
         return Finding(self.name, "ok", detail)
+
+
+class IsolationCheck:
+    """What confined code is kept from besides files: other processes (signals, ``/proc``)."""
+
+    name = "sandbox-isolation"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def run(self) -> Finding:
+        from dsh_core.doctor import Finding
+
+        if self.settings.mode == "danger-full-access":
+            return Finding(self.name, "warn", "danger-full-access: commands run unconfined, with dsh's own rights")
+        runner = (await get_runner(self.settings.mechanism)).runner
+        if runner is None:
+            return Finding(self.name, "warn", "no sandbox: nothing to report (see the sandbox line)")
+        abi = _landlock_exec.abi_version()
+        given = ["capabilities dropped", "dsh's /proc files closed to confined code (non-dumpable)"]
+        if runner.name == "bwrap":
+            given.insert(0, "pid namespace (confined code sees and signals only its own processes)")
+            return Finding(self.name, "ok", "; ".join(given))
+        given.insert(0, f"Landlock ABI {abi}")
+        if _landlock_exec.signal_scoped(abi):
+            given.append("signal and abstract-socket scoping (cannot signal dsh or other processes)")
+            return Finding(self.name, "ok", "; ".join(given) + "; missing: pid namespace (processes stay visible)",
+                           f"optional: {INSTALL_BWRAP}")
+        return Finding(
+            self.name, "warn",
+            "; ".join(given) + f"; missing: signal scoping (needs Landlock ABI {_landlock_exec.SCOPE_ABI}, Linux "
+            "6.12+) and a pid namespace: confined code can signal (kill, stop) dsh and other processes of its user",
+            f"{INSTALL_BWRAP}, or a Linux 6.12+ kernel",
+        )

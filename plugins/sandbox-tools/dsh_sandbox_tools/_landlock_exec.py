@@ -9,6 +9,17 @@ access (write, truncate, create, remove, link/rename, mknod, symlink) is denied 
 the ``--rw`` directories and ``--rw-file`` files. ``no_new_privs`` is set first, so
 setuid binaries cannot regain anything. Failure to confine is fatal: exit 125 with a
 ``landlock-run:`` line on stderr, never an unconfined exec.
+
+Beyond files, because Landlock alone has no pid namespace:
+
+- every capability is dropped (bounding, ambient, effective, permitted, inheritable), so
+  code run as root cannot ``remount``, cannot read another process's ``/proc/<pid>/environ``
+  (the kernel wants ``CAP_SYS_PTRACE`` for a process with more capabilities or a non-dumpable
+  one), cannot override file permissions;
+- on Landlock ABI >= 6 the domain is *scoped*: its processes can signal only processes of
+  the same domain (``kill -9 <dsh pid>`` or ``SIGSTOP`` to an unrelated process fails with
+  EPERM) and cannot connect to abstract unix sockets made outside it. ``signal_scoped()``
+  says whether the running kernel gives that (``dsh doctor`` reports it).
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Callable
 
 SYS_CREATE_RULESET = 444  # the same number on every architecture (unified syscall table)
 SYS_ADD_RULE = 445
@@ -36,10 +48,32 @@ MAKE_BLOCK = 1 << 11
 MAKE_SYM = 1 << 12
 REFER = 1 << 13  # ABI 2
 TRUNCATE = 1 << 14  # ABI 3
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
+SCOPE_SIGNAL = 1 << 1  # ABI 6
+SCOPE_ABI = 6
+
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_CAP_VERSION_3 = 0x20080522
 
 PARTIAL_NOTICE = "landlock-run: partial enforcement (older Landlock ABI)"
 EXIT_RUNNER_FAILED = 125
 MAX_ABI_ENV = "DSH_LANDLOCK_MAX_ABI"
+
+
+class _RulesetAttr(ctypes.Structure):
+    # struct landlock_ruleset_attr: handled_access_fs (ABI 1), handled_access_net (ABI 4), scoped (ABI 6)
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
 class _PathBeneath(ctypes.Structure):
@@ -73,6 +107,48 @@ def write_rights(abi: int) -> tuple[int, int]:
     return d, f
 
 
+def signal_scoped(abi: int | None = None) -> bool:
+    """Whether a Landlock domain here keeps its processes from signalling processes outside it."""
+    return (abi_version() if abi is None else abi) >= SCOPE_ABI
+
+
+def _cap_last() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63
+
+
+def _effective_caps() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def drop_capabilities(fail: Callable[[str], None]) -> None:
+    """Drop every capability this process has or could regain through exec (bounding set,
+    ambient set, then effective/permitted/inheritable). Only a process that holds capabilities
+    has anything to drop; one that cannot drop what it holds fails (never runs with them)."""
+    if _effective_caps() == 0:
+        return  # an ordinary user: nothing held; no_new_privs keeps setuid/file caps from adding any
+    for cap in range(_cap_last() + 1):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # EINVAL: no such cap
+            fail(f"cannot drop capability {cap} from the bounding set: {os.strerror(ctypes.get_errno())}")
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # EINVAL on kernels without ambient caps
+    header = _CapHeader(version=_CAP_VERSION_3, pid=0)
+    data = (_CapData * 2)()
+    if _libc.capset(ctypes.byref(header), data) != 0:
+        fail(f"capset failed: {os.strerror(ctypes.get_errno())}")
+    if _effective_caps() != 0:
+        fail("capabilities are still held after dropping them")
+
+
 def _fail(msg: str) -> None:
     sys.stderr.write(f"landlock-run: {msg}\n")
     sys.stderr.flush()
@@ -92,8 +168,10 @@ def restrict(rw_dirs: list[str], rw_files: list[str], *, fatal: bool = True) -> 
     if abi < 1:
         fail("Landlock is not available in this kernel")
     dir_rights, file_rights = write_rights(abi)
-    handled = ctypes.c_uint64(dir_rights)
-    ruleset = _libc.syscall(ctypes.c_long(SYS_CREATE_RULESET), ctypes.byref(handled), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    scoped = SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET if signal_scoped(abi) else 0
+    ruleset_attr = _RulesetAttr(handled_access_fs=dir_rights, handled_access_net=0, scoped=scoped)
+    size = ctypes.sizeof(_RulesetAttr) if scoped else 8  # older kernels refuse a larger struct with E2BIG
+    ruleset = _libc.syscall(ctypes.c_long(SYS_CREATE_RULESET), ctypes.byref(ruleset_attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         fail(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     for paths, rights, flags in ((rw_dirs, dir_rights, os.O_DIRECTORY), (rw_files, file_rights, 0)):
@@ -108,6 +186,7 @@ def restrict(rw_dirs: list[str], rw_files: list[str], *, fatal: bool = True) -> 
             os.close(fd)
             if r < 0:
                 fail(f"landlock_add_rule({path}) failed: {os.strerror(err)}")
+    drop_capabilities(fail)
     if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         fail(f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")
     if _libc.syscall(ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh_core import ConfigError
+from dsh_core.hardening import is_credential_name as _is_credential_name
 
 PLUGIN = "sandbox-tools"
 MODES = ("read-only", "workspace-write", "danger-full-access")
@@ -102,17 +102,8 @@ def writable_roots(mode: str, root: str) -> list[str]:
     return out
 
 
-# Variables a command never needs and a leaked key must never reach.
-_CREDENTIAL = re.compile(
-    r"(API_?KEY|ACCESS_?KEY|SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE_?KEY|AUTH|COOKIE|SESSION_?KEY|"
-    r"^AWS_|^AZURE_|^GCP_|^GOOGLE_APPLICATION|^OPENAI_|^ANTHROPIC_|^DEEPSEEK_|^GH_|^GITHUB_|^NPM_CONFIG_|^PYPI_|"
-    r"^SSH_AUTH_SOCK$|^GPG_AGENT|^KRB5|^VAULT_)",
-    re.IGNORECASE,
-)
-
-
-def is_credential_name(name: str) -> bool:
-    return bool(_CREDENTIAL.search(name))
+# Variables a command never needs and a leaked key must never reach: the spine's one pattern.
+is_credential_name = _is_credential_name
 
 
 def scrubbed_env(environ: Mapping[str, str] | None = None, *, mode: str = DEFAULT_MODE) -> dict[str, str]:

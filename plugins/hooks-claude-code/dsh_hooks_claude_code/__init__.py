@@ -13,16 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .protocol import POINTS, CommandHook, Dialect, DialectPlugin, transcript_path
+from .protocol import POINTS, Dialect, DialectPlugin, transcript_path
 
 PLUGIN = "hooks-claude-code"
-PROJECT_DIR_TOKEN = "${CLAUDE_PROJECT_DIR}"
 
 
 class ClaudeCode(Dialect):
-    def command(self, hook: CommandHook, session: Any, project_dir: str) -> str:
-        return hook.command.replace(PROJECT_DIR_TOKEN, project_dir)
-
+    # ``${CLAUDE_PROJECT_DIR}`` in a command is left for ``/bin/sh`` to expand from the
+    # environment, as Claude Code does: pasting the directory into the command text would let a
+    # directory named ``ws $(touch X)`` choose commands (the command stays the file's own text).
     def env(self, session: Any, project_dir: str) -> dict[str, str]:
         return {"CLAUDE_PROJECT_DIR": project_dir}
 

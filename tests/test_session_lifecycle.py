@@ -158,7 +158,8 @@ async def test_memory_returns_after_close(acp_agent, scripted):
         assert await run.close_stdin() == 0
     print(f"RSS grew {grown} KiB over {n} closed sessions")
     assert grown < n * 25 // 4, f"RSS grew {grown} KiB over {n} closed sessions"
-    assert len(list((acp_agent.home / "sessions").iterdir())) == n_warm + n  # the logs stay, for list/resume
+    assert len(list((acp_agent.home / "sessions").glob("*.jsonl"))) == n_warm + n  # the logs stay, for list/resume
+    assert not list((acp_agent.home / "sessions" / ".locks" / "open").iterdir())  # and none is held open
 
 
 # --------------------------------------------------------------------------- messageId and usage

@@ -14,10 +14,19 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 from dsh_acp import wire
-from dsh_acp.rpc import INVALID_REQUEST, METHOD_NOT_FOUND, RpcFailure, decode_params, internal_error, invalid_params
+from dsh_acp.rpc import (
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    RpcFailure,
+    decode_params,
+    internal_error,
+    invalid_params,
+    shown,
+)
 
 from dsh_core import RouteError
 from dsh_core.contracts import AgentSpec
+from dsh_core.diag import warn
 from dsh_core.errors import DshError
 from dsh_core.types import DurableEvent, RequestHeader, SessionHeader
 
@@ -116,6 +125,8 @@ class Admission(BridgeState):
             agent = self.host.create_agent(AgentSpec(cwd=osp.normpath(p.cwd), provider=provider, model=model))
         except RouteError as exc:
             raise internal_error(str(exc)) from None
+        except DshError as exc:  # the session store could not create the log
+            raise internal_error(f"no session was created: {exc}") from None
         if self.closed:  # lost the race with close: dispose the unpublished handle
             with anyio.CancelScope(shield=True):
                 await agent.dispose()
@@ -178,14 +189,15 @@ class Admission(BridgeState):
         try:
             path = store.path_for(session_id)
         except DshError:
-            raise invalid_params(f"unknown session: {session_id}") from None
+            raise invalid_params(f"unknown session: {shown(session_id)}") from None
         if not path.is_file():
             raise invalid_params(f"unknown session: {session_id} (no log in the session store)")
         return path
 
     async def resume_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
-        """Re-open a recorded session: history rebuilt from its log (``Agent.restore``), the route
-        the log recorded last, appending to the same file. Nothing is sent to the client."""
+        """Re-open a recorded session: history rebuilt from its log (``Agent.restore``), on this
+        agent's configured route (a different recorded route is reported in ``_meta``, not
+        obeyed), appending to the same file. Nothing is sent to the client."""
         store = self._needs_store("session/resume")
         p = decode_params(params, wire.ResumeSessionParams)
         if self.closed:
@@ -200,16 +212,21 @@ class Admission(BridgeState):
             raise internal_error(f"the session log cannot be read: {exc}") from None
         header = contents.header
         cwd = _check_resumable(p, header)
-        provider, model = _last_route(header, contents.events)
+        recorded = _last_route(header, contents.events)
         if self._open_here(p.session_id):  # re-checked: the read awaited
             raise invalid_params(f"session {p.session_id} is already open in this agent process")
+        # The route is this agent's own (example, then --provider/--model, DSH_PROVIDER/DSH_MODEL),
+        # never the one written in the log: a log is a file anyone with the data dir can edit, and
+        # obeying it would let a tampered log pick the model (a scripted one whose tool calls run).
         try:
-            self.host.check_route(provider, model)
+            provider, model = self.host.check_route()
             agent = self.host.create_agent(
                 AgentSpec(cwd=cwd, provider=provider, model=model, session_id=header.id, origin=header.origin)
             )
         except RouteError as exc:
-            raise internal_error(f"the recorded route {provider}/{model} is not available here: {exc}") from None
+            raise internal_error(f"no model route to resume on: {exc}") from None
+        except DshError as exc:  # the log is open in another dsh process (its lock), or unwritable
+            raise invalid_params(str(exc)) from None
         try:
             agent.restore(contents.events)
         except Exception as exc:
@@ -219,6 +236,12 @@ class Admission(BridgeState):
             await self._abandon(agent)
             raise internal_error(CLOSING + "the session was not resumed")
         self._publish(agent)
+        if recorded != (provider, model):
+            note = (f"session {header.id} was recorded on {recorded[0]}/{recorded[1]}; it resumes on this "
+                    f"agent's route {provider}/{model}")
+            warn(f"acp-transport: {note}")
+            return {"_meta": {"dsh": {"route": f"{provider}/{model}", "recordedRoute": f"{recorded[0]}/{recorded[1]}",
+                                      "note": note}}}
         return {}
 
     async def _abandon(self, agent: Agent) -> None:
@@ -237,16 +260,14 @@ class Admission(BridgeState):
         artifacts = [Path(a) for paths in self.host.pm.hook.dsh_session_artifacts(session_id=p.session_id,
                                                                                    host=self.host) if paths
                      for a in paths]
-
-        def remove() -> None:
-            path.unlink(missing_ok=True)
-            for a in artifacts:
-                if a.is_dir() and not a.is_symlink():
-                    shutil.rmtree(a, ignore_errors=True)
-                else:
-                    a.unlink(missing_ok=True)
-
-        await anyio.to_thread.run_sync(remove)
+        delete = getattr(store, "delete", None)
+        if delete is None:  # a store without cross-process locks: remove what it names
+            await anyio.to_thread.run_sync(_remove, [path, *artifacts])
+            return {}
+        try:  # refused while any dsh process (another client's connection too) has it open
+            await delete(p.session_id, artifacts)
+        except DshError as exc:
+            raise invalid_params(str(exc)) from None
         return {}
 
     # ------------------------------------------------------------------ session/close
@@ -260,7 +281,7 @@ class Admission(BridgeState):
         if session is None:
             closing = self.closing.get(p.session_id)
             if closing is None or closing.closed is None:
-                raise invalid_params(f"unknown session: {p.session_id}")
+                raise invalid_params(f"unknown session: {shown(p.session_id)}")
             await closing.closed.wait()
             return {}
         session.closed = anyio.Event()
@@ -287,6 +308,14 @@ class Admission(BridgeState):
             session.unsubscribe()
             session.delivery.close()
             self.host.forget(session.agent)
+
+
+def _remove(paths: list[Path]) -> None:
+    for a in paths:
+        if a.is_dir() and not a.is_symlink():
+            shutil.rmtree(a, ignore_errors=True)
+        else:
+            a.unlink(missing_ok=True)
 
 
 def _check_resume_params(p: wire.ResumeSessionParams) -> None:

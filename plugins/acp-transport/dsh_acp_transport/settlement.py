@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from dsh_acp import wire
 from dsh_acp.fdstream import TransportClosed
-from dsh_acp.rpc import RpcFailure, decode_params, internal_error, invalid_params
+from dsh_acp.rpc import RpcFailure, decode_params, internal_error, invalid_params, shown
 
 from dsh_core.contracts import new_id
 from dsh_core.diag import debug, warn
@@ -140,7 +140,7 @@ class Settlement(PromptContent):
             raise internal_error(CLOSING + "the prompt was not run")
         session = self.sessions.get(p.session_id)
         if session is None:
-            raise invalid_params(f"unknown session: {p.session_id}")
+            raise invalid_params(f"unknown session: {shown(p.session_id)}")
         if self._cancelled_before_start(rid, session):
             return wire.PromptResult(stop_reason="cancelled")  # nothing was submitted
         if session.slot is not None:
@@ -203,7 +203,7 @@ class Settlement(PromptContent):
             return  # never answer a notification
         session = self.sessions.get(p.session_id)
         if session is None:
-            debug(f"acp: session/cancel for unknown session {p.session_id!r} ignored")
+            debug(f"acp: session/cancel for unknown session {shown(p.session_id)!r} ignored")
             return
         session.cancel_seq = self.peer.read_seq  # also for prompts read before it whose handler has not run
         self._cancel_session(session)

@@ -78,6 +78,18 @@ def error_with_details(code: int, message: str, data: Any = msgspec.UNSET, detai
     return RpcError(code=code, message=message, data=data)
 
 
+SHOWN_MAX = 80  # characters of a client-chosen value (a session id) an error message repeats
+
+
+def shown(value: object, limit: int = SHOWN_MAX) -> str:
+    """A client-chosen value as an error message may repeat it: whole when short, else its head
+    and its length, so a 100 KB id is never echoed back in full (nor into a log)."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
 def invalid_params(detail: str) -> RpcFailure:
     return RpcFailure(INVALID_PARAMS, f"Invalid params: {detail}", details=detail)
 

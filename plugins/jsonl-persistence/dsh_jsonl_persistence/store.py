@@ -5,16 +5,25 @@ was appended, encoded with ``dsh_core.types.log_encoder``. Each line reaches the
 one ``write`` on an ``O_APPEND`` descriptor, so a crash leaves at most a torn last line,
 which the reader tolerates and reports.
 
-Creation is lazy: ``open`` does no I/O, and the first ``append`` creates the file and
-writes the header together with that first event (one write). A session that never
-records an event leaves no file behind.
+``open`` creates the file and writes the header at once (``session/new``): a session that
+got no prompt yet can still be listed, resumed or deleted, by this process or another.
+
+A session is *open* while an agent holds its log, in whichever dsh process: ``open`` takes
+the session's lock (``SessionLocks``) and ``close`` gives it back, so a second process can
+neither resume it (two writers on one file) nor delete it under its writer. A holder that
+died (``kill -9``) holds nothing: the lock is an ``flock`` the kernel drops with the process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
+import secrets
+import shutil
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,10 +46,15 @@ def sessions_dir() -> Path:
     return data_home() / "sessions"
 
 
+def _shown(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
 def check_id(session_id: str) -> str:
     if not isinstance(session_id, str) or not _SAFE_ID.fullmatch(session_id):
         raise DshError(
-            f"jsonl-persistence: session id {session_id!r} is not usable as a file name "
+            f"jsonl-persistence: session id {_shown(session_id)} is not usable as a file name "
             "(allowed: letters, digits, '.', '_', '-'; at most 200 characters; no leading '.' or '-')"
         )
     return session_id
@@ -122,6 +136,8 @@ def parse_log(path: Path, raw: bytes) -> SessionContents:
     for i, line in enumerate(lines):
         try:
             record = log_decoder.decode(line)
+        except RecursionError:
+            raise DshError(f"{path}:{i + 1}: a record nested too deeply to read (not written by dsh)") from None
         except msgspec.DecodeError as exc:
             if i == last and torn is None and not _is_json(line):
                 # Terminated but undecodable last line: a write the kernel never finished
@@ -149,9 +165,106 @@ def parse_log(path: Path, raw: bytes) -> SessionContents:
 def _is_json(line: bytes) -> bool:
     try:
         msgspec.json.decode(line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return False
     return True
+
+
+class SessionLocks:
+    """Which dsh process has which session open, across processes, without a descriptor per session.
+
+    Each process that opens a session makes one *holder* file, ``<root>/.locks/holders/<pid>-<rand>``,
+    and keeps an exclusive ``flock`` on it for its lifetime (one descriptor per process, not per
+    session: 10,000 open sessions must not cost 10,000 descriptors). ``<root>/.locks/open/<id>``
+    names the holder of an open session. A holder whose ``flock`` can be taken is dead, and so
+    is every session it named. Every check-and-change runs under a short exclusive ``flock``
+    on ``<root>/.locks/mutex``, so two processes never both win a session.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.dir = root / ".locks"
+        self._me: str | None = None
+        self._me_fd: int | None = None
+
+    @contextlib.contextmanager
+    def _mutex(self) -> Iterator[None]:
+        self.dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (self.dir / "open").mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.dir / "mutex", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    def _identity(self) -> str:
+        if self._me is None or self._me_fd is None:
+            holders = self.dir / "holders"
+            holders.mkdir(parents=True, exist_ok=True, mode=0o700)
+            name = f"{os.getpid()}-{secrets.token_hex(6)}"
+            fd = os.open(holders / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._me, self._me_fd = name, fd
+        return self._me
+
+    def _alive(self, holder: str) -> bool:
+        if not holder or "/" in holder or holder.startswith("."):
+            return False
+        if holder == self._me:
+            return True
+        path = self.dir / "holders" / holder
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()  # a dead holder's file: nobody holds it any more
+        return False
+
+    def _holder(self, session_id: str) -> str:
+        try:
+            return (self.dir / "open" / session_id).read_text(encoding="ascii", errors="replace").strip()
+        except OSError:
+            return ""
+
+    @staticmethod
+    def _pid(holder: str) -> str:
+        return holder.split("-", 1)[0]
+
+    def _refuse_if_held(self, session_id: str, doing: str) -> None:
+        holder = self._holder(session_id)
+        if holder and self._alive(holder):
+            where = "this dsh process" if holder == self._me else f"another dsh process (pid {self._pid(holder)})"
+            raise DshError(f"session {session_id} is open in {where}; close it there before {doing}")
+
+    def acquire(self, session_id: str) -> None:
+        """Mark the session open by this process; DshError when a live process has it open."""
+        with self._mutex():
+            self._refuse_if_held(session_id, "opening it again")
+            me = self._identity()
+            (self.dir / "open" / session_id).write_text(me, encoding="ascii")
+
+    def release(self, session_id: str) -> None:
+        with self._mutex():
+            if self._holder(session_id) == self._me:
+                with contextlib.suppress(OSError):
+                    (self.dir / "open" / session_id).unlink()
+
+    @contextlib.contextmanager
+    def closed(self, session_id: str, doing: str) -> Iterator[None]:
+        """Hold the session closed for the ``with`` body (nobody can open it meanwhile); DshError
+        when a live process has it open."""
+        with self._mutex():
+            self._refuse_if_held(session_id, doing)
+            yield
+            with contextlib.suppress(OSError):
+                (self.dir / "open" / session_id).unlink()
 
 
 class JsonlLog:
@@ -169,6 +282,24 @@ class JsonlLog:
         self._fd: int | None = None
         self._unsynced = False
         self.closed = False
+        store.locks.acquire(header.id)  # DshError when another live process has it open
+        try:
+            self._start()
+        except BaseException:
+            store.locks.release(header.id)
+            raise
+
+    def _start(self) -> None:
+        """Create the file with its header now (or reopen an existing log), so the session exists
+        on disk from ``session/new`` on."""
+        try:
+            self.store._make_room()
+            self._fd, prefix = self._open()
+            if prefix:
+                _write_all(self._fd, prefix)
+            self.store._touch(self)
+        except OSError as exc:
+            raise DshError(f"jsonl-persistence: cannot create {self.path}: {exc}") from exc
 
     def _open(self) -> tuple[int, bytes]:
         """Open (creating if need be) and return the fd and the prefix the next write carries."""
@@ -218,6 +349,8 @@ class JsonlLog:
     async def close(self) -> None:
         """Close the log. Its data is flushed to disk by the store's ``flush`` (once for all
         logs, at host exit), not here: 10,000 sessions closing must not cost 10,000 fsyncs."""
+        if self.closed:
+            return
         fd, self._fd = self._fd, None
         self.closed = True
         self.store._open_logs.pop(self, None)
@@ -227,6 +360,7 @@ class JsonlLog:
         if self._unsynced:
             self._unsynced = False
             self.store._dirty = True
+        await anyio.to_thread.run_sync(self.store.locks.release, self.header.id)
 
 
 def _syncfs(fd: int) -> int:
@@ -272,7 +406,7 @@ def _title_of(f: object) -> str | None:
             continue
         try:
             record = log_decoder.decode(line)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return None
         message = getattr(record, "message", None)
         if message is None or getattr(message, "source", "user") != "user":
@@ -302,6 +436,7 @@ class JsonlStore:
         self.max_open = max_open or default_max_open()
         self._open_logs: OrderedDict[JsonlLog, None] = OrderedDict()
         self._dirty = False
+        self.locks = SessionLocks(self.root)
 
     async def flush(self) -> None:
         """Make every log written through this store durable (one ``syncfs``, or an fsync per
@@ -363,6 +498,21 @@ class JsonlStore:
         contents = await anyio.to_thread.run_sync(self.read_contents, session_id)
         return SessionRead(contents)
 
+    def delete_sync(self, session_id: str, artifacts: list[Path]) -> None:
+        """Remove a session's log and the given files of it, unless a live process has it open
+        (DshError); nobody can open it while this runs."""
+        path = self.path_for(session_id)
+        with self.locks.closed(session_id, "deleting it"):
+            path.unlink(missing_ok=True)
+        for a in artifacts:
+            if a.is_dir() and not a.is_symlink():
+                shutil.rmtree(a, ignore_errors=True)
+            else:
+                a.unlink(missing_ok=True)
+
+    async def delete(self, session_id: str, artifacts: list[Path]) -> None:
+        await anyio.to_thread.run_sync(self.delete_sync, session_id, artifacts)
+
     # ------------------------------------------------------------------ sync helpers (CLI)
 
     def list_sessions_sync(self) -> list[SessionHeader]:
@@ -385,7 +535,7 @@ class JsonlStore:
                         continue
                     try:
                         header = log_decoder.decode(first)
-                    except msgspec.DecodeError:
+                    except (msgspec.DecodeError, RecursionError):
                         continue
                     if not isinstance(header, SessionHeader) or header.parent_session is not None:
                         continue
@@ -414,7 +564,7 @@ class JsonlStore:
             if not first.endswith(b"\n"):
                 raise msgspec.DecodeError("torn header line")
             record = log_decoder.decode(first)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             _warn(f"{path}: skipped, no readable header: {exc}")
             return None
         if not isinstance(record, SessionHeader):

@@ -48,8 +48,27 @@ class ToolCallError(Exception):
         return f"{self.tool_name}: {self.message}"
 
 
+MAX_DEPTH = 100  # JSON nesting a value may have (the host refuses deeper ones too)
+
+
+def too_deep(value, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests lists/dicts deeper than ``limit`` (iterative: no recursion to overflow)."""
+    stack = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        elif not isinstance(v, list | tuple):
+            continue
+        if d >= limit:
+            return True
+        stack.extend((x, d + 1) for x in v)
+    return False
+
+
 def _encode(msg: dict) -> bytes:
-    return json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    # allow_nan=False: NaN/Infinity are not JSON; the host would refuse the line as invalid.
+    return json.dumps(msg, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
 
 
 def _failed(msg: dict) -> ToolCallError:
@@ -217,9 +236,15 @@ def outcome(run) -> dict:
 def encode_done(msg: dict, max_value: int) -> bytes:
     if not msg["ok"]:
         return _encode(msg)
+    if too_deep(msg["value"]):
+        return _encode({"t": "done", "ok": False, "kind": "exception",
+                        "error": f"the return value is nested deeper than {MAX_DEPTH} levels; return a flatter value"})
     try:
-        text = json.dumps(msg["value"], ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(msg["value"], ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:
+        return _encode({"t": "done", "ok": False, "kind": "exception",
+                        "error": f"the return value is not JSON: {exc} (NaN and Infinity have no JSON form)"})
+    except (TypeError, RecursionError) as exc:
         return _encode({"t": "done", "ok": False, "kind": "exception",
                         "error": f"the return value is not JSON-serializable: {exc}"})
     except MemoryError:

@@ -57,6 +57,25 @@ _decode = msgspec.json.Decoder(_Call | _Done).decode
 _encode = msgspec.json.Encoder().encode
 
 
+MAX_DEPTH = 100  # JSON nesting a value may have (the child checks it too; a hostile one may not)
+
+
+def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests deeper than ``limit``: checked without recursion, because a value
+    that deep would overflow every recursive encoder it meets later (a host traceback)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        elif not isinstance(v, list):
+            continue
+        if d >= limit:
+            return True
+        stack.extend((x, d + 1) for x in v)
+    return False
+
+
 def _kill_group(pid: int) -> None:
     """SIGKILL the process group ``pid`` leads; one that is already gone is fine."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -130,6 +149,8 @@ class _Run:
         self.outbox_ready = anyio.Event()
         self.stream: anyio.abc.SocketStream | None = None
         self.names: set[str] = set()
+        self.outstanding = 0  # bytes held for the run: unanswered calls' arguments + unwritten replies
+        self.room = anyio.Event()  # set when ``outstanding`` went down
 
     # ------------------------------------------------------------------ ending
 
@@ -235,6 +256,10 @@ class _Run:
         scanned = 0
         limit = self.limits.max_message_bytes
         while True:
+            while self.outstanding >= self.limits.max_outstanding_bytes:
+                # Back-pressure: the program's writes block until calls are answered and replies read.
+                self.room = anyio.Event()
+                await self.room.wait()
             try:
                 chunk = await self.stream.receive(1 << 16)
             except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -258,8 +283,12 @@ class _Run:
     def _handle(self, line: bytes, calls: anyio.abc.TaskGroup) -> None:
         try:
             msg = _decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        except RecursionError:
+            self.fail("invalid-output", "the program's runtime sent an invalid message (nested too deeply to decode)")
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self.fail("invalid-output", f"the program's runtime sent an invalid message ({str(exc)[:200]})")
+        if _too_deep(msg.value if isinstance(msg, _Done) else msg.args):
+            self.fail("invalid-output", f"the program's runtime sent a value nested deeper than {MAX_DEPTH} levels")
         if isinstance(msg, _Done):
             if msg.ok:
                 size = len(line)
@@ -290,10 +319,18 @@ class _Run:
             return
         self.calls += 1
         self.pending += 1
+        self._hold(len(line))  # the decoded arguments live until the call is answered
         awaitable = self.bindings.call(msg.name, msg.args)  # takes its place in line now, in program order
-        calls.start_soon(self._run_call, msg.id, msg.name, awaitable)
+        calls.start_soon(self._run_call, msg.id, msg.name, awaitable, len(line))
 
-    async def _run_call(self, call_id: int, name: str, awaitable: Awaitable[Any]) -> None:
+    def _hold(self, size: int) -> None:
+        self.outstanding += size
+
+    def _release(self, size: int) -> None:
+        self.outstanding -= size
+        self.room.set()
+
+    async def _run_call(self, call_id: int, name: str, awaitable: Awaitable[Any], size: int) -> None:
         try:
             value = await awaitable
         except CodeCallError as exc:
@@ -304,6 +341,7 @@ class _Run:
             return
         finally:
             self.pending -= 1
+            self._release(size)
         try:
             data = _encode({"t": "reply", "id": call_id, "ok": True, "value": value})
         except (TypeError, msgspec.EncodeError) as exc:
@@ -325,6 +363,7 @@ class _Run:
         """Queue one message for the writer (never blocks the reader, so a child that does not read
         its replies cannot deadlock the host; the queue is bounded by the call caps)."""
         self.outbox.append(data + b"\n")
+        self._hold(len(data) + 1)
         self.outbox_ready.set()
 
     async def _writer(self) -> None:
@@ -343,3 +382,5 @@ class _Run:
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     self.outbox.clear()
                     await anyio.sleep_forever()
+                finally:
+                    self._release(size)

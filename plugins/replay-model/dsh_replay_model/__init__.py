@@ -190,10 +190,15 @@ def _read_log(path: Path) -> tuple[SessionHeader, list[Any]]:
     # needs only the header's route, so such a fixture replays as it is.
     lines = [ln.replace(b'"tools": "{{tools}}"', b'"tools": []').replace(b'"tools":"{{tools}}"', b'"tools":[]')
              if b'"request/header"' in ln else ln for ln in lines]
-    try:
-        records = [log_decoder.decode(ln) for ln in lines]
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise RouteError(f"replay: {path} is not a dsh session log: {exc}") from None
+    records = []
+    for number, ln in enumerate(lines, 1):
+        try:
+            records.append(log_decoder.decode(ln))
+        except RecursionError:  # a crafted line nested deeper than any recording: one clear line
+            raise RouteError(f"replay: {path}:{number}: a record nested too deeply to read; "
+                             "this is not a dsh session log") from None
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise RouteError(f"replay: {path}:{number} is not a dsh session log record: {str(exc)[:200]}") from None
     if not records or not isinstance(records[0], SessionHeader):
         raise RouteError(f"replay: {path} does not start with a session header")
     return records[0], records[1:]
@@ -315,6 +320,8 @@ def load(primary: Path) -> list[Recording]:
     if override.is_file():
         try:
             doc = msgspec.json.decode(override.read_bytes(), type=Overrides)
+        except RecursionError:
+            raise RouteError(f"replay: {override}: invalid overrides: nested too deeply to read") from None
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise RouteError(f"replay: {override}: invalid overrides: {exc}") from None
         for index in sorted({p.session for p in doc.patches}):

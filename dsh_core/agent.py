@@ -22,7 +22,7 @@ import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -42,6 +42,7 @@ from .interception import (
 from .protocols import AgentSpec, HistoryContext, Observer, ToolContext, new_id
 from .schedule import ToolScheduler
 from .spill import bound, spill_path_for
+from .state import StateSlots
 from .types import (
     AfterTool,
     AgentError,
@@ -86,6 +87,8 @@ from .types import (
 if TYPE_CHECKING:  # pragma: no cover
     from . import protocols
     from .protocols import Host, ModelProvider, SessionLog, Tool
+
+T = TypeVar("T")
 
 
 class _TurnFailed(Exception):
@@ -258,6 +261,7 @@ class Agent:
         self._disposed = False
         self._wake: anyio.Event | None = None
         self._header_sent = False
+        self._state = StateSlots()  # plugin state of this session (dsh_core.state)
         self._offered: list[str] | None = None  # None: every tool is offered to the model
         self._unknown_hint = ""
         self._spliced: list[UserMessage] = []
@@ -315,6 +319,14 @@ class Agent:
     @property
     def disposed(self) -> bool:
         return self._disposed
+
+    def state(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
+        """This session's ``cls`` slot, created by ``factory`` (default ``cls()``) on first use."""
+        return self._state.get(cls, factory)
+
+    def describe_state(self) -> dict[str, str]:
+        """Every plugin state slot of this session, bounded reprs (debug dumps)."""
+        return self._state.describe()
 
     def set_route(self, model: str) -> None:
         """Switch the exact model of this session (the next request uses it)."""

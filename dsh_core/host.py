@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import pluggy
@@ -42,6 +42,7 @@ from .protocols import (
 )
 from .spill import DEFAULT_LIMIT as DEFAULT_SPILL_LIMIT
 from .spill import default_root as default_spill_root
+from .state import StateSlots
 from .types import (
     ApprovalAsked,
     ApprovalDecided,
@@ -51,6 +52,7 @@ from .types import (
 )
 
 ENTRY_POINT_GROUP = "dsh"
+T = TypeVar("T")
 
 
 def installed_plugins() -> dict[str, EntryPoint]:
@@ -188,6 +190,7 @@ class Host:
         self.approvals = ApprovalService(pm)
         self.agents: set[Agent] = set()
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._state = StateSlots()  # plugin state of this host (dsh_core.state)
         # The spine's spill of every tool result (dsh_core.spill): `[config.spill]` max-bytes / dir.
         spill = self.config.get("spill", {})
         try:
@@ -269,6 +272,14 @@ class Host:
         agent: Agent = self.pm.hook.dsh_make_agent(spec=spec, host=self)  # firstresult: one Agent
         self.agents.add(agent)
         return agent
+
+    def state(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
+        """This host's ``cls`` slot, created by ``factory`` (default ``cls()``) on first use."""
+        return self._state.get(cls, factory)
+
+    def describe_state(self) -> dict[str, str]:
+        """Every plugin state slot of this host, bounded reprs (debug dumps)."""
+        return self._state.describe()
 
     def forget(self, agent: Agent) -> None:
         self.agents.discard(agent)

@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.abc
@@ -47,6 +47,8 @@ from .types import (
     ToolSpec,
     UserMessage,
 )
+
+T = TypeVar("T")
 
 
 def new_id(prefix: str = "") -> str:
@@ -146,6 +148,13 @@ class Agent(Protocol):
 
     @property
     def disposed(self) -> bool: ...
+
+    def state(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
+        """This session's plugin state of type ``cls``: created by ``factory`` (default ``cls()``)
+        on first use, the same object afterwards, dropped with the session (``dsh_core.state``)."""
+
+    def describe_state(self) -> dict[str, str]:
+        """Every state slot of this session as ``{module.Class: bounded repr}`` (debug dumps)."""
 
     children: list[Agent]
     """Live subagents, oldest first; a child adds itself to its parent's list and leaves it when disposed."""
@@ -253,6 +262,13 @@ class Host(Protocol):
 
     def provider(self, name: str) -> ModelProvider:
         """The provider named ``name``, or ``RouteError`` with the way out."""
+
+    def state(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
+        """This host's plugin state of type ``cls`` (per composition, e.g. a plugin's settings or
+        its live children), created by ``factory`` (default ``cls()``) on first use."""
+
+    def describe_state(self) -> dict[str, str]:
+        """Every state slot of this host as ``{module.Class: bounded repr}`` (debug dumps)."""
 
     def check_route(self, provider: str | None = None, model: str | None = None) -> tuple[str, str]:
         """The exact route (defaults filled in), resolved now: ``RouteError`` if not served."""

@@ -211,8 +211,39 @@ def test_the_agent_protocol_is_what_the_doors_use_and_no_more():
     assert set(_protocol_members(protocols.Agent)) == {
         "session_id", "cwd", "spec", "host", "provider", "route", "tools", "busy", "disposed", "children",
         "submit", "cancel", "subscribe", "emit", "splice", "offer", "parallel_safe", "call_tool", "restore",
-        "wait_idle", "dispose",
+        "wait_idle", "dispose", "state", "describe_state",
     }
+
+
+@pytest.mark.anyio
+async def test_state_slots_belong_to_their_owner_and_die_with_it(scripted, tmp_path):
+    """``agent.state(T)`` / ``host.state(T)``: one object per type and owner, created on first use,
+    gone with the owner (no registry to leak from), visible to debug dumps."""
+    import gc
+    import weakref
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Notes:
+        items: list[str] = field(default_factory=list)
+
+    script = scripted({"default": [{"text": "ok"}]})
+    async with memory_host(script) as host:
+        spec = AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))
+        a, b = host.create_agent(spec), host.create_agent(spec)
+        a.state(Notes).items.append("a")
+        assert a.state(Notes) is a.state(Notes) and b.state(Notes).items == []
+        assert host.state(Notes, lambda: Notes(["host"])).items == ["host"]
+        assert host.state(Notes).items == ["host"]  # the factory runs once
+        assert a.describe_state() == {f"{Notes.__module__}.{Notes.__qualname__}": "test_state_slots_belong_to_their_owner_and_die_with_it.<locals>.Notes(items=['a'])"}
+        ref = weakref.ref(a.state(Notes))
+        await a.dispose()
+        await b.dispose()
+        host.forget(a)
+        host.forget(b)
+        del a, b
+        gc.collect()
+        assert ref() is None
 
 
 # --------------------------------------------------------------------------- 3. no import circle in the spine
@@ -298,3 +329,43 @@ def test_hookimpl_lives_beside_the_hookspecs_and_the_old_names_still_work():
 
     assert dsh_core.hookimpl is host.hookimpl is hookspecs.hookimpl
     assert hookspecs.hookimpl.project_name == hookspecs.hookspec.project_name == "dsh"
+
+
+# --------------------------------------------------------------------------- 5. plugin state lives on its owner
+
+# Module-level mutable state a plugin may keep, each with its reason: process-wide facts about the
+# machine, not per-session or per-host state.
+MODULE_STATE_ALLOWED = {
+    ("dsh_sandbox_tools/mechanisms.py", "_cache"): "the sandbox probe's result: a fact of this machine, probed once",
+    ("dsh_sandbox_tools/mechanisms.py", "_lock"): "guards that probe",
+}
+_MUTABLE_CALLS = {"dict", "list", "set", "WeakKeyDictionary", "WeakValueDictionary", "OrderedDict", "defaultdict",
+                  "Counter", "deque", "Lock"}
+
+
+def test_plugins_keep_no_module_level_mutable_state():
+    """Per-session and per-host state is a state slot (``agent.state(T)``, ``host.state(T)``):
+    a module-level dict or WeakKeyDictionary keyed by sessions is the workaround it replaces."""
+    found = []
+    for path in sorted((REPO / "plugins").glob("*/dsh_*/**/*.py")):
+        rel = "/".join(path.parts[-2:]) if path.parent.name.startswith("dsh_") else str(path)
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            targets: list[ast.expr] = []
+            value = None
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                targets, value = [node.target], node.value
+            # UPPER_CASE names are constant tables by convention (never mutated); state is lower case.
+            names = [t.id for t in targets if isinstance(t, ast.Name) and not t.id.isupper() and t.id != "__all__"]
+            if not names or value is None:
+                continue
+            mutable = isinstance(value, ast.Dict | ast.List | ast.Set | ast.DictComp | ast.ListComp | ast.SetComp)
+            if isinstance(value, ast.Call):
+                func = value.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                mutable = called in _MUTABLE_CALLS
+            for name in names:
+                if mutable and (rel, name) not in MODULE_STATE_ALLOWED:
+                    found.append(f"{rel}: {name}")
+    assert found == []

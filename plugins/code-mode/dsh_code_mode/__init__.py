@@ -11,7 +11,6 @@ carries the typed API) or ``both`` (the native tools and ``run_code``).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
@@ -75,16 +74,20 @@ class Settings:
 
 assert {f.name for f in fields(Limits)} >= set(_LIMIT_KEYS.values())
 
-_settings: weakref.WeakKeyDictionary[Any, Settings] = weakref.WeakKeyDictionary()
+@dataclass
+class HostSettings:
+    """This plugin's settings on one host (the host's state slot, set by ``dsh_configure``)."""
+
+    settings: Settings = field(default_factory=Settings)
 
 
 def settings_for(host: Host) -> Settings:
-    return _settings.get(host) or Settings()
+    return host.state(HostSettings).settings
 
 
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
-    _settings[host] = Settings.from_config(config.get(PLUGIN))
+    host.state(HostSettings).settings = Settings.from_config(config.get(PLUGIN))
 
 
 @hookimpl(trylast=True)  # after the native tools, so run_code comes last in the list the model sees

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import hookimpl
@@ -23,22 +24,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["CATALOGUE", "PLUGIN", "PROVIDER", "DeepSeekProvider", "ModelCard", "Settings", "parse_settings"]
 
-# dsh_configure and dsh_register_models run back to back inside one Host's constructor;
-# this carries the validated settings (and the host, for its attachment store) across.
-_pending: dict[str, Any] = {}
+@dataclass
+class HostSettings:
+    """The validated settings of one host (its state slot), from dsh_configure to dsh_register_models."""
+
+    settings: Settings = field(default_factory=Settings)
 
 
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
-    _pending["settings"] = parse_settings(config.get(PLUGIN))
-    _pending["host"] = host
+    host.state(HostSettings).settings = parse_settings(config.get(PLUGIN))
 
 
 @hookimpl
-def dsh_register_models(register: Callable[[ModelProvider], None]) -> None:
-    settings = _pending.pop("settings", None) or Settings()
-    host = _pending.pop("host", None)
-    register(DeepSeekProvider(settings, host=host))
+def dsh_register_models(register: Callable[[ModelProvider], None], host: Host) -> None:
+    register(DeepSeekProvider(host.state(HostSettings).settings, host=host))
 
 
 @hookimpl

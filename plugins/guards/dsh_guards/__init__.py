@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import weakref
 from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -30,7 +29,8 @@ DEFAULT_THRESHOLDS = (3, 5, 8)
 DEFAULT_MAX_STEPS = 200
 ENV_MAX_STEPS = "DSH_MAX_STEPS"  # overrides max-steps (a client that spawns dsh sets it)
 
-_counts: weakref.WeakKeyDictionary[Any, Counter[tuple[str, str]]] = weakref.WeakKeyDictionary()
+class RepeatCounts(Counter[tuple[str, str]]):
+    """How often each (tool, arguments) was called in a session (the session's state slot)."""
 
 
 def _settings(host: Host) -> tuple[tuple[int, ...], int]:
@@ -78,7 +78,7 @@ def reminder(name: str, n: int) -> str:
 @hookimpl
 def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> AfterTool | None:
     thresholds, _ = _settings(session.host)
-    counts = _counts.setdefault(session, Counter())
+    counts = session.state(RepeatCounts)
     key = call_key(call.name, call.arguments)
     counts[key] += 1
     n = counts[key]

@@ -43,7 +43,6 @@ import re
 import signal
 import subprocess
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -443,6 +442,15 @@ class _SessionState:
     counter: int = 0
 
 
+class HookSessions(dict[str, _SessionState]):
+    """A session's hook state by dialect name (the session's state slot, dropped with it)."""
+
+
+class HookBridges(dict[str, "Bridge"]):
+    """A host's Bridge by dialect name (the host's state slot): two hosts in one process keep
+    their own configuration, and a disposed host takes its Bridges with it."""
+
+
 class Bridge:
     """One dialect's hooks for one host: the process-level files, parsed once, plus each
     session's project files, parsed when the session first needs them."""
@@ -451,10 +459,10 @@ class Bridge:
         self.dialect = dialect
         self.settings = settings
         self.global_files = [f for f in (load_hook_file(p, dialect) for p in settings.files) if f]
-        self._sessions: weakref.WeakKeyDictionary[Any, _SessionState] = weakref.WeakKeyDictionary()
 
     def state(self, session: Any) -> _SessionState:
-        st = self._sessions.get(session)
+        sessions: HookSessions = session.state(HookSessions)
+        st = sessions.get(self.dialect.name)
         if st is None:
             files = list(self.global_files)
             for rel in self.settings.project_files:
@@ -463,7 +471,7 @@ class Bridge:
                     loaded = load_hook_file(path, self.dialect)
                     if loaded:
                         files.append(loaded)
-            st = self._sessions[session] = _SessionState(files)
+            st = sessions[self.dialect.name] = _SessionState(files)
         return st
 
     def selected(self, session: Any, point: str, query: str) -> list[tuple[HookFile, Group]]:
@@ -609,20 +617,19 @@ def transcript_path(session: Any) -> str | None:
 
 class DialectPlugin:
     """One dialect's pluggy plugin (the object its entry point names): the spine's interception
-    points, each answered by the host's ``Bridge``. ``dsh_configure`` makes one Bridge per host;
-    they are kept weakly by host on this object, so two hosts in one process keep their own
-    configuration and a disposed host takes its Bridge with it."""
+    points, each answered by the host's ``Bridge``. ``dsh_configure`` makes one Bridge per host,
+    kept in the host's ``HookBridges`` slot."""
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
-        self._bridges: weakref.WeakKeyDictionary[Any, Bridge] = weakref.WeakKeyDictionary()
 
     def _bridge(self, session: Any) -> Bridge | None:
-        return self._bridges.get(session.host)
+        bridges: HookBridges = session.host.state(HookBridges)
+        return bridges.get(self.dialect.name)
 
     @hookimpl
     def dsh_configure(self, config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
-        self._bridges[host] = Bridge(self.dialect, Settings.from_config(config.get(self.dialect.plugin), self.dialect))
+        host.state(HookBridges)[self.dialect.name] = Bridge(self.dialect, Settings.from_config(config.get(self.dialect.plugin), self.dialect))
 
     @hookimpl
     def dsh_session_start(self, session: Any, source: str, turn: int) -> Any:

@@ -22,7 +22,7 @@ from .confine import Confined, confine
 from .mechanisms import get_runner
 from .policy import PLUGIN, Settings, temp_roots
 from .run import spill_path_for
-from .sandbox import SANDBOX_SLOT, Sandbox, sandbox_for
+from .sandbox import HostSandbox, Sandbox, sandbox_for
 from .tools import make_tools
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,12 +34,9 @@ __all__ = ["Confined", "Sandbox", "Settings", "confine", "sandbox_for"]
 
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
-    # The host's Sandbox lives on the host's own plugin manager (see sandbox.SANDBOX_SLOT); the
-    # hooks below find it from the host they are given. Were two hosts ever built on one plugin
-    # manager, the newer one's settings would replace the older one's.
-    if host.pm.has_plugin(SANDBOX_SLOT):
-        host.pm.unregister(name=SANDBOX_SLOT)
-    host.pm.register(Sandbox(Settings.from_config(config.get(PLUGIN))), name=SANDBOX_SLOT)
+    # The host's Sandbox is the host's state slot (sandbox.HostSandbox); the hooks below find it
+    # from the host they are given.
+    host.state(HostSandbox).sandbox = Sandbox(Settings.from_config(config.get(PLUGIN)))
 
 
 @hookimpl

@@ -3,14 +3,14 @@ running a command confined (through the session's command server, or a fresh con
 
 from __future__ import annotations
 
-import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import ToolError
 
 from .mechanisms import Runner, get_runner
-from .policy import MODES, PLUGIN, Settings, scrubbed_env, wider, writable_roots
+from .policy import MODES, Settings, scrubbed_env, wider, writable_roots
 from .run import CommandResult, run_command
 from .server import CommandServer, ServerError, ServerPool, server_argv
 
@@ -18,10 +18,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
     from dsh_core.protocols import Host
 
-# Each host's Sandbox is registered on that host's own plugin manager (one per host) under this
-# name by ``dsh_configure``, so two hosts in one process never see each other's and this plugin
-# keeps no module state.
-SANDBOX_SLOT = f"{PLUGIN}.sandbox"
+class ReadRecords(dict[str, int]):
+    """What one session has read (real path -> mtime in ns), for ``edit``'s read-before-edit
+    check: the session's state slot, dropped with it."""
+
+
+@dataclass
+class HostSandbox:
+    """The host's Sandbox (its state slot), set by ``dsh_configure``: two hosts in one process
+    never see each other's, and this plugin keeps no module state."""
+
+    sandbox: Sandbox | None = None
 
 
 class Sandbox:
@@ -30,13 +37,10 @@ class Sandbox:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.servers = ServerPool()
-        self._reads: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
 
     def reads(self, agent: Any) -> dict[str, int]:
-        d = self._reads.get(agent)
-        if d is None:
-            d = self._reads[agent] = {}
-        return d
+        records: ReadRecords = agent.state(ReadRecords)
+        return records
 
     def escalation_targets(self) -> list[str]:
         return [m for m in MODES if wider(m, self.settings.mode)]
@@ -204,5 +208,5 @@ class Sandbox:
 def sandbox_for(host: Host | None) -> Sandbox:
     """``host``'s Sandbox, as ``dsh_configure`` set it up; for a host that does not mount this
     plugin (or none), a fresh one with the default settings (``DSH_PERMISSION_MODE`` and co.)."""
-    sb = host.pm.get_plugin(SANDBOX_SLOT) if host is not None else None
-    return sb if isinstance(sb, Sandbox) else Sandbox(Settings.from_config(None))
+    sb = host.state(HostSandbox).sandbox if host is not None else None
+    return sb if sb is not None else Sandbox(Settings.from_config(None))

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 import anyio
 from dsh_acp.client import (
@@ -135,14 +134,10 @@ class Children:
     closed: bool = False
 
 
-_hosts: WeakKeyDictionary[Any, Children] = WeakKeyDictionary()
-
-
 def children_of(host: Any) -> Children:
-    state = _hosts.get(host)
-    if state is None:
-        state = _hosts[host] = Children(parse_settings(getattr(host, "config", {})))
-    return state
+    """The host's live children (its state slot, made with the host's settings on first use)."""
+    children: Children = host.state(Children, lambda: Children(parse_settings(getattr(host, "config", {}))))
+    return children
 
 
 def ambient_depth() -> tuple[int, int | None]:
@@ -375,7 +370,7 @@ async def _dispose(client: AcpClient) -> None:
 
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
-    _hosts[host] = Children(parse_settings(config))
+    children_of(host).settings = parse_settings(config)
 
 
 @hookimpl

@@ -10,7 +10,6 @@ beyond what every tool call already shows.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -39,11 +38,9 @@ class TodoState:
     since_shown: int = 0
 
 
-_states: weakref.WeakKeyDictionary[Any, TodoState] = weakref.WeakKeyDictionary()
-
-
 def state(session: Agent) -> TodoState:
-    return _states.setdefault(session, TodoState())
+    """The session's todo list (its state slot: created on first use, dropped with the session)."""
+    return session.state(TodoState)
 
 
 def render(items: list[tuple[str, str]]) -> str:
@@ -131,8 +128,8 @@ def dsh_register_tools(register: Callable[[Tool], None], host: Host) -> None:
 def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> AfterTool | None:
     if call.name == TOOL:
         return None
-    st = _states.get(session)
-    if st is None or not st.items or all(s == "completed" for _, s in st.items):
+    st = state(session)
+    if not st.items or all(s == "completed" for _, s in st.items):
         return None
     st.since_shown += 1
     if st.since_shown < int(session.host.config.get(PLUGIN, {}).get("remind-every", DEFAULT_REMIND_EVERY)):

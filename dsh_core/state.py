@@ -1,0 +1,59 @@
+"""Plugin state kept on the object it belongs to: one slot per type, on an agent or a host.
+
+A plugin that needs per-session state (a todo list, a repeat counter, what a session has
+read) asks the session for it instead of keeping a ``WeakKeyDictionary`` of its own::
+
+    @dataclass
+    class TodoState:
+        items: list[tuple[str, str]] = field(default_factory=list)
+
+    todo = agent.state(TodoState)          # created on first use (TodoState()), then the same object
+
+The slot is created by ``factory`` (default: the type itself, called with no arguments),
+lives exactly as long as its owner (dropped with the session or host, no registry to leak
+from), and is visible to debug dumps through ``describe()``. Per-host state works the same
+way through ``host.state(T, factory)``. The type is the key, so a plugin's private class is a
+private slot; two plugins never collide unless they share a class on purpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+T = TypeVar("T")
+
+DESCRIBE_MAX = 200  # characters of each slot's repr in a debug dump
+
+
+class StateSlots:
+    """The slots of one owner (an agent or a host)."""
+
+    __slots__ = ("_slots",)
+
+    def __init__(self) -> None:
+        self._slots: dict[type, Any] = {}
+
+    def get(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
+        """The owner's ``cls`` slot, created by ``factory`` (default ``cls()``) on first use."""
+        try:
+            return cast(T, self._slots[cls])
+        except KeyError:
+            value = (factory or cls)()
+            self._slots[cls] = value
+            return value
+
+    def peek(self, cls: type[T]) -> T | None:
+        """The slot if it was created, else None (never creates one)."""
+        return cast("T | None", self._slots.get(cls))
+
+    def describe(self) -> dict[str, str]:
+        """``{module.Class: bounded repr}`` of every slot, for ``dsh doctor``/debug dumps."""
+        out: dict[str, str] = {}
+        for cls, value in self._slots.items():
+            text = repr(value)
+            out[f"{cls.__module__}.{cls.__qualname__}"] = text if len(text) <= DESCRIBE_MAX else text[:DESCRIBE_MAX] + "…"
+        return out
+
+    def __len__(self) -> int:
+        return len(self._slots)

@@ -205,15 +205,18 @@ def test_a_dead_runs_pids_cgroup_is_removed(tmp_path):
 
     if os.geteuid() != 0 or not os.access(PIDS_V1, os.W_OK) or not (PIDS_V1 / "cgroup.procs").exists():
         pytest.skip("needs root and a writable pids cgroup hierarchy (the only case that makes one)")
-    dead = subprocess.Popen(["true"])
-    dead.wait()  # a pid that no longer runs: the "killed dsh"
-    stale = PIDS_V1 / f"dsh-code-{dead.pid}-deadbeef"
+    # The "dsh" that owns the run: alive while its straggler joins (so no other dsh on the machine
+    # sweeps the cgroup early), then killed, as dsh would be.
+    owner = subprocess.Popen(["sleep", "60"])
+    stale = PIDS_V1 / f"dsh-code-{owner.pid}-deadbeef"
     stale.mkdir()
     straggler = subprocess.Popen(["/bin/sh", "-c", f'echo $$ > {stale}/cgroup.procs && exec sleep 60'])
-    for _ in range(100):
+    for _ in range(500):
         if (stale / "cgroup.procs").read_text().split():
             break
         time.sleep(0.01)
+    owner.kill()
+    owner.wait()
     try:
         bound = ProcessBound.create(8)
         try:

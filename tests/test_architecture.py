@@ -369,3 +369,11 @@ def test_plugins_keep_no_module_level_mutable_state():
                 if mutable and (rel, name) not in MODULE_STATE_ALLOWED:
                     found.append(f"{rel}: {name}")
     assert found == []
+
+
+def test_plugins_log_through_the_standard_library():
+    """Plugins warn with ``logging.getLogger("dsh.<plugin>")``; ``dsh_core.diag`` is the spine's
+    handler, not an API for plugins."""
+    users = [str(p.relative_to(REPO)) for p in sorted((REPO / "plugins").glob("*/dsh_*/**/*.py"))
+             if "dsh_core.diag" in p.read_text(encoding="utf-8")]
+    assert users == []

@@ -13,6 +13,7 @@ Config (``[config.acp-transport]`` in an example's manifest):
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -22,10 +23,11 @@ from dsh_acp.fdstream import FdReader, FdWriter
 from dsh_acp.rpc import DEFAULT_MAX_FRAME, Peer
 
 from dsh_core import ConfigError, hookimpl
-from dsh_core.diag import warn
 from dsh_core.stdio import claim_stdio
 
 from .bridge import Bridge
+
+log = logging.getLogger("dsh.acp")
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Host
@@ -81,7 +83,7 @@ class AcpStdioDoor:
                 # SIGTERM/SIGINT/SIGHUP end the connection like stdin EOF: same quiescence.
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
                     async for signum in signals:
-                        warn(f"acp: {signal.Signals(signum).name}: shutting down")
+                        log.warning(f"{signal.Signals(signum).name}: shutting down")
                         bridge.peer.stop_reading()
                         return
 

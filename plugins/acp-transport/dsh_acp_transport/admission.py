@@ -4,6 +4,7 @@ lifecycle: ``session/new``, ``list``, ``resume``, ``delete`` and ``close``."""
 from __future__ import annotations
 
 import base64
+import logging
 import shutil
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -26,13 +27,14 @@ from dsh_acp.rpc import (
 
 from dsh_core import RouteError
 from dsh_core.contracts import AgentSpec
-from dsh_core.diag import warn
 from dsh_core.errors import DshError
 from dsh_core.types import DurableEvent, RequestHeader, SessionHeader
 
 from .delivery import Delivery
 from .settlement import observer
 from .state import CLOSING, BridgeState, Session
+
+log = logging.getLogger("dsh.acp-transport")
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Agent
@@ -239,7 +241,7 @@ class Admission(BridgeState):
         if recorded != (provider, model):
             note = (f"session {header.id} was recorded on {recorded[0]}/{recorded[1]}; it resumes on this "
                     f"agent's route {provider}/{model}")
-            warn(f"acp-transport: {note}")
+            log.warning(f"{note}")
             return {"_meta": {"dsh": {"route": f"{provider}/{model}", "recordedRoute": f"{recorded[0]}/{recorded[1]}",
                                       "note": note}}}
         return {}

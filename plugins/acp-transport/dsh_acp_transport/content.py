@@ -3,6 +3,7 @@ then its images saved to the attachment store as one batch."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -11,11 +12,12 @@ from dsh_acp import wire
 from dsh_acp.rpc import internal_error, invalid_params
 
 from dsh_core import AttachmentError
-from dsh_core.diag import warn
 from dsh_core.media import RASTER_MIME_TYPES, Base64Error, decode_base64_strict
 from dsh_core.types import ImageBlock, TextBlock
 
 from .state import BridgeState, Session
+
+log = logging.getLogger("dsh.acp")
 
 _PROMPT_BLOCKS = msgspec.json.Decoder(wire.ContentIn)
 
@@ -112,6 +114,6 @@ class PromptContent(BridgeState):
         except AttachmentError as exc:
             raise invalid_params(str(exc)) from None
         except Exception as exc:
-            warn(f"acp: saving prompt images failed: {exc!r}")
+            log.warning(f"saving prompt images failed: {exc!r}")
             raise internal_error("unable to persist the prompt image batch") from None
 

@@ -4,6 +4,7 @@ carrying committed assistant text and verified images leave in the order they we
 from __future__ import annotations
 
 import base64
+import logging
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -13,8 +14,9 @@ from dsh_acp.fdstream import TransportClosed
 from dsh_acp.rpc import Peer
 
 from dsh_core import AttachmentCorrupt
-from dsh_core.diag import warn
 from dsh_core.types import ImageBlock, TextBlock
+
+log = logging.getLogger("dsh.acp")
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Host
@@ -88,7 +90,7 @@ class Delivery:
                 except Exception as exc:
                     if self.failure is None:
                         self.failure = str(exc)
-                    warn(f"acp: assistant output delivery failed: {exc}")
+                    log.warning(f"assistant output delivery failed: {exc}")
                 finally:
                     self._done = n
                     self._changed.set()

@@ -4,6 +4,7 @@ permission requests (ACP-9)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,6 @@ from dsh_acp.fdstream import TransportClosed
 from dsh_acp.rpc import RpcFailure, decode_params, internal_error, invalid_params, shown
 
 from dsh_core.contracts import new_id
-from dsh_core.diag import debug, warn
 from dsh_core.types import (
     AgentError,
     ApprovalOutcome,
@@ -31,6 +31,8 @@ from dsh_core.types import (
 from .content import PromptContent
 from .permission import tool_call_of
 from .state import CLOSING, Session, Slot
+
+log = logging.getLogger("dsh.acp")
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Agent
@@ -203,7 +205,7 @@ class Settlement(PromptContent):
             return  # never answer a notification
         session = self.sessions.get(p.session_id)
         if session is None:
-            debug(f"acp: session/cancel for unknown session {shown(p.session_id)!r} ignored")
+            log.debug(f"session/cancel for unknown session {shown(p.session_id)!r} ignored")
             return
         session.cancel_seq = self.peer.read_seq  # also for prompts read before it whose handler has not run
         self._cancel_session(session)
@@ -228,7 +230,7 @@ class Settlement(PromptContent):
         try:
             raw = await self.peer.request("session/request_permission", params, timeout=self.permission_timeout)
         except (RpcFailure, TransportClosed, TimeoutError) as exc:
-            warn(f"acp: permission request failed closed: {exc!r}")
+            log.warning(f"permission request failed closed: {exc!r}")
             return "unavailable"
         try:
             result = msgspec.json.decode(raw, type=wire.PermissionResult)

@@ -27,6 +27,7 @@ Many sessions on one connection (``dsh batch``): ``await c.initialize()`` once, 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections import deque
@@ -47,13 +48,13 @@ import anyio
 import anyio.abc
 import msgspec
 
-from dsh_core.diag import warn
-
 from . import wire
 from .fdstream import FdReader, FdWriter, TransportClosed
 from .proctree import ExitStatus, ProcessTree, SpawnError, SurvivorsError, spawn, tree_pids
 from .rpc import DEFAULT_MAX_FRAME, Dispatcher, Peer, RpcFailure
 from .wire import PROTOCOL_VERSION
+
+log = logging.getLogger("dsh.acp-client")
 
 __all__ = [
     "AcpClient",
@@ -414,7 +415,7 @@ class AcpClient:
                 try:
                     self._on_text(update.content.text)
                 except Exception as exc:
-                    warn(f"acp client: text callback failed: {exc!r}")
+                    log.warning(f"text callback failed: {exc!r}")
 
     async def _on_permission(self, rid: Any, params: msgspec.Raw | None) -> Any:
         try:
@@ -439,7 +440,7 @@ class AcpClient:
                 try:
                     verdict = await self.on_permission(ask)
                 except Exception as exc:  # a failing policy closes the gate
-                    warn(f"acp client: permission policy failed: {exc!r}")
+                    log.warning(f"permission policy failed: {exc!r}")
                     verdict = "reject"
                 finally:
                     self._permission_scopes.discard(scope)
@@ -600,7 +601,7 @@ class AcpSession:
                 try:
                     self._on_text(update.content.text)
                 except Exception as exc:
-                    warn(f"acp client: text callback failed: {exc!r}")
+                    log.warning(f"text callback failed: {exc!r}")
 
     async def _on_permission(self, ask: PermissionAsk) -> Any:
         verdict: str = "cancelled"
@@ -612,7 +613,7 @@ class AcpSession:
                 try:
                     verdict = await self.on_permission(ask)
                 except Exception as exc:  # a failing policy closes the gate
-                    warn(f"acp client: permission policy failed: {exc!r}")
+                    log.warning(f"permission policy failed: {exc!r}")
                     verdict = "reject"
                 finally:
                     self._permission_scopes.discard(scope)

@@ -15,6 +15,7 @@ without the -32700 Parse error that JSON-RPC 2.0 prescribes (ACP-1, docs/acp-con
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -23,8 +24,6 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import msgspec
-
-from dsh_core.diag import debug, warn
 
 from .fdstream import TransportClosed
 from .wire import (
@@ -255,6 +254,7 @@ class Peer:
         self.dispatcher = dispatcher if dispatcher is not None else Dispatcher()
         self.max_frame = max_frame
         self.name = name
+        self.log = logging.getLogger(f"dsh.{name}")  # diagnostics as dsh: <name>: …
         self.write_grace = write_grace
         # FdWriter (and the like) take small frames without awaiting; other streams always await.
         self._nowait: NowaitSend | None = writer if isinstance(writer, NowaitSend) else None
@@ -404,7 +404,7 @@ class Peer:
     async def _drop_output_after(self, seconds: float) -> None:
         await anyio.sleep(seconds)
         if self._output_blocked():
-            debug(f"{self.name}: the client is not reading; dropping output still blocked after {seconds:g}s")
+            self.log.debug(f"the client is not reading; dropping output still blocked after {seconds:g}s")
         self._abort_output()
 
     def stop_reading(self) -> None:
@@ -439,7 +439,7 @@ class Peer:
             except _EOF_ERRORS:
                 chunk = b""  # a stream that says EOF by exception; a plain reader returns b""
             except Exception as exc:
-                warn(f"{self.name}: transport read failed: {exc!r}")
+                self.log.warning(f"transport read failed: {exc!r}")
                 return
             if not chunk:
                 if buf and not discarding:
@@ -489,7 +489,7 @@ class Peer:
         try:
             await self._dispatch(line)
         except Exception as exc:  # a frame never ends the connection
-            warn(f"{self.name}: a frame could not be handled: {exc!r}")
+            self.log.warning(f"a frame could not be handled: {exc!r}")
 
     async def _dispatch(self, line: bytes) -> None:
         decoded = await self._decode(line)
@@ -557,7 +557,7 @@ class Peer:
             self._settle(pending, frame, bad_utf8)
             return True
         if id_ok and (frame.jsonrpc == "2.0" or self._issued(frame.id)):
-            debug(f"{self.name}: dropped a response to unknown or settled request id {frame.id!r}")
+            self.log.debug(f"dropped a response to unknown or settled request id {frame.id!r}")
             return True
         return False
 
@@ -607,11 +607,11 @@ class Peer:
             try:
                 rid = _CANCEL_REQUEST.decode(params or b"{}").request_id
             except (msgspec.ValidationError, msgspec.DecodeError):
-                debug(f"{self.name}: ignored a $/cancel_request without a valid requestId")
+                self.log.debug("ignored a $/cancel_request without a valid requestId")
                 return
             entry = self._inbound.get(rid)
             if entry is None:
-                debug(f"{self.name}: $/cancel_request for unknown request id {rid!r} ignored")
+                self.log.debug(f"$/cancel_request for unknown request id {rid!r} ignored")
                 return
             entry.cancel_requested = True
             on_cancel = self.dispatcher.on_cancel_request
@@ -627,7 +627,7 @@ class Peer:
             if result is not None:
                 await result
         except Exception as exc:
-            warn(f"{self.name}: notification {method} failed: {exc!r}")
+            self.log.warning(f"notification {method} failed: {exc!r}")
 
     async def _handle(self, rid: RequestId, method: str, params: msgspec.Raw | None, entry: Inbound) -> None:
         reply: Any
@@ -648,7 +648,7 @@ class Peer:
                 except RpcFailure as exc:
                     reply = ErrorResponse(id=rid, error=exc.rpc_error())
                 except Exception as exc:
-                    warn(f"{self.name}: {method} failed: {exc!r}")
+                    self.log.warning(f"{method} failed: {exc!r}")
                     reply = ErrorResponse(id=rid, error=error_with_details(
                         INTERNAL_ERROR, f"Internal error: {exc}", details=str(exc) or type(exc).__name__))
             if scope.cancelled_caught:

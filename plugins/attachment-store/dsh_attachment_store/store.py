@@ -13,6 +13,7 @@ point leaves either no object or a whole one; stale temp files are swept later.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import tempfile
@@ -24,7 +25,6 @@ from typing import Any
 
 import anyio
 
-from dsh_core.diag import warn
 from dsh_core.errors import AttachmentCorrupt, AttachmentError, ConfigError, DshError
 from dsh_core.paths import data_home
 from dsh_core.types import ImageBlock
@@ -32,6 +32,7 @@ from dsh_core.types import ImageBlock
 from .images import MIME_TYPES, ImageFormatError, image_info, sniff
 
 PLUGIN = "attachment-store"
+log = logging.getLogger(f"dsh.{PLUGIN}")
 MiB = 1024 * 1024
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 STALE_TEMP_SECONDS = 3600.0
@@ -76,7 +77,7 @@ def _size(n: int) -> str:
 
 
 def _warn(message: str) -> None:
-    warn(f"{PLUGIN}: {message}")
+    log.warning(message)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -14,6 +14,7 @@ Config (``[config.compaction]``): ``threshold-ratio`` (0.8), ``retain-ratio`` (0
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,6 @@ import anyio
 
 from dsh_core import ConfigError, ModelError, hookimpl
 from dsh_core.contracts import HistoryContext, new_id
-from dsh_core.diag import warn
 from dsh_core.types import (
     AssistantMessage,
     CompactionFailed,
@@ -40,6 +40,8 @@ from dsh_core.types import (
 )
 
 from ._meter import Meter, history_tokens, message_tokens, prefix_tokens, reading, text_tokens
+
+log = logging.getLogger("dsh.compaction")
 
 __all__ = ["Compactor", "Meter", "Settings", "reading", "render_transcript", "split_point"]
 
@@ -202,7 +204,7 @@ class Compactor:
             failed("the summary call was cancelled", "ABORTED")
             raise
         except Exception as exc:  # a provider bug must not lose the history
-            warn(f"compaction of {agent.session_id} crashed: {exc!r}")
+            log.warning(f"summarising session {agent.session_id} crashed: {exc!r}")
             failed(f"the summary call crashed: {type(exc).__name__}: {exc}", "INTERNAL")
             return None
         summary = "".join(pieces).strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
@@ -13,7 +14,6 @@ import anyio
 import httpx
 
 from dsh_core import ModelError, RouteError
-from dsh_core.diag import warn
 from dsh_core.types import (
     Finish,
     ModelDelta,
@@ -31,6 +31,8 @@ from ._config import KEY_ENV, Settings, find_api_key, repo_root
 from ._errors import http_error, redact, transport_error
 from ._sse import KEEP_ALIVE, SSEParser
 from ._wire import build_body, dumps
+
+log = logging.getLogger("dsh.deepseek-model")
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Host
@@ -157,8 +159,8 @@ class DeepSeekProvider:
             card = _catalogue.unlisted(model)
             if overrides is None and model not in self._warned:
                 self._warned.add(model)
-                warn(
-                    f"deepseek-model: {model!r} is not in the catalogue "
+                log.warning(
+                    f"{model!r} is not in the catalogue "
                     f"({', '.join(_catalogue.CATALOGUE)}); passing it through as a text-only route"
                 )
         if overrides:

@@ -33,7 +33,7 @@ FAST: dict[str, Any] = {
 def _fresh_diag_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     # The plugin warns through diag.warn, whose stderr budget is per process: a test that expects a
     # warning must not depend on how much earlier tests in the same process warned.
-    monkeypatch.setattr(diag, "_spent", 0)
+    monkeypatch.setattr(diag.handler, "spent", 0)
 
 
 @pytest.fixture

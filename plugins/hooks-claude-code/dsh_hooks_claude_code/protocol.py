@@ -38,6 +38,7 @@ What is shared:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -52,7 +53,6 @@ import anyio
 import anyio.abc
 
 from dsh_core import ConfigError, hookimpl
-from dsh_core.diag import warn
 from dsh_core.interception import (
     BLOCKED_PROMPT,
     BLOCKED_RESULT,
@@ -202,10 +202,10 @@ def load_hook_file(path: str, dialect: Dialect) -> HookFile | None:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
         hook_file, skipped = parse_hooks(raw, path, dialect)
     except (OSError, UnicodeDecodeError, ValueError, HookConfigError) as exc:
-        warn(f"{dialect.plugin}: hook file {path} rejected, none of its hooks run: {exc}")
+        logging.getLogger(f"dsh.{dialect.plugin}").warning(f"hook file {path} rejected, none of its hooks run: {exc}")
         return None
     if skipped:
-        warn(f"{dialect.plugin}: {path}: only command hooks run; skipped " + ", ".join(skipped))
+        logging.getLogger(f"dsh.{dialect.plugin}").warning(f"{path}: only command hooks run; skipped " + ", ".join(skipped))
     return hook_file
 
 
@@ -506,7 +506,7 @@ class Bridge:
                                             duration_ms=int((time.monotonic() - started) * 1000)))
                     raise
                 except Exception as exc:  # it could not start (no sandbox, no /bin/sh): a non-blocking error
-                    warn(f"{d.plugin}: {point} hook could not run: {exc}")
+                    logging.getLogger(f"dsh.{d.plugin}").warning(f"{point} hook could not run: {exc}")
                     code, stdout, stderr, timed_out = None, "", str(exc), False
                 out = decode(code, stdout, stderr, point)
                 out.timed_out = timed_out
@@ -528,7 +528,7 @@ class Bridge:
         for name, given in (("updatedInput", out.updated_input is not None), ("systemMessage", bool(out.system_message))):
             if given and name not in hook_file.warned:
                 hook_file.warned.add(name)
-                warn(f"{self.dialect.plugin}: {hook_file.path}: a {point} hook returned {name}, which dsh does not "
+                logging.getLogger(f"dsh.{self.dialect.plugin}").warning(f"{hook_file.path}: a {point} hook returned {name}, which dsh does not "
                      "honour (ignored; not warned again for this file)")
 
     # ---------------------------------------------------------------- the interception points

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import re
 import secrets
@@ -30,10 +31,11 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from dsh_core.diag import warn
 from dsh_core.errors import DshError
 from dsh_core.paths import data_home
 from dsh_core.types import DurableEvent, SessionHeader, log_decoder, log_encoder
+
+log = logging.getLogger("dsh.jsonl-persistence")
 
 SUFFIX = ".jsonl"
 # Session ids become file names: keep them to a conservative, traversal-free alphabet.
@@ -102,7 +104,7 @@ class SessionRead(tuple):
 
 
 def _warn(message: str) -> None:
-    warn(f"jsonl-persistence: {message}")
+    log.warning(f"{message}")
 
 
 def _write_all(fd: int, data: bytes) -> None:

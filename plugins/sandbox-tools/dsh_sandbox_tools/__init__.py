@@ -10,13 +10,13 @@ away, for one call; nothing is remembered.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import hookimpl
-from dsh_core.diag import warn
 
 from .confine import Confined, confine
 from .mechanisms import get_runner
@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Host
 
 __all__ = ["Confined", "Sandbox", "Settings", "confine", "sandbox_for"]
+
+log = logging.getLogger(f"dsh.{PLUGIN}")
 
 
 @hookimpl
@@ -52,8 +54,8 @@ async def _probe_at_start(sb: Sandbox) -> AsyncIterator[None]:
     if sb.settings.mode != "danger-full-access":
         result = await get_runner(sb.settings.mechanism)
         if result.runner is None:
-            warn(
-                f"{PLUGIN}: no sandbox mechanism is usable ({result.summary()}); bash will refuse to run "
+            log.warning(
+                f"no sandbox mechanism is usable ({result.summary()}); bash will refuse to run "
                 f'commands in "{sb.settings.mode}" mode (sandbox unavailable)'
             )
     try:

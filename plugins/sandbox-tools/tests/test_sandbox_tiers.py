@@ -62,14 +62,14 @@ async def test_fail_closed_when_no_sandbox(mode: str, root: Path) -> None:
 async def test_start_up_says_on_stderr_when_no_sandbox_is_usable(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(diag, "_spent", 0)  # the budget is per process; earlier tests may have spent it
+    monkeypatch.setattr(diag.handler, "spent", 0)  # the budget is per process; earlier tests may have spent it
     async with running_host("workspace-write", "none"):
         pass
     err = capsys.readouterr().err
     assert "dsh: sandbox-tools: no sandbox mechanism is usable (" in err, err
     assert 'bash will refuse to run commands in "workspace-write" mode (sandbox unavailable)' in err
     # It is a diag.warn, so it is bounded like every other diagnostic: once the budget is spent, silence.
-    monkeypatch.setattr(diag, "_spent", diag.BUDGET)
+    monkeypatch.setattr(diag.handler, "spent", diag.BUDGET)
     async with running_host("workspace-write", "none"):
         pass
     assert capsys.readouterr().err == ""

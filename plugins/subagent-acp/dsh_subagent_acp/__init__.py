@@ -12,6 +12,7 @@ child (stdin EOF, grace, SIGTERM, SIGKILL of its whole process tree). See README
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import sys
@@ -31,8 +32,9 @@ from dsh_acp.client import (
 
 from dsh_core import ConfigError, hookimpl
 from dsh_core.contracts import new_id
-from dsh_core.diag import warn
 from dsh_core.types import ApprovalDecided, ApprovalRequest, ToolOutput, ToolSpec
+
+log = logging.getLogger("dsh.subagent-acp")
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
@@ -294,12 +296,12 @@ class SubagentAcpTool:
             return _result("aborted", client.text if client is not None else "")
         except (AcpClientError, TimeoutError) as exc:
             message = str(exc) or f"the child did not start within {settings.start_timeout} s"
-            warn(f"subagent-acp: child run failed: {message}")
+            log.warning(f"child run failed: {message}")
             return _result("error", client.text if client is not None else "", error=message)
         finally:
             state.running -= 1
         if result.stop_reason == "error":
-            warn(f"subagent-acp: child run failed: {result.error}")
+            log.warning(f"child run failed: {result.error}")
             return _result("error", result.text, error=result.error)
         status = STOPS.get(result.stop_reason, "error")
         return _result(status, result.text, stop=result.stop_reason,
@@ -362,7 +364,7 @@ async def _dispose(client: AcpClient) -> None:
         await client.cancel()
         await client.shutdown()
     except Exception as exc:
-        warn(f"subagent-acp: disposing child {client.pid} failed: {exc}")
+        log.warning(f"disposing child {client.pid} failed: {exc}")
 
 
 # --------------------------------------------------------------------------- hooks

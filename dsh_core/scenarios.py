@@ -340,17 +340,23 @@ def _check_files(files: dict[str, Any], cwd: Path, n: int) -> None:
         raise ScenarioError(f"step {n} (checkFiles): " + "; ".join(problems))
 
 
-def _normalize_text(text: str, replacements: list[tuple[str, str]]) -> str:
+def _normalize_text(text: str, replacements: list[tuple[str, str]], ids: dict[str, int] | None = None) -> str:
+    """Paths replaced, then every 32-hex id: ``{{id:N}}`` numbered by first appearance in ``ids``
+    (one numbering per log, so two messages or two approvals never collapse into one placeholder
+    and a swapped pair shows up as a diff), or ``{{id}}`` where no numbering is kept."""
     for old, new in replacements:
         if old:
             text = text.replace(old, new)
-    return _HEX.sub("{{id}}", text)
+    if ids is None:
+        return _HEX.sub("{{id}}", text)
+    return _HEX.sub(lambda m: f"{{{{id:{ids.setdefault(m.group(0), len(ids) + 1)}}}}}", text)
 
 
 def normalize_log_lines(raw: str, replacements: list[tuple[str, str]]) -> tuple[str, dict[str, Any]]:
     """One log: times zeroed, retry delays zeroed (they are jittered), hook durations zeroed, paths and
     ids replaced."""
     lines, header = [], {}
+    ids: dict[str, int] = {}
     for n, line in enumerate(raw.splitlines()):
         if not line.strip():
             continue
@@ -364,7 +370,7 @@ def normalize_log_lines(raw: str, replacements: list[tuple[str, str]]) -> tuple[
             rec["delayMs"] = 0
         if rec.get("type") == "hook/result" and "durationMs" in rec:  # wall-clock time of the hook process
             rec["durationMs"] = 0
-        lines.append(_normalize_text(json.dumps(rec, sort_keys=True, ensure_ascii=False), replacements))
+        lines.append(_normalize_text(json.dumps(rec, sort_keys=True, ensure_ascii=False), replacements, ids))
     return "\n".join(lines) + "\n", header
 
 

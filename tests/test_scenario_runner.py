@@ -244,3 +244,17 @@ def test_the_workspace_copy_keeps_the_executable_bit(tmp_path):
     (scenario / "workspace" / "plain.txt").write_text("x\n")
     work, _, _ = _prepare_dirs(type("Sc", (), {"dir": scenario, "mkdir": []})(), tmp_path / "run")
     assert os.access(work / "hooks" / "deny.sh", os.X_OK) and not os.access(work / "plain.txt", os.X_OK)
+
+
+def test_log_ids_are_numbered_by_first_appearance_so_a_swap_is_a_diff():
+    """Two messages' ids never collapse into one placeholder: a log that swaps which result answers
+    which call normalises to a different text (issue 28 item 7)."""
+    from dsh_core.scenarios import normalize_log_lines
+
+    a, b = "a" * 32, "b" * 32
+    header = '{"type": "session", "id": "s", "createdAt": 1}'
+    one = "\n".join([header, f'{{"type": "x", "id": "msg_{a}", "ref": "msg_{b}"}}', f'{{"type": "y", "id": "msg_{b}"}}'])
+    swapped = "\n".join([header, f'{{"type": "x", "id": "msg_{b}", "ref": "msg_{a}"}}', f'{{"type": "y", "id": "msg_{b}"}}'])
+    text, _ = normalize_log_lines(one, [])
+    assert '"id": "msg_{{id:1}}", "ref": "msg_{{id:2}}"' in text and '"id": "msg_{{id:2}}", "type": "y"' in text
+    assert normalize_log_lines(swapped, [])[0] != text

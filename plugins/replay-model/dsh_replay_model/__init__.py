@@ -19,6 +19,7 @@ from the recorded ones. Formats: this plugin's README.md.
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
@@ -29,7 +30,6 @@ import anyio
 import msgspec
 
 from dsh_core import ModelError, RouteError, hookimpl
-from dsh_core.diag import warn
 from dsh_core.types import (
     AssistantMessage,
     AssistantMessageEvent,
@@ -63,9 +63,12 @@ from dsh_core.types import (
     log_decoder,
 )
 
+log = logging.getLogger("dsh.replay")
+
 PROVIDER = "replay"
 OVERRIDE_FILE = "replay.override.json"
 _HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
+_NUMBERED = re.compile(r"\{\{id:\d+\}\}")  # a committed scenario's numbered id placeholder
 _COMPACTION = ":compaction"
 
 
@@ -225,7 +228,7 @@ class _Derivation:
         if isinstance(ev, RequestHeader) and self.route is None:
             self.route = ev.route or ModelInfo(provider=ev.provider, model=ev.model)
         elif isinstance(ev, UserMessageEvent):
-            self.texts[ev.message.id] = _text(ev.message.content)
+            self.texts[ev.message.id] = _NUMBERED.sub("{{id}}", _text(ev.message.content))
         elif isinstance(ev, InboxClaimed):
             self.expect = Expect(prompt=[self.texts.get(i, "") for i in ev.message_ids])
             self.in_flight, self.where = True, f"turn {ev.turn} step 1"
@@ -390,10 +393,10 @@ class ReplayProvider:
     def _norm(self, text: str, cwd: str) -> str:
         if cwd:
             text = text.replace(cwd, "{{cwd}}")
-        return _HEX.sub("{{id}}", text)
+        return _NUMBERED.sub("{{id}}", _HEX.sub("{{id}}", text))
 
     def _fail(self, code: str, message: str) -> ModelError:
-        warn(message)
+        log.warning(message.removeprefix("replay: "))
         return ModelError(message, code=code, retryable=False)
 
     def _bind(self, request: ModelRequest, sid: str) -> _Bound:

@@ -2,7 +2,7 @@
 
 import pytest
 
-pytest_plugins = ["dsh_core.testing"]
+pytest_plugins = ["dsh_testing"]
 
 
 @pytest.fixture

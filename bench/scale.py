@@ -162,7 +162,7 @@ def sandbox_calls(calls: int) -> dict[str, float]:
     from dsh_sandbox_tools.mechanisms import probe_cached
 
     from dsh_core.contracts import AgentSpec, ToolContext
-    from dsh_core.testing import memory_host
+    from dsh_testing import memory_host
 
     out: dict[str, float] = {}
 

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dsh_core.testing import spawn_acp
+from dsh_testing import spawn_acp
 
 
 def rss_kib(pid: int) -> int:

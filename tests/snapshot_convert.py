@@ -1,5 +1,5 @@
 """Convert scenarios written with the inline harness (tests/test_snapshots.py style) into scenario
-directories (dsh_core.scenarios), mechanically:
+directories (dsh_testing.scenarios), mechanically:
 
     python tests/snapshot_convert.py [--module tests/test_snapshots.py] NAME...
 
@@ -49,8 +49,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from dsh_core.scenarios import dump_input, load_scenario, run_and_check  # noqa: E402
-from dsh_core.testing import Recorder, spawn_acp  # noqa: E402
+from dsh_testing import Recorder, spawn_acp  # noqa: E402
+from dsh_testing.scenarios import dump_input, load_scenario, run_and_check  # noqa: E402
 
 # How long to wait before a cancel, where turn/start is not the moment (scenario -> "after").
 AFTER = {"cancel-tool-calls": {"file": "started.txt"}}

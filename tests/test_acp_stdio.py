@@ -20,7 +20,7 @@ from acp.helpers import (
 )
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
-from dsh_core.testing import Recorder
+from dsh_testing import Recorder
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,6 @@ import pytest
 from dsh_core import FunctionTool, hookimpl
 from dsh_core.contracts import AgentSpec
 from dsh_core.spill import bound, spill_path_for
-from dsh_core.testing import memory_host
 from dsh_core.types import (
     AfterTool,
     AssistantMessageEvent,
@@ -18,6 +17,7 @@ from dsh_core.types import (
     TurnEnd,
     UserMessage,
 )
+from dsh_testing import memory_host
 
 pytestmark = pytest.mark.anyio
 

@@ -37,7 +37,7 @@ from dsh_core import protocols
 from dsh_core.agent import Agent as ConcreteAgent
 from dsh_core.contracts import AgentSpec
 from dsh_core.host import Host as ConcreteHost
-from dsh_core.testing import memory_host
+from dsh_testing import memory_host
 
 REPO = Path(__file__).resolve().parent.parent
 SPINE = REPO / "dsh_core"

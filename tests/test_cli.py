@@ -10,7 +10,7 @@ import sys
 import pytest
 from acp import RequestError, text_block
 
-from dsh_core.testing import minimal_env
+from dsh_testing import minimal_env
 
 pytestmark = pytest.mark.anyio
 

@@ -75,10 +75,10 @@ def test_declared_dependencies_are_exactly_the_imported_ones(root):
 
     files = [f for p in own for f in (root / p).rglob("*.py")]
     assert files, root
-    # A package's testing.py (dsh_core.testing, dsh_sandbox_tools.testing) is opt-in pytest support:
-    # its imports belong to the distribution's `test` extra, not to every user's install; so does
-    # dsh_core.scenarios and dsh_core.harness, the snapshot-scenario runner and the real-stdio ACP harness behind it.
-    helpers = [f for f in files if f.name == "testing.py" or (root == REPO and f.name in ("scenarios.py", "harness.py"))]
+    # A package's testing.py (dsh_sandbox_tools.testing, dsh_acp.testing) is opt-in pytest support:
+    # its imports belong to the distribution's `test` extra, not to every user's install. The test
+    # kit itself is its own distribution (dsh-testing), whose runtime is pytest.
+    helpers = [f for f in files if f.name == "testing.py"]
     runtime = [f for f in files if f not in helpers]
     needed = set(_third_party(_imported_top_levels(runtime), own, extras).values())
     assert needed - declared - extras == set(), f"{label}: imported but not declared in [project] dependencies"
@@ -86,5 +86,5 @@ def test_declared_dependencies_are_exactly_the_imported_ones(root):
     testing_needs = set(_third_party(_imported_top_levels(helpers), own).values())
     assert testing_needs - declared - test_extra == set(), f"{label}: testing.py imports beyond {label}[test]"
     if root == REPO:
-        assert helpers  # dsh_core.testing
+        assert "pytest" not in needed and not helpers  # no test code ships in the spine
         assert "httpx" not in declared  # the DeepSeek adapter's client, not the core's

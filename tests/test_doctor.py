@@ -13,7 +13,7 @@ import pytest
 from dsh_deepseek_model._config import find_api_key
 from dsh_sandbox_tools import _landlock_exec
 
-from dsh_core.testing import minimal_env
+from dsh_testing import minimal_env
 
 SECRET = "sk-doctor-test-0123456789abcdef"
 

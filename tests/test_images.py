@@ -11,7 +11,7 @@ import pytest
 from acp import RequestError, text_block
 from acp.helpers import image_block
 
-from dsh_core.testing import make_png
+from dsh_testing import make_png
 
 pytestmark = pytest.mark.anyio
 

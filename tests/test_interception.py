@@ -10,7 +10,6 @@ import pytest
 from dsh_core import FunctionTool, hookimpl
 from dsh_core.contracts import AgentSpec
 from dsh_core.interception import BeforeStop, BeforeTool, PromptSubmit, SessionStart
-from dsh_core.testing import memory_host
 from dsh_core.types import (
     AfterTool,
     AssistantMessage,
@@ -22,6 +21,7 @@ from dsh_core.types import (
     UserMessage,
     UserMessageEvent,
 )
+from dsh_testing import memory_host
 
 pytestmark = pytest.mark.anyio
 

@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dsh_core.testing import REPO, minimal_env
+from dsh_testing import REPO, minimal_env
 
 INNER_TEST = '''
 import subprocess, sys
-from dsh_core.testing import minimal_env
+from dsh_testing import minimal_env
 
 DEMO = {demo!r}
 
@@ -33,7 +33,7 @@ def run_inner(tmp_path: Path, leak: bool) -> subprocess.CompletedProcess:
     """A pytest run of one test that starts a real `dsh ask`, with HOME pointing into tmp_path."""
     inner = tmp_path / ("leaky" if leak else "tidy")
     inner.mkdir()
-    (inner / "conftest.py").write_text('pytest_plugins = ["dsh_core.testing"]\n')
+    (inner / "conftest.py").write_text('pytest_plugins = ["dsh_testing"]\n')
     demo = str(REPO / "examples" / "acp-agent" / "demo.json")
     (inner / "test_inner.py").write_text(INNER_TEST.format(demo=demo, leak=leak))
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_DATA_HOME", "DSH_HOME", "PYTEST_ADDOPTS")}

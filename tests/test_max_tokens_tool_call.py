@@ -6,7 +6,6 @@ import pytest
 
 from dsh_core import FunctionTool, hookimpl
 from dsh_core.contracts import AgentSpec
-from dsh_core.testing import memory_host
 from dsh_core.types import (
     AssistantMessage,
     AssistantMessageEvent,
@@ -16,6 +15,7 @@ from dsh_core.types import (
     TurnEnd,
     UserMessage,
 )
+from dsh_testing import memory_host
 
 pytestmark = pytest.mark.anyio
 

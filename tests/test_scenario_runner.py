@@ -1,8 +1,8 @@
-"""The scenario-directory runner end to end (dsh_core.scenarios): record a scenario through the fake
+"""The scenario-directory runner end to end (dsh_testing.scenarios): record a scenario through the fake
 DeepSeek server (a real HTTP server on loopback speaking DeepSeek's wire format), replay it keyless
 with the server gone to the identical transcript, and see replay fail — with what diverged — when
 the workspace, the prompt or an expectation changes; refresh rewrites expectations keylessly; a
-plugin repository gets all of it from ``pytest_plugins = ["dsh_core.testing"]`` alone."""
+plugin repository gets all of it from ``pytest_plugins = ["dsh_testing"]`` alone."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh_core.scenarios import ScenarioError, load_scenario, run_and_check
+from dsh_testing.scenarios import ScenarioError, load_scenario, run_and_check
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins" / "deepseek-model" / "tests"))
 from fake_deepseek import FakeDeepSeek, Turn
@@ -112,10 +112,10 @@ def test_refresh_rewrites_expectations_keylessly(recorded):
 
 
 def test_a_plugin_repository_gets_the_runs_from_one_pytest_option(recorded, tmp_path):
-    """What a plugin author does: a conftest with dsh_core.testing, snapshots/ beside it, pytest."""
+    """What a plugin author does: a conftest with dsh_testing, snapshots/ beside it, pytest."""
     d, _ = recorded
     repo = tmp_path  # snapshots/acp-agent/read-notes was recorded above
-    (repo / "conftest.py").write_text('pytest_plugins = ["dsh_core.testing"]\n')
+    (repo / "conftest.py").write_text('pytest_plugins = ["dsh_testing"]\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSEEK_", "PYTEST_"))}
 
     def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -216,7 +216,7 @@ def test_a_scenario_naming_a_sandbox_mechanism_the_machine_lacks_is_skipped(reco
     inp = json.loads((d / "input.json").read_text())
     inp["env"] = {"DSH_SANDBOX_MECHANISM": "bwrap"}
     (d / "input.json").write_text(json.dumps(inp))
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["dsh_core.testing"]\n')
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["dsh_testing"]\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSEEK_", "PYTEST_"))}
     without_bwrap = Path(__file__).resolve().parent.parent / ".ci" / "without-bwrap"
     out = subprocess.run([str(without_bwrap), sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
@@ -226,7 +226,7 @@ def test_a_scenario_naming_a_sandbox_mechanism_the_machine_lacks_is_skipped(reco
 
 
 def test_hook_durations_are_zeroed_in_the_normalized_log():
-    from dsh_core.scenarios import normalize_log_lines
+    from dsh_testing.scenarios import normalize_log_lines
 
     raw = "\n".join(json.dumps(r) for r in (
         {"type": "session", "id": "s"}, {"type": "hook/result", "durationMs": 22, "time": 5, "exitCode": 2}))
@@ -235,7 +235,7 @@ def test_hook_durations_are_zeroed_in_the_normalized_log():
 
 
 def test_the_workspace_copy_keeps_the_executable_bit(tmp_path):
-    from dsh_core.scenarios import _prepare_dirs
+    from dsh_testing.scenarios import _prepare_dirs
 
     scenario = tmp_path / "sc"
     (scenario / "workspace" / "hooks").mkdir(parents=True)
@@ -249,7 +249,7 @@ def test_the_workspace_copy_keeps_the_executable_bit(tmp_path):
 def test_log_ids_are_numbered_by_first_appearance_so_a_swap_is_a_diff():
     """Two messages' ids never collapse into one placeholder: a log that swaps which result answers
     which call normalises to a different text (issue 28 item 7)."""
-    from dsh_core.scenarios import normalize_log_lines
+    from dsh_testing.scenarios import normalize_log_lines
 
     a, b = "a" * 32, "b" * 32
     header = '{"type": "session", "id": "s", "createdAt": 1}'

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from acp import RequestError, text_block
 
-from dsh_core.testing import Recorder
+from dsh_testing import Recorder
 
 pytestmark = pytest.mark.anyio
 
@@ -184,7 +184,7 @@ async def test_chunks_of_one_message_share_a_message_id_and_a_new_message_gets_a
 
 
 async def test_image_and_text_of_one_message_share_its_id(acp_agent, scripted, tmp_path):
-    from dsh_core.testing import make_png
+    from dsh_testing import make_png
 
     (tmp_path / "red.png").write_bytes(make_png())
     script = scripted({"capabilities": {"image_input": True},
@@ -335,7 +335,6 @@ async def test_delete_removes_a_closed_sessions_log_and_spill_files_and_refuses_
 async def test_restore_rebuilds_history_including_a_compaction(scripted, tmp_path):
     """``Agent.restore`` replays the log's history edits: a compaction summary replaces the span it covered."""
     from dsh_core.contracts import AgentSpec
-    from dsh_core.testing import memory_host
     from dsh_core.types import (
         AssistantMessage,
         AssistantMessageEvent,
@@ -347,6 +346,7 @@ async def test_restore_rebuilds_history_including_a_compaction(scripted, tmp_pat
         UserMessage,
         UserMessageEvent,
     )
+    from dsh_testing import memory_host
 
     def user(i: str) -> UserMessage:
         return UserMessage(id=f"u{i}", content=[TextBlock(text=f"q{i}")])

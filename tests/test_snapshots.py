@@ -4,7 +4,7 @@ The inline harness: each scenario of ``SCENARIOS`` boots `dsh run --example …`
 model, drives it with the official SDK client, and pins `stdout.jsonl` and `session.jsonl` under
 snapshots/<example>/<scenario>/. Every scenario of this table has since been converted
 (tests/snapshot_convert.py) to a scenario directory — input.json, the recording, the expected
-transcript — that replays with the replay provider (dsh_core.scenarios, collected from
+transcript — that replays with the replay provider (dsh_testing.scenarios, collected from
 snapshots/); a scenario whose directory has an input.json is no longer run here. The table and
 helpers stay: they are the conversion's source, and other files still write scenarios this way.
 The tests at the end check, on the committed recordings, what the inline harness checked at run
@@ -24,7 +24,7 @@ from acp import RequestError, text_block
 from acp.helpers import image_block, resource_link_block
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
-from dsh_core.testing import Recorder, make_png, normalize_transcript
+from dsh_testing import Recorder, make_png, normalize_transcript
 
 pytestmark = [pytest.mark.anyio, pytest.mark.snapshot_scenario]
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "snapshots" / "acp-agent"
@@ -427,7 +427,7 @@ def scenario_dir(name: str) -> Path:
 
 
 # A scenario whose directory has an input.json was converted to a scenario directory
-# (tests/snapshot_convert.py) and runs by replay (dsh_core.scenarios, collected from snapshots/);
+# (tests/snapshot_convert.py) and runs by replay (dsh_testing.scenarios, collected from snapshots/);
 # the table above stays as the source of that conversion and for files still using this harness.
 LEGACY = [name for name in SCENARIOS if not (scenario_dir(name) / "input.json").is_file()]
 CASES = [

@@ -233,7 +233,7 @@ SCENARIOS = {
 # ------------------------------------------------------------------------------ conversion
 # The scenarios above are converted (tests/snapshot_convert.py --module tests/test_snapshots_hooks.py
 # NAME…) to scenario directories under snapshots/acp-agent/ (input.json, the recording, the expected
-# stdout and workspace/ holding the seeded hook files) that replay keyless (dsh_core.scenarios,
+# stdout and workspace/ holding the seeded hook files) that replay keyless (dsh_testing.scenarios,
 # collected from snapshots/). The bodies stay as the conversion's source; the tests at the end of
 # this file check each body's point on the committed recordings and transcripts.
 

@@ -5,7 +5,7 @@ the scenario is about. The model is the scripted one, except where the provider'
 the point (empty answer, retry, credentials): there it is deepseek-model against the loopback fake
 DeepSeek server of plugins/deepseek-model/tests. Every scenario here has since been converted
 (tests/snapshot_convert.py, through ``conversion`` below) to a scenario directory under
-snapshots/acp-agent/ that replays its recording keyless (dsh_core.scenarios, collected from
+snapshots/acp-agent/ that replays its recording keyless (dsh_testing.scenarios, collected from
 snapshots/); a scenario whose directory has an input.json is no longer run here. The table and the
 bodies stay as the conversion's source (re-running it re-records through the same bodies and
 checks); the tests at the end check each body's point on the committed recordings and transcripts,
@@ -29,8 +29,8 @@ from acp import RequestError, text_block
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 from test_snapshots import SNAPSHOTS, normalize_log, normalize_stdout
 
-from dsh_core.scenarios import load_scenario
-from dsh_core.testing import Recorder, make_png
+from dsh_testing import Recorder, make_png
+from dsh_testing.scenarios import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "plugins" / "deepseek-model" / "tests"))
@@ -445,7 +445,7 @@ SCENARIOS: dict[str, Scenario] = {
 
 # ------------------------------------------------------------------------------ conversion
 # Every scenario above was converted (tests/snapshot_convert.py --module tests/test_snapshots_more.py
-# NAME…) to a scenario directory that replays its recording (dsh_core.scenarios, collected from
+# NAME…) to a scenario directory that replays its recording (dsh_testing.scenarios, collected from
 # snapshots/). The examples the bodies used to write per test are tests/examples/acp-deepseek-fast-retry,
 # acp-deepseek-bad-config and subagent-nest now (each also mounts replay-model). The deepseek
 # scenarios are recorded through a fresh loopback fake DeepSeek server, in DeepSeek's wire format;

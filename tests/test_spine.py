@@ -14,7 +14,6 @@ from dsh_core import CompositionError, FunctionTool, hookimpl, hookspecs
 from dsh_core.compose import Composition, load_composition
 from dsh_core.contracts import AgentSpec
 from dsh_core.host import make_plugin_manager
-from dsh_core.testing import memory_host
 from dsh_core.types import (
     AssistantMessageEvent,
     TextBlock,
@@ -22,6 +21,7 @@ from dsh_core.types import (
     TurnEnd,
     UserMessage,
 )
+from dsh_testing import memory_host
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parent.parent

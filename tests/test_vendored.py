@@ -8,9 +8,9 @@ import re
 from importlib.resources import files
 from pathlib import Path
 
-from dsh_core.testing import REPO, acp_schema, acp_validator
+from dsh_testing import REPO, acp_schema, acp_validator
 
-VENDOR = files("dsh_core").joinpath("_vendor", "acp")
+VENDOR = files("dsh_testing").joinpath("_vendor", "acp")
 
 
 def recorded_hashes() -> dict[str, str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from acp import text_block
 
-from dsh_core.testing import minimal_env, spawn_acp
+from dsh_testing import minimal_env, spawn_acp
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGINS = sorted(p.parent.name for p in (REPO / "plugins").glob("*/pyproject.toml"))
@@ -96,17 +96,18 @@ def test_the_installed_core_is_the_wheel_with_its_examples(installed, tmp_path):
     assert [line.split()[0] for line in out.stdout.decode().splitlines()] == EXAMPLES
 
 
-def test_the_installed_core_carries_the_vendored_acp_schema(installed, tmp_path):
-    """A plugin author's `pip install dsh` gets the schema dsh_core.testing validates frames with."""
+def test_the_installed_test_kit_carries_the_vendored_acp_schema(installed, tmp_path):
+    """A plugin author's `pip install dsh-testing` gets the schema it validates frames with; the
+    spine's wheel carries no test code."""
     where = subprocess.run(
         [str(installed / "python"), "-c",
-         "from importlib.resources import files; print(files('dsh_core').joinpath('_vendor', 'acp'))"],
+         "from importlib.resources import files; print(files('dsh_testing').joinpath('_vendor', 'acp'))"],
         capture_output=True, text=True, check=True, cwd=tmp_path, env=_env(tmp_path),
     ).stdout.strip()
     vendored = Path(where)
     assert not vendored.is_relative_to(REPO)
     for name in ("schema.json", "LICENSE", "SOURCE.md"):
-        assert (vendored / name).read_bytes() == (REPO / "dsh_core" / "_vendor" / "acp" / name).read_bytes(), name
+        assert (vendored / name).read_bytes() == (REPO / "plugins" / "testing" / "dsh_testing" / "_vendor" / "acp" / name).read_bytes(), name
 
 
 def test_plugins_prints_only_json_naming_each_installed_distribution(installed, tmp_path):

@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 from hypothesis import strategies as st
 
-from dsh_core.testing import REPO, check_frames, memory_host, minimal_env
+from dsh_testing import REPO, check_frames, memory_host, minimal_env
 
 STRESS = os.environ.get("DSH_STRESS") == "1"
 

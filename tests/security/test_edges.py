@@ -13,7 +13,7 @@ import sys
 import pytest
 from acp import RequestError, text_block
 
-from dsh_core.harness import minimal_env
+from dsh_testing.harness import minimal_env
 
 pytestmark = pytest.mark.anyio
 

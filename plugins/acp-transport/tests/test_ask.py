@@ -14,7 +14,7 @@ import pytest
 from dsh_acp.client import tree_pids
 from dsh_acp.testing import live, peer_command
 
-from dsh_core.testing import REPO, minimal_env
+from dsh_testing import REPO, minimal_env
 
 DEMO = REPO / "examples" / "acp-agent" / "demo.json"
 HANG = {"rules": [{"when": "hang", "steps": [{"partial": "half an answer", "delay_ms": 60000}]}]}

@@ -18,8 +18,8 @@ from dsh_core import FunctionTool, hookimpl
 from dsh_core.compose import Composition
 from dsh_core.contracts import AgentSpec
 from dsh_core.host import make_plugin_manager, open_host
-from dsh_core.testing import check_frames
 from dsh_core.types import TextBlock, UserMessage
+from dsh_testing import check_frames
 
 pytestmark = pytest.mark.anyio
 
@@ -441,7 +441,7 @@ class StorePlugin:
 def _png_b64() -> str:
     import base64
 
-    from dsh_core.testing import make_png
+    from dsh_testing import make_png
 
     return base64.b64encode(make_png()).decode()
 

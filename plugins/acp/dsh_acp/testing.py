@@ -1,4 +1,4 @@
-"""pytest support for tests that drive ACP agents with the client (opt-in, like ``dsh_core.testing``).
+"""pytest support for tests that drive ACP agents with the client (opt-in, like ``dsh_testing``).
 
 ``peer_agent.py`` (in ``plugins/acp/tests``) is a third-party ACP agent written with the official
 SDK's agent side; its modes (``echo``, ``crash``, ``permission``, …) are listed in the script.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-from dsh_core.testing import REPO
+from dsh_testing import REPO
 
 from .proctree import _stat
 

@@ -21,7 +21,7 @@ from dsh_acp.client import (
 )
 from dsh_acp.testing import live, peer_argv
 
-from dsh_core.testing import REPO
+from dsh_testing import REPO
 
 pytestmark = pytest.mark.anyio
 

@@ -10,13 +10,13 @@ import pytest
 from dsh_sandbox_tools.testing import home_outside_roots
 
 from dsh_core.contracts import AgentSpec
-from dsh_core.testing import memory_host
 from dsh_core.types import TextBlock, UserMessage
+from dsh_testing import memory_host
 
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    # DSH_HOME: every test already has its own (dsh_core.testing's autouse dsh_home fixture).
+    # DSH_HOME: every test already has its own (dsh_testing's autouse dsh_home fixture).
     monkeypatch.delenv("DSH_PERMISSION_MODE", raising=False)
     monkeypatch.delenv("DSH_SANDBOX_MECHANISM", raising=False)
 

@@ -237,8 +237,8 @@ async def test_the_model_history_holds_only_the_outer_result(code_host):
 
 @pytest.mark.parametrize("vision", [True, False])
 async def test_an_image_from_a_nested_read_image_is_spliced_in_before_the_next_step(code_host, workspace, vision):
-    from dsh_core.testing import make_png
     from dsh_core.types import ImageBlock, UserMessageEvent
+    from dsh_testing import make_png
 
     (workspace / "red.png").write_bytes(make_png(3, 2))
     code = 'r = await tools.read_image(path="red.png")\nreturn [r["mime"], r["width"], r["height"]]'
@@ -263,7 +263,7 @@ async def test_an_image_from_a_nested_read_image_is_spliced_in_before_the_next_s
 async def test_setting_cancel_aborts_the_run_and_kills_the_program(workspace):
     from dsh_code_mode.runtime import PythonRuntime
 
-    from dsh_core.testing import memory_host
+    from dsh_testing import memory_host
 
     class NoTools:
         names: tuple[str, ...] = ()

@@ -59,7 +59,7 @@ async def test_code_mode_serves_acp_offering_only_run_code_and_commits_the_progr
 @pytest.mark.parametrize(("answer", "written"), [("allow-once", True), ("reject-once", False)])
 async def test_an_escalation_inside_code_is_a_one_shot_permission_request(acp_agent, scripted, tmp_path, answer,
                                                                           written, mechanism):
-    from dsh_core.testing import Recorder
+    from dsh_testing import Recorder
 
     require_mechanism(mechanism)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fake_deepseek import FakeDeepSeek, Turn
 
-from dsh_core.testing import spawn_acp
+from dsh_testing import spawn_acp
 
 acp = pytest.importorskip("acp")
 pytestmark = pytest.mark.anyio

@@ -10,8 +10,8 @@ import anyio
 import pytest
 
 from dsh_core import AgentSpec
-from dsh_core.testing import memory_host
 from dsh_core.types import CompactionFailed, CompactionStart, CompactionSummary, TextBlock, TurnEnd, UserMessage
+from dsh_testing import memory_host
 
 pytestmark = pytest.mark.anyio
 PLUGINS = ("scripted-model", "compaction")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fake_deepseek import FakeDeepSeek, Turn
 
-from dsh_core.testing import spawn_acp
+from dsh_testing import spawn_acp
 
 pytest.importorskip("dsh_acp_transport")
 acp = pytest.importorskip("acp")

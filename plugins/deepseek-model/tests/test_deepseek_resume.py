@@ -15,7 +15,7 @@ import pytest
 from acp import RequestError, text_block
 from fake_deepseek import Turn
 
-from dsh_core.testing import spawn_acp
+from dsh_testing import spawn_acp
 
 pytest.importorskip("dsh_acp_transport")
 pytestmark = pytest.mark.anyio

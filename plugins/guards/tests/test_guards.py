@@ -8,8 +8,8 @@ import pytest
 
 from dsh_core import ConfigError, FunctionTool, hookimpl
 from dsh_core.contracts import AgentSpec
-from dsh_core.testing import memory_host
 from dsh_core.types import AssistantMessageEvent, TextBlock, ToolResultEvent, TurnEnd, UserMessage
+from dsh_testing import memory_host
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,6 @@ import pytest
 
 from dsh_core import FunctionTool, ToolError, hookimpl
 from dsh_core.contracts import AgentSpec
-from dsh_core.testing import memory_host
 from dsh_core.types import (
     AgentError,
     AssistantMessageEvent,
@@ -26,6 +25,7 @@ from dsh_core.types import (
     UserMessage,
     log_encoder,
 )
+from dsh_testing import memory_host
 
 pytestmark = pytest.mark.anyio
 

@@ -136,7 +136,7 @@ async def test_delay_is_cancellable_and_partial_comes_first(scripted):
 
 
 async def test_an_image_step_needs_a_store(scripted, tmp_path):
-    from dsh_core.testing import make_png
+    from dsh_testing import make_png
 
     script = scripted({"default": [{"image": "pic.png"}]})
     (script.parent / "pic.png").write_bytes(make_png())

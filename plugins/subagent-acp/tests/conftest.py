@@ -1,5 +1,5 @@
 """Fixtures: generated examples; the third-party peer agent and a process-tree check come from
-``dsh_acp.testing`` (``scripted``/``acp_agent`` from ``dsh_core.testing``, which the
+``dsh_acp.testing`` (``scripted``/``acp_agent`` from ``dsh_testing``, which the
 repository's root conftest loads)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from dsh_acp.testing import live, peer_command
 
-from dsh_core.testing import REPO
+from dsh_testing import REPO
 
 __all__ = ["examples", "live", "peer_command"]
 

@@ -15,7 +15,7 @@ from acp import text_block
 from dsh_acp.client import tree_pids
 
 from conftest import live, peer_command
-from dsh_core.testing import Recorder
+from dsh_testing import Recorder
 
 pytestmark = pytest.mark.anyio
 

@@ -55,7 +55,7 @@ Steps (``session`` is the index of a session this client opened, default 0):
     {"op": "checkFiles", "files": {"out.txt": "exact text\n", "made": true, "gone.txt": null}}
                                         # the workspace now: a file's text, exists, does not exist
 
-The runner is the library behind ``dsh_core.testing``'s collection of ``input.json`` files; its
+The runner is the library behind ``dsh_testing``'s collection of ``input.json`` files; its
 functions (``load_scenario``, ``run_scenario``, ``check_or_write``) are usable directly.
 """
 
@@ -215,7 +215,7 @@ async def _wait_for(cond: dict[str, Any], cwd: Path, home: Path, sid: str | None
 class _Driver:
     """The client's side of one run: plays the steps against the agent, one method per op."""
 
-    run: Any  # the spawned agent (dsh_core.harness): conn, client, cwd
+    run: Any  # the spawned agent (dsh_testing.harness): conn, client, cwd
     sids: list[str]  # the sessions this client opened, in order
     home: Path
     scenario_dir: Path

@@ -1,8 +1,8 @@
-"""The real-stdio ACP harness under ``dsh_core.testing`` and ``dsh_core.scenarios``: spawn
+"""The real-stdio ACP harness under ``dsh_testing`` and ``dsh_testing.scenarios``: spawn
 ``dsh run`` as a subprocess, drive it with the official ACP SDK client, record every stdout byte,
 check each frame against ACP's vendored schema, normalise transcripts; and an in-process
 ``memory_host``. Plain functions and classes, no pytest hooks: the pytest plugin
-(``dsh_core.testing``) and the scenario runner (``dsh_core.scenarios``) both build on it, so
+(``dsh_testing``) and the scenario runner (``dsh_testing.scenarios``) both build on it, so
 neither imports the other back.
 """
 
@@ -20,15 +20,17 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+import dsh_core
+
+REPO = Path(dsh_core.__file__).resolve().parent.parent  # a source checkout of dsh (its tests/examples)
 
 
 def acp_schema_file() -> Any:
-    """The vendored ACP v1 schema (v1.21.0), shipped as package data: ``dsh_core/_vendor/acp/``
+    """The vendored ACP v1 schema (v1.21.0), shipped as package data: ``dsh_testing/_vendor/acp/``
     holds it with its upstream LICENSE and SOURCE.md (commit, release, sha256)."""
     from importlib.resources import files
 
-    return files("dsh_core").joinpath("_vendor", "acp", "schema.json")
+    return files("dsh_testing").joinpath("_vendor", "acp", "schema.json")
 
 
 @cache
@@ -113,8 +115,8 @@ def memory_host(
     config: dict[str, dict[str, Any]] | None = None,
 ) -> Any:
     """An in-process host for tests: ``async with memory_host(script) as host: ...``."""
-    from .compose import Composition
-    from .host import make_plugin_manager, open_host
+    from dsh_core.compose import Composition
+    from dsh_core.host import make_plugin_manager, open_host
 
     pm = make_plugin_manager(trace=False)
     for i, plugin in enumerate(extra_plugins):

@@ -1,4 +1,4 @@
-"""Opt-in pytest plugin for dsh and its plugin authors: ``pytest_plugins = ["dsh_core.testing"]``.
+"""Opt-in pytest plugin for dsh and its plugin authors: ``pytest_plugins = ["dsh_testing"]``.
 
 Gives you:
 
@@ -17,7 +17,7 @@ Gives you:
 - ``normalize_transcript(frames)``: ids renumbered and session ids replaced, for snapshots;
 - scenario directories: every ``snapshots/<example>/<scenario>/input.json`` under the paths pytest
   collects becomes a test (marker ``snapshot_scenario``) that replays the recorded session and
-  compares the wire transcript and the logs (``dsh_core.scenarios``); ``--dsh-snapshots=refresh``
+  compares the wire transcript and the logs (``dsh_testing.scenarios``); ``--dsh-snapshots=refresh``
   (or ``--snapshot-update``) rewrites the expectations keylessly, ``--dsh-snapshots=record``
   re-records the recordable ones against the live route.
 """
@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from .harness import (  # re-exported: plugin authors import these from dsh_core.testing
+from .harness import (  # re-exported: plugin authors import these from dsh_testing
     REPO as REPO,
 )
 from .harness import (
@@ -73,18 +73,25 @@ from .harness import (
 
 # ---------------------------------------------------------------- test isolation: DSH_HOME per test
 
-_run_temp: list[Path] = []  # this run's temp roots (pytest's base temp, the fixed-length root) once used
+# This run's temp roots (pytest's base temp, the fixed-length root) once used, kept on the run's config.
+_RUN_TEMP = pytest.StashKey[list[Path]]()
+
+
+def _run_temp(config: pytest.Config) -> list[Path]:
+    return config.stash.setdefault(_RUN_TEMP, [])
 
 
 @pytest.fixture(autouse=True)
-def dsh_home(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def dsh_home(request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+             monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own ``DSH_HOME`` (session logs, attachments, spill files) under its
     ``tmp_path``. Autouse: no test writes to the user's data dir. In-process hosts read it from
     ``os.environ``; ``spawn_acp``/``minimal_env`` pass it to the ``dsh`` processes they start, and
     subagent-acp passes it on to its children (its ``inherit-env`` default)."""
     base = tmp_path_factory.getbasetemp().resolve()
-    if base not in _run_temp:
-        _run_temp.append(base)
+    roots = _run_temp(request.config)
+    if base not in roots:
+        roots.append(base)
     home = tmp_path / "dsh-home"
     monkeypatch.setenv("DSH_HOME", str(home))
     return home
@@ -122,18 +129,19 @@ _DATA_DIRS = pytest.StashKey[list[Path]]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_DATA_DIRS] = user_data_dirs()  # before any test's monkeypatch
-    config.addinivalue_line("markers", "snapshot_scenario: keyless ACP snapshot scenarios (dsh_core.scenarios)")
+    config.addinivalue_line("markers", "snapshot_scenario: keyless ACP snapshot scenarios (dsh_testing.scenarios)")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if a test (or a process it spawned) left a session log in the user's data dir."""
-    if not _run_temp or _DATA_DIRS not in session.config.stash:
+    roots = _run_temp(session.config)
+    if not roots or _DATA_DIRS not in session.config.stash:
         return
     dirs = session.config.stash[_DATA_DIRS]
-    leaks = [log for root in _run_temp for log in leaked_session_logs(dirs, root)]
+    leaks = [log for root in roots for log in leaked_session_logs(dirs, root)]
     if leaks:
         lines = [
-            f"dsh_core.testing: tests wrote {len(leaks)} session log(s) outside their temporary directories "
+            f"dsh_testing: tests wrote {len(leaks)} session log(s) outside their temporary directories "
             "(a dsh they started did not get the test's DSH_HOME):",
             *(f"  {p}" for p in leaks),
         ]
@@ -160,12 +168,12 @@ def scripted(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
 
 
 @pytest.fixture(scope="session")
-def _fixed_length_root() -> Iterator[Path]:
+def _fixed_length_root(request: pytest.FixtureRequest) -> Iterator[Path]:
     """One directory per run at a path of fixed length (``/tmp/dsh-t-XXXXXXXX``). Snapshot
     scenarios meter prompts in bytes, and a cwd or spill path under pytest's ``pytest-<N>`` base
     temp grows a digit now and then: pinned token counts must not depend on it."""
     root = Path(tempfile.mkdtemp(prefix="dsh-t-", dir="/tmp" if os.path.isdir("/tmp") else None))
-    _run_temp.append(root.resolve())
+    _run_temp(request.config).append(root.resolve())
     yield root
     shutil.rmtree(root, ignore_errors=True)
 
@@ -211,7 +219,7 @@ def make_png(width: int = 2, height: int = 2, rgb: tuple[int, int, int] = (255, 
     )
 
 
-# ---------------------------------------------------------------- scenario directories (dsh_core.scenarios)
+# ---------------------------------------------------------------- scenario directories (dsh_testing.scenarios)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -16,7 +16,7 @@ The hooks are grouped by the phase in which they are called:
   ``dsh_register_models``, ``dsh_register_tools``, ``dsh_register_front_doors``), or by the
   CLI and ``dsh doctor`` (``dsh_register_commands``, ``dsh_register_doctor_checks``);
 - **composition** — once per host, pick the one object that fills a seam or lives as long
-  as the host (``dsh_session_store``, ``dsh_attachment_store``, ``dsh_lifespan``);
+  as the host (``dsh_session_store``, ``dsh_attachment_store``, ``dsh_confinement``, ``dsh_lifespan``);
 - **per-session** — for one agent: building it (``dsh_make_agent``, ``dsh_system_prompt``,
   ``dsh_history_policy``, ``dsh_code_runtime``), deciding inside its turns
   (``dsh_check_step``, ``dsh_after_tool``, ``dsh_check_approval``), and cleaning up after it
@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
         AttachmentStore,
         CodeRuntime,
         CommandRegistry,
+        Confinement,
         DoctorCheck,
         FrontDoor,
         HistoryPolicy,
@@ -167,6 +168,16 @@ def dsh_attachment_store(host: Host) -> AttachmentStore | None:
 
     Called once by the host at start-up. First non-None wins; the default is None:
     no store, so nothing claims image support.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_confinement(host: Host) -> Confinement | None:
+    """Provide how processes run confined (sandbox-tools: bubblewrap or Landlock).
+
+    Called once by the host at start-up, after ``dsh_configure``. First non-None wins; the
+    default is None, and then ``host.confinement`` is None: a plugin that needs confinement
+    (hooks, code mode) refuses to run, never runs unconfined.
     """
 
 

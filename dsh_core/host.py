@@ -34,6 +34,7 @@ from .protocols import (
     AgentSpec,
     Answerer,
     AttachmentStore,
+    Confinement,
     FrontDoor,
     ModelProvider,
     SessionStore,
@@ -208,6 +209,7 @@ class Host:
         # Checked once: with no dsh_session_event implementation, emitting skips the hook call.
         self._event_observers = bool(pm.hook.dsh_session_event.get_hookimpls())
         self.attachment_store: AttachmentStore | None = pm.hook.dsh_attachment_store(host=self)
+        self.confinement: Confinement | None = pm.hook.dsh_confinement(host=self)
 
     # ------------------------------------------------------------------ registries
 

@@ -250,6 +250,10 @@ class Host(Protocol):
     def attachment_store(self) -> AttachmentStore | None: ...
 
     @property
+    def confinement(self) -> Confinement | None:
+        """How plugins run confined processes (``dsh_confinement``); None when no plugin provides it."""
+
+    @property
     def spill_limit(self) -> int:
         """Bytes of a tool result the model sees before the rest goes to a spill file."""
 
@@ -332,6 +336,54 @@ class AttachmentStore(Protocol):
     async def save_images(self, batch: Sequence[tuple[str, bytes]]) -> list[ImageBlock]: ...
 
     async def read_image(self, ref: ImageBlock) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class ConfinedCommand:
+    """An argv wrapped so that it runs confined (``Confinement.confine``), with the environment
+    it must get. ``mechanism`` is None when the tier is unconfined (danger-full-access)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    mode: str
+    mechanism: str | None
+    denial: str = ""  # how a denied write reads under this mechanism (e.g. "Permission denied")
+
+
+@dataclass(frozen=True)
+class ConfinedRun:
+    """What a confined one-shot command did (``Confinement.run``): its exit code (None when it was
+    killed for its timeout), the first ``output_limit`` bytes of stdout and of stderr."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+
+@runtime_checkable
+class Confinement(Protocol):
+    """Running processes inside a session's sandbox, for any plugin (hooks, code mode, MCP
+    servers). Provided through ``dsh_confinement`` (sandbox-tools provides it); ``host.confinement``
+    is None when no plugin does, and then nothing may run confined code at all.
+
+    Both methods apply the session's permission tier (or ``mode``), its writable roots and the
+    scrubbed environment; with no working mechanism a confined tier raises ``ToolError``
+    (``SANDBOX_UNAVAILABLE``), never runs unconfined.
+    """
+
+    async def confine(self, argv: list[str], *, cwd: str, mode: str | None = None) -> ConfinedCommand:
+        """``argv`` wrapped to start confined (for a long-lived process the caller spawns and owns,
+        in its own process group, killed with it)."""
+
+    async def run(
+        self, argv: list[str], *, session: Agent, cwd: str, stdin: bytes = b"",
+        env: Mapping[str, str] | None = None, timeout_s: float, output_limit: int,
+    ) -> ConfinedRun:
+        """Run one command to its end through the session's warm confined command server (a fork
+        and an exec): ``stdin`` fed then closed, stdout and stderr captured apart, ``env`` on top of
+        the scrubbed environment. Cancelling, or the timeout, kills everything the command started;
+        when this returns no process of it is alive."""
 
 
 @runtime_checkable

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -377,3 +378,46 @@ def test_plugins_log_through_the_standard_library():
     users = [str(p.relative_to(REPO)) for p in sorted((REPO / "plugins").glob("*/dsh_*/**/*.py"))
              if "dsh_core.diag" in p.read_text(encoding="utf-8")]
     assert users == []
+
+
+# --------------------------------------------------------------------------- 6. plugins meet only through the spine
+
+LIBRARIES = {"dsh_acp", "dsh_hooks", "dsh_testing"}  # distributions that register no plugin
+
+
+def _plugin_packages() -> dict[str, Path]:
+    """Each plugin distribution's package (an entry point in group "dsh"), by import name."""
+    out = {}
+    for pyproject in sorted((REPO / "plugins").glob("*/pyproject.toml")):
+        meta = tomllib.loads(pyproject.read_text())
+        if "dsh" not in meta["project"].get("entry-points", {}):
+            continue
+        for package in meta["tool"]["setuptools"]["packages"]:
+            out[package] = pyproject.parent / package
+    return out
+
+
+def test_no_plugin_imports_another_plugins_package():
+    """What two plugins share lives in a library that registers no plugin (dsh-acp, dsh-hooks) or
+    in the spine (the Confinement seam: hooks and code mode ask ``host.confinement``, they do not
+    import sandbox-tools)."""
+    packages = _plugin_packages()
+    assert {"dsh_sandbox_tools", "dsh_hooks_claude_code", "dsh_code_mode"} <= set(packages)
+    assert not LIBRARIES & set(packages)
+    found = []
+    for name, root in packages.items():
+        for path in sorted(root.rglob("*.py")):
+            if path.name == "testing.py":  # opt-in pytest support, not the plugin
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                targets = []
+                if isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    targets = [node.module]
+                for t in targets:
+                    top = t.split(".")[0]
+                    if top in packages and top != name:
+                        found.append(f"{path.relative_to(REPO)} imports {t}")
+    assert found == []

@@ -1,7 +1,8 @@
 """The shipped code runtime: a fresh Python subprocess per run, confined like ``bash``.
 
-The program's process is started through sandbox-tools' ``confine`` (the session's
-permission mode, bubblewrap or Landlock, the scrubbed environment), in its own process
+The program's process is started through the spine's ``Confinement`` seam (``host.confinement``,
+provided by sandbox-tools: the session's permission mode, bubblewrap or Landlock, the scrubbed
+environment), in its own process
 group, bounded by ``ProcessBound`` and the rlimits the child applies (CPU seconds, address
 space). Tool calls cross a private socketpair (JSON lines, see ``_child.py``); stdout and
 stderr are a separate pipe, captured as the program's output. Everything the child sends
@@ -29,7 +30,7 @@ import anyio
 import anyio.abc
 import msgspec
 
-from dsh_core.errors import CodeCallError
+from dsh_core.errors import CodeCallError, ToolError
 from dsh_core.types import CodeRunError, CodeRunResult
 
 from .limits import Limits, ProcessBound
@@ -97,13 +98,15 @@ class PythonRuntime:
         self.limits = limits or Limits()
 
     async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
-        from dsh_sandbox_tools import confine
-
+        confinement = self.host.confinement
+        if confinement is None:  # never unconfined: the spine's Confinement seam is required
+            raise ToolError("run_code needs a plugin that provides confinement (mount sandbox-tools); "
+                            "it never runs a program unconfined", code="SANDBOX_UNAVAILABLE")
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         bound: ProcessBound | None = None
         try:
-            confined = await confine([sys.executable, "-I", "-S", CHILD, str(child.fileno())],
-                                     host=self.host, cwd=self.cwd)
+            confined = await confinement.confine([sys.executable, "-I", "-S", CHILD, str(child.fileno())],
+                                                 cwd=self.cwd)
             bound = await anyio.to_thread.run_sync(ProcessBound.create, self.limits.max_processes)
             proc = await anyio.open_process(
                 bound.wrap(confined.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

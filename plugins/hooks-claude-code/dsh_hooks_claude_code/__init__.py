@@ -5,7 +5,7 @@ from the files named in ``[config.hooks-claude-code] files`` and, per session, f
 project files under the session's cwd (``project-files``; default ``.claude/settings.json``
 and ``.claude/settings.local.json``). Events: ``SessionStart``, ``UserPromptSubmit``,
 ``PreToolUse``, ``PostToolUse``, ``Stop``, mapped onto the spine's interception points. The
-protocol itself (running, decoding, folding, records) is ``dsh_hooks_claude_code.protocol``,
+protocol itself (running, decoding, folding, records) is ``dsh_hooks.protocol`` (the dsh-hooks library),
 which the Codex bridge shares.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .protocol import POINTS, Dialect, DialectPlugin, transcript_path
+from dsh_hooks.protocol import POINTS, Dialect, DialectPlugin, transcript_path
 
 PLUGIN = "hooks-claude-code"
 

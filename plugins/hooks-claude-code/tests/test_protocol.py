@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
-from dsh_hooks_claude_code import DIALECT as CC
-from dsh_hooks_claude_code.protocol import (
+from dsh_hooks.protocol import (
     HookConfigError,
     HookOutput,
     decode,
@@ -21,9 +21,14 @@ from dsh_hooks_claude_code.protocol import (
     parse_hooks,
     run_command,
 )
+from dsh_hooks_claude_code import DIALECT as CC
 from dsh_hooks_codex import DIALECT as CODEX
+from dsh_sandbox_tools.testing import require_mechanism
 
+from dsh_core.contracts import AgentSpec
+from dsh_core.errors import DshError
 from dsh_core.interception import BeforeTool, fold_before_tool
+from dsh_testing import memory_host
 
 
 def test_matchers_by_dialect():
@@ -96,36 +101,73 @@ def test_fold_is_most_restrictive():
     assert fold_before_tool([BeforeTool(decision="deny"), BeforeTool(decision="ask", reason="x")]).decision == "deny"
 
 
-@pytest.fixture
-def danger(monkeypatch):
-    """Unconfined runs (no host: sandbox-tools' settings from the environment), so pids are real."""
-    monkeypatch.setenv("DSH_PERMISSION_MODE", "danger-full-access")
+# Where a hook's pids are the host's (no pid namespace): unconfined, and Landlock.
+REAL_PIDS = [("danger-full-access", "auto"), ("workspace-write", "landlock")]
+ALL = [*REAL_PIDS, ("workspace-write", "bwrap")]
+
+
+@asynccontextmanager
+async def _session(tmp_path: Path, monkeypatch, mode: str, mechanism: str):
+    """A real session of a host that mounts sandbox-tools: hooks run through its Confinement seam
+    (the session's confined command server)."""
+    if mode != "danger-full-access":
+        require_mechanism(mechanism)
+    monkeypatch.setenv("DSH_PERMISSION_MODE", mode)
+    monkeypatch.setenv("DSH_SANDBOX_MECHANISM", mechanism)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"default": [{"text": "ok"}]}))
+    async with memory_host(script, plugins=("scripted-model", "sandbox-tools")) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        try:
+            yield agent
+        finally:
+            await agent.dispose()
 
 
 @pytest.mark.anyio
-async def test_run_command_stdin_exit_and_bound(tmp_path: Path, danger):
-    code, out, err, timed_out = await run_command(
-        "cat; echo oops >&2; head -c 3000000 /dev/zero | tr '\\0' y; exit 3", host=None, cwd=str(tmp_path),
-        stdin=b'{"a": 1}\n', env={"X": "1"}, timeout_s=30, output_limit=4096)
+@pytest.mark.parametrize(("mode", "mechanism"), ALL)
+async def test_run_command_stdin_exit_and_bound(tmp_path: Path, monkeypatch, mode, mechanism):
+    async with _session(tmp_path, monkeypatch, mode, mechanism) as session:
+        code, out, err, timed_out = await run_command(
+            "cat; echo oops >&2; head -c 3000000 /dev/zero | tr '\\0' y; echo $X >&2; exit 3", session=session,
+            cwd=str(tmp_path), stdin=b'{"a": 1}\n', env={"X": "1"}, timeout_s=30, output_limit=4096)
     assert (code, timed_out) == (3, False)
-    assert out.startswith('{"a": 1}\n') and len(out) == 4096 and err == "oops\n"
+    assert out.startswith('{"a": 1}\n') and len(out) == 4096 and err == "oops\n1\n"
 
 
 @pytest.mark.anyio
-async def test_timeout_kills_the_whole_group(tmp_path: Path, danger):
-    started = time.monotonic()
-    code, _, _, timed_out = await run_command(
-        "(sleep 30; touch late) & echo $! > child; sleep 30", host=None, cwd=str(tmp_path), stdin=b"",
-        env={}, timeout_s=0.5)
-    assert timed_out and code is None and time.monotonic() - started < 5
-    assert await _gone(int((tmp_path / "child").read_text()))
+@pytest.mark.parametrize(("mode", "mechanism"), REAL_PIDS)
+async def test_timeout_kills_the_whole_group(tmp_path: Path, monkeypatch, mode, mechanism):
+    async with _session(tmp_path, monkeypatch, mode, mechanism) as session:
+        started = time.monotonic()
+        code, _, _, timed_out = await run_command(
+            "(sleep 30; touch late) & echo $! > child; sleep 30", session=session, cwd=str(tmp_path), stdin=b"",
+            env={}, timeout_s=0.5)
+        assert timed_out and code is None and time.monotonic() - started < 5
+        assert await _gone(int((tmp_path / "child").read_text()))
 
 
 @pytest.mark.anyio
-async def test_cancel_kills_the_group(tmp_path: Path, danger):
-    with anyio.move_on_after(0.5):
-        await run_command("echo $$ > pid; sleep 30", host=None, cwd=str(tmp_path), stdin=b"", env={}, timeout_s=60)
-    assert await _gone(int((tmp_path / "pid").read_text()))
+@pytest.mark.parametrize(("mode", "mechanism"), REAL_PIDS)
+async def test_cancel_kills_the_group(tmp_path: Path, monkeypatch, mode, mechanism):
+    async with _session(tmp_path, monkeypatch, mode, mechanism) as session:
+        with anyio.move_on_after(0.5):
+            await run_command("echo $$ > pid; sleep 30", session=session, cwd=str(tmp_path), stdin=b"", env={},
+                              timeout_s=60)
+        assert await _gone(int((tmp_path / "pid").read_text()))
+
+
+@pytest.mark.anyio
+async def test_without_a_confinement_provider_a_hook_does_not_run(tmp_path: Path):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"default": [{"text": "ok"}]}))
+    async with memory_host(script) as host:  # no sandbox-tools: host.confinement is None
+        assert host.confinement is None
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        with pytest.raises(DshError, match="never runs unconfined"):
+            await run_command("touch ran", session=agent, cwd=str(tmp_path), stdin=b"", env={}, timeout_s=5)
+        await agent.dispose()
+    assert not (tmp_path / "ran").exists()
 
 
 async def _gone(pid: int) -> bool:

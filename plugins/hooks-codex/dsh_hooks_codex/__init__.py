@@ -1,7 +1,7 @@
 """dsh plugin ``hooks-codex``: run a user's existing Codex command hooks.
 
 Codex's hook file is a subset of Claude Code's protocol, so this bridge runs on the shared core
-in ``dsh_hooks_claude_code.protocol`` and only says what differs: the files (``files`` in
+in ``dsh_hooks.protocol`` (the dsh-hooks library) and only says what differs: the files (``files`` in
 ``[config.hooks-codex]``, and per session ``.codex/hooks.json`` under the session's cwd), the
 event keys (``PreToolUse`` … as Codex writes them, and the snake_case ``pre_tool_use`` …),
 matchers that are always regexes, snake_case payloads with ``model`` and ``turn_id`` and no
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dsh_hooks_claude_code.protocol import POINTS, CommandHook, Dialect, DialectPlugin, transcript_path
+from dsh_hooks.protocol import POINTS, CommandHook, Dialect, DialectPlugin, transcript_path
 
 PLUGIN = "hooks-codex"
 SNAKE = {"SessionStart": "session_start", "UserPromptSubmit": "user_prompt_submit", "PreToolUse": "pre_tool_use",

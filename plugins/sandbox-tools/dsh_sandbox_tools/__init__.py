@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dsh_core import hookimpl
 
-from .confine import Confined, confine
+from .confine import Confined, SandboxConfinement, confine
 from .mechanisms import get_runner
 from .policy import PLUGIN, Settings, temp_roots
 from .run import spill_path_for
@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import AgentSpec
     from dsh_core.protocols import Host
 
-__all__ = ["Confined", "Sandbox", "Settings", "confine", "sandbox_for"]
+__all__ = ["Confined", "Sandbox", "SandboxConfinement", "Settings", "confine", "sandbox_for"]
 
 log = logging.getLogger(f"dsh.{PLUGIN}")
 
@@ -39,6 +39,12 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     # The host's Sandbox is the host's state slot (sandbox.HostSandbox); the hooks below find it
     # from the host they are given.
     host.state(HostSandbox).sandbox = Sandbox(Settings.from_config(config.get(PLUGIN)))
+
+
+@hookimpl
+def dsh_confinement(host: Host) -> SandboxConfinement:
+    """The spine's Confinement seam over this host's Sandbox (hooks and code mode use it)."""
+    return SandboxConfinement(sandbox_for(host))
 
 
 @hookimpl

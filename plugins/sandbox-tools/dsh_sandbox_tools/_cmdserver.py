@@ -11,8 +11,11 @@ of a new bubblewrap or Python launcher (about 1 ms instead of 12–35 ms).
 Protocol (``AF_UNIX``/``SOCK_SEQPACKET``, one message per datagram):
 
 - control socket, server → harness: ``ready`` once confined (or ``error <text>``, then exit);
-- harness → server: ``run`` with three descriptors: a memfd holding the JSON request
-  (``argv``, ``cwd``, ``env``), the write end of the output pipe, and the call socket;
+- harness → server: ``run`` with three to five descriptors: a memfd holding the JSON request
+  (``argv``, ``cwd``, ``env``, and the flags ``stderr``/``stdin``), the write end of the output
+  pipe, the call socket, then the write end of a separate stderr pipe when ``stderr`` is set
+  and the read end of a stdin pipe when ``stdin`` is set (hooks read a payload on stdin and
+  answer on stdout, apart from stderr);
 - call socket, reaper → harness: ``exit <code>`` (negative: killed by that signal), sent only
   after *every* process of the call is dead and reaped;
 - harness → reaper: ``term`` (SIGTERM to the command's group and orphans) or ``kill``
@@ -87,12 +90,15 @@ _DEFAULT_SIGNALS = [s for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, 
                                 signal.SIGHUP, signal.SIGQUIT) if s is not None]
 
 
-def _reaper(request: dict, out_fd: int, call: socket.socket) -> None:
+def _reaper(request: dict, out_fd: int, call: socket.socket, err_fd: int | None = None,
+            in_fd: int | None = None) -> None:
     """The forked per-call process: spawn the command, relay signals, kill and reap everything."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    leader, leader_status = _spawn(request, out_fd)
-    os.close(out_fd)
+    leader, leader_status = _spawn(request, out_fd, err_fd, in_fd)
+    for fd in (out_fd, err_fd, in_fd):
+        if fd is not None:
+            os.close(fd)
     if leader_status is None:
         _watch(leader, call)
     # Nothing of the call outlives it: the group (while the zombie leader holds its id), then every
@@ -109,18 +115,18 @@ def _reaper(request: dict, out_fd: int, call: socket.socket) -> None:
         call.send(b"exit %d" % code)
 
 
-def _spawn(request: dict, out_fd: int) -> tuple[int, int | None]:
+def _spawn(request: dict, out_fd: int, err_fd: int | None = None, in_fd: int | None = None) -> tuple[int, int | None]:
     """The command's group leader (0 when it could not start) and, when it could not, the wait
     status the shell would report (127 not found, 126 not runnable)."""
     argv = [str(a) for a in request["argv"]]
     env = {str(k): str(v) for k, v in request["env"].items()}
     try:
         os.chdir(request["cwd"])
-        devnull = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        source = in_fd if in_fd is not None else os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
         leader = os.posix_spawn(
             _resolve(argv[0], env), argv, env,
-            file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, out_fd, 1),
-                          (os.POSIX_SPAWN_DUP2, out_fd, 2)],
+            file_actions=[(os.POSIX_SPAWN_DUP2, source, 0), (os.POSIX_SPAWN_DUP2, out_fd, 1),
+                          (os.POSIX_SPAWN_DUP2, err_fd if err_fd is not None else out_fd, 2)],
             setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=[],
         )
     except OSError as exc:
@@ -179,7 +185,7 @@ def _take_one(control: socket.socket, taken: int) -> None:
     forks the next reaper at once), and run the call. The fork is off the critical path."""
     while True:
         try:
-            msg, fds, _flags, _addr = socket.recv_fds(control, MAX_MSG, 3)
+            msg, fds, _flags, _addr = socket.recv_fds(control, MAX_MSG, 5)
         except InterruptedError:
             continue
         except OSError:
@@ -187,13 +193,13 @@ def _take_one(control: socket.socket, taken: int) -> None:
         if not msg:
             os.write(taken, b"E")  # the harness closed the session (or died): the server ends too
             return
-        if msg == b"run" and len(fds) == 3:
+        if msg == b"run" and 3 <= len(fds) <= 5:
             break
         for fd in fds:
             os.close(fd)
     os.close(taken)
     control.close()
-    memfd, out_fd, call_fd = fds
+    memfd, out_fd, call_fd, *extra = fds
     for fd in fds:
         os.set_inheritable(fd, False)
     call = socket.socket(fileno=call_fd)
@@ -207,7 +213,11 @@ def _take_one(control: socket.socket, taken: int) -> None:
         return  # exiting closes the call socket: the harness sees the call as lost
     finally:
         os.close(memfd)
-    _reaper(request, out_fd, call)
+    err_fd = extra.pop(0) if request.get("stderr") and extra else None
+    in_fd = extra.pop(0) if request.get("stdin") and extra else None
+    if extra or (request.get("stderr") and err_fd is None) or (request.get("stdin") and in_fd is None):
+        return  # descriptors and flags disagree: lose the call rather than guess
+    _reaper(request, out_fd, call, err_fd, in_fd)
 
 
 def _serve(control: socket.socket) -> None:

@@ -1,49 +1,78 @@
-"""Confine any argv the way ``bash`` is confined, for other plugins (code mode's Python runner).
+"""The spine's ``Confinement`` seam, provided by this plugin (``dsh_confinement``): other plugins
+(hooks, code mode) run confined processes through ``host.confinement`` and never import this one.
 
-``await confine(argv, host=…, cwd=…)`` applies the host's permission mode: the probed
-mechanism (bubblewrap, else Landlock) wraps ``argv`` with the same writable roots as a
-``bash`` call of that session, and the environment is the same scrubbed one. With no usable
-mechanism a confined mode refuses (``ToolError`` ``SANDBOX_UNAVAILABLE``), never runs
-unconfined; ``danger-full-access`` returns ``argv`` as is.
+- ``confine(argv, cwd=…)`` wraps an argv the way a ``bash`` call of that session is confined
+  (the probed mechanism, bubblewrap else Landlock, the same writable roots) and returns it with
+  the scrubbed environment, for a long-lived process its caller spawns and owns (code mode's
+  Python runner). ``danger-full-access`` returns ``argv`` as is.
+- ``run(argv, session=…, …)`` runs one command to its end through the *session's* warm confined
+  command server (a fork and an exec, no launcher: a hook costs what a ``bash`` call costs), with
+  ``stdin`` fed and stdout/stderr captured apart.
+
+With no usable mechanism a confined mode refuses (``ToolError`` ``SANDBOX_UNAVAILABLE``), never
+runs unconfined.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from dsh_core import ToolError
+from dsh_core.contracts import ConfinedCommand, ConfinedRun
+from dsh_core.spill import spill_path_for
 
 from .mechanisms import get_runner
 from .policy import scrubbed_env, writable_roots
-from .sandbox import sandbox_for
+from .sandbox import Sandbox, sandbox_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.protocols import Agent
+
+Confined = ConfinedCommand  # the name this module used before the seam moved into the spine
 
 
-@dataclass(frozen=True)
-class Confined:
-    argv: list[str]
-    env: dict[str, str]
-    mode: str
-    mechanism: str | None  # "bwrap" | "landlock"; None when unconfined (danger-full-access)
-    denial: str = ""  # how a denied write reads under this mechanism
+class SandboxConfinement:
+    """``protocols.Confinement`` over one host's Sandbox."""
 
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
 
-async def confine(argv: list[str], *, host: Any, cwd: str, mode: str | None = None) -> Confined:
-    settings = sandbox_for(host).settings
-    mode = mode or settings.mode
-    real = os.path.realpath(cwd)
-    env = scrubbed_env(mode=mode)
-    if mode == "danger-full-access":
-        return Confined(argv=list(argv), env=env, mode=mode, mechanism=None)
-    probe = await get_runner(settings.mechanism)
-    runner = probe.runner
-    if runner is None:
-        raise ToolError(
-            f'sandbox mode "{mode}" is requested but no sandbox backend is usable on this host; refusing to run '
-            f"unconfined. Tried: {probe.summary()}. Fix: install bubblewrap (apt-get install bubblewrap) or use a "
-            "kernel with Landlock.",
-            code="SANDBOX_UNAVAILABLE",
+    async def confine(self, argv: list[str], *, cwd: str, mode: str | None = None) -> ConfinedCommand:
+        settings = self.sandbox.settings
+        mode = mode or settings.mode
+        real = os.path.realpath(cwd)
+        env = scrubbed_env(mode=mode)
+        if mode == "danger-full-access":
+            return ConfinedCommand(argv=list(argv), env=env, mode=mode, mechanism=None)
+        probe = await get_runner(settings.mechanism)
+        runner = probe.runner
+        if runner is None:
+            raise ToolError(
+                f'sandbox mode "{mode}" is requested but no sandbox backend is usable on this host; refusing to run '
+                f"unconfined. Tried: {probe.summary()}. Fix: install bubblewrap (apt-get install bubblewrap) or use "
+                "a kernel with Landlock.",
+                code="SANDBOX_UNAVAILABLE",
+            )
+        return ConfinedCommand(argv=runner.wrap(list(argv), writable_roots(mode, real), real), env=env, mode=mode,
+                               mechanism=runner.name, denial=runner.denial)
+
+    async def run(
+        self, argv: list[str], *, session: Agent, cwd: str, stdin: bytes = b"",
+        env: Mapping[str, str] | None = None, timeout_s: float, output_limit: int,
+    ) -> ConfinedRun:
+        mode = self.sandbox.settings.mode
+        real = os.path.realpath(cwd)
+        spill = spill_path_for(self.sandbox.settings.spill_root(), session.session_id, "confined")  # unused: captured
+        result, _ = await self.sandbox.run_argv(
+            list(argv), mode=mode, cwd=real, spill=spill, owner=session, timeout_s=timeout_s, limit=output_limit,
+            env={**scrubbed_env(mode=mode), **(env or {})}, stdin=stdin, capture=True,
         )
-    return Confined(argv=runner.wrap(list(argv), writable_roots(mode, real), real), env=env, mode=mode,
-                    mechanism=runner.name, denial=runner.denial)
+        return ConfinedRun(exit_code=result.exit_code, stdout=result.text, stderr=result.stderr or "",
+                           timed_out=result.timed_out)
+
+
+async def confine(argv: list[str], *, host: Any, cwd: str, mode: str | None = None) -> ConfinedCommand:
+    """``host``'s confinement of ``argv`` (see ``SandboxConfinement.confine``)."""
+    return await SandboxConfinement(sandbox_for(host)).confine(argv, cwd=cwd, mode=mode)

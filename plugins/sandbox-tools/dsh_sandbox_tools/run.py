@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import anyio.abc
 
 from dsh_core.spill import Sink as _Sink  # the spine's one spill mechanism (streaming form)
 from dsh_core.spill import spill_path_for  # noqa: F401  (re-exported for the tools)
@@ -23,9 +24,45 @@ class CommandResult:
     exit_code: int | None  # None when killed by us (timeout)
     signal: int | None
     timed_out: bool
-    text: str  # bounded: the whole output, or head + marker + tail
+    text: str  # bounded: the whole output, or head + marker + tail (stdout only when captured apart)
     total_bytes: int
     spill_path: Path | None
+    stderr: str | None = None  # captured apart (``capture=True``): its first ``limit`` bytes
+
+
+class HeadSink:
+    """Keeps the first ``limit`` bytes and counts the rest (a hook's stdout or stderr: parsed, not shown)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept = bytearray()
+        self.total = 0
+        self.file = None
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.limit - len(self.kept)
+        if room > 0:
+            self.kept += chunk[:room]
+
+    def close(self) -> None:
+        pass
+
+    def text(self) -> str:
+        return self.kept.decode("utf-8", errors="replace")
+
+
+async def feed_stdin(stream: anyio.abc.ByteSendStream | None, data: bytes) -> None:
+    """Write ``data`` to a command's stdin and close it; a command that does not read it is fine."""
+    if stream is None:
+        return
+    try:
+        await stream.send(data)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        pass
+    finally:
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
 
 
 def killpg(pgid: int, sig: int) -> None:
@@ -45,34 +82,48 @@ async def kill_group(proc: anyio.abc.Process, pgid: int) -> None:
 
 
 async def run_command(
-    argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path
+    argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path,
+    stdin: bytes | None = None, capture: bool = False,
 ) -> CommandResult:
-    sink = _Sink(limit, spill)
+    """``capture``: stdout and stderr apart, each its first ``limit`` bytes (no spill); ``stdin``:
+    bytes written to the command's stdin (else /dev/null)."""
+    sink: _Sink | HeadSink = HeadSink(limit) if capture else _Sink(limit, spill)
+    err_sink = HeadSink(limit) if capture else None
     # Shielded: a cancel that lands while the process is being spawned must not lose the handle
     # (asyncio would SIGKILL only the leader, leaving what it already forked running). The
     # cancel is seen at the first checkpoint inside the try below, whose finally kills the group.
     with anyio.CancelScope(shield=True):
         proc = await anyio.open_process(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            cwd=cwd, env=env, start_new_session=True,
+            argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if capture else subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True,
         )
     pgid = proc.pid  # start_new_session: the leader's pid is the group id
     timed_out = False
     drained = anyio.Event()
 
-    async def reader() -> None:
-        assert proc.stdout is not None
+    async def drain(stream: anyio.abc.ByteReceiveStream | None, into: _Sink | HeadSink) -> None:
+        if stream is None:
+            return
         try:
-            async for chunk in proc.stdout:
-                sink.feed(chunk)
+            async for chunk in stream:
+                into.feed(chunk)
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
+
+    async def reader() -> None:
+        try:
+            async with anyio.create_task_group() as both:
+                both.start_soon(drain, proc.stdout, sink)
+                if err_sink is not None:
+                    both.start_soon(drain, proc.stderr, err_sink)
         finally:
             drained.set()
 
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)
+            if stdin is not None:
+                tg.start_soon(feed_stdin, proc.stdin, stdin)
             with anyio.move_on_after(timeout_s) as deadline:
                 await proc.wait()
             if deadline.cancelled_caught:
@@ -100,4 +151,5 @@ async def run_command(
         text=sink.text(),
         total_bytes=sink.total,
         spill_path=spill if sink.file is not None else None,
+        stderr=err_sink.text() if err_sink is not None else None,
     )

@@ -160,6 +160,8 @@ class Sandbox:
         timeout_s: float | None = None,
         limit: int | None = None,
         env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
+        capture: bool = False,
     ) -> tuple[CommandResult, Runner | None]:
         """Run any ``argv`` in ``cwd`` confined by ``mode``; returns the result and the runner used.
 
@@ -173,12 +175,14 @@ class Sandbox:
         env = scrubbed_env(mode=mode) if env is None else env
         timeout_s = s.default_timeout_ms / 1000 if timeout_s is None else timeout_s
         limit = s.max_output_bytes if limit is None else limit
+        io: dict[str, Any] = {"stdin": stdin, "capture": capture}
         if runner is None:
-            return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill), None
+            return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill, **io), None
         roots = writable_roots(mode, cwd)
         if owner is None or mode != s.mode:
             argv = runner.wrap(argv, roots, cwd)
-            return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill), runner
+            return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill,
+                                     **io), runner
         key = (getattr(owner, "session_id", id(owner)), runner.name, tuple(roots))
         server_env = scrubbed_env(mode=mode)
         for attempt in (1, 2):
@@ -194,7 +198,8 @@ class Sandbox:
                     code="SANDBOX_UNAVAILABLE",
                 ) from None
             try:
-                return await server.run(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill), runner
+                return await server.run(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill,
+                                        **io), runner
             except ServerError as exc:
                 await self.servers.discard(key)
                 if attempt == 2 or not exc.before_start:  # lost mid-call: never run the command twice

@@ -23,7 +23,7 @@ from typing import Any
 
 import anyio
 
-from .run import DRAIN_GRACE_S, TERM_GRACE_S, CommandResult, _Sink
+from .run import DRAIN_GRACE_S, TERM_GRACE_S, CommandResult, HeadSink, _Sink
 
 SERVER = str(Path(__file__).with_name("_cmdserver.py").resolve())
 START_TIMEOUT_S = 20.0
@@ -131,94 +131,156 @@ class CommandServer:
             raise ServerError(f"the command server is gone ({exc})", before_start=True) from None
 
     async def run(
-        self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path
+        self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path,
+        stdin: bytes | None = None, capture: bool = False,
     ) -> CommandResult:
-        sink = _Sink(limit, spill)
-        payload = json.dumps({"argv": argv, "cwd": cwd, "env": env}).encode()
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        call, call_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        """Run one command through the server. ``capture``: stdout and stderr apart, each its first
+        ``limit`` bytes (a hook's answer), instead of one spilling stream; ``stdin``: bytes the
+        command reads (else /dev/null)."""
+        call = _Call(limit, spill, stdin=stdin, capture=capture)
+        payload = json.dumps({"argv": argv, "cwd": cwd, "env": env, "stderr": capture,
+                              "stdin": stdin is not None}).encode()
+        try:
+            call.send(self._send, payload)
+        except BaseException:
+            call.close()
+            raise
+        # From here the call socket is the call's lifeline: closing it kills the whole call.
+        self.active += 1
+        try:
+            return await call.run(timeout_s)
+        finally:
+            self.active -= 1
+
+
+class _Call:
+    """One command through a server: its descriptors, its sinks, and the wait for the reaper's ``exit``."""
+
+    def __init__(self, limit: int, spill: Path, *, stdin: bytes | None, capture: bool) -> None:
+        self.spill = spill
+        self.stdin = stdin
+        self.sink: _Sink | HeadSink = HeadSink(limit) if capture else _Sink(limit, spill)
+        self.err_sink = HeadSink(limit) if capture else None
+        self.out_r, self.out_w = os.pipe2(os.O_CLOEXEC)
+        self.err_r, self.err_w = os.pipe2(os.O_CLOEXEC) if capture else (-1, -1)
+        self.in_r, self.in_w = os.pipe2(os.O_CLOEXEC) if stdin is not None else (-1, -1)
+        self.call, self.call_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.drained = anyio.Event()
+        self.finished = False
+        self.code: int | None = None
+        self.timed_out = False
+
+    def send(self, send_fds: Callable[[list[int]], None], payload: bytes) -> None:
+        """Hand the server the request and the command's ends of the pipes; ours stay here."""
+        theirs = [fd for fd in (self.err_w, self.in_r) if fd >= 0]
         memfd = os.memfd_create("dsh-command", os.MFD_CLOEXEC)
         try:
             view = memoryview(payload)
             while view:
                 view = view[os.write(memfd, view):]
-            self._send([memfd, out_w, call_theirs.fileno()])
-        except BaseException:
-            os.close(out_r)
-            call.close()
-            raise
+            send_fds([memfd, self.out_w, self.call_theirs.fileno(), *theirs])
         finally:
             os.close(memfd)
-            os.close(out_w)
-            call_theirs.close()
-        # From here the call socket is the call's lifeline: closing it kills the whole call.
-        self.active += 1
-        code: int | None = None
-        finished = False
-        timed_out = False
-        drained = anyio.Event()
-        call.setblocking(False)
-        os.set_blocking(out_r, False)
+            for fd in (self.out_w, *theirs):
+                os.close(fd)
+            self.out_w = self.err_w = self.in_r = -1
+            self.call_theirs.close()
 
-        async def reader() -> None:
-            try:
-                while True:
-                    try:
-                        chunk = os.read(out_r, 1 << 16)
-                    except BlockingIOError:
-                        await anyio.wait_readable(out_r)
-                        continue
-                    if not chunk:
-                        return
-                    sink.feed(chunk)
-            finally:
-                drained.set()
+    def close(self) -> None:
+        self.call.close()
+        for name in ("out_r", "err_r", "in_w", "out_w", "err_w", "in_r"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+        self.sink.close()
 
-        async def stop(first: bytes) -> tuple[bool, int | None]:
+    async def _drain(self, fd: int, into: _Sink | HeadSink) -> None:
+        while True:
             try:
-                call.send(first)
-            except OSError:
-                return False, None  # the reaper is gone without reporting
-            if first == b"term":
-                with anyio.move_on_after(TERM_GRACE_S):
-                    return _parse(await _recv(call))
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+                continue
+            if not chunk:
+                return
+            into.feed(chunk)
+
+    async def _reader(self) -> None:
+        try:
+            async with anyio.create_task_group() as both:
+                both.start_soon(self._drain, self.out_r, self.sink)
+                if self.err_sink is not None:
+                    both.start_soon(self._drain, self.err_r, self.err_sink)
+        finally:
+            self.drained.set()
+
+    async def _writer(self, data: bytes) -> None:
+        """The command's stdin: written, then closed (EOF); one that does not read it is fine."""
+        view = memoryview(data)
+        try:
+            while view:
                 try:
-                    call.send(b"kill")
-                except OSError:
-                    return False, None
-            with anyio.move_on_after(EXIT_WAIT_S):
-                return _parse(await _recv(call))
-            return False, None
+                    view = view[os.write(self.in_w, view):]
+                except BlockingIOError:
+                    await anyio.wait_writable(self.in_w)
+        except OSError:
+            pass  # EPIPE: it exited or closed its stdin
+        finally:
+            os.close(self.in_w)
+            self.in_w = -1
 
+    async def _stop(self, first: bytes) -> tuple[bool, int | None]:
+        try:
+            self.call.send(first)
+        except OSError:
+            return False, None  # the reaper is gone without reporting
+        if first == b"term":
+            with anyio.move_on_after(TERM_GRACE_S):
+                return _parse(await _recv(self.call))
+            try:
+                self.call.send(b"kill")
+            except OSError:
+                return False, None
+        with anyio.move_on_after(EXIT_WAIT_S):
+            return _parse(await _recv(self.call))
+        return False, None
+
+    async def run(self, timeout_s: float) -> CommandResult:
+        self.call.setblocking(False)
+        for fd in (self.out_r, self.err_r, self.in_w):
+            if fd >= 0:
+                os.set_blocking(fd, False)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(reader)
+                tg.start_soon(self._reader)
+                if self.stdin is not None:
+                    tg.start_soon(self._writer, self.stdin)
                 with anyio.move_on_after(timeout_s) as deadline:
-                    finished, code = _parse(await _recv(call))
+                    self.finished, self.code = _parse(await _recv(self.call))
                 if deadline.cancelled_caught:
-                    timed_out = True
+                    self.timed_out = True
                     with anyio.CancelScope(shield=True):
-                        finished, code = await stop(b"term")
+                        self.finished, self.code = await self._stop(b"term")
                 with anyio.move_on_after(DRAIN_GRACE_S):
-                    await drained.wait()
+                    await self.drained.wait()
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                if not finished:  # cancelled (or the wait failed): kill now, and wait until all is gone
-                    finished, code = await stop(b"kill")
-                call.close()
-                os.close(out_r)
-                sink.close()
-                self.active -= 1
-        if not finished:
+                if not self.finished:  # cancelled (or the wait failed): kill now, and wait until all is gone
+                    self.finished, self.code = await self._stop(b"kill")
+                self.close()
+        if not self.finished:
             raise ServerError("the command server lost the call (it died or did not answer)")
+        code = self.code
         return CommandResult(
-            exit_code=None if timed_out else code,
+            exit_code=None if self.timed_out else code,
             signal=-code if code is not None and code < 0 else None,
-            timed_out=timed_out,
-            text=sink.text(),
-            total_bytes=sink.total,
-            spill_path=spill if sink.file is not None else None,
+            timed_out=self.timed_out,
+            text=self.sink.text(),
+            total_bytes=self.sink.total,
+            spill_path=self.spill if self.sink.file is not None else None,
+            stderr=self.err_sink.text() if self.err_sink is not None else None,
         )
 
 

@@ -41,8 +41,6 @@ import json
 import logging
 import os
 import re
-import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +51,7 @@ import anyio
 import anyio.abc
 
 from dsh_core import ConfigError, hookimpl
+from dsh_core.errors import DshError
 from dsh_core.interception import (
     BLOCKED_PROMPT,
     BLOCKED_RESULT,
@@ -263,89 +262,22 @@ def decode(exit_code: int | None, stdout: str, stderr: str, event: str | None) -
     return out
 
 
-class _Capture:
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.kept = bytearray()
-        self.total = 0
-
-    async def drain(self, stream: anyio.abc.ByteReceiveStream | None) -> None:
-        if stream is None:
-            return
-        try:
-            async for chunk in stream:
-                self.total += len(chunk)
-                room = self.limit - len(self.kept)
-                if room > 0:
-                    self.kept += chunk[:room]
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
-
-    def text(self) -> str:
-        return self.kept.decode("utf-8", errors="replace")
-
-
 async def run_command(
-    command: str, *, host: Any, cwd: str, stdin: bytes, env: Mapping[str, str], timeout_s: float,
+    command: str, *, session: Any, cwd: str, stdin: bytes, env: Mapping[str, str], timeout_s: float,
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
 ) -> tuple[int | None, str, str, bool]:
-    """Run ``command`` with ``/bin/sh -c``, confined like the session's bash. Returns
-    (exit code or None, stdout, stderr, timed out). Cancellation kills the process group."""
-    from dsh_sandbox_tools import confine
-    from dsh_sandbox_tools.run import kill_group, killpg
-
-    confined = await confine(["/bin/sh", "-c", command], host=host, cwd=cwd)
-    with anyio.CancelScope(shield=True):  # a cancel during spawn must not lose the handle
-        proc = await anyio.open_process(
-            confined.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=os.path.realpath(cwd), env={**confined.env, **env}, start_new_session=True,
-        )
-    pgid = proc.pid
-    out, err = _Capture(output_limit), _Capture(output_limit)
-    timed_out = False
-
-    async def feed() -> None:
-        assert proc.stdin is not None
-        try:
-            await proc.stdin.send(stdin)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            pass  # the hook does not read its input: fine
-        finally:
-            with anyio.CancelScope(shield=True):
-                await proc.stdin.aclose()
-
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(feed)
-            readers = anyio.Event()
-
-            async def read_both() -> None:
-                async with anyio.create_task_group() as inner:
-                    inner.start_soon(out.drain, proc.stdout)
-                    inner.start_soon(err.drain, proc.stderr)
-                readers.set()
-
-            tg.start_soon(read_both)
-            with anyio.move_on_after(timeout_s) as deadline:
-                await proc.wait()
-            if deadline.cancelled_caught:
-                timed_out = True
-                with anyio.CancelScope(shield=True):
-                    await kill_group(proc, pgid)
-            killpg(pgid, signal.SIGKILL)  # nothing it started outlives it
-            with anyio.move_on_after(0.5):
-                await readers.wait()
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            if proc.returncode is None:
-                await kill_group(proc, pgid)
-            killpg(pgid, signal.SIGKILL)
-            await proc.aclose()
-    code = None if timed_out else proc.returncode
+    """Run ``command`` with ``/bin/sh -c``, confined like the session's bash, through the spine's
+    ``Confinement`` seam (the session's warm command server: no launcher per hook). Returns
+    (exit code or None, stdout, stderr, timed out). Cancellation kills everything it started."""
+    confinement = session.host.confinement
+    if confinement is None:
+        raise DshError("no plugin provides confinement (mount sandbox-tools); a hook never runs unconfined")
+    done = await confinement.run(["/bin/sh", "-c", command], session=session, cwd=cwd, stdin=stdin, env=env,
+                                 timeout_s=timeout_s, output_limit=output_limit)
+    code = done.exit_code
     if code is not None and code < 0:
         code = None  # died by a signal: no exit code to act on
-    return code, out.text(), err.text(), timed_out
+    return code, done.stdout, done.stderr, done.timed_out
 
 
 # --------------------------------------------------------------------------- folding
@@ -498,7 +430,7 @@ class Bridge:
                 started = time.monotonic()
                 try:
                     code, stdout, stderr, timed_out = await run_command(
-                        d.command(hook, session, project_dir), host=session.host, cwd=session.cwd,
+                        d.command(hook, session, project_dir), session=session, cwd=session.cwd,
                         stdin=payload.encode(), env=env, timeout_s=hook.timeout_s or self.settings.default_timeout_s,
                         output_limit=self.settings.output_limit)
                 except anyio.get_cancelled_exc_class():

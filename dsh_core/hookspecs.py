@@ -43,6 +43,7 @@ import pluggy
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
+    from .config import PluginConfig
     from .protocols import (
         Agent,
         AgentSpec,
@@ -78,6 +79,17 @@ def dsh_addhooks(pluginmanager: pluggy.PluginManager) -> None:
 
     Called by the host once per plugin as it is registered (historic: late plugins
     see it too). Call ``pluginmanager.add_hookspecs(module)``. Return value ignored.
+    """
+
+
+@hookspec
+def dsh_config_type() -> tuple[str, type[PluginConfig]] | None:
+    """Declare this plugin's ``[config.<plugin>]`` table: ``(plugin name, a PluginConfig Struct)``.
+
+    Called once when a composition loads, before ``dsh_configure``. The host decodes the table
+    into the Struct (kebab-case keys; an unknown key, a wrong type or an out-of-range value is one
+    ``ConfigError`` naming the example file, the plugin, the key, what was expected and what was
+    found) and hands it out as ``host.config_for(MyConfig)``. ``dsh config`` prints the schema.
     """
 
 

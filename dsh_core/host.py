@@ -23,6 +23,8 @@ import pluggy
 from . import hookspecs
 from .builtin import defaults as builtin_defaults
 from .compose import Composition
+from .config import PluginConfig
+from .config import decode as decode_config
 from .diag import warn
 from .errors import CompositionError, ConfigError, DshError, RouteError
 
@@ -54,6 +56,19 @@ from .types import (
 
 ENTRY_POINT_GROUP = "dsh"
 T = TypeVar("T")
+C = TypeVar("C", bound=PluginConfig)
+
+
+def decode_plugin_configs(pm: pluggy.PluginManager, composition: Composition) -> dict[str, PluginConfig]:
+    """Every mounted plugin's declared config (``dsh_config_type``), decoded from the example:
+    ``{plugin: config}``; one ``ConfigError`` naming file, plugin and key on the first bad table."""
+    out: dict[str, PluginConfig] = {}
+    for entry in pm.hook.dsh_config_type():
+        if entry is None:
+            continue
+        name, cls = entry
+        out[name] = decode_config(name, cls, composition.config.get(name), where=str(composition.path))
+    return out
 
 
 def installed_plugins() -> dict[str, EntryPoint]:
@@ -201,6 +216,9 @@ class Host:
         if self.spill_limit < 1:
             raise ConfigError("[config.spill] max-bytes must be at least 1")
         self.spill_root: Path = Path(str(spill["dir"])) if "dir" in spill else default_spill_root()
+        # Each plugin's declared config Struct, decoded once (dsh_core.config); then dsh_configure.
+        self.plugin_configs: dict[str, PluginConfig] = decode_plugin_configs(pm, composition)
+        self._configs = {type(c): c for c in self.plugin_configs.values()}
         pm.hook.dsh_configure.call_historic(kwargs={"config": self.config, "host": self})
         pm.hook.dsh_register_models(register=self._add_model, host=self)
         pm.hook.dsh_register_tools(register=self._add_tool, host=self)
@@ -274,6 +292,12 @@ class Host:
         agent: Agent = self.pm.hook.dsh_make_agent(spec=spec, host=self)  # firstresult: one Agent
         self.agents.add(agent)
         return agent
+
+    def config_for(self, cls: type[C]) -> C:
+        """The plugin config of type ``cls`` decoded from the example (its defaults when the
+        example has no table for it)."""
+        found = self._configs.get(cls)
+        return found if isinstance(found, cls) else cls()
 
     def state(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
         """This host's ``cls`` slot, created by ``factory`` (default ``cls()``) on first use."""

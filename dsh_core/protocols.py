@@ -30,6 +30,7 @@ import anyio
 import anyio.abc
 import pluggy
 
+from .config import PluginConfig
 from .types import (
     ApprovalOutcome,
     ApprovalRequest,
@@ -49,6 +50,7 @@ from .types import (
 )
 
 T = TypeVar("T")
+C = TypeVar("C", bound=PluginConfig)
 
 
 def new_id(prefix: str = "") -> str:
@@ -266,6 +268,10 @@ class Host(Protocol):
 
     def provider(self, name: str) -> ModelProvider:
         """The provider named ``name``, or ``RouteError`` with the way out."""
+
+    def config_for(self, cls: type[C]) -> C:
+        """The plugin config of type ``cls`` (a ``dsh_core.config.PluginConfig`` Struct the plugin
+        declared with ``dsh_config_type``), decoded once from the example; defaults without a table."""
 
     def state(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
         """This host's plugin state of type ``cls`` (per composition, e.g. a plugin's settings or

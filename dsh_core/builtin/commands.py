@@ -1,4 +1,4 @@
-"""The spine's own subcommands: run, plugins, examples, doctor.
+"""The spine's own subcommands: run, plugins, examples, doctor, config.
 
 The CLI layer: it sits above the host (it composes and serves hosts), so the host never
 imports it; ``plugin_manager`` is the host's manager plus this plugin, for every manager the
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..protocols import CommandRegistry
 
-NAMES = frozenset({"run", "plugins", "examples", "doctor"})
+NAMES = frozenset({"run", "plugins", "examples", "doctor", "config"})
 
 
 def plugin_manager(*, trace: bool | None = None) -> pluggy.PluginManager:
@@ -126,6 +126,41 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if report.can_serve else 1
 
 
+def _setup_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--example", "-e", default="acp-agent", help="example whose plugins' config to print")
+    p.add_argument("--json", action="store_true", help='one JSON object: {plugin: {"schema": …, "values": …}}')
+
+
+def _config(args: argparse.Namespace) -> int:
+    from ..compose import load_composition
+    from ..config import schema, values
+    from ..host import decode_plugin_configs, load_plugins
+    from ..stdio import stdout_to_stderr
+
+    composition = load_composition(args.example)
+    pm = plugin_manager()
+    with stdout_to_stderr():  # a plugin's import-time print must not spoil the JSON
+        load_plugins(pm, composition)
+        configs = decode_plugin_configs(pm, composition)  # a bad table: one ConfigError, exit 2
+    report = {name: {"schema": schema(type(c)), "values": values(c)} for name, c in sorted(configs.items())}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"config of the example {composition.name!r} ({composition.path}); effective values, then the key's type")
+    for name, entry in report.items():
+        print(f"\n[config.{name}]")
+        props = entry["schema"].get("properties", {})
+        for key, value in entry["values"].items():
+            prop = props.get(key, {})
+            kind = prop.get("type", "")
+            kind = "/".join(kind) if isinstance(kind, list) else kind
+            extra = ", ".join(f"{k} {prop[k]}" for k in ("minimum", "maximum", "enum") if k in prop)
+            note = prop.get("description", "")
+            tail = "  # " + "; ".join(x for x in (kind + (f" ({extra})" if extra else ""), note) if x)
+            print(f"{key} = {json.dumps(value)}{tail}")
+    return 0
+
+
 @hookimpl(trylast=True)
 def dsh_register_commands(commands: CommandRegistry) -> None:
     commands.add(
@@ -148,4 +183,10 @@ def dsh_register_commands(commands: CommandRegistry) -> None:
         ),
         setup=_setup_doctor,
         run=_doctor,
+    )
+    commands.add(
+        "config",
+        help="print each mounted plugin's config: its JSON Schema and the example's effective values",
+        setup=_setup_config,
+        run=_config,
     )

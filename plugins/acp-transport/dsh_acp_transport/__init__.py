@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 from dsh_acp.fdstream import FdReader, FdWriter
 from dsh_acp.rpc import DEFAULT_MAX_FRAME, Peer
+from msgspec import Meta
 
-from dsh_core import ConfigError, hookimpl
+from dsh_core import hookimpl
+from dsh_core.config import PluginConfig
 from dsh_core.stdio import claim_stdio
 
 from .bridge import Bridge
@@ -33,33 +34,26 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Host
 
 NAME = "acp-transport"
-_KEYS: dict[str, type[int] | tuple[type[int], type[float]]] = {"max-frame-bytes": int, "permission-timeout": (int, float), "usage-updates": bool}
 
 
-def _settings(config: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    table = dict(config.get(NAME, {}))
-    for key, value in table.items():
-        kind = _KEYS.get(key)
-        if kind is None:
-            raise ConfigError(f"[config.{NAME}] unknown key {key!r} (known: {', '.join(_KEYS)})")
-        if kind is bool:
-            if not isinstance(value, bool):
-                raise ConfigError(f"[config.{NAME}] {key} must be true or false")
-        elif not isinstance(value, kind) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(f"[config.{NAME}] {key} must be a positive number")
-    return {
-        "max_frame": int(table.get("max-frame-bytes", DEFAULT_MAX_FRAME)),
-        "permission_timeout": float(table.get("permission-timeout", 300.0)),
-        "usage_updates": bool(table.get("usage-updates", False)),
-    }
+class TransportConfig(PluginConfig):
+    """[config.acp-transport]"""
+
+    max_frame_bytes: Annotated[int, Meta(gt=0, description="the longest inbound line, in bytes")] = DEFAULT_MAX_FRAME
+    permission_timeout: Annotated[float, Meta(
+        gt=0, description="seconds before an unanswered permission request fails closed")] = 300.0
+    usage_updates: Annotated[bool, Meta(description="send usage_update after each turn")] = False
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return NAME, TransportConfig
 
 
 def make_bridge(host: Host, reader: FdReader, writer: FdWriter) -> Bridge:
-    settings = _settings(host.config)
-    peer = Peer(reader, writer, max_frame=settings["max_frame"], name="acp")
-    return Bridge(
-        host, peer, permission_timeout=settings["permission_timeout"], usage_updates=settings["usage_updates"]
-    )
+    settings = host.config_for(TransportConfig)
+    peer = Peer(reader, writer, max_frame=settings.max_frame_bytes, name="acp")
+    return Bridge(host, peer, permission_timeout=settings.permission_timeout, usage_updates=settings.usage_updates)
 
 
 async def serve_bridge(bridge: Bridge) -> None:
@@ -90,11 +84,6 @@ class AcpStdioDoor:
             tg.start_soon(on_signal)
             await serve_bridge(bridge)
             tg.cancel_scope.cancel()
-
-
-@hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
-    _settings(config)
 
 
 @hookimpl

@@ -18,11 +18,12 @@ import json
 import os
 import re
 import stat
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated
+
+from msgspec import Meta
 
 from dsh_core import hookimpl
-from dsh_core.errors import ConfigError
+from dsh_core.config import PluginConfig
 from dsh_core.types import AfterTool
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,19 +44,20 @@ def escape(text: str) -> str:
     return _SYSTEM_TAG.sub(r"&lt;\1", text)
 
 
-def max_bytes(host: Host) -> int:
-    return int(host.config.get(PLUGIN, {}).get("max-bytes", DEFAULT_MAX_BYTES))
+class InstructionsConfig(PluginConfig):
+    """[config.agent-instructions]"""
+
+    max_bytes: Annotated[int, Meta(ge=0, description="bytes of instruction files in the system prompt, in total")] = (
+        DEFAULT_MAX_BYTES)
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
-    table = config.get(PLUGIN, {})
-    unknown = set(table) - {"max-bytes"}
-    if unknown:
-        raise ConfigError(f"[config.{PLUGIN}]: unknown key(s) {sorted(unknown)}; the only key is max-bytes")
-    value = table.get("max-bytes", DEFAULT_MAX_BYTES)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigError(f"[config.{PLUGIN}] max-bytes must be a non-negative integer (bytes), got {value!r}")
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return PLUGIN, InstructionsConfig
+
+
+def max_bytes(host: Host) -> int:
+    return host.config_for(InstructionsConfig).max_bytes
 
 
 def read_instructions(directory: str, limit: int) -> tuple[str, str] | None:

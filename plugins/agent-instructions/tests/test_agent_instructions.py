@@ -10,12 +10,13 @@ import dsh_agent_instructions as ai
 import pytest
 
 from dsh_core import ConfigError
+from dsh_core.config import decode
 from dsh_core.contracts import AgentSpec
 from dsh_core.types import ToolCallBlock, ToolOutput
 
 
 def _host(**table):
-    return SimpleNamespace(config={ai.PLUGIN: table} if table else {})
+    return SimpleNamespace(config_for=lambda cls: decode(ai.PLUGIN, cls, table, where="example.toml"))
 
 
 @pytest.fixture
@@ -105,7 +106,7 @@ def test_nested_discovery_follows_no_symlink_and_never_leaves_the_session(repo, 
 
 
 def test_config_is_checked():
-    with pytest.raises(ConfigError, match="max-bytes"):
-        ai.dsh_configure({ai.PLUGIN: {"max-bytes": -1}}, _host())
-    with pytest.raises(ConfigError, match="unknown"):
-        ai.dsh_configure({ai.PLUGIN: {"max-bites": 1}}, _host())
+    with pytest.raises(ConfigError, match=r"\[config.agent-instructions\] max-bytes: expected `int` >= 0, found -1"):
+        _host(**{"max-bytes": -1}).config_for(ai.InstructionsConfig)
+    with pytest.raises(ConfigError, match="unknown key 'max-bites' \\(known keys: max-bytes\\)"):
+        _host(**{"max-bites": 1}).config_for(ai.InstructionsConfig)

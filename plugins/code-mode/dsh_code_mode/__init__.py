@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from dsh_core import ConfigError, hookimpl
+from msgspec import Meta
+
+from dsh_core import hookimpl
+from dsh_core.config import PluginConfig, decode
 
 from .limits import Limits
 from .runtime import PythonRuntime
@@ -43,6 +46,31 @@ _LIMIT_KEYS = {
 }
 
 
+Positive = Annotated[int, Meta(gt=0)]
+
+
+class CodeModeConfig(PluginConfig):
+    """[config.code-mode]"""
+
+    mode: Annotated[Literal["code", "both"], Meta(
+        description="code: run_code is the only tool the model sees; both: the native tools too")] = "code"
+    max_parallel_sub_calls: Annotated[Positive, Meta(description="tool calls of one program running at once")] = 10
+    compute_seconds: Annotated[Positive, Meta(description="CPU seconds of the program's process")] = (
+        Limits.compute_seconds)
+    wall_seconds: Annotated[float, Meta(gt=0, description="seconds from start to finish")] = Limits.wall_seconds
+    max_output_bytes: Annotated[Positive, Meta(description="captured stdout+stderr")] = Limits.max_output_bytes
+    max_value_bytes: Annotated[Positive, Meta(description="the return value, as JSON")] = Limits.max_value_bytes
+    address_space_bytes: Annotated[Positive, Meta(description="RLIMIT_AS of the program's process")] = (
+        Limits.address_space_bytes)
+    max_processes: Annotated[Positive, Meta(description="processes and threads at once")] = Limits.max_processes
+    max_calls: Annotated[Positive, Meta(description="tool calls per run")] = Limits.max_calls
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return PLUGIN, CodeModeConfig
+
+
 @dataclass(frozen=True)
 class Settings:
     mode: str = "code"
@@ -50,26 +78,14 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
 
     @classmethod
+    def from_typed(cls, config: CodeModeConfig) -> Settings:
+        limits = replace(Limits(), **{attr: getattr(config, attr) for attr in _LIMIT_KEYS.values()})
+        return cls(mode=config.mode, max_parallel_sub_calls=config.max_parallel_sub_calls, limits=limits)
+
+    @classmethod
     def from_config(cls, table: Mapping[str, Any] | None) -> Settings:
-        table = dict(table or {})
-        known = {"mode", "max-parallel-sub-calls", *_LIMIT_KEYS}
-        unknown = sorted(set(table) - known)
-        if unknown:
-            raise ConfigError(f"[config.{PLUGIN}]: unknown key(s) {', '.join(unknown)}; known keys: "
-                              f"{', '.join(sorted(known))}")
-        mode = table.get("mode", "code")
-        if mode not in MODES:
-            raise ConfigError(f'[config.{PLUGIN}] mode must be "code" or "both", got {mode!r}')
-        ints: dict[str, Any] = {}
-        for key in ("max-parallel-sub-calls", *_LIMIT_KEYS):
-            if key in table:
-                v = table[key]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 or (
-                        key != "wall-seconds" and not isinstance(v, int)):
-                    raise ConfigError(f"[config.{PLUGIN}] {key} must be a positive integer, got {v!r}")
-                ints[key] = v
-        limits = replace(Limits(), **{_LIMIT_KEYS[k]: v for k, v in ints.items() if k in _LIMIT_KEYS})
-        return cls(mode=mode, max_parallel_sub_calls=ints.get("max-parallel-sub-calls", 10), limits=limits)
+        """Settings from a raw ``[config.code-mode]`` table (ConfigError when it is bad)."""
+        return cls.from_typed(decode(PLUGIN, CodeModeConfig, table, where="example"))
 
 
 assert {f.name for f in fields(Limits)} >= set(_LIMIT_KEYS.values())
@@ -87,7 +103,7 @@ def settings_for(host: Host) -> Settings:
 
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
-    host.state(HostSettings).settings = Settings.from_config(config.get(PLUGIN))
+    host.state(HostSettings).settings = Settings.from_typed(host.config_for(CodeModeConfig))
 
 
 @hookimpl(trylast=True)  # after the native tools, so run_code comes last in the list the model sees

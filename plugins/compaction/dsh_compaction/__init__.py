@@ -16,12 +16,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
+from msgspec import Meta
 
-from dsh_core import ConfigError, ModelError, hookimpl
+from dsh_core import ModelError, hookimpl
+from dsh_core.config import PluginConfig, decode
 from dsh_core.contracts import HistoryContext, new_id
 from dsh_core.types import (
     AssistantMessage,
@@ -58,35 +59,29 @@ SUMMARY_SYSTEM = (
 SUMMARY_ASK = "Summarise the conversation in the transcript above, as instructed, so the work can continue."
 
 
-@dataclass(frozen=True)
-class Settings:
-    threshold_ratio: float = 0.8
-    retain_ratio: float = 0.08
-    max_tokens: int = 8192
+Ratio = Annotated[float, Meta(gt=0, lt=1)]
 
 
-def parse_settings(config: Mapping[str, Mapping[str, Any]]) -> Settings:
-    table = dict(config.get("compaction", {}))
-    out: dict[str, Any] = {}
-    for key, attr in (("threshold-ratio", "threshold_ratio"), ("retain-ratio", "retain_ratio")):
-        if key in table:
-            value = table.pop(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-                raise ConfigError(f"[config.compaction] {key} must be a number between 0 and 1 (exclusive), got {value!r}")
-            out[attr] = float(value)
-    if "max-tokens" in table:
-        value = table.pop("max-tokens")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"[config.compaction] max-tokens must be a positive integer, got {value!r}")
-        out["max_tokens"] = value
-    if table:
-        raise ConfigError(
-            f"[config.compaction] unknown keys: {', '.join(sorted(table))} (known: threshold-ratio, retain-ratio, max-tokens)"
-        )
-    settings = Settings(**out)
-    if settings.retain_ratio >= settings.threshold_ratio:
-        raise ConfigError("[config.compaction] retain-ratio must be below threshold-ratio")
-    return settings
+class Settings(PluginConfig):
+    """[config.compaction]"""
+
+    threshold_ratio: Annotated[Ratio, Meta(description="compact when a request would pass this share of the window")] = 0.8
+    retain_ratio: Annotated[Ratio, Meta(description="keep this share of the window verbatim (below threshold-ratio)")] = 0.08
+    max_tokens: Annotated[int, Meta(ge=1, description="output budget of the summary call")] = 8192
+
+    def __post_init__(self) -> None:
+        if self.retain_ratio >= self.threshold_ratio:
+            raise ValueError("retain-ratio must be below threshold-ratio")
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return "compaction", Settings
+
+
+def parse_settings(config: Mapping[str, Mapping[str, Any]], *, where: str = "example") -> Settings:
+    """The ``[config.compaction]`` table of ``config`` as Settings (ConfigError when it is bad)."""
+    return decode("compaction", Settings, config.get("compaction"), where=where)
 
 
 def split_point(history: Sequence[Any], retain_tokens: int) -> int:
@@ -221,10 +216,5 @@ class Compactor:
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
-    parse_settings(config)
-
-
-@hookimpl
 def dsh_history_policy(session: Any, host: Any) -> Compactor:
-    return Compactor(parse_settings(host.config))
+    return Compactor(host.config_for(Settings))

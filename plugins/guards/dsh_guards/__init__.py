@@ -14,9 +14,13 @@ import json
 import os
 from collections import Counter
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
 
 from dsh_core import hookimpl
+from dsh_core.config import PluginConfig
 from dsh_core.errors import ConfigError
 from dsh_core.types import AfterTool
 
@@ -33,29 +37,42 @@ class RepeatCounts(Counter[tuple[str, str]]):
     """How often each (tool, arguments) was called in a session (the session's state slot)."""
 
 
+class GuardsConfig(PluginConfig):
+    """[config.guards]"""
+
+    repeat_thresholds: Annotated[list[Annotated[int, Meta(ge=2)]], Meta(
+        description="after the n-th identical call of a session, for each n here, a reminder is appended")] = (
+        msgspec.field(default_factory=lambda: list(DEFAULT_THRESHOLDS)))
+    max_steps: Annotated[int, Meta(ge=1, description=f"model calls per turn ({ENV_MAX_STEPS} overrides it)")] = (
+        DEFAULT_MAX_STEPS)
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return PLUGIN, GuardsConfig
+
+
+def _env_max_steps() -> int | None:
+    raw = os.environ.get(ENV_MAX_STEPS)
+    if not raw:
+        return None
+    try:
+        steps = int(raw)
+    except ValueError:
+        steps = 0
+    if steps < 1:
+        raise ConfigError(f"{ENV_MAX_STEPS} must be an integer >= 1, got {raw!r}")
+    return steps
+
+
 def _settings(host: Host) -> tuple[tuple[int, ...], int]:
-    table = host.config.get(PLUGIN, {})
-    steps = os.environ.get(ENV_MAX_STEPS) or table.get("max-steps", DEFAULT_MAX_STEPS)
-    return tuple(table.get("repeat-thresholds", DEFAULT_THRESHOLDS)), int(steps)
+    config = host.config_for(GuardsConfig)
+    return tuple(config.repeat_thresholds), _env_max_steps() or config.max_steps
 
 
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
-    table = config.get(PLUGIN, {})
-    unknown = set(table) - {"repeat-thresholds", "max-steps"}
-    if unknown:
-        raise ConfigError(f"[config.{PLUGIN}]: unknown key(s) {sorted(unknown)}; known: repeat-thresholds, max-steps")
-    th = table.get("repeat-thresholds", list(DEFAULT_THRESHOLDS))
-    if not isinstance(th, list | tuple) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 2 for n in th):
-        raise ConfigError(f"[config.{PLUGIN}] repeat-thresholds must be a list of integers >= 2, got {th!r}")
-    steps = table.get("max-steps", DEFAULT_MAX_STEPS)
-    if os.environ.get(ENV_MAX_STEPS):
-        try:
-            steps = int(os.environ[ENV_MAX_STEPS])
-        except ValueError:
-            raise ConfigError(f"{ENV_MAX_STEPS} must be an integer >= 1, got {os.environ[ENV_MAX_STEPS]!r}") from None
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ConfigError(f"[config.{PLUGIN}] max-steps must be an integer >= 1 (model calls per turn), got {steps!r}")
+    _env_max_steps()  # a bad DSH_MAX_STEPS fails at start-up, like a bad table
 
 
 def call_key(name: str, arguments: str) -> tuple[str, str]:

@@ -7,6 +7,7 @@ import dsh_guards
 import pytest
 
 from dsh_core import ConfigError, FunctionTool, hookimpl
+from dsh_core.config import decode
 from dsh_core.contracts import AgentSpec
 from dsh_core.types import AssistantMessageEvent, TextBlock, ToolResultEvent, TurnEnd, UserMessage
 from dsh_testing import memory_host
@@ -76,7 +77,11 @@ async def test_env_overrides_max_steps(scripted, tmp_path, monkeypatch):
 
 
 def test_config_is_checked():
-    host = object()
-    for bad in ({"max-steps": 0}, {"repeat-thresholds": [1]}, {"repeat-thresholds": "3"}, {"nope": 1}):
-        with pytest.raises(ConfigError):
-            dsh_guards.dsh_configure({"guards": bad}, host)
+    expected = {"max-steps": r"max-steps: expected `int` >= 1, found 0",
+                "repeat-thresholds": r"repeat-thresholds\[0\]: expected `int` >= 2, found 1",
+                "nope": r"unknown key 'nope'"}
+    for bad, match in (({"max-steps": 0}, expected["max-steps"]), ({"repeat-thresholds": [1]}, expected["repeat-thresholds"]),
+                       ({"repeat-thresholds": "3"}, r"repeat-thresholds: expected `array`, found '3'"),
+                       ({"nope": 1}, expected["nope"])):
+        with pytest.raises(ConfigError, match=r"example.toml: \[config.guards\] " + match):
+            decode("guards", dsh_guards.GuardsConfig, bad, where="example.toml")

@@ -12,12 +12,14 @@ import re
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import msgspec
+from msgspec import Meta
 
-from dsh_core import ConfigError, ModelError, RouteError, hookimpl
+from dsh_core import ModelError, RouteError, hookimpl
+from dsh_core.config import PluginConfig
 from dsh_core.media import sniff_image
 from dsh_core.types import (
     Finish,
@@ -294,27 +296,21 @@ class ScriptedProvider:
         self._cursors.pop(session_id, None)
 
 
-def _settings(config: Mapping[str, Mapping[str, Any]]) -> RetryPolicy:
-    table = dict(config.get("scripted-model", {}))
-    policy = RetryPolicy(max_retries=2, base_delay=0.001, max_delay=0.01, jitter=0.0)
-    retries = table.pop("max-retries", None)
-    if retries is not None:
-        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-            raise ConfigError("[config.scripted-model] max-retries must be a non-negative integer")
-        policy = msgspec.structs.replace(policy, max_retries=retries)
-    if table:
-        raise ConfigError(f"[config.scripted-model] unknown keys: {', '.join(sorted(table))} (known: max-retries)")
-    return policy
+class ScriptedConfig(PluginConfig):
+    """[config.scripted-model]"""
+
+    max_retries: Annotated[int, Meta(ge=0, description="retries of a retryable scripted error (delays are ~1 ms)")] = 2
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
-    _settings(config)
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return "scripted-model", ScriptedConfig
 
 
 @hookimpl
 def dsh_register_models(register: Any, host: Any) -> None:
     provider = ScriptedProvider()
     provider.host = host
-    provider.retry_policy = _settings(host.config)
+    provider.retry_policy = RetryPolicy(max_retries=host.config_for(ScriptedConfig).max_retries, base_delay=0.001,
+                                        max_delay=0.01, jitter=0.0)
     register(provider)

@@ -10,12 +10,14 @@ beyond what every tool call already shows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from msgspec import Meta
 
 from dsh_core import FunctionTool, ToolError, hookimpl
-from dsh_core.errors import ConfigError
+from dsh_core.config import PluginConfig
 from dsh_core.types import AfterTool
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -108,15 +110,16 @@ def make_tool() -> FunctionTool:
     )
 
 
+class TodoConfig(PluginConfig):
+    """[config.todo]"""
+
+    remind_every: Annotated[int, Meta(ge=1, description="tool results between reminders of an open list")] = (
+        DEFAULT_REMIND_EVERY)
+
+
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
-    table = config.get(PLUGIN, {})
-    unknown = set(table) - {"remind-every"}
-    if unknown:
-        raise ConfigError(f"[config.{PLUGIN}]: unknown key(s) {sorted(unknown)}; the only key is remind-every")
-    every = table.get("remind-every", DEFAULT_REMIND_EVERY)
-    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-        raise ConfigError(f"[config.{PLUGIN}] remind-every must be an integer >= 1 (tool results), got {every!r}")
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return PLUGIN, TodoConfig
 
 
 @hookimpl(trylast=True)  # after the workspace tools: the tool list the model saw before only grows at its end
@@ -132,7 +135,7 @@ def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> A
     if not st.items or all(s == "completed" for _, s in st.items):
         return None
     st.since_shown += 1
-    if st.since_shown < int(session.host.config.get(PLUGIN, {}).get("remind-every", DEFAULT_REMIND_EVERY)):
+    if st.since_shown < session.host.config_for(TodoConfig).remind_every:
         return None
     st.since_shown = 0
     return AfterTool(context=["Your current todo list (update it with todo_write as you progress):\n" + render(st.items)])

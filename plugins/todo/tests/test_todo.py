@@ -7,6 +7,7 @@ import dsh_todo
 import pytest
 
 from dsh_core import ConfigError, FunctionTool, hookimpl
+from dsh_core.config import decode
 from dsh_core.contracts import AgentSpec
 from dsh_core.types import TextBlock, ToolResultEvent, UserMessage
 from dsh_testing import memory_host
@@ -64,5 +65,5 @@ async def test_the_open_list_is_appended_every_n_tool_results(scripted, tmp_path
 
 
 def test_config_is_checked():
-    with pytest.raises(ConfigError):
-        dsh_todo.dsh_configure({"todo": {"remind-every": 0}}, object())
+    with pytest.raises(ConfigError, match=r"example.toml: \[config.todo\] remind-every: expected `int` >= 1, found 0"):
+        decode("todo", dsh_todo.TodoConfig, {"remind-every": 0}, where="example.toml")

@@ -1,0 +1,109 @@
+"""Typed plugin configuration: a plugin declares its ``[config.<plugin>]`` table as one msgspec
+Struct, the host decodes every table once when the composition loads, and the plugin reads the
+typed object (``host.config_for(MyConfig)``) instead of validating a raw dict by hand.
+
+    class TodoConfig(PluginConfig):
+        \"\"\"[config.todo]\"\"\"
+
+        remind_every: Annotated[int, Meta(ge=1, description="tool calls between reminders")] = 10
+
+    @hookimpl
+    def dsh_config_type():
+        return "todo", TodoConfig
+
+Field names are snake_case in Python and kebab-case in TOML (``remind-every``); unknown keys,
+wrong types and out-of-range values are one ``ConfigError`` naming the example file, the plugin,
+the key path, what was expected and what was found. ``dsh config --example NAME`` prints every
+mounted plugin's JSON Schema with the effective values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import msgspec
+
+from .errors import ConfigError
+
+T = TypeVar("T", bound="PluginConfig")
+
+
+class PluginConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="kebab"):
+    """Base of every plugin's config Struct: kebab-case keys, unknown keys refused."""
+
+
+_AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<key>[^`]+)`")
+
+
+def _key_path(path: str) -> str:
+    """msgspec's ``$.a.b[0]`` as ``a.b[0]``."""
+    return path[1:] if path.startswith(".") else path
+
+
+def _found(table: Mapping[str, Any], path: str) -> tuple[bool, Any]:
+    """The value at msgspec's error path in ``table`` (False when the path does not resolve)."""
+    value: Any = table
+    for part in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
+        key, index = part
+        try:
+            value = value[key] if key else value[int(index)]
+        except (KeyError, IndexError, TypeError, ValueError):
+            return False, None
+    return True, value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "…"
+
+
+def explain(exc: msgspec.ValidationError, table: Mapping[str, Any], cls: type | None = None) -> str:
+    """``key: expected …, found …`` from msgspec's message and the raw table."""
+    message = str(exc)
+    at = _AT.search(message)
+    path = at.group("path") if at else ""
+    head = message[: at.start()] if at else message
+    unknown = _UNKNOWN.match(head)
+    if unknown:
+        where = _key_path(path)
+        key = f"{where}.{unknown.group('key')}" if where else unknown.group("key")
+        known = ""
+        if cls is not None and not where:
+            known = " (known keys: " + ", ".join(f.encode_name for f in msgspec.structs.fields(cls)) + ")"
+        return f"unknown key {key!r}{known}"
+    expected = head[0].lower() + head[1:] if head else "a valid value"
+    expected = re.sub(r", got `[^`]*`$", "", expected)
+    key = _key_path(path)
+    if not key:  # a check across keys (the Struct's __post_init__): its message says it all
+        return expected
+    has, value = _found(table, path)
+    return f"{key}: {expected}" + (f", found {_shown(value)}" if has else "")
+
+
+def decode(plugin: str, cls: type[T], table: Mapping[str, Any] | None, *, where: str) -> T:
+    """``table`` as ``cls``, or one ``ConfigError`` naming ``where`` (the example file), the plugin
+    and the key."""
+    raw = dict(table or {})
+    try:
+        return msgspec.convert(raw, type=cls, str_keys=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{where}: [config.{plugin}] {explain(exc, raw, cls)}") from None
+
+
+def schema(cls: type[PluginConfig]) -> dict[str, Any]:
+    """The JSON Schema of one config Struct (the Struct itself, not a ``$ref`` to it)."""
+    doc = msgspec.json.schema(cls)
+    defs = doc.get("$defs", {})
+    ref = doc.get("$ref", "")
+    own = defs.get(ref.rsplit("/", 1)[-1], doc) if ref else doc
+    rest = {k: v for k, v in defs.items() if v is not own}
+    return {**own, **({"$defs": rest} if rest else {})}
+
+
+def values(config: PluginConfig) -> dict[str, Any]:
+    """The effective values, keyed as in TOML (kebab-case)."""
+    out: dict[str, Any] = msgspec.to_builtins(config)
+    return out

@@ -10,12 +10,13 @@ adds a third:
 - ``PR_SET_DUMPABLE 0``: dsh's ``/proc/<pid>`` files (``environ``, ``mem``, ``maps``) then
   need ``CAP_SYS_PTRACE`` to open, which confined children never have (sandbox-tools drops
   every capability in them, even as root);
-- the kernel-visible environment block is overwritten where it holds a credential-shaped
-  variable, and the variable is removed from libc's ``environ``, so a child started with the
-  inherited environment never gets it implicitly and nothing can read it from that block even
-  where the first measure is unavailable. ``os.environ`` (Python's own copy) keeps the values,
-  so a plugin that needs a key still reads it there, and a trusted ``dsh`` child it starts gets
-  it only when passed on purpose (subagent-acp's ``inherit-env``);
+- the kernel-visible environment block (what ``/proc/<pid>/environ`` shows: the memory the
+  process was started with) is overwritten where it holds a credential-shaped variable, so
+  nothing can read the value from there even where the first measure is unavailable. The
+  variable itself stays set — libc's ``environ`` gets a fresh copy elsewhere in memory, and
+  ``os.environ`` keeps its own — because libraries read credentials through ``getenv`` (Ray's
+  C++ core reads ``RAY_AUTH_TOKEN`` so; unsetting it broke ``dsh batch --ray``). Confined
+  children never get them: sandbox-tools hands them an explicitly scrubbed environment;
 - (sandbox-tools) confined processes drop all capabilities, so as root they cannot read the
   ``/proc`` files of any process that holds capabilities either.
 
@@ -76,8 +77,9 @@ def _env_block() -> tuple[int, int] | None:
 
 
 def scrub_process_environment() -> list[str]:
-    """Overwrite every credential-shaped variable's value in the initial environment block and
-    drop it from libc's ``environ`` (``os.environ`` keeps it). Returns the names scrubbed."""
+    """Overwrite every credential-shaped variable's value in the initial environment block (what
+    ``/proc/<pid>/environ`` shows); the variable stays set, moved to a fresh copy (libc ``setenv``),
+    so ``getenv`` and ``os.environ`` still see it. Returns the names scrubbed."""
     libc = _libc()
     block = _env_block()
     if libc is None or block is None:  # pragma: no cover
@@ -85,7 +87,7 @@ def scrub_process_environment() -> list[str]:
     start, end = block
     libc.getenv.restype = ctypes.c_void_p
     libc.getenv.argtypes = [ctypes.c_char_p]
-    libc.unsetenv.argtypes = [ctypes.c_char_p]
+    libc.setenv.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
     done: list[str] = []
     for name in list(os.environb):
         text = os.fsdecode(name)
@@ -93,9 +95,10 @@ def scrub_process_environment() -> list[str]:
             continue
         value = os.environb[name]
         ptr = libc.getenv(name)
-        if ptr and value and start <= ptr and ptr + len(value) <= end:
-            ctypes.memset(ptr, ord("x"), len(value))
-        libc.unsetenv(name)  # libc's environ only: Python's os.environ mapping is untouched
+        if not (ptr and value and start <= ptr and ptr + len(value) <= end):
+            continue  # already a copy (set after start-up): nothing in the block to wipe
+        libc.setenv(name, value, 1)  # a fresh copy first, so getenv never sees a torn value
+        ctypes.memset(ptr, ord("x"), len(value))
         done.append(text)
     return done
 

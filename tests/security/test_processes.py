@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -228,3 +229,23 @@ def test_a_dead_runs_pids_cgroup_is_removed(tmp_path):
         straggler.kill()
         if stale.exists():
             ProcessBound("pids-cgroup", cgroup=stale).close()
+
+
+def test_hardening_wipes_the_kernel_visible_block_but_keeps_credentials_usable(tmp_path):
+    """After harden(): /proc/<pid>/environ no longer holds a credential, but getenv (C libraries
+    such as Ray's core read tokens that way), os.environ and a child started with the inherited
+    environment still see it; the process is non-dumpable."""
+    probe = textwrap.dedent('''
+        import ctypes, os, subprocess
+        from dsh_core.hardening import harden
+        harden()
+        libc = ctypes.CDLL(None)
+        libc.getenv.restype = ctypes.c_char_p
+        block = open(f"/proc/{os.getpid()}/environ", "rb").read()
+        child = subprocess.run(["sh", "-c", 'printf %s "$RAY_AUTH_TOKEN"'], capture_output=True, text=True).stdout
+        print(repr((b"tok-4711" in block, libc.getenv(b"RAY_AUTH_TOKEN"), os.environ["RAY_AUTH_TOKEN"], child,
+                    libc.prctl(3, 0, 0, 0, 0))))
+    ''')
+    env = {"PATH": os.environ["PATH"], "RAY_AUTH_TOKEN": "tok-4711", "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == repr((False, b"tok-4711", "tok-4711", "tok-4711", 0))

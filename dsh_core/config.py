@@ -28,6 +28,7 @@ import msgspec
 from .errors import ConfigError
 
 T = TypeVar("T", bound="PluginConfig")
+S = TypeVar("S")
 
 
 class PluginConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="kebab"):
@@ -60,27 +61,55 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:80] + "…"
 
 
-def explain(exc: msgspec.ValidationError, table: Mapping[str, Any], cls: type | None = None) -> str:
-    """``key: expected …, found …`` from msgspec's message and the raw table."""
+def explain(exc: msgspec.ValidationError, table: Mapping[str, Any], cls: type | None = None, *,
+            prefix: str = "") -> str:
+    """``key: expected …, found …`` from msgspec's message and the raw table (keys under ``prefix``)."""
     message = str(exc)
     at = _AT.search(message)
     path = at.group("path") if at else ""
     head = message[: at.start()] if at else message
     unknown = _UNKNOWN.match(head)
     if unknown:
-        where = _key_path(path)
+        where = ".".join(p for p in (prefix, _key_path(path)) if p)
         key = f"{where}.{unknown.group('key')}" if where else unknown.group("key")
         known = ""
-        if cls is not None and not where:
+        if cls is not None and not _key_path(path):
             known = " (known keys: " + ", ".join(f.encode_name for f in msgspec.structs.fields(cls)) + ")"
         return f"unknown key {key!r}{known}"
     expected = head[0].lower() + head[1:] if head else "a valid value"
     expected = re.sub(r", got `[^`]*`$", "", expected)
-    key = _key_path(path)
+    key = ".".join(p for p in (prefix, _key_path(path)) if p)
     if not key:  # a check across keys (the Struct's __post_init__): its message says it all
         return expected
+    if expected.startswith("invalid enum value"):  # msgspec names the value, not the choices
+        allowed = _allowed(cls, _key_path(path)) if cls is not None else []
+        return f"{key}: {expected}" + (f"; expected one of {', '.join(map(str, allowed))}" if allowed else "")
     has, value = _found(table, path)
     return f"{key}: {expected}" + (f", found {_shown(value)}" if has else "")
+
+
+def _allowed(cls: type, key: str) -> list[Any]:
+    """The values a top-level key of ``cls`` accepts when it is an enumeration (from its schema)."""
+    doc = msgspec.json.schema(cls)
+    ref = doc.get("$ref", "")
+    own = doc.get("$defs", {}).get(ref.rsplit("/", 1)[-1], doc)
+    prop = own.get("properties", {}).get(key, {})
+    out: list[Any] = []
+    for option in [prop, *prop.get("anyOf", [])]:
+        out += option.get("enum", [])
+        if option.get("type") == "boolean":
+            out.append("true/false")
+    return out
+
+
+def convert_at(prefix: str, cls: type[S], value: Any) -> S:
+    """``value`` as ``cls`` inside a config Struct's ``__post_init__`` (a table under a key the
+    user chose, e.g. ``models.<id>``, whose name msgspec's error path would hide): a ValueError
+    whose message names the full key, which ``decode`` turns into the ConfigError."""
+    try:
+        return msgspec.convert(value, type=cls, str_keys=True)
+    except msgspec.ValidationError as exc:
+        raise ValueError(explain(exc, value if isinstance(value, Mapping) else {}, cls, prefix=prefix)) from None
 
 
 def decode(plugin: str, cls: type[T], table: Mapping[str, Any] | None, *, where: str) -> T:

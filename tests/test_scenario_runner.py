@@ -201,7 +201,8 @@ def test_a_startup_error_is_a_scenario_with_a_pinned_stderr_and_no_session(tmp_p
     assert run_and_check(load_scenario(d), "record") == [str(d / "stdout.expected.jsonl"),
                                                            str(d / "stderr.expected.txt")]
     stderr = (d / "stderr.expected.txt").read_text()
-    assert stderr.startswith("exit code 2\ndsh: [config.deepseek-model] retry must be a table")
+    assert stderr == ("exit code 2\ndsh: {{repo}}/tests/examples/acp-deepseek-bad-config/example.toml: "
+                      "[config.deepseek-model] retry: expected `object`, found 'as often as it takes'\n")
     assert (d / "stdout.expected.jsonl").read_text().strip() == "" and not (d / "session.jsonl").exists()
     run_and_check(load_scenario(d), "replay")
     (d / "stderr.expected.txt").write_text("exit code 0\n")

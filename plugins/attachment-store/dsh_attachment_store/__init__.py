@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import hookimpl
-from dsh_core.errors import ConfigError
+from dsh_core.config import PluginConfig, decode
 
 from .images import (
     MIME_TYPES,
@@ -22,7 +22,7 @@ from .images import (
     image_info,
     sniff,
 )
-from .store import PLUGIN, Limits, LocalAttachmentStore, data_home
+from .store import PLUGIN, Limits, LocalAttachmentStore, StoreConfig, data_home
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Host
@@ -40,26 +40,21 @@ __all__ = [
 ]
 
 
-def _table(config: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
-    table = config.get(PLUGIN) or {}
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"[config.{PLUGIN}] must be a table")
-    return table
+def store_for(config: StoreConfig) -> LocalAttachmentStore:
+    root = Path(config.dir).expanduser().absolute() if config.dir else None
+    return LocalAttachmentStore(root, config.limits())
 
 
-def store_from_config(table: Mapping[str, Any]) -> LocalAttachmentStore:
-    limits = Limits.from_config(table)
-    root = table.get("dir")
-    if root is not None and not isinstance(root, str):
-        raise ConfigError(f"[config.{PLUGIN}] dir must be a path string, not {root!r}")
-    return LocalAttachmentStore(Path(root).expanduser().absolute() if root else None, limits)
+def store_from_config(table: Mapping[str, Any] | None) -> LocalAttachmentStore:
+    """A store from a raw ``[config.attachment-store]`` table (ConfigError when it is bad)."""
+    return store_for(decode(PLUGIN, StoreConfig, table, where="example"))
 
 
 @hookimpl
-def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
-    store_from_config(_table(config))  # validate early: a bad table fails start-up, naming the key
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return PLUGIN, StoreConfig
 
 
 @hookimpl
 def dsh_attachment_store(host: Host) -> LocalAttachmentStore:
-    return store_from_config(_table(host.config))
+    return store_for(host.config_for(StoreConfig))

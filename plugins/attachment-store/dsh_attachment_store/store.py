@@ -18,14 +18,16 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 
 import anyio
+from msgspec import Meta
 
-from dsh_core.errors import AttachmentCorrupt, AttachmentError, ConfigError, DshError
+from dsh_core.config import PluginConfig
+from dsh_core.errors import AttachmentCorrupt, AttachmentError, DshError
 from dsh_core.paths import data_home
 from dsh_core.types import ImageBlock
 
@@ -49,27 +51,29 @@ class Limits:
     max_pixels: int = 40_000_000
     max_batch_images: int = 16
 
-    @classmethod
-    def from_config(cls, table: Mapping[str, Any] | None) -> Limits:
-        table = dict(table or {})
-        table.pop("dir", None)
-        known = {f.name for f in fields(cls)}
-        values: dict[str, int] = {}
-        for key, value in table.items():
-            name = key.replace("-", "_")
-            if name not in known:
-                allowed = ", ".join(sorted(k.replace("_", "-") for k in known | {"dir"}))
-                raise ConfigError(f"[config.{PLUGIN}]: unknown key {key!r} (known keys: {allowed})")
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"[config.{PLUGIN}] {key} must be a positive integer, not {value!r}")
-            values[name] = value
-        limits = cls(**values)
-        if limits.max_batch_bytes < limits.max_image_bytes:
-            raise ConfigError(
-                f"[config.{PLUGIN}] max-batch-bytes ({limits.max_batch_bytes}) is smaller than "
-                f"max-image-bytes ({limits.max_image_bytes}); raise it or lower max-image-bytes"
-            )
-        return limits
+
+
+Positive = Annotated[int, Meta(gt=0)]
+
+
+class StoreConfig(PluginConfig):
+    """[config.attachment-store]"""
+
+    max_image_bytes: Annotated[Positive, Meta(description="bytes of one image")] = Limits.max_image_bytes
+    max_batch_bytes: Annotated[Positive, Meta(description="bytes of one prompt's images together")] = (
+        Limits.max_batch_bytes)
+    max_pixels: Annotated[Positive, Meta(description="pixels of one image (decompression bombs)")] = Limits.max_pixels
+    max_batch_images: Annotated[Positive, Meta(description="images in one message")] = Limits.max_batch_images
+    dir: Annotated[str | None, Meta(description="where the store lives (default $DSH_HOME/attachments)")] = None
+
+    def __post_init__(self) -> None:
+        if self.max_batch_bytes < self.max_image_bytes:
+            raise ValueError(f"max-batch-bytes ({self.max_batch_bytes}) is smaller than max-image-bytes "
+                             f"({self.max_image_bytes}); raise it or lower max-image-bytes")
+
+    def limits(self) -> Limits:
+        return Limits(max_image_bytes=self.max_image_bytes, max_batch_bytes=self.max_batch_bytes,
+                      max_pixels=self.max_pixels, max_batch_images=self.max_batch_images)
 
 
 def _size(n: int) -> str:

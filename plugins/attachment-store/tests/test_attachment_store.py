@@ -294,19 +294,20 @@ def test_strict_base64_size_guard() -> None:
 
 
 def test_config_limits_and_errors(tmp_path: Path, home: Path) -> None:
-    s = plugin.store_from_config({"max-image-bytes": 5, "max_batch_bytes": 50, "max-pixels": 7, "dir": str(tmp_path / "a")})
+    s = plugin.store_from_config({"max-image-bytes": 5, "max-batch-bytes": 50, "max-pixels": 7, "dir": str(tmp_path / "a")})
     assert s.limits == Limits(max_image_bytes=5, max_batch_bytes=50, max_pixels=7)
     assert s.root == tmp_path / "a"
     assert plugin.store_from_config({}).root == home / "attachments"
     for table, msg in [
         ({"max-size": 1}, "unknown key 'max-size'"),
-        ({"max-pixels": 0}, "positive integer"),
-        ({"max-pixels": True}, "positive integer"),
-        ({"max-image-bytes": 10, "max-batch-bytes": 5}, "smaller than"),
-        ({"dir": 3}, "path string"),
+        ({"max_batch_bytes": 1}, "unknown key 'max_batch_bytes'"),  # TOML keys are kebab-case
+        ({"max-pixels": 0}, "max-pixels: expected `int` >= 1, found 0"),
+        ({"max-pixels": True}, "max-pixels: expected `int`, found True"),
+        ({"max-image-bytes": 10, "max-batch-bytes": 5}, r"max-batch-bytes \(5\) is smaller than"),
+        ({"dir": 3}, "dir: expected `str | null`, found 3"),
     ]:
-        with pytest.raises(ConfigError, match=msg):
-            plugin.dsh_configure(config={"attachment-store": table}, host=None)
+        with pytest.raises(ConfigError, match=r"\[config.attachment-store\] " + msg):
+            plugin.store_from_config(table)
 
 
 @pytest.mark.anyio

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import hookimpl
+from dsh_core.config import PluginConfig
 
 from ._catalogue import CATALOGUE, ModelCard
-from ._config import PLUGIN, Settings, parse_settings
+from ._config import PLUGIN, DeepSeekConfig, Settings, parse_settings, settings_from
 from ._provider import PROVIDER, DeepSeekProvider
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,7 +34,12 @@ class HostSettings:
 
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
-    host.state(HostSettings).settings = parse_settings(config.get(PLUGIN))
+    host.state(HostSettings).settings = settings_from(host.config_for(DeepSeekConfig))
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return PLUGIN, DeepSeekConfig
 
 
 @hookimpl

@@ -6,9 +6,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from dsh_core import ConfigError
+import msgspec
+from msgspec import Meta
+
+from dsh_core.config import PluginConfig, convert_at, decode
 from dsh_core.types import RetryPolicy
 
 PLUGIN = "deepseek-model"
@@ -16,21 +19,6 @@ DEFAULT_BASE_URL = "https://api.deepseek.com"
 KEY_ENV = "DEEPSEEK_API_KEY"
 BASE_URL_ENV = "DEEPSEEK_BASE_URL"
 EFFORTS = ("off", "low", "high", "max")
-
-_MODEL_KEYS = {
-    "context-window": ("context_window", int),
-    "max-output": ("max_output", int),
-    "tools": ("tools", bool),
-    "thinking": ("thinking", bool),
-    "image-input": ("image_input", bool),
-}
-_RETRY_KEYS = {
-    "max-retries": ("max_retries", int),
-    "base-delay": ("base_delay", float),
-    "max-delay": ("max_delay", float),
-    "jitter": ("jitter", float),
-}
-
 
 @dataclass(frozen=True)
 class Settings:
@@ -50,108 +38,72 @@ class Settings:
         return url.rstrip("/")
 
 
-def _where(key: str) -> str:
-    return f"[config.{PLUGIN}] {key}"
+Seconds = Annotated[float, Meta(gt=0)]
 
 
-def _number(table: Mapping[str, Any], key: str, kind: type, *, minimum: float = 0.0, strict: bool = True) -> Any:
-    value = table[key]
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    if not ok or value < minimum or (strict and value == minimum):
-        bound = f"> {minimum}" if strict else f">= {minimum}"
-        raise ConfigError(f"{_where(key)} must be a {kind.__name__} {bound}, not {value!r}")
-    return kind(value)
+class RetryConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="kebab"):
+    """``retry`` of [config.deepseek-model]: the provider's retry policy, run by the agent loop."""
+
+    max_retries: Annotated[int, Meta(ge=0)] = 5
+    base_delay: Annotated[float, Meta(ge=0)] = 0.5
+    max_delay: Annotated[float, Meta(ge=0)] = 30.0
+    jitter: Annotated[float, Meta(ge=0, lt=1, description="a fraction of the delay")] = 0.1
+
+
+class ModelCaps(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="kebab"):
+    """``models.<id>`` of [config.deepseek-model]: capability overrides of one model id."""
+
+    context_window: Annotated[int, Meta(gt=0)] | None = None
+    max_output: Annotated[int, Meta(gt=0)] | None = None
+    tools: bool | None = None
+    thinking: bool | None = None
+    image_input: bool | None = None
+
+
+class DeepSeekConfig(PluginConfig):
+    """[config.deepseek-model]"""
+
+    base_url: Annotated[str, Meta(pattern="^https?://", description="the endpoint (DEEPSEEK_BASE_URL wins)")] | None = None
+    reasoning_effort: Annotated[Literal["off", "low", "high", "max"] | bool, Meta(
+        description="off (or false) sends thinking disabled and no effort")] = "high"
+    max_tokens: Annotated[int, Meta(gt=0, description="max_tokens per call, clamped to the model's max output")] = 256_000
+    connect_timeout: Annotated[Seconds, Meta(description="seconds to connect")] = 10.0
+    first_event_timeout: Annotated[Seconds, Meta(description="seconds from sending to the first data event")] = 600.0
+    idle_timeout: Annotated[Seconds, Meta(description="seconds between data events")] = 300.0
+    deadline: Annotated[Seconds, Meta(description="overall seconds for one call")] = 1800.0
+    dotenv: Annotated[bool, Meta(description="also look for the key in .env files")] = True
+    retry: RetryConfig = msgspec.field(default_factory=RetryConfig)
+    models: Annotated[dict[str, dict[str, Any]], Meta(
+        description="model id -> context-window, max-output, tools, thinking, image-input")] = (
+        msgspec.field(default_factory=dict))
+
+    def __post_init__(self) -> None:
+        if self.reasoning_effort is True:
+            raise ValueError("reasoning-effort: expected one of off, low, high, max (or false), found True")
+        for model, caps in self.models.items():
+            convert_at(f"models.{model}", ModelCaps, caps)  # the key is named in full when it is bad
 
 
 def parse_settings(table: Mapping[str, Any] | None) -> Settings:
-    """Validate the plugin's table; every error names the key and the fix."""
-    table = dict(table or {})
-    known = {
-        "base-url", "reasoning-effort", "max-tokens", "connect-timeout", "first-event-timeout",
-        "idle-timeout", "deadline", "dotenv", "retry", "models",
+    """Validate the plugin's table; every error names the key (``dsh_core.config``)."""
+    return settings_from(decode(PLUGIN, DeepSeekConfig, table, where="example"))
+
+
+def settings_from(config: DeepSeekConfig) -> Settings:
+    effort = "off" if config.reasoning_effort is False else str(config.reasoning_effort)
+    r = config.retry
+    models = {
+        model: {name: value for name, value in msgspec.structs.asdict(convert_at(f"models.{model}", ModelCaps, caps)).items()
+                if value is not None}
+        for model, caps in config.models.items()
     }
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise ConfigError(f"{_where(unknown[0])}: unknown key; known keys: {', '.join(sorted(known))}")
-    kw: dict[str, Any] = {}
-    if "base-url" in table:
-        kw["base_url"] = _base_url(table["base-url"])
-    if "reasoning-effort" in table:
-        kw["reasoning_effort"] = _effort(table["reasoning-effort"])
-    if "max-tokens" in table:
-        kw["max_tokens"] = _number(table, "max-tokens", int)
-    for key in ("connect-timeout", "first-event-timeout", "idle-timeout", "deadline"):
-        if key in table:
-            kw[key.replace("-", "_")] = _number(table, key, float)
-    if "dotenv" in table:
-        if not isinstance(table["dotenv"], bool):
-            raise ConfigError(f"{_where('dotenv')} must be true or false")
-        kw["dotenv"] = table["dotenv"]
-    if "retry" in table:
-        kw["retry"] = _retry(table["retry"])
-    if "models" in table:
-        kw["models"] = _models(table["models"])
-    return Settings(**kw)
-
-
-def _base_url(url: Any) -> str:
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{_where('base-url')} must be an http(s) URL, not {url!r}")
-    return url
-
-
-def _effort(effort: Any) -> str:
-    if effort is False:
-        effort = "off"
-    if effort not in EFFORTS:
-        raise ConfigError(f"{_where('reasoning-effort')} must be one of {', '.join(EFFORTS)}, not {effort!r}")
-    return str(effort)
-
-
-def _retry(retry: Any) -> RetryPolicy:
-    """The ``retry`` table over the default policy."""
-    if not isinstance(retry, Mapping):
-        raise ConfigError(f"{_where('retry')} must be a table with {', '.join(_RETRY_KEYS)}")
-    fields: dict[str, Any] = {}
-    for key in retry:
-        if key not in _RETRY_KEYS:
-            raise ConfigError(f"{_where('retry.' + key)}: unknown key; known: {', '.join(_RETRY_KEYS)}")
-        name, kind = _RETRY_KEYS[key]
-        fields[name] = _number(retry, key, kind, strict=False)
-    policy = RetryPolicy(**{**_policy_dict(Settings().retry), **fields})
-    if policy.jitter >= 1:
-        raise ConfigError(f"{_where('retry.jitter')} must be below 1 (a fraction of the delay)")
-    return policy
-
-
-def _models(models: Any) -> dict[str, dict[str, Any]]:
-    """The ``models`` table: model id → capability overrides."""
-    if not isinstance(models, Mapping):
-        raise ConfigError(f"{_where('models')} must be a table of model id → capability table")
-    return {model: _capabilities(model, caps) for model, caps in models.items()}
-
-
-def _capabilities(model: str, caps: Any) -> dict[str, Any]:
-    if not isinstance(caps, Mapping):
-        raise ConfigError(f"{_where('models.' + model)} must be a table")
-    out: dict[str, Any] = {}
-    for key, value in caps.items():
-        if key not in _MODEL_KEYS:
-            raise ConfigError(f"{_where(f'models.{model}.{key}')}: unknown key; known: {', '.join(_MODEL_KEYS)}")
-        name, kind = _MODEL_KEYS[key]
-        if kind is bool:
-            if not isinstance(value, bool):
-                raise ConfigError(f"{_where(f'models.{model}.{key}')} must be true or false")
-            out[name] = value
-        else:
-            out[name] = _number(caps, key, int)
-    return out
-
-
-def _policy_dict(policy: RetryPolicy) -> dict[str, Any]:
-    return {f: getattr(policy, f) for f in policy.__struct_fields__}
+    return Settings(
+        base_url=config.base_url, reasoning_effort=effort, max_tokens=config.max_tokens,
+        connect_timeout=config.connect_timeout, first_event_timeout=config.first_event_timeout,
+        idle_timeout=config.idle_timeout, deadline=config.deadline, dotenv=config.dotenv,
+        retry=RetryPolicy(max_retries=r.max_retries, base_delay=r.base_delay, max_delay=r.max_delay, jitter=r.jitter),
+        models=models,
+    )
 
 
 # --------------------------------------------------------------------------- credentials

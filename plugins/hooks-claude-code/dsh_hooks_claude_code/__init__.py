@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsh_hooks.protocol import POINTS, Dialect, DialectPlugin, transcript_path
+from dsh_hooks.protocol import POINTS, Dialect, DialectPlugin, HookConfig, transcript_path
 
 PLUGIN = "hooks-claude-code"
 
@@ -37,6 +37,10 @@ class ClaudeCode(Dialect):
         return {**base, **fields}
 
 
+class ClaudeCodeConfig(HookConfig):
+    """[config.hooks-claude-code]"""
+
+
 DIALECT = ClaudeCode(
     name="claude-code",
     plugin=PLUGIN,
@@ -46,6 +50,7 @@ DIALECT = ClaudeCode(
     honours_ask=True,
     stdout_context=frozenset(),
     project_files=(".claude/settings.json", ".claude/settings.local.json"),
+    config_type=ClaudeCodeConfig,
 )
 
 plugin = DialectPlugin(DIALECT)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dsh_hooks.protocol import POINTS, CommandHook, Dialect, DialectPlugin, transcript_path
+from dsh_hooks.protocol import POINTS, CommandHook, Dialect, DialectPlugin, HookConfig, transcript_path
 
 PLUGIN = "hooks-codex"
 SNAKE = {"SessionStart": "session_start", "UserPromptSubmit": "user_prompt_submit", "PreToolUse": "pre_tool_use",
@@ -47,6 +47,10 @@ class Codex(Dialect):
         return {**out, **fields}
 
 
+class CodexConfig(HookConfig):
+    """[config.hooks-codex]"""
+
+
 DIALECT = Codex(
     name="codex",
     plugin=PLUGIN,
@@ -56,6 +60,7 @@ DIALECT = Codex(
     honours_ask=False,
     stdout_context=frozenset({"SessionStart", "UserPromptSubmit"}),
     project_files=(".codex/hooks.json",),
+    config_type=CodexConfig,
 )
 
 plugin = DialectPlugin(DIALECT)

@@ -45,12 +45,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import anyio.abc
+import msgspec
+from msgspec import Meta
 
-from dsh_core import ConfigError, hookimpl
+from dsh_core import hookimpl
+from dsh_core.config import PluginConfig
+from dsh_core.config import decode as decode_config
 from dsh_core.errors import DshError
 from dsh_core.interception import (
     BLOCKED_PROMPT,
@@ -136,6 +140,7 @@ class Dialect:
     honours_ask: bool  # PreToolUse ask/allow (Codex honours only blocks)
     stdout_context: frozenset[str]  # points where plain (non-JSON) stdout on exit 0 is context
     project_files: tuple[str, ...]  # default per-session files, relative to the session's cwd
+    config_type: type[HookConfig]  # the dialect's own [config.<plugin>] Struct (a HookConfig subclass)
 
     def hook_entry(self, raw: Mapping[str, Any]) -> CommandHook | str | None:
         """A runnable hook, a reason it is skipped, or None (malformed: ignored)."""
@@ -334,6 +339,20 @@ def _summary(stderr: str) -> str | None:
 # --------------------------------------------------------------------------- the bridge
 
 
+class HookConfig(PluginConfig):
+    """A hook plugin's table (each dialect declares its own subclass, so each has its own slot)."""
+
+    files: Annotated[list[str] | str, Meta(description="process-level hook files (absolute, or relative to dsh's cwd)")] = (
+        msgspec.field(default_factory=list))
+    project_files: Annotated[list[str] | None, Meta(
+        description="per-session hook files under the session's cwd (default: the dialect's own)")] = None
+    default_timeout: Annotated[float, Meta(gt=0, description="seconds a hook may run when its file sets no timeout")] = (
+        DEFAULT_TIMEOUT_S)
+    output_limit: Annotated[int, Meta(ge=1024, description="bytes of a hook's stdout and of its stderr kept")] = (
+        DEFAULT_OUTPUT_LIMIT)
+    project_dir: Annotated[str | None, Meta(description="CLAUDE_PROJECT_DIR (default: the session's cwd)")] = None
+
+
 @dataclass
 class Settings:
     files: list[str]  # process-level hook files (the example's config)
@@ -343,29 +362,17 @@ class Settings:
     project_dir: str | None = None
 
     @classmethod
-    def from_config(cls, table: Mapping[str, Any] | None, dialect: Dialect) -> Settings:
-        table = dict(table or {})
-        known = {"files", "project-files", "default-timeout", "output-limit", "project-dir"}
-        for key in table:
-            if key not in known:
-                raise ConfigError(f"[config.{dialect.plugin}] has an unknown key {key!r}; known: {sorted(known)}")
-        files = table.get("files", [])
-        files = [files] if isinstance(files, str) else files
-        project = table.get("project-files", list(dialect.project_files))
-        for key, value in (("files", files), ("project-files", project)):
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ConfigError(f"[config.{dialect.plugin}] {key} must be a list of paths")
-        timeout = table.get("default-timeout", DEFAULT_TIMEOUT_S)
-        limit = table.get("output-limit", DEFAULT_OUTPUT_LIMIT)
-        if not isinstance(timeout, int | float) or timeout <= 0:
-            raise ConfigError(f"[config.{dialect.plugin}] default-timeout must be a positive number of seconds")
-        if not isinstance(limit, int) or limit < 1024:
-            raise ConfigError(f"[config.{dialect.plugin}] output-limit must be an integer >= 1024 (bytes)")
-        project_dir = table.get("project-dir")
-        if project_dir is not None and not isinstance(project_dir, str):
-            raise ConfigError(f"[config.{dialect.plugin}] project-dir must be a path")
+    def from_typed(cls, config: HookConfig, dialect: Dialect) -> Settings:
+        files = [config.files] if isinstance(config.files, str) else config.files
+        project = list(dialect.project_files) if config.project_files is None else config.project_files
         return cls(files=[os.path.abspath(f) for f in files], project_files=project,
-                   default_timeout_s=float(timeout), output_limit=limit, project_dir=project_dir)
+                   default_timeout_s=float(config.default_timeout), output_limit=config.output_limit,
+                   project_dir=config.project_dir)
+
+    @classmethod
+    def from_config(cls, table: Mapping[str, Any] | None, dialect: Dialect) -> Settings:
+        """Settings from a raw table (ConfigError naming the key when it is bad)."""
+        return cls.from_typed(decode_config(dialect.plugin, dialect.config_type, table, where="example"), dialect)
 
 
 @dataclass
@@ -561,7 +568,12 @@ class DialectPlugin:
 
     @hookimpl
     def dsh_configure(self, config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
-        host.state(HookBridges)[self.dialect.name] = Bridge(self.dialect, Settings.from_config(config.get(self.dialect.plugin), self.dialect))
+        settings = Settings.from_typed(host.config_for(self.dialect.config_type), self.dialect)
+        host.state(HookBridges)[self.dialect.name] = Bridge(self.dialect, settings)
+
+    @hookimpl
+    def dsh_config_type(self) -> tuple[str, type[PluginConfig]]:
+        return self.dialect.plugin, self.dialect.config_type
 
     @hookimpl
     def dsh_session_start(self, session: Any, source: str, turn: int) -> Any:

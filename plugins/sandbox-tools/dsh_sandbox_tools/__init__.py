@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import hookimpl
+from dsh_core.config import PluginConfig
 
 from .confine import Confined, SandboxConfinement, confine
 from .mechanisms import get_runner
-from .policy import PLUGIN, Settings, temp_roots
+from .policy import PLUGIN, SandboxConfig, Settings, temp_roots
 from .run import spill_path_for
 from .sandbox import HostSandbox, Sandbox, sandbox_for
 from .tools import make_tools
@@ -38,7 +39,12 @@ log = logging.getLogger(f"dsh.{PLUGIN}")
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     # The host's Sandbox is the host's state slot (sandbox.HostSandbox); the hooks below find it
     # from the host they are given.
-    host.state(HostSandbox).sandbox = Sandbox(Settings.from_config(config.get(PLUGIN)))
+    host.state(HostSandbox).sandbox = Sandbox(Settings.from_typed(host.config_for(SandboxConfig)))
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return PLUGIN, SandboxConfig
 
 
 @hookimpl

@@ -7,14 +7,17 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from msgspec import Meta
 
 from dsh_core import ConfigError
+from dsh_core.config import PluginConfig, decode
 from dsh_core.hardening import is_credential_name as _is_credential_name
 
 PLUGIN = "sandbox-tools"
 MODES = ("read-only", "workspace-write", "danger-full-access")
-DEFAULT_MODE = "workspace-write"
+DEFAULT_MODE: Literal["workspace-write"] = "workspace-write"
 MECHANISMS = ("auto", "bwrap", "landlock", "none")
 _RANK = {m: i for i, m in enumerate(MODES)}
 
@@ -22,6 +25,22 @@ _RANK = {m: i for i, m in enumerate(MODES)}
 def wider(target: str, current: str) -> bool:
     """True when ``target`` grants strictly more than ``current``."""
     return _RANK[target] > _RANK[current]
+
+
+Positive = Annotated[int, Meta(gt=0)]
+
+
+class SandboxConfig(PluginConfig):
+    """[config.sandbox-tools] (DSH_PERMISSION_MODE and DSH_SANDBOX_MECHANISM win over the first two keys)"""
+
+    permission_mode: Annotated[Literal["read-only", "workspace-write", "danger-full-access"], Meta(
+        description="the tier commands and file tools run in")] = DEFAULT_MODE
+    mechanism: Annotated[Literal["auto", "bwrap", "landlock", "none"], Meta(
+        description="auto: bubblewrap, else Landlock; none: the confined tiers refuse to run commands")] = "auto"
+    max_output_bytes: Annotated[Positive, Meta(description="bytes of a command's output the model sees")] = 30_000
+    timeout_ms: Annotated[Positive, Meta(description="a command's default timeout")] = 120_000
+    max_timeout_ms: Annotated[Positive, Meta(description="the longest timeout a call may ask for")] = 600_000
+    spill_dir: Annotated[str | None, Meta(description="where full outputs go (default $DSH_HOME/spill)")] = None
 
 
 @dataclass
@@ -36,38 +55,23 @@ class Settings:
     spill_dir: Path | None = None  # default: $DSH_HOME/spill
 
     @classmethod
-    def from_config(cls, table: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_typed(cls, config: SandboxConfig, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
-        table = dict(table or {})
-        known = {"permission-mode", "mechanism", "max-output-bytes", "timeout-ms", "max-timeout-ms", "spill-dir"}
-        unknown = sorted(set(table) - known)
-        if unknown:
-            raise ConfigError(
-                f"[config.{PLUGIN}]: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
-            )
-        mode = env.get("DSH_PERMISSION_MODE") or table.get("permission-mode") or DEFAULT_MODE
+        mode = env.get("DSH_PERMISSION_MODE") or config.permission_mode
         if mode not in MODES:
-            raise ConfigError(
-                f"{PLUGIN}: permission mode {mode!r} (DSH_PERMISSION_MODE or [config.{PLUGIN}] permission-mode) "
-                f"is not one of {', '.join(MODES)}"
-            )
-        mech = env.get("DSH_SANDBOX_MECHANISM") or table.get("mechanism") or "auto"
+            raise ConfigError(f"{PLUGIN}: permission mode {mode!r} (DSH_PERMISSION_MODE) is not one of {', '.join(MODES)}")
+        mech = env.get("DSH_SANDBOX_MECHANISM") or config.mechanism
         if mech not in MECHANISMS:
             raise ConfigError(
-                f"{PLUGIN}: sandbox mechanism {mech!r} (DSH_SANDBOX_MECHANISM or [config.{PLUGIN}] mechanism) "
-                f"is not one of {', '.join(MECHANISMS)}"
-            )
-        s = cls(mode=mode, mechanism=mech)
-        for key, attr in (("max-output-bytes", "max_output_bytes"), ("timeout-ms", "default_timeout_ms"),
-                          ("max-timeout-ms", "max_timeout_ms")):
-            if key in table:
-                v = table[key]
-                if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                    raise ConfigError(f"[config.{PLUGIN}] {key} must be a positive integer, got {v!r}")
-                setattr(s, attr, v)
-        if "spill-dir" in table:
-            s.spill_dir = Path(str(table["spill-dir"]))
-        return s
+                f"{PLUGIN}: sandbox mechanism {mech!r} (DSH_SANDBOX_MECHANISM) is not one of {', '.join(MECHANISMS)}")
+        return cls(mode=mode, mechanism=mech, max_output_bytes=config.max_output_bytes,
+                   default_timeout_ms=config.timeout_ms, max_timeout_ms=config.max_timeout_ms,
+                   spill_dir=Path(config.spill_dir) if config.spill_dir is not None else None)
+
+    @classmethod
+    def from_config(cls, table: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from a raw table and the environment (ConfigError naming the key when bad)."""
+        return cls.from_typed(decode(PLUGIN, SandboxConfig, table, where="example"), environ)
 
     def spill_root(self) -> Path:
         if self.spill_dir is not None:

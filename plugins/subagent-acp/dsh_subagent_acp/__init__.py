@@ -19,9 +19,10 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
+import msgspec
 from dsh_acp.client import (
     AcpClient,
     AcpClientError,
@@ -29,8 +30,10 @@ from dsh_acp.client import (
     open_client,
     scrub_env,
 )
+from msgspec import Meta
 
-from dsh_core import ConfigError, hookimpl
+from dsh_core import hookimpl
+from dsh_core.config import PluginConfig, decode
 from dsh_core.contracts import new_id
 from dsh_core.types import ApprovalDecided, ApprovalRequest, ToolOutput, ToolSpec
 
@@ -71,56 +74,54 @@ class Settings:
     forward_stderr: bool = False
 
 
-def _number(table: dict[str, Any], key: str, default: float, *, integer: bool = False, minimum: float = 0) -> Any:
-    value = table.pop(key, default)
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if not ok or isinstance(value, bool) or value < minimum or (not integer and value <= 0):
-        kind = "an integer" if integer else "a positive number of seconds"
-        raise ConfigError(f"[config.{NAME}] {key} must be {kind} (>= {minimum})")
-    return value
+Seconds = Annotated[float, Meta(gt=0)]
+
+
+class SubagentConfig(PluginConfig):
+    """[config.subagent-acp]"""
+
+    command: Annotated[list[str] | str | None, Meta(
+        description="the child's whole command (a list, or one shell-quoted line); default: dsh run --example EXAMPLE "
+                    "on this agent's route")] = None
+    example: Annotated[str, Meta(min_length=1, description="the example the child serves")] = "acp-agent"
+    permission: Annotated[Literal["allow", "reject"], Meta(
+        description="the answer to a child's permission request nobody in this process can answer")] = "reject"
+    env: Annotated[dict[str, str], Meta(description="variables set in the child's environment")] = (
+        msgspec.field(default_factory=dict))
+    inherit_env: Annotated[list[str], Meta(description="variables passed on despite the scrubbing")] = (
+        msgspec.field(default_factory=lambda: list(Settings.inherit_env)))
+    max_depth: Annotated[int, Meta(ge=0, description="delegation depth limit")] = 2
+    max_live: Annotated[int, Meta(ge=1, description="children running at once")] = 4
+    start_timeout: Annotated[Seconds, Meta(description="seconds for a child to answer initialize")] = 60.0
+    cancel_grace: Annotated[Seconds, Meta(description="seconds a cancelled child gets to settle")] = 2.0
+    eof_grace: Annotated[Seconds, Meta(description="seconds after stdin EOF before SIGTERM")] = 2.0
+    term_grace: Annotated[Seconds, Meta(description="seconds after SIGTERM before SIGKILL")] = 2.0
+    forward_stderr: Annotated[bool, Meta(description="copy the child's stderr to this process's")] = False
+
+    def __post_init__(self) -> None:
+        if self.command is not None and not (shlex.split(self.command) if isinstance(self.command, str) else self.command):
+            raise ValueError("command must be a non-empty list of strings or a command line")
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return NAME, SubagentConfig
+
+
+def settings_from(config: SubagentConfig) -> Settings:
+    command = config.command
+    argv = tuple(shlex.split(command) if isinstance(command, str) else command) if command is not None else None
+    return Settings(
+        command=argv, example=config.example, permission=config.permission, env=dict(config.env),
+        inherit_env=tuple(config.inherit_env), max_depth=config.max_depth, max_live=config.max_live,
+        start_timeout=config.start_timeout, cancel_grace=config.cancel_grace, eof_grace=config.eof_grace,
+        term_grace=config.term_grace, forward_stderr=config.forward_stderr,
+    )
 
 
 def parse_settings(config: Mapping[str, Mapping[str, Any]]) -> Settings:
-    table = dict(config.get(NAME, {}))
-    command = table.pop("command", None)
-    if command is not None:
-        if isinstance(command, str):
-            command = shlex.split(command)
-        if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
-            raise ConfigError(f"[config.{NAME}] command must be a non-empty list of strings or a command line")
-        command = tuple(command)
-    example = table.pop("example", "acp-agent")
-    if not isinstance(example, str) or not example:
-        raise ConfigError(f"[config.{NAME}] example must be an example name")
-    permission = table.pop("permission", "reject")
-    if permission not in ("allow", "reject"):
-        raise ConfigError(f'[config.{NAME}] permission must be "allow" or "reject" (the fallback policy)')
-    env = table.pop("env", {})
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise ConfigError(f"[config.{NAME}] env must be a table of string values")
-    inherit = table.pop("inherit-env", list(Settings.inherit_env))
-    if not isinstance(inherit, list) or not all(isinstance(n, str) for n in inherit):
-        raise ConfigError(f"[config.{NAME}] inherit-env must be a list of variable names")
-    forward = table.pop("forward-stderr", False)
-    if not isinstance(forward, bool):
-        raise ConfigError(f"[config.{NAME}] forward-stderr must be true or false")
-    settings = Settings(
-        command=command,
-        example=example,
-        permission=permission,
-        env=dict(env),
-        inherit_env=tuple(inherit),
-        max_depth=_number(table, "max-depth", 2, integer=True, minimum=0),
-        max_live=_number(table, "max-live", 4, integer=True, minimum=1),
-        start_timeout=_number(table, "start-timeout", 60.0),
-        cancel_grace=_number(table, "cancel-grace", 2.0),
-        eof_grace=_number(table, "eof-grace", 2.0),
-        term_grace=_number(table, "term-grace", 2.0),
-        forward_stderr=forward,
-    )
-    if table:
-        raise ConfigError(f"[config.{NAME}] unknown keys: {', '.join(sorted(table))} (see plugins/subagent-acp/README.md)")
-    return settings
+    """Settings from the raw example config (ConfigError naming the key when it is bad)."""
+    return settings_from(decode(NAME, SubagentConfig, config.get(NAME), where="example"))
 
 
 # --------------------------------------------------------------------------- per-host state
@@ -138,7 +139,7 @@ class Children:
 
 def children_of(host: Any) -> Children:
     """The host's live children (its state slot, made with the host's settings on first use)."""
-    children: Children = host.state(Children, lambda: Children(parse_settings(getattr(host, "config", {}))))
+    children: Children = host.state(Children, lambda: Children(settings_from(host.config_for(SubagentConfig))))
     return children
 
 
@@ -372,7 +373,7 @@ async def _dispose(client: AcpClient) -> None:
 
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
-    children_of(host).settings = parse_settings(config)
+    children_of(host)  # the slot, with the settings the host decoded
 
 
 @hookimpl

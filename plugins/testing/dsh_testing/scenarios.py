@@ -74,6 +74,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .harness import REPO
+
 MODES = ("replay", "refresh", "record")
 HEADERS_DIR = "_headers"
 SYSTEM_FILE = "system-prompt.md"
@@ -453,7 +455,8 @@ def _replacements(paths: tuple[Path, Path, Path], mode: str, model: str, sids: l
                   order: list[str]) -> list[tuple[str, str]]:
     """What a run's text says that differs between runs (``paths``: home, work, root), and its placeholder."""
     home, work, root = paths
-    replacements: list[tuple[str, str]] = [(str(home), "{{home}}"), (str(work), "{{cwd}}"), (str(root), "{{tmp}}")]
+    replacements: list[tuple[str, str]] = [(str(home), "{{home}}"), (str(work), "{{cwd}}"), (str(root), "{{tmp}}"),
+                                           (str(REPO), "{{repo}}")]  # e.g. an example's path in a config error
     if mode != "record" or os.path.isabs(model):  # a file as the model: a script, a recording
         replacements.insert(0, (model, "{{script}}"))
     for n, sid in enumerate([*sids, *[s for s in order if s not in sids]]):

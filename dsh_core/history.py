@@ -1,0 +1,146 @@
+"""The agent's history: the append-only list sent to the model (so provider prefix caches keep
+hitting), what a history policy sees and may replace, and rebuilding a session from its log
+(``restore``: ``session/resume``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .agent_base import AgentBase
+from .protocols import HistoryContext
+from .types import (
+    AssistantMessage,
+    AssistantMessageEvent,
+    CompactionSummary,
+    DurableEvent,
+    HistoryView,
+    InboxClaimed,
+    InboxDropped,
+    ModelRequest,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultEvent,
+    ToolResultMessage,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+    UserMessageEvent,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+
+# Sources of user messages the loop itself puts into the history when it records them (not
+# through the inbox): results spliced after tool calls, and interception context.
+IMMEDIATE_SOURCES = frozenset({"tool", "hook"})
+
+
+@dataclass
+class _Replay:
+    """What ``Agent.restore`` rebuilds from a recorded log, one event at a time."""
+
+    seq: int
+    turn: int
+    pending: dict[str, UserMessage] = field(default_factory=dict)  # recorded, not yet claimed
+    history: list[UserMessage | AssistantMessage | ToolResultMessage] = field(default_factory=list)
+    open_turn: int | None = None
+    answered: set[str] = field(default_factory=set)  # call ids with a result in the open turn
+    calls: list[tuple[int, int, ToolCallBlock]] = field(default_factory=list)  # (turn, step, call) of the open turn
+    claimed: set[str] = field(default_factory=set)  # ids the last claim moved into the history
+
+    def apply(self, ev: DurableEvent) -> None:
+        self.seq = max(self.seq, ev.seq)
+        if isinstance(ev, UserMessageEvent):
+            if ev.message.source in IMMEDIATE_SOURCES:  # spliced by the loop itself: history at once
+                self.history.append(ev.message)
+            else:
+                self.pending[ev.message.id] = ev.message
+        elif isinstance(ev, InboxClaimed):
+            self.claimed = set(ev.message_ids)
+            self.history.extend(self.pending.pop(i) for i in ev.message_ids if i in self.pending)
+            self.turn = max(self.turn, ev.turn)
+        elif isinstance(ev, InboxDropped):
+            for i in ev.message_ids:
+                self.pending.pop(i, None)
+        elif isinstance(ev, TurnStart):
+            self.open_turn, self.answered, self.calls = ev.turn, set(), []
+            self.turn = max(self.turn, ev.turn)
+        elif isinstance(ev, TurnEnd):
+            self._turn_end(ev)
+        elif isinstance(ev, AssistantMessageEvent):
+            if ev.message.content:  # as the loop did: an empty (cut) message never entered history
+                self.history.append(ev.message)
+            self.calls.extend((ev.turn, ev.step, b) for b in ev.message.content if isinstance(b, ToolCallBlock))
+        elif isinstance(ev, ToolResultEvent):
+            self.history.append(ev.result)
+            self.answered.add(ev.result.call_id)
+        elif isinstance(ev, CompactionSummary):  # replayed exactly as the policy rewrote it
+            self.history = [*self.history[:ev.covered_from], ev.message, *self.history[ev.covered_to:]]
+
+    def _turn_end(self, ev: TurnEnd) -> None:
+        self.open_turn = None
+        if ev.reason == "blocked":  # dsh_prompt_submit kept the claimed prompt out
+            self.history = [m for m in self.history if not (isinstance(m, UserMessage) and m.id in self.claimed)]
+
+
+
+class History(AgentBase):
+    """The history part of the agent (see ``agent_base``)."""
+
+    # ------------------------------------------------------------------ resume
+
+    def restore(self, events: list[DurableEvent]) -> None:
+        """Rebuild this (fresh, idle) agent's conversation from a recorded log's events, so the
+        session continues where it stopped. Nothing is re-run and nothing is re-published to
+        observers; the log keeps growing after ``events``.
+
+        The model's history gets exactly what the original loop had put there: claimed user
+        messages, committed assistant messages (reasoning blocks included, so a provider that
+        needs them replayed gets them), tool results and spliced messages. A turn the log
+        shows started but not ended (the process died mid-turn) stays interrupted: each of its
+        tool calls without a result gets an error result saying it was not re-run, and a
+        ``turn/end`` (aborted, ``interrupted``) is recorded, so history stays a valid conversation."""
+        if self._busy or self._seq or self._history:
+            raise RuntimeError("restore() needs a fresh, idle agent")
+        replay = _Replay(seq=self._seq, turn=self._turn)
+        for ev in events:
+            replay.apply(ev)
+        self._seq, self._turn = replay.seq, replay.turn
+        self._history = replay.history
+        self._start_source = "resume"
+        if replay.open_turn is not None:
+            self._interrupt(replay.open_turn, [c for c in replay.calls if c[2].id not in replay.answered])
+
+    def _interrupt(self, open_turn: int, unanswered: list[tuple[int, int, ToolCallBlock]]) -> None:
+        """Close a restored turn the process died in: an error result for each call without one,
+        then ``turn/end`` (aborted, ``interrupted``)."""
+        for turn, step, call in unanswered:
+            result = ToolResultMessage(
+                call_id=call.id,
+                name=call.name,
+                content=[TextBlock(text="Error: interrupted (the agent process stopped during this call); "
+                                        "it was not re-run")],
+                is_error=True,
+            )
+            self._history.append(result)
+            self.emit(ToolResultEvent(turn=turn, step=step, result=result, code="INTERRUPTED"))
+        self.emit(TurnEnd(turn=open_turn, reason="aborted", abort_kind="interrupted"))
+
+    @property
+    def history(self) -> HistoryView:
+        """The model history as a read-only view (O(1))."""
+        return HistoryView(self._history)
+
+    def _history_context(self, turn: int, step: int, request: ModelRequest) -> HistoryContext:
+        tokens, count = self._metered if self._metered is not None else (None, 0)
+        return HistoryContext(
+            agent=self.as_agent(), turn=turn, step=step, route=request.route, system=request.system, tools=request.tools,
+            history=HistoryView(self._history), metered_tokens=tokens, metered_messages=count,
+        )
+
+    def _replace_history(self, messages: Any) -> None:
+        # A new list, never an in-place edit: views handed to earlier calls stay what they were.
+        self._history = list(messages)
+        self._metered = None
+

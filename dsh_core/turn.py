@@ -1,0 +1,391 @@
+"""The turn loop: a driver claims the whole inbox as one turn and runs steps — model call, then
+the tool calls it asked for, then the next model call — until a step asks for no tool; the
+interception points at prompt submit and before stop; committing what a model call produced
+(an interrupted call commits the text it already had)."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .agent_base import AgentBase
+from .diag import warn
+from .errors import ModelError
+from .interception import (
+    BeforeStop,
+    PromptSubmit,
+    SessionStart,
+    reminder,
+    settle,
+)
+from .protocols import new_id
+from .types import (
+    AgentError,
+    AssistantMessage,
+    AssistantMessageEvent,
+    ContentBlock,
+    Finish,
+    HistoryView,
+    ImageBlock,
+    ImageDelta,
+    InboxClaimed,
+    ModelCallFailed,
+    ModelRequest,
+    Note,
+    ReasoningBlock,
+    ReasoningDelta,
+    RequestHeader,
+    RetryEvent,
+    TextBlock,
+    TextDelta,
+    ToolCallBlock,
+    ToolCallDelta,
+    TurnEnd,
+    TurnStart,
+    Usage,
+    UsageDelta,
+    UserMessage,
+    UserMessageEvent,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+
+class _TurnFailed(Exception):
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+@dataclass
+class _Text:
+    """Consecutive text (or reasoning) deltas of one model call, joined when the call ends."""
+
+    reasoning: bool
+    parts: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@dataclass
+class _ToolSlot:
+    """One tool call as its deltas arrive: id and name may come late, arguments in pieces."""
+
+    id: str
+    name: str
+    args: list[str] = field(default_factory=list)
+
+
+class _Partial:
+    """Accumulates one model call's deltas into content blocks in arrival order."""
+
+    def __init__(self) -> None:
+        self.blocks: list[_Text | _ToolSlot | ImageBlock] = []
+        self.tool_slots: dict[int, _ToolSlot] = {}
+        self.usage: Usage | None = None
+        self.finish: str | None = None
+
+    def _text(self, text: str, *, reasoning: bool) -> None:
+        last = self.blocks[-1] if self.blocks else None
+        if isinstance(last, _Text) and last.reasoning == reasoning:
+            last.parts.append(text)
+        else:
+            self.blocks.append(_Text(reasoning, [text]))
+
+    def apply(self, d: Any) -> None:
+        if isinstance(d, TextDelta):
+            self._text(d.text, reasoning=False)
+        elif isinstance(d, ReasoningDelta):
+            self._text(d.text, reasoning=True)
+        elif isinstance(d, ToolCallDelta):
+            slot = self.tool_slots.get(d.index)
+            if slot is None:
+                slot = self.tool_slots[d.index] = _ToolSlot(d.id or "", d.name or "")
+                self.blocks.append(slot)
+            if d.id:
+                slot.id = d.id
+            if d.name:
+                slot.name = d.name
+            if d.arguments:
+                slot.args.append(d.arguments)
+        elif isinstance(d, ImageDelta):
+            self.blocks.append(d.image)
+        elif isinstance(d, UsageDelta):
+            self.usage = d.usage
+        elif isinstance(d, Finish):
+            self.finish = d.reason
+
+    def content(self, *, keep_tools: bool) -> list[ContentBlock]:
+        out: list[ContentBlock] = []
+        for b in self.blocks:
+            if isinstance(b, _Text):
+                out.append(ReasoningBlock(text=b.text) if b.reasoning else TextBlock(text=b.text))
+            elif isinstance(b, _ToolSlot):
+                if keep_tools:
+                    out.append(ToolCallBlock(id=b.id or new_id("call_"), name=b.name, arguments="".join(b.args)))
+            else:
+                out.append(b)
+        return out
+
+    @property
+    def has_visible(self) -> bool:
+        return any((isinstance(b, _Text) and not b.reasoning and b.text) or isinstance(b, ImageBlock)
+                   for b in self.blocks)
+
+
+class TurnLoop(AgentBase):
+    """The turn-loop part of the agent (see ``agent_base``)."""
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _drive(self) -> None:
+        try:
+            while True:
+                while self._inbox and not self._disposed:
+                    await self._run_turn()
+                self._busy = False
+                self._idle.set()
+                if self._disposed:
+                    return
+                assert self._wake is not None
+                self._wake = anyio.Event()
+                await self._wake.wait()
+        finally:
+            self._wake = None
+            self._busy = False
+            self._idle.set()
+
+    async def _run_turn(self) -> None:
+        self._turn += 1
+        turn = self._turn
+        claimed, self._inbox = self._inbox, []
+        self.emit(InboxClaimed(turn=turn, message_ids=[m.id for m in claimed]))
+        self._history.extend(claimed)
+        self.emit(TurnStart(turn=turn))
+        self._abort_kind = None
+        self._halted = None
+        reason, error, code = "completed", None, None
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            try:
+                if self.log_error is None:  # InboxClaimed/TurnStart already failed to record: do no work
+                    reason = await self._turn_body(turn, claimed)
+            except _TurnFailed as exc:
+                reason, error, code = "error", exc.message, exc.code
+            except Exception as exc:  # a plugin bug fails this turn, never the host's other sessions
+                warn(f"turn {turn} of {self.session_id} crashed: {exc!r}")
+                reason, error, code = "error", f"internal error: {type(exc).__name__}: {exc}", "INTERNAL"
+        self._scope = None
+        if self.log_error is not None:
+            reason, error, code = "error", self._log_failure(), "LOG_FAILED"
+        elif scope.cancelled_caught or (scope.cancel_called and reason == "completed"):
+            reason = "aborted"
+        if reason == "error":
+            self.emit(AgentError(turn=turn, message=error or "unknown error", code=code or ""))
+        self.emit(
+            TurnEnd(
+                turn=turn,
+                reason=reason,  # type: ignore[arg-type]
+                abort_kind=(self._abort_kind or "user") if reason == "aborted" else None,
+                error=error,
+                code=code,
+            )
+        )
+
+    def _request(self) -> ModelRequest:
+        tools = [self.tools[n].spec for n in self.offered] if self.route.tools else []
+        if not self._header_sent:
+            self._header_sent = True
+            self.emit(
+                RequestHeader(
+                    provider=self.route.provider,
+                    model=self.route.model,
+                    system=self.system,
+                    tools=[{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools],
+                    route=self.route,
+                )
+            )
+        return ModelRequest(
+            route=self.route,
+            system=self.system,
+            messages=HistoryView(self._history),
+            tools=tools,
+            session_id=self.session_id,
+            cwd=self.cwd,
+        )
+
+    def _append_context(self, texts: list[str]) -> None:
+        """Append plugin context after what the model saw (one user message, source ``hook``)."""
+        if texts:
+            message = UserMessage(id=new_id("msg_"), content=[TextBlock(text=reminder(t)) for t in texts], source="hook")
+            self._history.append(message)
+            self.emit(UserMessageEvent(message=message))
+
+    async def _intercept_prompt(self, turn: int, claimed: list[UserMessage]) -> bool:
+        """Session start (once per agent object) and prompt submit. False: the prompt is blocked."""
+        hook = self.host.pm.hook
+        context: list[str] = []
+        if self._start_source is not None:
+            source, self._start_source = self._start_source, None
+            started = [a for a in await settle(hook.dsh_session_start(session=self, source=source, turn=turn))
+                       if isinstance(a, SessionStart)]
+            context += [c for a in started for c in a.context if c]
+            self._halt(turn, "session_start", started)
+        answers: list[PromptSubmit] = []
+        if not self._halted:  # a stop at session start: the prompt is not submitted
+            answers = [a for a in await settle(hook.dsh_prompt_submit(session=self, messages=list(claimed), turn=turn))
+                       if isinstance(a, PromptSubmit)]
+            self._halt(turn, "prompt_submit", answers)
+        blocks = [a.block for a in answers if a.block]
+        if blocks or self._halted:  # a stop before the prompt was admitted keeps it out, as a block does
+            ids = {m.id for m in claimed}
+            self._history = [m for m in self._history if not (isinstance(m, UserMessage) and m.id in ids)]
+            self.emit(Note(kind="prompt/blocked", data={"turn": turn, "messageIds": sorted(ids),
+                                                         "reason": "\n\n".join(blocks) or "a hook stopped the turn"}))
+            self._append_context(context)  # session context stays: it is not the prompt's
+            return False
+        self._append_context(context + [c for a in answers for c in a.context if c])
+        return True
+
+    async def _intercept_stop(self, turn: int, step: int, continued: int) -> bool:
+        """True: a ``dsh_before_stop`` answer made the turn take another step."""
+        answers = [a for a in await settle(self.host.pm.hook.dsh_before_stop(
+            session=self, turn=turn, step=step, continued=continued)) if isinstance(a, BeforeStop)]
+        blocks = [a.block for a in answers if a.block]
+        if self._halt(turn, "before_stop", answers) or not blocks:  # a stop wins over a block
+            return False
+        message = UserMessage(id=new_id("msg_"), content=[TextBlock(text="\n\n".join(blocks))], source="hook")
+        self._history.append(message)
+        self.emit(UserMessageEvent(message=message))
+        return True
+
+    def _halt(self, turn: int, point: str, answers: list[Any]) -> bool:
+        """Note the first interception answer of this turn that stops it (``halt``), with the reasons
+        for the user; True when the turn is stopped."""
+        halting = [a for a in answers if getattr(a, "halt", False)]
+        if halting and self._halted is None:
+            self._halted = point
+            reasons = [a.halt_reason for a in halting if a.halt_reason]
+            data: dict[str, Any] = {"turn": turn, "point": point}
+            if reasons:
+                data["reason"] = "\n\n".join(reasons)
+            self.emit(Note(kind="turn/stopped", data=data))
+        return self._halted is not None
+
+    async def _turn_body(self, turn: int, claimed: list[UserMessage] | None = None) -> str:
+        if claimed is not None and not await self._intercept_prompt(turn, claimed):
+            return "blocked"
+        step = 0
+        continued = 0
+        while True:
+            step += 1
+            if self.host.pm.hook.dsh_check_step(session=self, turn=turn, step=step) == "stop":
+                return "max-steps"  # a step budget: everything so far is committed, every call answered
+            partial = await self._call_model(turn, step)
+            # Cut by max tokens: no tool call of this message runs or is committed, the one that was
+            # still streaming included (its arguments are incomplete; the rest would need results).
+            truncated = partial.finish == "max-tokens"
+            content = partial.content(keep_tools=not truncated)
+            message = AssistantMessage(
+                id=new_id("msg_"), content=content, provider=self.route.provider, model=self.route.model
+            )
+            calls = [b for b in content if isinstance(b, ToolCallBlock)]
+            if content:  # a cut that left nothing is logged (usage, finish) but is no turn of the conversation
+                self._history.append(message)
+            self.emit(
+                AssistantMessageEvent(
+                    turn=turn,
+                    step=step,
+                    message=message,
+                    usage=partial.usage,
+                    finish=partial.finish or ("tool-calls" if calls else "stop"),
+                )
+            )
+            if truncated:
+                return "max-tokens"
+            if not calls:
+                if await self._intercept_stop(turn, step, continued):
+                    continued += 1
+                    continue
+                return "stopped" if self._halted else "completed"
+            await self._run_tools(turn, step, calls)
+            if self._halted:
+                return "stopped"  # an interception point stopped the turn: every call is answered
+
+    async def _call_model(self, turn: int, step: int) -> _Partial:
+        policy = self.provider.retry_policy
+        attempt = 0
+        recovered = False
+        if self.history_policy is not None:
+            replacement = await self.history_policy.prepare(self._history_context(turn, step, self._request()))
+            if replacement is not None:
+                self._replace_history(replacement)
+        while True:
+            request = self._request()
+            partial = _Partial()
+            try:
+                # aclosing: whatever ends the loop, the provider's stream (an HTTP response) closes now
+                async with contextlib.aclosing(self.provider.stream(request)) as deltas:
+                    async for delta in deltas:
+                        partial.apply(delta)
+                if partial.usage is not None and partial.usage.input_tokens:
+                    self._metered = (partial.usage.input_tokens, len(request.messages))
+                return partial
+            except ModelError as exc:
+                self.emit(
+                    ModelCallFailed(
+                        turn=turn, step=step, attempt=attempt, message=exc.message, code=exc.code,
+                        retryable=exc.retryable, status=exc.status, retry_after=exc.retry_after,
+                    )
+                )
+                if exc.code == "CONTEXT_WINDOW_EXCEEDED" and self.history_policy is not None and not recovered:
+                    recovered = True  # one retry after a rewrite, never a loop
+                    replacement = await self.history_policy.recover(self._history_context(turn, step, request), exc)
+                    if replacement is not None:
+                        self._replace_history(replacement)
+                        continue
+                if not exc.retryable or attempt >= policy.max_retries:
+                    suffix = f" (after {attempt} retries)" if attempt else ""
+                    raise _TurnFailed(exc.message + suffix, exc.code) from exc
+                attempt += 1
+                delay = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
+                delay *= 1 + random.uniform(-policy.jitter, policy.jitter)
+                if exc.retry_after is not None and exc.retry_after >= 0:
+                    delay = min(policy.max_delay, max(delay, exc.retry_after))  # never sooner than asked
+                self.emit(
+                    RetryEvent(
+                        turn=turn,
+                        step=step,
+                        provider=self.route.provider,
+                        model=self.route.model,
+                        retry=attempt,
+                        max_retries=policy.max_retries,
+                        delay_ms=int(delay * 1000),
+                        failure=exc.message,
+                        code=exc.code,
+                    )
+                )
+                await anyio.sleep(delay)
+            except anyio.get_cancelled_exc_class():
+                if partial.has_visible:
+                    message = AssistantMessage(
+                        id=new_id("msg_"),
+                        content=partial.content(keep_tools=False),
+                        provider=self.route.provider,
+                        model=self.route.model,
+                    )
+                    self._history.append(message)
+                    self.emit(
+                        AssistantMessageEvent(
+                            turn=turn, step=step, message=message, usage=partial.usage, finish="aborted", interrupted=True
+                        )
+                    )
+                raise
+

@@ -285,10 +285,26 @@ async def test_pretool_deny_from_claude_settings(acp_agent, scripted):
     assert [(r["point"], r["decision"], r["exitCode"]) for r in results] == [("PreToolUse", "deny", 0)]
 
 
+def _running(command: str) -> list[int]:
+    """Pids of live (not zombie) processes whose command line is ``command``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if cmdline == command and state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
 async def test_hanging_hook_is_killed_at_its_timeout(acp_agent, scripted):
     cwd = acp_agent.work
     (cwd / "hooks.json").write_text(json.dumps({"hooks": {"PreToolUse": [{"hooks": [
-        {"type": "command", "command": "touch hook-started; sleep 5; touch hook-survived", "timeout": 1}]}]}}))
+        {"type": "command", "command": "touch hook-started; sleep 5.0417; touch hook-survived", "timeout": 1}]}]}}))
     async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
         await _open(run, sids := [])
         started = time.monotonic()
@@ -296,8 +312,9 @@ async def test_hanging_hook_is_killed_at_its_timeout(acp_agent, scripted):
         took = time.monotonic() - started
         assert run.client.text(sids[0]) == ["tool said: HELLO"]  # the turn went on: the tool ran
     assert (cwd / "hook-started").exists() and took < 4.5, took
-    await asyncio.sleep(5.5)
-    assert not (cwd / "hook-survived").exists()  # killed, not left running
+    # killed, not left running: when the turn has settled, no process of the hook is alive
+    # (checked on the host's /proc, which sees bubblewrap's processes too; no sleep to wait out)
+    assert _running("sleep 5.0417") == [] and not (cwd / "hook-survived").exists()
     (result,) = [e for e in _events(acp_agent.home, sids[0]) if e["type"] == "hook/result"]
     assert result["timedOut"] is True and "exitCode" not in result and result["decision"] == "pass"
     assert "timed out after 1s" in result["stderrSummary"]
@@ -321,7 +338,7 @@ async def test_flooding_hook_output_is_bounded(acp_agent, scripted):
 async def test_cancel_during_a_hook_kills_it(acp_agent, scripted):
     cwd = acp_agent.work
     (cwd / "hooks.json").write_text(json.dumps({"hooks": {"PreToolUse": [{"hooks": [
-        {"type": "command", "command": "touch hook-started; sleep 3; touch hook-survived"}]}]}}))
+        {"type": "command", "command": "touch hook-started; sleep 3.0417; touch hook-survived"}]}]}}))
     async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
         await _open(run, sids := [])
         task = asyncio.create_task(_ask(run, sids[0], "create the file"))
@@ -332,7 +349,7 @@ async def test_cancel_during_a_hook_kills_it(acp_agent, scripted):
         await run.conn.cancel(session_id=sids[0])
         assert (await task).stop_reason == "cancelled"
         assert (await _ask(run, sids[0], "ping")).stop_reason == "end_turn"  # still usable
-    await asyncio.sleep(3.5)
+    assert _running("sleep 3.0417") == []  # the cancel killed it: nothing of the hook is alive
     assert not (cwd / "hook-survived").exists() and not (cwd / "created.txt").exists()
     events = _events(acp_agent.home, sids[0])
     assert next(e["decision"] for e in events if e["type"] == "hook/result") == "cancelled"

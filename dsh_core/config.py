@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from .errors import ConfigError
+from .errors import ConfigError, shown
 
 T = TypeVar("T", bound="PluginConfig")
 S = TypeVar("S")
@@ -56,11 +56,6 @@ def _found(table: Mapping[str, Any], path: str) -> tuple[bool, Any]:
     return True, value
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:80] + "…"
-
-
 def explain(exc: msgspec.ValidationError, table: Mapping[str, Any], cls: type | None = None, *,
             prefix: str = "") -> str:
     """``key: expected …, found …`` from msgspec's message and the raw table (keys under ``prefix``)."""
@@ -85,7 +80,7 @@ def explain(exc: msgspec.ValidationError, table: Mapping[str, Any], cls: type | 
         allowed = _allowed(cls, _key_path(path)) if cls is not None else []
         return f"{key}: {expected}" + (f"; expected one of {', '.join(map(str, allowed))}" if allowed else "")
     has, value = _found(table, path)
-    return f"{key}: {expected}" + (f", found {_shown(value)}" if has else "")
+    return f"{key}: {expected}" + (f", found {shown(value)}" if has else "")
 
 
 def _allowed(cls: type, key: str) -> list[Any]:

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+SHOWN_MAX = 80  # characters of a user- or client-chosen value that an error message repeats
+
+
+def shown(value: object, limit: int = SHOWN_MAX) -> str:
+    """``repr(value)`` as an error message may repeat it: whole when short, else its head and its
+    length, so a 100 KB id or a huge config value is never echoed back in full."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
 
 class DshError(Exception):
     """Base of every error dsh raises on purpose."""

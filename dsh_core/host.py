@@ -217,8 +217,7 @@ class Host:
             raise ConfigError("[config.spill] max-bytes must be at least 1")
         self.spill_root: Path = Path(str(spill["dir"])) if "dir" in spill else default_spill_root()
         # Each plugin's declared config Struct, decoded once (dsh_core.config); then dsh_configure.
-        self.plugin_configs: dict[str, PluginConfig] = decode_plugin_configs(pm, composition)
-        self._configs = {type(c): c for c in self.plugin_configs.values()}
+        self._configs = {type(c): c for c in decode_plugin_configs(pm, composition).values()}
         pm.hook.dsh_configure.call_historic(kwargs={"config": self.config, "host": self})
         pm.hook.dsh_register_models(register=self._add_model, host=self)
         pm.hook.dsh_register_tools(register=self._add_tool, host=self)

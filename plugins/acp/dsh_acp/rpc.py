@@ -82,7 +82,8 @@ SHOWN_MAX = 80  # characters of a client-chosen value (a session id) an error me
 
 def shown(value: object, limit: int = SHOWN_MAX) -> str:
     """A client-chosen value as an error message may repeat it: whole when short, else its head
-    and its length, so a 100 KB id is never echoed back in full (nor into a log)."""
+    and its length, so a 100 KB id is never echoed back in full (nor into a log). The spine's
+    ``dsh_core.errors.shown`` does the same for reprs; this library does not import the spine."""
     text = value if isinstance(value, str) else repr(value)
     if len(text) <= limit:
         return text

@@ -31,7 +31,7 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from dsh_core.errors import DshError
+from dsh_core.errors import DshError, shown
 from dsh_core.paths import data_home
 from dsh_core.types import DurableEvent, SessionHeader, log_decoder, log_encoder
 
@@ -48,15 +48,10 @@ def sessions_dir() -> Path:
     return data_home() / "sessions"
 
 
-def _shown(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
-
-
 def check_id(session_id: str) -> str:
     if not isinstance(session_id, str) or not _SAFE_ID.fullmatch(session_id):
         raise DshError(
-            f"jsonl-persistence: session id {_shown(session_id)} is not usable as a file name "
+            f"jsonl-persistence: session id {shown(session_id)} is not usable as a file name "
             "(allowed: letters, digits, '.', '_', '-'; at most 200 characters; no leading '.' or '-')"
         )
     return session_id

@@ -11,18 +11,20 @@ got no prompt yet can still be listed, resumed or deleted, by this process or an
 A session is *open* while an agent holds its log, in whichever dsh process: ``open`` takes
 the session's lock (``SessionLocks``) and ``close`` gives it back, so a second process can
 neither resume it (two writers on one file) nor delete it under its writer. A holder that
-died (``kill -9``) holds nothing: the lock is an ``flock`` the kernel drops with the process.
+died (``kill -9``) holds nothing: the lock is a POSIX byte lock the kernel drops with the process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import hashlib
 import logging
 import os
 import re
-import secrets
 import shutil
+import struct
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -168,100 +170,73 @@ def _is_json(line: bytes) -> bool:
 
 
 class SessionLocks:
-    """Which dsh process has which session open, across processes, without a descriptor per session.
+    """Which dsh process has which session open, across processes, at one syscall per open.
 
-    Each process that opens a session makes one *holder* file, ``<root>/.locks/holders/<pid>-<rand>``,
-    and keeps an exclusive ``flock`` on it for its lifetime (one descriptor per process, not per
-    session: 10,000 open sessions must not cost 10,000 descriptors). ``<root>/.locks/open/<id>``
-    names the holder of an open session. A holder whose ``flock`` can be taken is dead, and so
-    is every session it named. Every check-and-change runs under a short exclusive ``flock``
-    on ``<root>/.locks/mutex``, so two processes never both win a session.
+    One lock file per store, ``<root>/.session-locks``, held open by each process that opens
+    sessions (one descriptor per process, not per session: 10,000 open sessions must not cost
+    10,000 descriptors). A session is open while its process holds a POSIX write lock on one
+    byte of that file, at an offset derived from the session id (56 bits of its SHA-256, so two
+    ids meet on one byte with negligible odds). The kernel drops a process's locks when it dies
+    (``kill -9``), and ``F_GETLK`` names the holder's pid. POSIX locks do not conflict within one
+    process: a second open in the same process is the caller's to refuse (the ACP door does).
+    Replaces a lock file per session under a mutex, which cost ~0.5 ms per session open.
     """
 
+    _FLOCK = "@hhqqi"
+    _SIZE = 32  # sizeof(struct flock) on Linux x86_64 and aarch64 (the packed fields plus padding)
+
     def __init__(self, root: Path) -> None:
-        self.dir = root / ".locks"
-        self._me: str | None = None
-        self._me_fd: int | None = None
+        self.path = root / ".session-locks"
+        self._fd: int | None = None
 
-    @contextlib.contextmanager
-    def _mutex(self) -> Iterator[None]:
-        self.dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        (self.dir / "open").mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.dir / "mutex", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing the descriptor releases the flock
-
-    def _identity(self) -> str:
-        if self._me is None or self._me_fd is None:
-            holders = self.dir / "holders"
-            holders.mkdir(parents=True, exist_ok=True, mode=0o700)
-            name = f"{os.getpid()}-{secrets.token_hex(6)}"
-            fd = os.open(holders / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._me, self._me_fd = name, fd
-        return self._me
-
-    def _alive(self, holder: str) -> bool:
-        if not holder or "/" in holder or holder.startswith("."):
-            return False
-        if holder == self._me:
-            return True
-        path = self.dir / "holders" / holder
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            path.unlink()  # a dead holder's file: nobody holds it any more
-        return False
-
-    def _holder(self, session_id: str) -> str:
-        try:
-            return (self.dir / "open" / session_id).read_text(encoding="ascii", errors="replace").strip()
-        except OSError:
-            return ""
+    def _file(self) -> int:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return self._fd
 
     @staticmethod
-    def _pid(holder: str) -> str:
-        return holder.split("-", 1)[0]
+    def _offset(session_id: str) -> int:
+        return int.from_bytes(hashlib.sha256(session_id.encode()).digest()[:7], "big")
 
-    def _refuse_if_held(self, session_id: str, doing: str) -> None:
-        holder = self._holder(session_id)
-        if holder and self._alive(holder):
-            where = "this dsh process" if holder == self._me else f"another dsh process (pid {self._pid(holder)})"
-            raise DshError(f"session {session_id} is open in {where}; close it there before {doing}")
+    def _fcntl(self, cmd: int, kind: int, session_id: str) -> bytes:
+        arg = struct.pack(self._FLOCK, kind, os.SEEK_SET, self._offset(session_id), 1, 0)
+        return fcntl.fcntl(self._file(), cmd, arg.ljust(self._SIZE, b"\0"))
+
+    def _holder(self, session_id: str) -> int | None:
+        """The pid of another process holding the session, or None."""
+        raw = self._fcntl(fcntl.F_GETLK, fcntl.F_WRLCK, session_id)
+        kind, _, _, _, pid = struct.unpack(self._FLOCK, raw[: struct.calcsize(self._FLOCK)])
+        return None if kind == fcntl.F_UNLCK else pid
+
+    def _take(self, session_id: str, doing: str) -> None:
+        try:
+            self._fcntl(fcntl.F_SETLK, fcntl.F_WRLCK, session_id)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                raise DshError(f"jsonl-persistence: cannot lock session {session_id}: {exc}") from exc
+            pid = self._holder(session_id)
+            where = f"another dsh process (pid {pid})" if pid else "another dsh process"
+            raise DshError(f"session {session_id} is open in {where}; close it there before {doing}") from None
 
     def acquire(self, session_id: str) -> None:
         """Mark the session open by this process; DshError when a live process has it open."""
-        with self._mutex():
-            self._refuse_if_held(session_id, "opening it again")
-            me = self._identity()
-            (self.dir / "open" / session_id).write_text(me, encoding="ascii")
+        self._take(session_id, "opening it again")
 
     def release(self, session_id: str) -> None:
-        with self._mutex():
-            if self._holder(session_id) == self._me:
-                with contextlib.suppress(OSError):
-                    (self.dir / "open" / session_id).unlink()
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                self._fcntl(fcntl.F_SETLK, fcntl.F_UNLCK, session_id)
 
     @contextlib.contextmanager
     def closed(self, session_id: str, doing: str) -> Iterator[None]:
-        """Hold the session closed for the ``with`` body (nobody can open it meanwhile); DshError
-        when a live process has it open."""
-        with self._mutex():
-            self._refuse_if_held(session_id, doing)
+        """Hold the session's lock for the ``with`` body (nobody else can open it meanwhile);
+        DshError when another live process has it open."""
+        self._take(session_id, doing)
+        try:
             yield
-            with contextlib.suppress(OSError):
-                (self.dir / "open" / session_id).unlink()
+        finally:
+            self.release(session_id)
 
 
 class JsonlLog:
@@ -357,7 +332,7 @@ class JsonlLog:
         if self._unsynced:
             self._unsynced = False
             self.store._dirty = True
-        await anyio.to_thread.run_sync(self.store.locks.release, self.header.id)
+        self.store.locks.release(self.header.id)  # one fcntl: no thread hop needed
 
 
 def _syncfs(fd: int) -> int:

@@ -24,7 +24,8 @@ from dsh_testing import Recorder
 
 pytestmark = pytest.mark.anyio
 
-HANG = {"rules": [{"when": "hang", "steps": [{"partial": "partial", "delay_ms": 60000}]}]}
+# "hang": stream a partial, create the file "streamed-<prompt>" in the cwd, then wait a minute
+HANG = {"rules": [{"when": "hang", "steps": [{"partial": "partial", "mark": "streamed-{prompt}", "delay_ms": 60000}]}]}
 
 
 def session_log(home: Path, session_id: str) -> list[dict]:
@@ -123,9 +124,7 @@ async def test_cancel_mid_delay_then_next_prompt_works(acp_agent, scripted):
     async with acp_agent(scripted(HANG)) as run:
         sid = await run.start()
         pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("hang")]))
-        await wait_for(lambda: (acp_agent.home / "sessions" / f"{sid}.jsonl").exists()
-                       and "turn/start" in (acp_agent.home / "sessions" / f"{sid}.jsonl").read_text())
-        await asyncio.sleep(0.05)
+        await wait_for(lambda: (run.cwd / "streamed-hang").exists())  # the partial is out
         await run.conn.cancel(session_id=sid)
         assert (await asyncio.wait_for(pending, 10)).stop_reason == "cancelled"
         assert run.client.text(sid) == ["partial"]  # the interrupted message is committed and delivered
@@ -141,11 +140,11 @@ async def test_cancel_mid_delay_then_next_prompt_works(acp_agent, scripted):
 
 
 async def test_overlapping_prompt_is_refused_and_the_first_is_unaffected(acp_agent, scripted):
-    script = scripted({"rules": [{"when": "slow", "steps": [{"text": "slow answer", "delay_ms": 300}]}]})
+    script = scripted({"rules": [{"when": "slow", "steps": [{"text": "slow answer", "mark": "started", "delay_ms": 1500}]}]})
     async with acp_agent(script) as run:
         sid = await run.start()
         first = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("slow")]))
-        await asyncio.sleep(0.1)
+        await wait_for(lambda: (run.cwd / "started").exists())  # the first turn is in its model call
         with pytest.raises(RequestError) as err:
             await run.conn.prompt(session_id=sid, prompt=[text_block("second")])
         assert err.value.code == -32602
@@ -169,15 +168,14 @@ async def test_five_concurrent_sessions_are_demultiplexed(acp_agent, scripted):
 
 
 async def test_cancelling_one_session_leaves_the_others_intact(acp_agent, scripted):
-    script = scripted({"rules": [{"when": "hang", "steps": [{"partial": "partial", "delay_ms": 60000}]}],
-                       "default": [{"text": "done {prompt}", "delay_ms": 300}]})
+    script = scripted({**HANG, "default": [{"text": "done {prompt}", "delay_ms": 300}]})
     async with acp_agent(script) as run:
         await run.conn.initialize(protocol_version=1)
         a = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         b = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         pa = asyncio.create_task(run.conn.prompt(session_id=a, prompt=[text_block("hang")]))
         pb = asyncio.create_task(run.conn.prompt(session_id=b, prompt=[text_block("b")]))
-        await asyncio.sleep(0.1)
+        await wait_for(lambda: (run.cwd / "streamed-hang").exists())
         await run.conn.cancel(session_id=a)
         assert (await pa).stop_reason == "cancelled"
         assert (await pb).stop_reason == "end_turn"
@@ -259,12 +257,12 @@ async def test_stray_stdout_from_a_plugin_never_reaches_the_client(acp_agent, sc
 
 
 async def test_stdin_eof_with_prompts_in_flight_exits_promptly_without_descendants(acp_agent, scripted):
-    script = scripted({"rules": [{"when": "hang", "steps": [{"partial": "partial", "delay_ms": 60000}]}]})
-    async with acp_agent(script) as run:
+    async with acp_agent(scripted(HANG)) as run:
         await run.conn.initialize(protocol_version=1)
         sids = [(await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id for _ in range(3)]
-        pending = [asyncio.create_task(run.conn.prompt(session_id=s, prompt=[text_block("hang")])) for s in sids]
-        await asyncio.sleep(0.2)
+        pending = [asyncio.create_task(run.conn.prompt(session_id=s, prompt=[text_block(f"hang {i}")]))
+                   for i, s in enumerate(sids)]
+        await wait_for(lambda: all((run.cwd / f"streamed-hang {i}").exists() for i in range(3)))
         pgid = os.getpgid(run.proc.pid)
         started = time.monotonic()
         code = await run.close_stdin()
@@ -371,7 +369,7 @@ async def test_sigterm_shuts_down_like_eof(acp_agent, scripted):
     async with acp_agent(scripted(HANG)) as run:
         sid = await run.start()
         pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("hang")]))
-        await asyncio.sleep(0.2)
+        await wait_for(lambda: (run.cwd / "streamed-hang").exists())
         started = time.monotonic()
         run.proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(run.proc.wait(), 5) == 0

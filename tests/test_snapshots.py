@@ -97,12 +97,10 @@ async def sc_error_finish(run, sids):
 async def sc_cancel(run, sids):
     await _handshake(run, sids)
     task = asyncio.create_task(_prompt(run, sids[0], text_block("hang")))
-    log = run.home / "sessions" / f"{sids[0]}.jsonl"
-    for _ in range(1000):
-        if log.exists() and "turn/start" in log.read_text():
+    for _ in range(1000):  # until the partial is out (the script's mark)
+        if (run.cwd / "streamed").exists():
             break
         await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)
     await run.conn.cancel(session_id=sids[0])
     assert (await task).stop_reason == "cancelled"
 
@@ -141,7 +139,7 @@ SCRIPT = {
     "rules": [
         {"when": "^ping", "steps": [{"reasoning": "easy", "text": "PONG", "usage": {"inputTokens": 12, "outputTokens": 1}}]},
         {"when": "fail", "steps": [{"error": "auth"}]},
-        {"when": "hang", "steps": [{"partial": "partial", "delay_ms": 60000}]},
+        {"when": "hang", "steps": [{"partial": "partial", "mark": "streamed", "delay_ms": 60000}]},
         {"when": "long story", "steps": [{"finish": "length", "text": "Once upon a"}]},
         {"when": "continue", "steps": [{"text": "time."}]},
         {"when": "write it", "steps": [

@@ -21,7 +21,7 @@ from dsh_core.types import (
     TurnEnd,
     UserMessage,
 )
-from dsh_testing import memory_host
+from dsh_testing import memory_host, streaming
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parent.parent
@@ -109,6 +109,7 @@ def test_trace_plugins_prints_hook_calls_to_stderr(capfd):
 class Tools:
     def __init__(self) -> None:
         self.calls: list[dict] = []
+        self.sleeping = anyio.Event()  # set once the "sleepy" tool runs
 
     @hookimpl
     def dsh_register_tools(self, register):
@@ -117,6 +118,7 @@ class Tools:
             return f"ECHO {args['x']}"
 
         async def sleepy(args, ctx):
+            self.sleeping.set()
             await anyio.sleep(60)
             return "never"
 
@@ -173,10 +175,11 @@ async def test_unknown_tool_and_bad_arguments_become_error_results(scripted, tmp
 async def test_cancel_mid_delay_commits_partial_and_aborts(scripted, tmp_path):
     script = scripted({"default": [{"partial": "partial", "delay_ms": 60000}]})
     async with await _host(script) as host:
+        streamed = streaming(host)
         agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
         agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-        await anyio.sleep(0.05)
-        with anyio.fail_after(2):
+        with anyio.fail_after(5):
+            await streamed.wait()  # the partial is out; the model now waits 60 s
             agent.cancel()
             await agent.wait_idle()
         events = _events(host, agent)
@@ -187,10 +190,12 @@ async def test_cancel_mid_delay_commits_partial_and_aborts(scripted, tmp_path):
 
 async def test_cancel_during_a_tool_gives_every_call_a_result(scripted, tmp_path):
     script = scripted({"default": [{"tools": [{"name": "sleepy", "args": {}}, {"name": "echo", "args": {"x": "q"}}]}]})
-    async with await _host(script) as host:
+    tools = Tools()
+    async with await _host(script, tools) as host:
         agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
         agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-        await anyio.sleep(0.05)
+        with anyio.fail_after(5):
+            await tools.sleeping.wait()
         agent.cancel()
         await agent.wait_idle()
         results = [e for e in _events(host, agent) if isinstance(e, ToolResultEvent)]
@@ -216,7 +221,9 @@ async def test_an_exclusive_call_waits_for_the_parallel_safe_calls_before_it(scr
     async with await _host(script, tools) as host:
         agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
         agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-        await anyio.sleep(0.1)
+        with anyio.fail_after(5):
+            await tools.sleeping.wait()
+        await anyio.wait_all_tasks_blocked()  # every task that could run now has run
         assert tools.calls == []  # note has not started while sleepy runs
         agent.cancel()
         await agent.wait_idle()
@@ -260,11 +267,14 @@ async def test_dispose_cancels_running_work_and_refuses_more(scripted, tmp_path)
 
     script = scripted({"default": [{"partial": "p", "delay_ms": 60000}]})
     async with await _host(script) as host:
+        streamed = streaming(host)
         parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
         child = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script), parent=parent))
         parent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
         child.submit(UserMessage(id="u2", content=[TextBlock(text="go")]))
-        await anyio.sleep(0.05)
+        with anyio.fail_after(5):
+            await streamed.wait()
+        await anyio.wait_all_tasks_blocked()
         with anyio.fail_after(2):
             await parent.dispose()
         assert parent.disposed and child.disposed and not child.busy

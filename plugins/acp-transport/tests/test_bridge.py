@@ -19,7 +19,7 @@ from dsh_core.compose import Composition
 from dsh_core.contracts import AgentSpec
 from dsh_core.host import make_plugin_manager, open_host
 from dsh_core.types import TextBlock, UserMessage
-from dsh_testing import check_frames
+from dsh_testing import check_frames, streaming
 
 pytestmark = pytest.mark.anyio
 
@@ -237,20 +237,24 @@ async def test_a_frame_over_the_limit_gets_an_error_and_the_connection_lives(ech
 
 async def test_dollar_cancel_request_on_a_prompt_settles_cancelled(echo, tmp_path):
     async with served(echo) as (client, _bridge, _host):
+        streamed = streaming(_host)
         sid = await client.start(tmp_path)
         await client.send({"jsonrpc": "2.0", "id": "p1", "method": "session/prompt",
                            "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "hang"}]}})
-        await anyio.sleep(0.1)
+        with anyio.fail_after(5):
+            await streamed.wait()
         await client.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "p1"}})
         assert (await client.response("p1"))["result"] == {"stopReason": "cancelled"}
 
 
 async def test_cancel_without_a_prompt_cancels_autonomous_work(echo, tmp_path):
-    async with served(echo) as (client, bridge, _host):
+    async with served(echo) as (client, bridge, host):
+        streamed = streaming(host)
         sid = await client.start(tmp_path)
         agent = bridge.sessions[sid].agent
         agent.submit(UserMessage(id="auto", content=[TextBlock(text="hang")]))  # work nobody prompted
-        await anyio.sleep(0.05)
+        with anyio.fail_after(5):
+            await streamed.wait()
         assert agent.busy
         await client.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
         with anyio.fail_after(5):
@@ -351,13 +355,15 @@ async def test_foreign_and_call_less_requests_are_delegated(echo, tmp_path):
 
 async def test_eof_settles_in_flight_prompts_cancelled_and_disposes_every_agent(echo, tmp_path):
     async with served(echo) as (client, bridge, host):
+        streamed = streaming(host, calls=3)
         await client.call("initialize", {"protocolVersion": 1})
         sids = [(await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["result"]["sessionId"]
                 for _ in range(3)]
         for n, sid in enumerate(sids):
             await client.send({"jsonrpc": "2.0", "id": f"p{n}", "method": "session/prompt",
                                "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "hang"}]}})
-        await anyio.sleep(0.1)
+        with anyio.fail_after(5):
+            await streamed.wait()
         agents = [bridge.sessions[s].agent for s in sids]
         client.close()  # stdin EOF
         for n in range(3):
@@ -521,8 +527,9 @@ async def test_close_frees_the_session_agent_and_all_per_session_state(echo, tmp
         assert bridge.sessions == {} and bridge.closing == {} and host.agents == set()
         assert sid not in host.provider("scripted")._cursors  # Agent.dispose told the provider to forget
         assert not any(e.method == "session/prompt" for e in bridge.peer._inbound.values())
-        await anyio.sleep(0.05)  # the delivery worker ends once its stream is closed
-        gc.collect()
-        assert [r() for r in refs] == [None, None]  # nothing holds the session or its agent
+        with anyio.fail_after(5):  # the delivery worker ends once its stream is closed
+            while any(r() is not None for r in refs):  # then nothing holds the session or its agent
+                await anyio.sleep(0.01)
+                gc.collect()
         again = await client.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]})
         assert again["error"]["code"] == -32602 and "unknown session" in again["error"]["message"]

@@ -93,15 +93,19 @@ async def test_a_request_gets_its_answer():
 
 async def test_concurrent_requests_are_matched_by_id():
     d = Dispatcher()
+    server_out: list[Any] = []
 
     async def slow_echo(rid: Any, params: msgspec.Raw | None) -> Any:
         value = msgspec.json.decode(params or b"null")
-        await anyio.sleep(0.05 * (3 - value))  # the first asked answers last
+        with anyio.fail_after(5):  # the first asked answers last: value v once 2 - v answers are out
+            while len(server_out[0].frames()) < 2 - value:
+                await anyio.sleep(0)
         return value
 
     d.on_request("echo", slow_echo)
     results: dict[int, Any] = {}
     async with pair(d) as (c, _s, _c_out, s_out):
+        server_out.append(s_out)
 
         async def ask(n: int) -> None:
             results[n] = msgspec.json.decode(await c.request("echo", n))

@@ -275,13 +275,15 @@ async def test_setting_cancel_aborts_the_run_and_kills_the_program(workspace):
         runtime = PythonRuntime(host, str(workspace))
         cancel = anyio.Event()
 
-        async def later():
-            await anyio.sleep(0.5)
+        async def later():  # cancel once the program says it spins
+            while not (workspace / "spinning").exists():
+                await anyio.sleep(0.01)
             cancel.set()
 
+        program = 'print("spinning")\nopen("spinning", "w").close()\nwhile True:\n    pass'
         async with anyio.create_task_group() as tg:
             tg.start_soon(later)
             with anyio.fail_after(10):
-                result = await runtime.run('print("spinning")\nwhile True:\n    pass', NoTools(), cancel)
+                result = await runtime.run(program, NoTools(), cancel)
     assert result.error is not None and result.error.kind == "abort"
     assert result.logs == ["spinning"]

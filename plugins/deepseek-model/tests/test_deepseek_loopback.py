@@ -167,19 +167,25 @@ async def test_wrong_key_is_auth_and_model_not_exist_is_invalid(env, monkeypatch
 
 async def test_concurrency_cap_gives_429(env):
     env.max_concurrency = 1
-    env.push(Turn(content="slow " * 20, delay_per_event_s=0.02))
+    env.push(Turn(content="slow " * 20, delay_per_event_s=0.05))  # a second of streaming
     p = make_provider()
     results: list = []
+    streaming = anyio.Event()
 
     async def one() -> None:
         try:
-            results.append([d async for d in p.stream(_req(p))])
+            deltas = []
+            async for d in p.stream(_req(p)):
+                deltas.append(d)
+                streaming.set()
+            results.append(deltas)
         except ModelError as exc:
             results.append(exc)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(one)
-        await anyio.sleep(0.2)
+        with anyio.fail_after(10):
+            await streaming.wait()  # the first request holds the server's one slot
         tg.start_soon(one)
     assert any(isinstance(r, ModelError) and r.code == "RATE_LIMIT" for r in results)
     assert any(isinstance(r, list) for r in results), results

@@ -20,12 +20,11 @@ from dsh_core.types import (
     ModelCallFailed,
     RetryEvent,
     TextBlock,
-    ToolResultEvent,
     TurnEnd,
     UserMessage,
     log_encoder,
 )
-from dsh_testing import memory_host
+from dsh_testing import memory_host, streaming
 
 pytestmark = pytest.mark.anyio
 
@@ -52,14 +51,19 @@ def _reset_echo():
     Echo.fail = False
 
 
-async def _run(model, provider, plugins, cwd, prompts, *, cancel_after=None):
-    """Run ``prompts`` through one agent; write its log as JSONL; return (path, events)."""
+async def _run(model, provider, plugins, cwd, prompts, *, cancel_at=None):
+    """Run ``prompts`` through one agent; write its log as JSONL; return (path, events).
+    ``cancel_at``: cancel each prompt once its model call has yielded a delta ("delta") or has
+    started ("call")."""
     async with memory_host(model, Echo(), plugins=plugins, provider=provider) as host:
         agent = host.create_agent(AgentSpec(cwd=str(cwd), provider=provider, model=str(model)))
         for p in prompts:
+            reached = streaming(host, provider, delta=cancel_at == "delta") if cancel_at else None
             agent.submit(UserMessage(id=f"u-{p}", content=[TextBlock(text=p)]))
-            if cancel_after is not None:
-                await anyio.sleep(cancel_after)
+            if reached is not None:
+                with anyio.fail_after(10):
+                    await reached.wait()
+                await anyio.wait_all_tasks_blocked()  # the call is now in its wait
                 agent.cancel()
             await agent.wait_idle()
         log = host.session_store.logs[agent.session_id]
@@ -171,11 +175,11 @@ async def test_overrides_inject_an_error_patch_a_call_and_hang(scripted, tmp_pat
         agent = host.create_agent(AgentSpec(cwd=str(cwd), provider="replay", model=str(path)))
         agent.submit(UserMessage(id="u1", content=[TextBlock(text="plain")]))
         await agent.wait_idle()
+        third = streaming(host, "replay", calls=2)  # this turn's calls 2 (the tool call) and 3 (the hang)
         agent.submit(UserMessage(id="u2", content=[TextBlock(text="tools please")]))
         with anyio.fail_after(10):
-            while not any(isinstance(e, ToolResultEvent) for e in host.session_store.logs[agent.session_id].events):
-                await anyio.sleep(0.01)
-            await anyio.sleep(0.05)
+            await third.wait()
+            await anyio.wait_all_tasks_blocked()
             agent.cancel()
             await agent.wait_idle()
         events = list(host.session_store.logs[agent.session_id].events)
@@ -188,10 +192,10 @@ async def test_a_cancelled_call_replays_as_a_hang(scripted, tmp_path):
     script = {"default": [{"partial": "partial", "delay_ms": 60_000}]}
     cwd = tmp_path / "work"
     cwd.mkdir()
-    header, recorded = await _run(scripted(script), "scripted", ("scripted-model",), cwd, ["hang"], cancel_after=0.3)
+    header, recorded = await _run(scripted(script), "scripted", ("scripted-model",), cwd, ["hang"], cancel_at="delta")
     path = _write(tmp_path / "session.jsonl", header, recorded)
     assert recorded[-1].reason == "aborted"
-    _, replayed = await _run(path, "replay", ("replay-model",), cwd, ["hang"], cancel_after=0.3)
+    _, replayed = await _run(path, "replay", ("replay-model",), cwd, ["hang"], cancel_at="delta")
     assert _shape(replayed) == _shape(recorded)
 
 
@@ -202,10 +206,10 @@ async def test_a_call_cancelled_before_any_output_replays_as_a_hang(scripted, tm
               "default": [{"text": "fine"}]}
     cwd = tmp_path / "work"
     cwd.mkdir()
-    header, recorded = await _run(scripted(script), "scripted", ("scripted-model",), cwd, ["slow"], cancel_after=0.3)
+    header, recorded = await _run(scripted(script), "scripted", ("scripted-model",), cwd, ["slow"], cancel_at="call")
     assert not any(isinstance(e, AssistantMessageEvent) for e in recorded) and recorded[-1].reason == "aborted"
     path = _write(tmp_path / "session.jsonl", header, recorded)
-    _, replayed = await _run(path, "replay", ("replay-model",), cwd, ["slow"], cancel_after=0.3)
+    _, replayed = await _run(path, "replay", ("replay-model",), cwd, ["slow"], cancel_at="call")
     assert _shape(replayed) == _shape(recorded)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from sandbox_helpers import Session, mechanisms, running_host, text
+from sandbox_helpers import Session, host_alive_with, mechanisms, running_host, text
 
 pytestmark = pytest.mark.anyio
 
@@ -27,8 +27,10 @@ ESCAPES = {
     "dev-shm": "echo x > /dev/shm/dsh-escape-{RAND}",
     "home-dotfile": "echo x > $HOME/.dsh-escape-{RAND}",
     "cd-then-write": "cd {OUT} && echo x > a",
-    "background-outlives-call": "(sleep 0.3; echo x > {OUT}/a) >/dev/null 2>&1 &",
-    "setsid-daemon": "setsid sh -c 'sleep 0.3; echo x > {OUT}/a' >/dev/null 2>&1 < /dev/null &",
+    # these two try after the call has returned: their shell carries {TOKEN} (its $0) for its whole
+    # life, and the test waits until no process carries it (see LATE)
+    "background-outlives-call": "sh -c 'sleep 0.3; echo x > {OUT}/a' {TOKEN} >/dev/null 2>&1 &",
+    "setsid-daemon": "setsid sh -c 'sleep 0.3; echo x > {OUT}/a' {TOKEN} >/dev/null 2>&1 < /dev/null &",
     "setuid-su": "su root -c 'echo x > {OUT}/a'",
     "bash-c-nesting": "bash -c \"bash -c 'echo x > {OUT}/a'\"",
     "python-one-liner": "python3 -c \"open('{OUT}/a', 'w').write('x')\"",
@@ -50,6 +52,8 @@ ESCAPES = {
     "new-userns-mount": "unshare -rm sh -c 'mount -t tmpfs none {OUT} && echo x > {OUT}/a' 2>&1",
 }
 
+LATE = ("background-outlives-call", "setsid-daemon")
+
 INSIDE = {
     "absolute-path": "echo x > {ROOT}/a && cat {ROOT}/a",
     "dotdot-inside": "mkdir -p sub && echo x > sub/../b && cat b",
@@ -63,22 +67,25 @@ INSIDE = {
 }
 
 
-def fill(template: str, root: Path, out: Path, rand: str) -> str:
-    return template.format(OUT=out, ROOT=root, REL_OUT=os.path.relpath(out, root), RAND=rand)
+def fill(template: str, root: Path, out: Path, rand: str, token: str = "") -> str:
+    return template.format(OUT=out, ROOT=root, REL_OUT=os.path.relpath(out, root), RAND=rand, TOKEN=token)
 
 
 @pytest.mark.parametrize("mechanism", mechanisms())
 @pytest.mark.parametrize("attempt", sorted(ESCAPES))
 async def test_escape_fails(mechanism: str, attempt: str, root: Path, outside: Path) -> None:
     rand = secrets.token_hex(4)
+    token = f"dsh-escape-{rand}"
     home_file = Path(os.path.expanduser(f"~/.dsh-escape-{rand}"))
     shm_file = Path(f"/dev/shm/dsh-escape-{rand}")
     try:
         async with running_host(mechanism=mechanism) as host:
             s = Session(host, root)
-            out = await s.call("bash", command=fill(ESCAPES[attempt], root, outside, rand))
-            if "background" in attempt or "setsid" in attempt:
-                await anyio.sleep(0.8)
+            out = await s.call("bash", command=fill(ESCAPES[attempt], root, outside, rand, token))
+            if attempt in LATE:  # wait until the attempt was made or its shell is gone
+                with anyio.fail_after(10):
+                    while host_alive_with(token):
+                        await anyio.sleep(0.02)
         assert sorted(os.listdir(outside)) == ["victim"], text(out)
         assert (outside / "victim").read_text() == "original\n", text(out)
         assert not home_file.exists()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -66,8 +66,18 @@ class Step(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     image: str | None = None
     partial: str | None = None
     delay_ms: int = 0
+    mark: str | None = None  # created (relative to the cwd) once `partial` is out, before the wait
     reasoning: str | None = None
     usage: dict[str, int] | None = None
+
+
+async def _pause(step: Step, cwd: str, sub: Callable[[Any], Any]) -> None:
+    """Between a step's partial and its answer: create its mark (the consumer has taken the
+    partial; say so for whoever waits), then wait its delay (cancellable)."""
+    if step.mark is not None:
+        await anyio.Path(cwd or ".", sub(step.mark)).touch()
+    if step.delay_ms:
+        await anyio.sleep(step.delay_ms / 1000)
 
 
 class Rule(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -253,8 +263,7 @@ class ScriptedProvider:
 
         if step.partial is not None:
             yield TextDelta(text=sub(step.partial))
-        if step.delay_ms:
-            await anyio.sleep(step.delay_ms / 1000)
+        await _pause(step, request.cwd, sub)
         if step.error is not None:
             message, code, retryable, status = ERRORS[step.error]
             raise ModelError(message, code=code, retryable=retryable, status=status)

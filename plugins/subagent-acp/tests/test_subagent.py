@@ -28,7 +28,7 @@ SCRIPT = {
             {"text": "child: {tool_result}"}]},
         {"when": "^delegate-hang", "steps": [
             {"tool": "subagent_acp", "args": {"task": "hang"}}, {"text": "unreachable"}]},
-        {"when": "^hang", "steps": [{"partial": "child partial", "delay_ms": 60000}]},
+        {"when": "^hang", "steps": [{"partial": "child partial", "mark": "child-streamed", "delay_ms": 60000}]},
         {"when": "^recurse", "steps": [
             {"tool": "subagent_acp", "args": {"task": "recurse"}}, {"text": "level: {tool_result}"}]},
         {"when": "^three", "steps": [
@@ -124,7 +124,7 @@ async def test_cancelling_the_parent_cancels_the_child_and_reports_aborted_with_
         await wait_for(lambda: child_started(acp_agent.home, sid))
         tree = tree_pids(run.proc.pid)
         assert len(tree) >= 2  # the parent and its child
-        await asyncio.sleep(0.1)
+        await wait_for(lambda: (run.cwd / "child-streamed").exists())  # the child's partial is out
         await run.conn.cancel(session_id=sid)
         assert (await asyncio.wait_for(pending, 10)).stop_reason == "cancelled"
         (result,) = tool_results(acp_agent.home, sid)

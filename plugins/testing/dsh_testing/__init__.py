@@ -70,6 +70,9 @@ from .harness import (
 from .harness import (
     spawn_acp as spawn_acp,
 )
+from .harness import (
+    streaming as streaming,
+)
 
 # ---------------------------------------------------------------- test isolation: DSH_HOME per test
 

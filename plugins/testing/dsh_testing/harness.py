@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager, suppress
+from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -123,6 +123,39 @@ def memory_host(
         pm.register(plugin, name=f"test-plugin-{i}")
     comp = Composition(name="test", path=Path("test/example.toml"), plugins=plugins, config=config or {})
     return open_host(comp, provider=provider, model=str(model), pm=pm)
+
+
+def streaming(host: Any, provider: str = "scripted", calls: int = 1, *, delta: bool = True) -> Any:
+    """An ``anyio.Event`` set once ``calls`` model calls of ``host``'s ``provider`` have each
+    yielded their first delta (``delta=False``: have each started, before any output): a test
+    waits on it (under ``anyio.fail_after``) instead of sleeping and hoping the turns got that far
+    before it cancels or disposes."""
+    import anyio
+
+    started = anyio.Event()
+    seen = 0
+    model = host.models[provider]
+    original = model.stream
+
+    def count() -> None:
+        nonlocal seen
+        seen += 1
+        if seen >= calls:
+            started.set()
+
+    async def stream(request: Any) -> AsyncIterator[Any]:
+        first = True
+        if not delta:
+            count()
+        async with aclosing(original(request)) as deltas:
+            async for item in deltas:
+                if first and delta:
+                    count()
+                first = False
+                yield item
+
+    model.stream = stream
+    return started
 
 
 def minimal_env(**extra: str) -> dict[str, str]:

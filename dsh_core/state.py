@@ -43,10 +43,6 @@ class StateSlots:
             self._slots[cls] = value
             return value
 
-    def peek(self, cls: type[T]) -> T | None:
-        """The slot if it was created, else None (never creates one)."""
-        return cast("T | None", self._slots.get(cls))
-
     def describe(self) -> dict[str, str]:
         """``{module.Class: bounded repr}`` of every slot, for ``dsh doctor``/debug dumps."""
         out: dict[str, str] = {}

@@ -419,10 +419,6 @@ class Peer:
     async def wait_handlers(self) -> None:
         await self._handlers_idle.wait()
 
-    def cancel_handlers(self) -> None:
-        for entry in list(self._inbound.values()):
-            entry.scope.cancel()
-
     def inbound(self, rid: Any) -> Inbound | None:
         """The open inbound request with this id (registered when read, before its handler runs)."""
         try:

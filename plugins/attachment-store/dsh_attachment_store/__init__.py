@@ -7,12 +7,11 @@ See README.md for the layout, limits and errors.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dsh_core import hookimpl
-from dsh_core.config import PluginConfig, decode
+from dsh_core.config import PluginConfig
 
 from .images import (
     MIME_TYPES,
@@ -43,11 +42,6 @@ __all__ = [
 def store_for(config: StoreConfig) -> LocalAttachmentStore:
     root = Path(config.dir).expanduser().absolute() if config.dir else None
     return LocalAttachmentStore(root, config.limits())
-
-
-def store_from_config(table: Mapping[str, Any] | None) -> LocalAttachmentStore:
-    """A store from a raw ``[config.attachment-store]`` table (ConfigError when it is bad)."""
-    return store_for(decode(PLUGIN, StoreConfig, table, where="example"))
 
 
 @hookimpl

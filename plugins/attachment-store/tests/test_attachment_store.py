@@ -293,11 +293,18 @@ def test_strict_base64_size_guard() -> None:
 # ----------------------------------------------------------------------------- config and hooks
 
 
+def store_from_config(table):
+    """A store from a raw ``[config.attachment-store]`` table, as the host builds it."""
+    from dsh_core.config import decode
+
+    return plugin.store_for(decode(plugin.PLUGIN, plugin.StoreConfig, table, where="example"))
+
+
 def test_config_limits_and_errors(tmp_path: Path, home: Path) -> None:
-    s = plugin.store_from_config({"max-image-bytes": 5, "max-batch-bytes": 50, "max-pixels": 7, "dir": str(tmp_path / "a")})
+    s = store_from_config({"max-image-bytes": 5, "max-batch-bytes": 50, "max-pixels": 7, "dir": str(tmp_path / "a")})
     assert s.limits == Limits(max_image_bytes=5, max_batch_bytes=50, max_pixels=7)
     assert s.root == tmp_path / "a"
-    assert plugin.store_from_config({}).root == home / "attachments"
+    assert store_from_config({}).root == home / "attachments"
     for table, msg in [
         ({"max-size": 1}, "unknown key 'max-size'"),
         ({"max_batch_bytes": 1}, "unknown key 'max_batch_bytes'"),  # TOML keys are kebab-case
@@ -307,7 +314,7 @@ def test_config_limits_and_errors(tmp_path: Path, home: Path) -> None:
         ({"dir": 3}, "dir: expected `str | null`, found 3"),
     ]:
         with pytest.raises(ConfigError, match=r"\[config.attachment-store\] " + msg):
-            plugin.store_from_config(table)
+            store_from_config(table)
 
 
 @pytest.mark.anyio

@@ -28,8 +28,6 @@ from typing import Any, Literal
 
 import msgspec
 
-TASK_KEYS = ("id", "prompt", "cwd", "example", "provider", "model", "timeout_s", "approve")
-
 
 class Task(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     id: str

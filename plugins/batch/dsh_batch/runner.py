@@ -269,9 +269,6 @@ class Runner:
                     if proc.client is not None:
                         tg.start_soon(lambda c: c.shutdown(kill_now=True), proc.client)
 
-    def agent_pids(self) -> list[int]:
-        return [p.pid for procs in self.procs.values() for p in procs if p.pid is not None and not p.dead]
-
     # ------------------------------------------------------------------ one task
 
     async def execute(self, task: Task, attempt: int = 1, retried: list[ErrorInfo] | None = None) -> Outcome:

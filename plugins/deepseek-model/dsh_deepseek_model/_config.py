@@ -18,7 +18,6 @@ PLUGIN = "deepseek-model"
 DEFAULT_BASE_URL = "https://api.deepseek.com"
 KEY_ENV = "DEEPSEEK_API_KEY"
 BASE_URL_ENV = "DEEPSEEK_BASE_URL"
-EFFORTS = ("off", "low", "high", "max")
 
 @dataclass(frozen=True)
 class Settings:

@@ -31,7 +31,7 @@ from .host import Host, open_host
 from .tools import FunctionTool
 
 try:
-    __version__ = version("dsh")
+    __version__ = version("dsh-core")
 except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
     __version__ = "0.0.0"
 

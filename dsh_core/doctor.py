@@ -104,7 +104,7 @@ def _size(n: float) -> str:
 
 def _examples(installed: set[str]) -> list[ExampleStatus]:
     from .compose import available_examples, load_composition
-    from .host import install_hint
+    from .host import install_fix
 
     out = []
     for name, path in available_examples().items():
@@ -113,7 +113,7 @@ def _examples(installed: set[str]) -> list[ExampleStatus]:
         except DshError:
             continue  # a broken manifest shows up when that example is doctored or run
         missing = [p for p in comp.plugins if p not in installed]
-        out.append(ExampleStatus(name, list(comp.plugins), missing, [install_hint(p) for p in missing]))
+        out.append(ExampleStatus(name, list(comp.plugins), missing, [install_fix(missing)] if missing else []))
     return out
 
 
@@ -121,7 +121,7 @@ async def examine(example: str) -> Report:
     """Build (but do not start) a host for ``example`` from its installed plugins and run every check."""
     from . import __version__
     from .compose import load_composition
-    from .host import Host, install_hint, installed_plugins, load_plugins, make_plugin_manager
+    from .host import Host, install_fix, installed_plugins, load_plugins, make_plugin_manager
 
     comp = load_composition(example)
     report = Report(comp.name)
@@ -133,7 +133,7 @@ async def examine(example: str) -> Report:
     if missing:
         add(Finding(
             "plugins", "fail", f"not installed: {', '.join(missing)} (mounts {len(comp.plugins)})",
-            " && ".join(install_hint(p) for p in missing),
+            install_fix(missing),
         ))
     else:
         add(Finding("plugins", "ok", f"all {len(comp.plugins)} installed: {', '.join(comp.plugins)}"))
@@ -165,5 +165,5 @@ async def examine(example: str) -> Report:
     report.examples = _examples(installed)
     if not any(e.name == comp.name for e in report.examples):  # doctoring a manifest outside the search path
         report.examples.insert(0, ExampleStatus(comp.name, list(comp.plugins), missing,
-                                                [install_hint(p) for p in missing]))
+                                                [install_fix(missing)] if missing else []))
     return report

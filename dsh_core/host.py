@@ -75,18 +75,41 @@ def installed_plugins() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
+# The plugins this project ships, each its own distribution ``dsh-<name>`` (tests/test_dependencies.py
+# checks this against plugins/*/pyproject.toml).
+SHIPPED_PLUGINS = frozenset({
+    "acp-transport", "agent-instructions", "attachment-store", "batch", "code-mode", "compaction",
+    "deepseek-model", "guards", "hooks-claude-code", "hooks-codex", "jsonl-persistence", "replay-model",
+    "sandbox-tools", "scripted-model", "subagent-acp", "todo",
+})  # fmt: skip
+
+
 def install_hint(name: str) -> str:
-    """The pip command that installs plugin ``name`` into the interpreter running dsh.
+    """How to install plugin ``name`` into the interpreter running dsh.
 
     ``sys.executable -m pip`` names the venv dsh lives in, so the command works where the
     system interpreter refuses ``pip install`` (PEP 668). From a source checkout it installs
-    the plugin's directory; otherwise the ``dsh-<name>`` distribution.
+    the plugin's directory; a plugin this project ships is the ``dsh-<name>`` distribution;
+    any other name is a third party's, which only its author can name.
     """
     pip = f"{shlex.quote(sys.executable)} -m pip install"
     source = Path(__file__).resolve().parent.parent / "plugins" / name
     if (source / "pyproject.toml").is_file():
         return f"{pip} -e {shlex.quote(str(source))}"
-    return f"{pip} dsh-{name}"
+    if name in SHIPPED_PLUGINS:
+        return f"{pip} dsh-{name}"
+    return (f"{pip} <the distribution that provides it> (a plugin is any installed distribution with an "
+            f"entry point named {name!r} in group {ENTRY_POINT_GROUP!r}; `dsh plugins` lists the installed ones)")
+
+
+def install_fix(missing: list[str]) -> str:
+    """One command that installs every plugin in ``missing``: from a source checkout whose
+    ``plugins/`` has them all, its ``requirements.txt`` (everything dsh ships, one short line);
+    otherwise each plugin's ``install_hint``."""
+    repo = Path(__file__).resolve().parent.parent
+    if (repo / "requirements.txt").is_file() and all((repo / "plugins" / m / "pyproject.toml").is_file() for m in missing):
+        return f"cd {shlex.quote(str(repo))} && {shlex.quote(sys.executable)} -m pip install -r requirements.txt"
+    return " && ".join(install_hint(m) for m in missing)
 
 
 def register_plugin(pm: pluggy.PluginManager, plugin: object, name: str) -> None:

@@ -57,9 +57,9 @@ def _third_party(modules: set[str], own: set[str], optional: set[str] = frozense
     return out
 
 
-@pytest.mark.parametrize("root", DISTRIBUTIONS, ids=lambda p: p.name if p != REPO else "dsh")
+@pytest.mark.parametrize("root", DISTRIBUTIONS, ids=lambda p: p.name if p != REPO else "dsh-core")
 def test_declared_dependencies_are_exactly_the_imported_ones(root):
-    label = root.name if root != REPO else "dsh"
+    label = root.name if root != REPO else "dsh-core"
     meta = tomllib.loads((root / "pyproject.toml").read_text())
     project, packages = meta["project"], meta["tool"]["setuptools"]["packages"]
     own = {p.split(".")[0] for p in packages}
@@ -88,3 +88,32 @@ def test_declared_dependencies_are_exactly_the_imported_ones(root):
     if root == REPO:
         assert "pytest" not in needed and not helpers  # no test code ships in the spine
         assert "httpx" not in declared  # the DeepSeek adapter's client, not the core's
+
+
+def test_every_distribution_has_a_name_of_its_own():
+    """The name ``dsh`` on the package index belongs to an unrelated project (which also installs
+    a ``dsh`` script): depending on it installs that. Every distribution here is ``dsh-<part>``,
+    and the plugins the spine names in its install hints are exactly the shipped ones."""
+    from dsh_core.host import SHIPPED_PLUGINS
+
+    names = {tomllib.loads((root / "pyproject.toml").read_text())["project"]["name"] for root in DISTRIBUTIONS}
+    assert "dsh" not in names and all(n.startswith("dsh-") for n in names), names
+    for root in DISTRIBUTIONS:
+        deps = tomllib.loads((root / "pyproject.toml").read_text())["project"].get("dependencies", [])
+        assert "dsh" not in {_requirement_name(r) for r in deps}, f"{root.name} depends on the index's `dsh`"
+    plugins = set()
+    for root in DISTRIBUTIONS[1:]:
+        meta = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+        plugins |= set(meta.get("entry-points", {}).get("dsh", {}))
+        if meta.get("entry-points", {}).get("dsh"):
+            assert meta["name"] == f"dsh-{root.name}", f"{root.name}: distribution {meta['name']}"
+    assert plugins == SHIPPED_PLUGINS
+
+
+def test_a_missing_plugin_hint_names_a_real_distribution(monkeypatch, tmp_path):
+    from dsh_core import host
+
+    monkeypatch.setattr(host, "__file__", str(tmp_path / "dsh_core" / "host.py"))  # not a source checkout
+    assert host.install_hint("compaction").endswith("-m pip install dsh-compaction")
+    third = host.install_hint("wordcount")
+    assert "dsh-wordcount" not in third and "entry point named 'wordcount' in group 'dsh'" in third

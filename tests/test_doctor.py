@@ -4,7 +4,6 @@ and hidden from it, with the sandbox disabled, with a plugin missing, with and w
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +11,9 @@ from pathlib import Path
 import pytest
 from dsh_deepseek_model._config import find_api_key
 from dsh_sandbox_tools import _landlock_exec
+from dsh_sandbox_tools.testing import probe_cached, require_mechanism
 
-from dsh_testing import minimal_env
+from dsh_testing import REPO, minimal_env
 
 SECRET = "sk-doctor-test-0123456789abcdef"
 
@@ -39,8 +39,10 @@ def without_bwrap(tmp_path: Path) -> str:
     return str(bare)
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed on this machine")
 def test_with_bubblewrap_the_sandbox_is_bubblewrap_and_acp_agent_can_serve(tmp_path):
+    # the sandbox tests' own probe: installed is not enough (Ubuntu 24.04's AppArmor, unprivileged
+    # containers), it must start; skips with the reason when it cannot
+    require_mechanism("bwrap")
     code, out, err = doctor(tmp_path, "--json")
     assert code == 0, out + err
     report = json.loads(out)
@@ -89,7 +91,9 @@ def test_a_missing_plugin_fails_the_example_and_names_the_pip_command(tmp_path):
     report = json.loads(out)
     plugins = checks(out)["plugins"]
     assert plugins["status"] == "fail" and "not installed: no-such-plugin" in plugins["detail"]
-    assert plugins["fix"] == f"{sys.executable} -m pip install dsh-no-such-plugin"
+    # not a plugin this project ships: the hint names no made-up distribution, it says what to look for
+    assert plugins["fix"].startswith(f"{sys.executable} -m pip install <the distribution that provides it>")
+    assert "entry point named 'no-such-plugin' in group 'dsh'" in plugins["fix"]
     by_name = {e["name"]: e for e in report["examples"]}
     assert by_name["needs-more"]["missing"] == ["no-such-plugin"]
     assert by_name["needs-more"]["install"] == [plugins["fix"]]
@@ -97,7 +101,18 @@ def test_a_missing_plugin_fails_the_example_and_names_the_pip_command(tmp_path):
     # The scripted route's missing script is reported, not a crash.
     assert checks(out)["route"]["status"] == "fail" and "no script at 'x.json'" in checks(out)["route"]["detail"]
     code, text, _ = doctor(tmp_path, "--example", "needs-more", DSH_EXAMPLES_PATH=str(tmp_path / "examples"))
-    assert "no-such-plugin*" in text and f"{sys.executable} -m pip install dsh-no-such-plugin" in text
+    assert "no-such-plugin*" in text and "entry point named 'no-such-plugin'" in text
+
+
+def test_missing_shipped_plugins_are_fixed_by_the_checkouts_requirements_file():
+    from dsh_core.host import install_fix
+
+    fix = install_fix(["compaction", "todo"])  # this is a source checkout: one short line for both
+    assert fix == f"cd {REPO} && {sys.executable} -m pip install -r requirements.txt"
+    listed = {line.split()[1] for line in (REPO / "requirements.txt").read_text().splitlines()
+              if line.startswith("-e ")}
+    shipped = {p.parent.relative_to(REPO).as_posix() for p in (REPO / "plugins").glob("*/pyproject.toml")}
+    assert listed == {"."} | shipped - {"plugins/testing"}  # everything dsh ships; the test kit is the tests'
 
 
 def test_the_key_is_reported_present_or_absent_never_shown(tmp_path):
@@ -132,7 +147,7 @@ def test_doctor_reports_the_isolation_each_mechanism_gives(tmp_path):
     iso = checks(out)["sandbox-isolation"]
     assert iso["status"] == "warn" and "missing: signal scoping (needs Landlock ABI 6" in iso["detail"]
     assert "can signal (kill, stop) dsh" in iso["detail"] and "bubblewrap" in iso["fix"]
-    if shutil.which("bwrap") is not None:
+    if probe_cached("bwrap").runner is not None:  # bubblewrap installed and able to start
         _, out, _ = doctor(tmp_path, "--json")
         iso = checks(out)["sandbox-isolation"]
         assert iso["status"] == "ok" and iso["detail"].startswith("pid namespace")

@@ -83,7 +83,7 @@ def _plugins(args: argparse.Namespace) -> int:
         rows.append(
             {
                 "name": name,
-                "distribution": dist.name if dist else "dsh",
+                "distribution": dist.name if dist else "dsh-core",
                 "version": dist.version if dist else _own_version(),
                 "hooks": sorted(h.name for h in (pm.get_hookcallers(plugin) or [])),
                 "builtin": ep is None,

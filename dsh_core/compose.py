@@ -66,6 +66,14 @@ def available_examples() -> dict[str, Path]:
     return found
 
 
+def example_argument(value: str) -> str:
+    """``--example VALUE`` as a child process must get it: ``load_composition`` reads an existing
+    directory or ``.toml`` file as a path, relative to where the user ran the command, so that is
+    made absolute (the child runs in the agent's cwd); an example's name is left as it is."""
+    path = Path(value)
+    return str(path.absolute()) if path.is_dir() or (path.suffix == ".toml" and path.is_file()) else value
+
+
 def load_composition(name_or_path: str) -> Composition:
     path = Path(name_or_path)
     if path.suffix != ".toml":

@@ -23,6 +23,7 @@ from .interception import (
 from .protocols import ToolContext
 from .schedule import ToolScheduler
 from .spill import bound, spill_path_for
+from .tools import argument_problems
 from .types import (
     AfterTool,
     ApprovalRequest,
@@ -173,6 +174,13 @@ class ToolDispatch(AgentBase):
                     is_error=True,
                     code="INVALID_ARGUMENTS",
                 )
+        problems = argument_problems(tool.spec.parameters, args)
+        if problems:  # the schema's promises hold before the tool (or a hook) sees the call
+            return ToolOutput.text(
+                f"Error: {name}: {'; '.join(problems)}. Call it again with arguments that match its schema.",
+                is_error=True,
+                code="INVALID_ARGUMENTS",
+            )
         refused = await self._before_tool(tool, name, args, call_id, turn, step)
         if refused is not None:
             return refused

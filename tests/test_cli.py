@@ -73,6 +73,33 @@ def test_ask_finds_a_relative_script_beside_the_example(tmp_path):
     assert (proc.returncode, proc.stdout) == (0, b"PONG\n"), proc.stderr
 
 
+@pytest.mark.parametrize("how", ["ask", "batch"])
+def test_a_relative_example_path_is_read_from_where_the_user_runs_the_command(tmp_path, how):
+    """`--example my/example` next to the user's shell, while the agent works in another --cwd."""
+    mine = tmp_path / "mine" / "examples" / "own"
+    mine.mkdir(parents=True)
+    (mine / "example.toml").write_text('[example]\nfront-door = "acp-stdio"\n'
+                                       'plugins = ["acp-transport", "scripted-model"]\n'
+                                       '[route]\nprovider = "scripted"\nmodel = "own.json"\n')
+    (mine / "own.json").write_text(json.dumps({"default": [{"text": "from my own example, in {cwd}"}]}))
+    work = tmp_path / "work"
+    work.mkdir()
+    env = minimal_env(DSH_HOME=str(tmp_path / "home"))
+    if how == "ask":
+        argv = ["ask", "--cwd", str(work), "--example", "examples/own", "hi"]
+    else:
+        (tmp_path / "mine" / "tasks.jsonl").write_text(json.dumps({"id": "t", "prompt": "hi", "cwd": str(work)}) + "\n")
+        argv = ["batch", "tasks.jsonl", "--out", "out.jsonl", "--example", "examples/own"]
+    proc = subprocess.run([sys.executable, "-m", "dsh_core.cli", *argv], capture_output=True, timeout=60,
+                          cwd=tmp_path / "mine", env=env)
+    assert proc.returncode == 0, proc.stderr
+    if how == "ask":
+        assert proc.stdout == f"from my own example, in {work}\n".encode()
+    else:
+        (row,) = [json.loads(line) for line in (tmp_path / "mine" / "out.jsonl").read_text().splitlines()]
+        assert row["status"] == "ok" and row["text"] == f"from my own example, in {work}", row
+
+
 def test_an_unknown_example_is_one_clear_line():
     out = dsh("run", "--example", "nope")
     assert out.returncode == 2

@@ -328,11 +328,14 @@ async def test_flooding_hook_output_is_bounded(acp_agent, scripted):
     async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
         await _open(run, sids := [])
         assert (await _ask(run, sids[0], "ping")).stop_reason == "end_turn"
-        assert run.client.text(sids[0]) == ["the model ran: <system-reminder>\n" + "x" * 10_000
-                                            + "\n[… hook output truncated: 1038576 more characters]\n</system-reminder>"]
+        assert run.client.text(sids[0]) == ["PONG"]  # the script matched the user's prompt, not the context
     assert (cwd / "flood-done").exists()  # it was not killed for writing: its output was drained
     log = (acp_agent.home / "sessions" / f"{sids[0]}.jsonl").read_bytes()
     assert len(log) < 100_000
+    (ctx,) = [e for e in map(json.loads, log.splitlines()) if e["type"] == "user/message"
+              and e["message"].get("source") == "hook"]  # what the model was given after the prompt
+    assert [b["text"] for b in ctx["message"]["content"]] == ["<system-reminder>\n" + "x" * 10_000
+                                                             + "\n[… hook output truncated: 1038576 more characters]\n</system-reminder>"]
 
 
 async def test_cancel_during_a_hook_kills_it(acp_agent, scripted):

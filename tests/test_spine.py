@@ -172,6 +172,37 @@ async def test_unknown_tool_and_bad_arguments_become_error_results(scripted, tmp
         assert result.code == "UNKNOWN_TOOL" and result.result.is_error
 
 
+@pytest.mark.parametrize(("args", "problem"), [
+    ({}, "missing required argument 'x'"),
+    ({"x": 3}, "argument 'x' must be string, not int"),
+    ({"x": "a", "n": True}, "argument 'n' must be integer, not bool"),
+])
+async def test_arguments_that_break_the_schema_never_reach_the_tool(scripted, tmp_path, args, problem):
+    ran: list[dict] = []
+
+    class Strict:
+        @hookimpl
+        def dsh_register_tools(self, register):
+            async def strict(a, ctx):
+                ran.append(a)
+                return "ran"
+
+            schema = {"type": "object", "properties": {"x": {"type": "string"}, "n": {"type": "integer"}},
+                      "required": ["x"]}
+            register(FunctionTool("strict", "Needs x.", schema, strict))
+
+    script = scripted({"default": [{"tool": "strict", "args": args}, {"text": "{tool_result}"}]})
+    async with memory_host(script, Strict()) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await agent.wait_idle()
+        (result,) = [e for e in _events(host, agent) if isinstance(e, ToolResultEvent)]
+    assert ran == []
+    assert result.code == "INVALID_ARGUMENTS" and result.result.is_error
+    assert result.result.content[0].text == (f"Error: strict: {problem}. "
+                                             "Call it again with arguments that match its schema.")
+
+
 async def test_cancel_mid_delay_commits_partial_and_aborts(scripted, tmp_path):
     script = scripted({"default": [{"partial": "partial", "delay_ms": 60000}]})
     async with await _host(script) as host:

@@ -40,6 +40,8 @@ from dsh_acp.client import (
     open_client,
 )
 
+from dsh_core.compose import example_argument
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -84,7 +86,7 @@ def agent_argv(args: argparse.Namespace) -> list[str]:
         if not argv:
             raise ValueError("--agent-command is empty")
         return argv
-    argv = [sys.executable, "-m", "dsh_core.cli", "run", "--example", args.example]
+    argv = [sys.executable, "-m", "dsh_core.cli", "run", "--example", example_argument(args.example)]
     if args.provider:
         argv += ["--provider", args.provider]
     if args.model:

@@ -35,6 +35,7 @@ import anyio.abc
 import msgspec
 from dsh_acp.client import AcpClient, AcpClientError, PermissionAsk, open_client
 
+from dsh_core.compose import example_argument
 from dsh_core.paths import data_home
 from dsh_core.types import Usage
 
@@ -60,7 +61,7 @@ class Defaults:
 
 def agent_argv(key: AgentKey) -> list[str]:
     example, provider, model = key
-    argv = [sys.executable, "-m", "dsh_core.cli", "run", "--example", example]
+    argv = [sys.executable, "-m", "dsh_core.cli", "run", "--example", example_argument(example)]
     if provider:
         argv += ["--provider", provider]
     if model:

@@ -136,7 +136,15 @@ def _validate(script: Script, path: Path) -> list[re.Pattern[str]]:
 
 
 def _is_prompt(message: Any) -> bool:
-    return isinstance(message, UserMessage) and message.source not in ("tool", "compaction")
+    """A message that asks something: the user's (or a parent agent's) prompt, or a stop hook's
+    reason to go on (source "hook", plain text; a script may answer it). Not one the harness
+    added beside a prompt: a tool's splice, a compaction summary, or a hook's context (source
+    "hook", every block a ``<system-reminder>``), which a rule's ``when`` never sees."""
+    if not isinstance(message, UserMessage) or message.source in ("tool", "compaction"):
+        return False
+    return message.source != "hook" or not all(
+        isinstance(b, TextBlock) and b.text.startswith("<system-reminder>") for b in message.content
+    )
 
 
 def _substitute(value: Any, values: Mapping[str, str]) -> Any:

@@ -147,3 +147,26 @@ async def test_an_image_step_needs_a_store(scripted, tmp_path):
         await agent.wait_idle()
         end = host.session_store.logs[agent.session_id].events[-1]
         assert end.reason == "error" and "needs an attachment store" in end.error
+
+
+async def test_rules_match_the_users_prompt_not_a_hooks_added_context(tmp_path):
+    """A UserPromptSubmit-style hook appends its context after the prompt as a message of its own
+    (source "hook"); the script's `when` still matches what the user typed."""
+    from dsh_core import hookimpl
+    from dsh_core.interception import PromptSubmit
+    from dsh_testing import memory_host
+
+    class Context:
+        @hookimpl
+        def dsh_prompt_submit(self, session, messages, turn):
+            return PromptSubmit(context=["the repository's rules: be brief"])
+
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"rules": [{"when": "^ping$", "steps": [{"text": "PONG"}]}]}))
+    async with memory_host(script, Context()) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="ping")]))
+        await agent.wait_idle()
+        texts = [e.message.content for e in host.session_store.logs[agent.session_id].events
+                 if type(e).__name__ == "AssistantMessageEvent"]
+    assert texts == [[TextBlock(text="PONG")]]

@@ -411,8 +411,12 @@ def _agent_env(sc: Scenario, home: Path, mechanism: str | None, extra_env: dict[
     own = {k: v.replace("{{scenario}}", str(sc.dir)).replace("{{snapshots}}", str(sc.dir.parent.parent))
            for k, v in sc.env.items()}
     env = {"DSH_HOME": str(home), "DSH_PERMISSION_MODE": "workspace-write", **own, **(extra_env or {})}
-    if "DSH_EXAMPLES_PATH" in os.environ:
-        env.setdefault("DSH_EXAMPLES_PATH", os.environ["DSH_EXAMPLES_PATH"])
+    # where the example is found: the scenario's own setting, then the examples/ beside the
+    # snapshots/ it sits in (a plugin's repository: no variable to set), then the caller's
+    beside = sc.dir.parent.parent.parent / "examples"
+    search = [env.get("DSH_EXAMPLES_PATH"), str(beside) if beside.is_dir() else None, os.environ.get("DSH_EXAMPLES_PATH")]
+    if any(search):
+        env["DSH_EXAMPLES_PATH"] = os.pathsep.join(p for p in search if p)
     if mechanism:
         env["DSH_SANDBOX_MECHANISM"] = mechanism
     return env

@@ -74,8 +74,8 @@ def build_parser(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, CommandR
             "dsh — an agent harness for automation. It serves agents over the Agent Client Protocol "
             "(stdio) from named examples: compositions of plugins."
         ),
-        epilog="Start here: dsh examples; dsh run --example acp-agent --provider scripted "
-        "--model examples/acp-agent/demo.json",
+        epilog="Start here: dsh ask --provider scripted --model demo.json ping (prints PONG, keyless); "
+        "dsh examples; dsh doctor. `dsh run` speaks ACP (JSON-RPC) on stdin/stdout, for a client to drive.",
     )
     from . import __version__
 
@@ -84,7 +84,7 @@ def build_parser(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, CommandR
     for cmd in sorted(registry.commands.values(), key=lambda c: c.name):
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description or cmd.help)
         cmd.setup(p)
-        p.set_defaults(_run=cmd.run)
+        p.set_defaults(_run=cmd.run, _parser=p)
     return parser, registry
 
 
@@ -92,7 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         parser, _ = build_parser(argv)
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # said by the command's own parser, with its usage line (argparse's top one names dsh)
+            getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
         if not getattr(args, "_run", None):
             parser.print_help(sys.stderr)
             return 2

@@ -30,6 +30,26 @@ def test_help_reads_well_and_lists_the_commands():
         assert word in text
 
 
+def test_help_starts_with_a_command_that_answers(tmp_path):
+    """"Start here" is a command that prints something on a terminal, not `dsh run` (which waits,
+    silently, for JSON-RPC on stdin); run exactly as the help prints it."""
+    text = " ".join(dsh("--help").stdout.decode().split())
+    start = text.split("Start here: ", 1)[1].split(" (prints PONG")[0]
+    assert start == "dsh ask --provider scripted --model demo.json ping"
+    proc = subprocess.run([sys.executable, "-m", "dsh_core.cli", *start.split()[1:]], capture_output=True, timeout=60,
+                          cwd=tmp_path, env=minimal_env(DSH_HOME=str(tmp_path / "home")))
+    assert (proc.returncode, proc.stdout) == (0, b"PONG\n"), proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["ask", "--bad-flag"], ["batch", "tasks.jsonl", "--out", "o.jsonl", "--bad-flag"], ["doctor", "--bad-flag"]])
+def test_a_bad_flag_prints_the_commands_own_usage(argv):
+    out = dsh(*argv)
+    assert out.returncode == 2
+    err = out.stderr.decode()
+    assert f"\nusage: dsh {argv[0]} " in "\n" + err, err  # (plugins the tests install may write lines above)
+    assert err.rstrip().endswith(f"dsh {argv[0]}: error: unrecognized arguments: --bad-flag"), err
+
+
 def test_plugins_prints_the_exact_composition_as_json():
     out = dsh("plugins", "--example", "acp-agent")
     assert out.returncode == 0, out.stderr

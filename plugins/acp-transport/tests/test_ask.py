@@ -220,6 +220,17 @@ def test_resume_continues_a_session_and_session_list_shows_it(work, tmp_path):
     (row,) = listed.stdout.decode().splitlines()
     sid_col, updated, cwd_col, title = row.split("\t")
     assert (sid_col, cwd_col, title) == (sid, str(work), "ping") and updated.endswith("Z")
+    second = ask(*demo, "--json", "a second task", cwd=work, home=home)
+    assert second.returncode == 0, second.stderr
+    listed = ask(*demo, "--session-list", cwd=work, home=home)
+    assert [r.split("\t")[3] for r in listed.stdout.decode().splitlines()] == ["a second task", "ping"]  # newest first
+    # `dsh sessions list` (the store, read directly) agrees with ACP's session/list, line for line
+    store_view = subprocess.run([sys.executable, "-m", "dsh_core.cli", "sessions", "list"], capture_output=True,
+                                env=minimal_env(DSH_HOME=str(home)), timeout=30)
+    assert store_view.stdout == listed.stdout, store_view.stderr
+    store_json = subprocess.run([sys.executable, "-m", "dsh_core.cli", "sessions", "list", "--json"],
+                                capture_output=True, env=minimal_env(DSH_HOME=str(home)), timeout=30)
+    assert json.loads(store_json.stdout) == json.loads(ask(*demo, "--session-list", "--json", cwd=work, home=home).stdout)
     as_json = ask(*demo, "--session-list", "--json", "--cwd", str(tmp_path), cwd=work, home=home)
     assert json.loads(as_json.stdout) == []  # the cwd filter: nothing recorded there
     unknown = ask(*demo, "--resume", "nope", "hi", cwd=work, home=home)

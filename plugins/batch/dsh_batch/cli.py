@@ -100,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     from .records import ResultsLocked, load_tasks, open_results
     from .runner import Defaults
 
+    if os.path.isdir(args.tasks):
+        return _usage_error(f"{args.tasks} is a directory; give the tasks file (JSON lines: {{\"id\": …, \"prompt\": …}})")
     if not os.path.isfile(args.tasks):
         return _usage_error(f"{args.tasks}: no such file")
     cwd = os.path.abspath(args.cwd or os.getcwd())
@@ -187,6 +189,8 @@ async def _main(args: argparse.Namespace, todo: list, skipped: int, invalid: int
         state[found.status if found is not None else "missing"] += 1
     if stats.interrupted_by is not None:
         status = EXIT_INTERRUPTED
+    elif stats.cannot_start is not None:
+        status = EXIT_USAGE  # as `dsh run` itself exits on that error
     elif state["ok"] != len(ids) or invalid:
         status = EXIT_FAILED
     else:

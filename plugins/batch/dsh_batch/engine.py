@@ -26,7 +26,8 @@ from .records import ErrorInfo, Result, ResultsFile, Task
 
 class Executor(Protocol):
     async def execute(self, task: Task, attempt: int, retried: list[ErrorInfo]) -> Any:
-        """-> an object with ``result: Result`` and ``retryable: bool``."""
+        """-> an object with ``result: Result``, ``retryable: bool`` and ``fatal: bool`` (no task of
+        this run can start: the engine stops dispatching)."""
 
     def interrupt(self) -> None: ...
 
@@ -46,6 +47,7 @@ class Stats:
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
     interrupted_by: str | None = None
+    cannot_start: str | None = None  # why no agent can start: the run stopped dispatching
     failures: dict[str, int] = field(default_factory=dict)  # error class → count
 
     @property
@@ -95,7 +97,7 @@ async def drive(
         send.close()
 
     async def worker() -> None:
-        nonlocal remaining
+        nonlocal remaining, stopping
         async for task, attempt, retried in receive:
             if stopping:
                 break
@@ -106,6 +108,12 @@ async def drive(
             finally:
                 stats.running -= 1
             result: Result = outcome.result
+            if getattr(outcome, "fatal", False) and not stopping and result.error is not None:
+                stopping = True  # every other task would fail the same way: say it once and stop
+                stats.cannot_start = result.error.message
+                listener.note(f"no agent can start, so the batch stops (a re-run does the tasks not started): "
+                              f"{result.error.message}")
+                send.close()
             if outcome.retryable and attempt <= retries and not stopping and result.error is not None:
                 stats.retries += 1
                 listener.note(f"task {task.id!r}: {result.error.cls}: {result.error.message}; retrying on a fresh agent")

@@ -78,7 +78,7 @@ class BatchActor:
         outcome: Outcome = await runner.execute(
             msgspec.convert(task, Task), attempt, [msgspec.convert(e, ErrorInfo) for e in retried]
         )
-        return {"result": to_builtins(outcome.result), "retryable": outcome.retryable}
+        return {"result": to_builtins(outcome.result), "retryable": outcome.retryable, "fatal": outcome.fatal}
 
     async def interrupt(self) -> None:
         if self._runner is not None:
@@ -194,7 +194,7 @@ class RayExecutor:
             return Outcome(_failed(task, attempt, retried, err), retryable=True)
         finally:
             self.inflight[index] -= 1
-        return Outcome(from_builtins(reply["result"]), retryable=reply["retryable"])
+        return Outcome(from_builtins(reply["result"]), retryable=reply["retryable"], fatal=reply.get("fatal", False))
 
     def interrupt(self) -> None:
         for i, actor in enumerate(self.actors):

@@ -87,6 +87,7 @@ class _Proc:
     stop: anyio.Event = field(default_factory=anyio.Event)
     client: AcpClient | None = None
     failure: str | None = None
+    fatal: bool = False  # it could not start, and no agent of its key ever will (see _serve)
     active: int = 0
     leased: int = 0
     limit: float = math.inf
@@ -104,13 +105,16 @@ class _Proc:
 
 
 class _StartFailed(Exception):
-    pass
+    def __init__(self, message: str, *, fatal: bool) -> None:
+        super().__init__(message)
+        self.fatal = fatal
 
 
 @dataclass
 class Outcome:
     result: Result
     retryable: bool = False
+    fatal: bool = False  # no task of this run can start: the engine stops dispatching
 
 
 class _LogLine(msgspec.Struct, rename="camel"):
@@ -214,6 +218,11 @@ class Runner:
                 await proc.stop.wait()
         except Exception as exc:  # AcpClientError, or a tree that survived SIGKILL
             proc.failure = str(exc) or type(exc).__name__
+            # Deterministic: the command cannot be spawned, or dsh refused its arguments (exit
+            # status 2: unknown example or provider, a bad config table). A fresh agent would fail
+            # the same way, so the batch stops instead of retrying every task.
+            code = proc.client.process.returncode if proc.client is not None else None
+            proc.fatal = not proc.ready.is_set() and (proc.client is None or code == 2)
         finally:
             proc.dead = True
             proc.ready.set()
@@ -240,7 +249,7 @@ class Runner:
         await proc.ready.wait()
         if proc.dead or proc.client is None:
             self._release(proc)
-            raise _StartFailed(proc.failure or "the agent exited during start-up")
+            raise _StartFailed(proc.failure or "the agent exited during start-up", fatal=proc.fatal)
         return proc
 
     def _release(self, proc: _Proc, *, broken: bool = False) -> None:
@@ -287,6 +296,7 @@ class Runner:
             permissions: list[Permission] | None = None,
             agent: Agent | None = None,
             retryable: bool = False,
+            fatal: bool = False,
             usage: dict[str, int] | None = None,
         ) -> Outcome:
             result = Result(
@@ -303,7 +313,7 @@ class Runner:
                 agent=agent,
                 retried=retried,
             )
-            return Outcome(result, retryable=retryable and not self.interrupting)
+            return Outcome(result, retryable=retryable and not self.interrupting, fatal=fatal)
 
         if self.interrupting:
             return finish("interrupted", "cancelled", error=ErrorInfo(cls="interrupted", message="the batch was interrupted before the task started"))
@@ -313,7 +323,8 @@ class Runner:
             proc = await self._lease(key)
         except _StartFailed as exc:
             status = "interrupted" if self.interrupting else "failed"
-            return finish(status, "error", error=ErrorInfo(cls="agent_start", message=str(exc), agent=Agent(node=self.node)), retryable=True)
+            return finish(status, "error", error=ErrorInfo(cls="agent_start", message=str(exc), agent=Agent(node=self.node)),
+                          retryable=not exc.fatal, fatal=exc.fatal)
         client = proc.client
         assert client is not None
         agent = Agent(pid=client.pid, node=self.node)

@@ -249,3 +249,27 @@ def test_live_bar_on_a_terminal(setup):
     assert "tokens" in screen and "ETA" in screen and "running" in screen
     assert "\x1b[" in screen  # drawn live (cursor control), not plain lines
     assert "ok" in screen and "already done (skipped)" in screen  # the summary table
+
+
+def test_an_agent_that_cannot_start_stops_the_batch_with_one_message(setup):
+    """20 tasks on a provider the example does not have: dsh refuses it at start-up (exit status 2),
+    which a fresh agent would repeat, so the batch says so once and stops instead of trying each of 20 tasks 3 times."""
+    tmp, home, _ = setup
+    tasks_file = write_jsonl(tmp / "tasks.jsonl", [{"id": f"q{i:02d}", "prompt": "ping"} for i in range(20)])
+    out = tmp / "results.jsonl"
+    proc = run_batch(tasks_file, out, "-e", "acp-testkit", "--provider", "nope", "--model", "x", "-j", "4",
+                     "--json", home=home, cwd=tmp)  # fmt: skip
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert err.count("no agent can start, so the batch stops") == 1, err
+    assert "no model provider 'nope'" in err and "retrying" not in err
+    done = read_results(out)
+    assert 1 <= len(done) <= 4 and {r["error"]["class"] for r in done} == {"agent_start"}  # only the tries in flight
+    assert all(r["attempts"] == 1 for r in done)
+
+
+def test_a_directory_as_the_tasks_file_says_so(setup):
+    tmp, home, args = setup
+    proc = run_batch(tmp, tmp / "out.jsonl", *args, home=home, cwd=tmp)
+    assert proc.returncode == 2
+    assert f"{tmp} is a directory; give the tasks file" in proc.stderr.decode()

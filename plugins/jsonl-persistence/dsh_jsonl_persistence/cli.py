@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -26,8 +27,10 @@ from .store import JsonlStore
 
 def setup(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="sessions_command", metavar="ACTION")
-    ls = sub.add_parser("list", help="list recorded sessions, oldest first", description="List recorded sessions.")
-    ls.add_argument("--json", action="store_true", help="print each header as one JSON line")
+    ls = sub.add_parser("list", help="list recorded sessions, newest first",
+                        description="List recorded sessions, newest first, as `dsh ask --session-list` does: "
+                                    "id, updated (UTC), cwd, title (the first prompt's first line).")
+    ls.add_argument("--json", action="store_true", help="print one JSON array (sessionId, cwd, updatedAt, title)")
     show = sub.add_parser("show", help="print one session's log", description="Print one session's log.")
     show.add_argument("id", metavar="ID", help="session id (a unique prefix is enough)")
     show.add_argument("--json", action="store_true", help="print the raw JSONL lines as stored")
@@ -47,19 +50,25 @@ def _stamp(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
+def _iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def _list(store: JsonlStore, as_json: bool) -> int:
-    headers = store.list_sessions_sync()
+    """The recorded top-level sessions exactly as ACP ``session/list`` shows them (and so
+    ``dsh ask --session-list``): newest first, the same four fields, the same line format."""
+    rows = [{"sessionId": r.id, "cwd": r.cwd, "updatedAt": _iso(r.updated_ns), **({"title": r.title} if r.title else {})}
+            for r in store.summaries_sync()]
     out = sys.stdout
     if as_json:
-        for h in headers:
-            out.write(msgspec.json.encode(h).decode() + "\n")
+        out.write(json.dumps(rows) + "\n")
         return 0
-    if not headers:
+    if not rows:
         print(f"no sessions in {store.root}", file=sys.stderr)
         return 0
-    for h in headers:
-        route = f"{h.provider}/{h.model}" if h.provider or h.model else "-"
-        out.write(f"{h.id}  {_stamp(h.created_at)}  {route}  {h.cwd or '-'}\n")
+    for r in rows:
+        title = r.get("title", "").replace("\t", " ")
+        out.write(f"{r['sessionId']}\t{r['updatedAt']}\t{r['cwd']}\t{title}\n")
     return 0
 
 

@@ -297,10 +297,11 @@ def test_cli_list_and_show(home: Path) -> None:
     path = write_log(home, events)
     out = dsh(home, "sessions", "list")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("sess_0123abcd") and "p/m" in out.stdout and "/work" in out.stdout
+    sid, updated, cwd, title = out.stdout.rstrip("\n").split("\t")
+    assert (sid, cwd, title) == ("sess_0123abcd", "/work", "hi") and updated.endswith("Z")
 
     out = dsh(home, "sessions", "list", "--json")
-    assert [json.loads(line)["id"] for line in out.stdout.splitlines()] == ["sess_0123abcd"]
+    assert [r["sessionId"] for r in json.loads(out.stdout)] == ["sess_0123abcd"]
 
     out = dsh(home, "sessions", "show", "sess_0123abcd")
     assert out.returncode == 0, out.stderr

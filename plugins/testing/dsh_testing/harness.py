@@ -23,6 +23,7 @@ from typing import Any
 import dsh_core
 
 REPO = Path(dsh_core.__file__).resolve().parent.parent  # a source checkout of dsh (its tests/examples)
+TEST_EXAMPLES = REPO / "tests" / "examples"  # dsh's test-only examples: a spawned dsh's default search path
 
 
 def acp_schema_file() -> Any:
@@ -250,7 +251,7 @@ async def spawn_acp(
     if script is not None:
         args += ["--provider", provider, "--model", str(script)]
     full_env = minimal_env(**(env or {}))
-    full_env.setdefault("DSH_EXAMPLES_PATH", str(REPO / "tests" / "examples"))
+    full_env.setdefault("DSH_EXAMPLES_PATH", str(TEST_EXAMPLES))
     proc = await asyncio.create_subprocess_exec(
         *(dsh or (sys.executable, "-m", "dsh_core.cli")),
         *args,

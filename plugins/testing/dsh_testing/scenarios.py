@@ -74,7 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .harness import REPO
+from .harness import REPO, TEST_EXAMPLES
 
 MODES = ("replay", "refresh", "record")
 HEADERS_DIR = "_headers"
@@ -412,11 +412,12 @@ def _agent_env(sc: Scenario, home: Path, mechanism: str | None, extra_env: dict[
            for k, v in sc.env.items()}
     env = {"DSH_HOME": str(home), "DSH_PERMISSION_MODE": "workspace-write", **own, **(extra_env or {})}
     # where the example is found: the scenario's own setting, then the examples/ beside the
-    # snapshots/ it sits in (a plugin's repository: no variable to set), then the caller's
+    # snapshots/ it sits in (a plugin's repository: no variable to set), then the caller's (by
+    # default dsh's test-only examples, as for every spawned dsh)
     beside = sc.dir.parent.parent.parent / "examples"
-    search = [env.get("DSH_EXAMPLES_PATH"), str(beside) if beside.is_dir() else None, os.environ.get("DSH_EXAMPLES_PATH")]
-    if any(search):
-        env["DSH_EXAMPLES_PATH"] = os.pathsep.join(p for p in search if p)
+    search = [env.get("DSH_EXAMPLES_PATH"), str(beside) if beside.is_dir() else None,
+              os.environ.get("DSH_EXAMPLES_PATH", str(TEST_EXAMPLES))]
+    env["DSH_EXAMPLES_PATH"] = os.pathsep.join(p for p in search if p)
     if mechanism:
         env["DSH_SANDBOX_MECHANISM"] = mechanism
     return env

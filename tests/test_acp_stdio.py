@@ -218,6 +218,7 @@ async def test_permission_is_one_shot_and_fails_closed(acp_agent, scripted, answ
     perm = next(f for f in run.frames if f.get("method") == "session/request_permission")
     assert perm["params"]["toolCall"] == {  # what the testkit tool told the approval seam
         "toolCallId": "call_1", "kind": "edit", "title": "guarded_write: out.txt",
+        "content": [{"type": "content", "content": {"type": "text", "text": "write out.txt"}}],  # the tool's reason
         "rawInput": {"path": "out.txt", "content": "hello"}}
     log = session_log(acp_agent.home, sid)
     asked = [e for e in log if e["type"] == "approval/asked"]
@@ -329,6 +330,27 @@ async def test_bash_escalation_is_one_shot_over_acp(acp_agent, scripted, answer,
                                            "justification": "the report lives outside the workspace"}
     finally:
         Path(OUTSIDE).unlink(missing_ok=True)
+
+
+async def test_a_write_escalation_shows_why_and_the_diff(acp_agent, scripted, tmp_path):
+    """What Toad and Zed render from a permission request is toolCall.title and .content: the
+    justification, and for write/edit a diff (their review view), not rawInput."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "notes.txt").write_text("old line\n")
+    client = Recorder(permission_answers=["reject-once"])
+    script = scripted({"default": [{"tool": "write", "args": {
+        "path": str(outside / "notes.txt"), "content": "new line\n", "sandbox_permissions": "danger-full-access",
+        "justification": "the notes live outside the workspace"}}, {"text": "{tool_result}"}]})
+    async with acp_agent(script, client=client, env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        sid = await run.start()
+        assert (await run.conn.prompt(session_id=sid, prompt=[text_block("write it")])).stop_reason == "end_turn"
+        (_, tool_call, _) = client.permission_requests[0]
+    reason, diff = tool_call.content
+    assert (reason.type, reason.content.text) == ("content", "the notes live outside the workspace")
+    assert (diff.type, diff.path, diff.old_text, diff.new_text) == (
+        "diff", str(outside / "notes.txt"), "old line\n", "new line\n")
+    assert (outside / "notes.txt").read_text() == "old line\n"  # rejected: untouched
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)

@@ -290,6 +290,7 @@ async def test_store_backed_methods_are_absent_and_refused_without_a_store(acp_a
         init = await run.conn.initialize(protocol_version=1)
         caps = init.agent_capabilities.session_capabilities
         assert caps.close is not None and caps.list is None and caps.resume is None and caps.delete is None
+        assert init.agent_capabilities.load_session is False  # the SDK's default: not advertised
         with pytest.raises(RequestError) as err:
             await run.conn.list_sessions()
         assert err.value.code == -32601 and "jsonl-persistence" in err.value.data["details"]
@@ -374,3 +375,49 @@ async def test_restore_rebuilds_history_including_a_compaction(scripted, tmp_pat
         agent.restore(events)
         assert [m.id for m in agent.history] == ["s", "u2", "a2"]
         assert agent._seq == len(events) and agent._turn == 2
+
+
+# --------------------------------------------------------------------------- session/load
+
+
+async def test_session_load_replays_the_conversation_then_continues_it(acp_agent, scripted, tmp_path):
+    """A client that only knows session/load (Toad, acpc): a fresh agent process re-opens a
+    recorded session, shows its conversation as user/agent message chunks before answering
+    (committed text only: no reasoning, tool calls or hook context), and the next prompt
+    continues it."""
+    script = scripted({"rules": [
+        {"when": "^think", "steps": [{"reasoning": "hidden", "text": "thought about it"}]},
+        {"when": "^tool", "steps": [{"tool": "nope", "args": {}}, {"text": "after a tool"}]},
+    ], "default": [{"text": "echo: {prompt}"}]})
+    async with acp_agent(script) as run:
+        sid = await run.start()
+        for text in ("think", "tool", "plain"):
+            assert (await run.conn.prompt(session_id=sid, prompt=[text_block(text)])).stop_reason == "end_turn"
+    client = Recorder()
+    async with acp_agent(script, client=client) as run:
+        init = await run.conn.initialize(protocol_version=1)
+        assert init.agent_capabilities.load_session is True
+        await run.conn.load_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[])
+        shown = [(u.session_update, u.content.text) for _sid, u in client.updates]
+        assert shown == [
+            ("user_message_chunk", "think"), ("agent_message_chunk", "thought about it"),
+            ("user_message_chunk", "tool"), ("agent_message_chunk", "after a tool"),
+            ("user_message_chunk", "plain"), ("agent_message_chunk", "echo: plain"),
+        ]
+        ids = [u.message_id for _sid, u in client.updates]
+        assert len(set(ids)) == 6 and all(ids)  # one message id per message, as live
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("again")])
+        assert resp.stop_reason == "end_turn" and client.text(sid)[-1] == "echo: again"
+        with pytest.raises(RequestError) as err:  # open here now: a second load is refused
+            await run.conn.load_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[])
+        assert err.value.code == -32602 and "already open" in str(err.value)
+    turns = [e["turn"] for e in session_log(acp_agent.home, sid) if e["type"] == "turn/end"]
+    assert turns == [1, 2, 3, 4]  # the same log, continued
+
+
+async def test_session_load_is_refused_without_a_store(acp_agent, scripted):
+    async with acp_agent(scripted({}), example="acp-nostore") as run:
+        await run.conn.initialize(protocol_version=1)
+        with pytest.raises(RequestError) as err:
+            await run.conn.load_session(session_id="x", cwd=str(run.cwd), mcp_servers=[])
+        assert err.value.code == -32601 and "jsonl-persistence" in err.value.data["details"]

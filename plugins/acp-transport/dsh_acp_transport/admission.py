@@ -28,7 +28,15 @@ from dsh_acp.rpc import (
 from dsh_core import RouteError
 from dsh_core.contracts import AgentSpec
 from dsh_core.errors import DshError
-from dsh_core.types import DurableEvent, RequestHeader, SessionHeader
+from dsh_core.types import (
+    AssistantMessageEvent,
+    DurableEvent,
+    ImageBlock,
+    RequestHeader,
+    SessionHeader,
+    TextBlock,
+    UserMessageEvent,
+)
 
 from .delivery import Delivery
 from .settlement import observer
@@ -100,6 +108,7 @@ class Admission(BridgeState):
                     close={},
                     **({"list": {}, "resume": {}, "delete": {}} if self.durable_store() is not None else {}),
                 ),
+                **({"load_session": True} if self.durable_store() is not None else {}),
             ),
             agent_info=agent_info(),
             auth_methods=[],
@@ -200,8 +209,37 @@ class Admission(BridgeState):
         """Re-open a recorded session: history rebuilt from its log (``Agent.restore``), on this
         agent's configured route (a different recorded route is reported in ``_meta``, not
         obeyed), appending to the same file. Nothing is sent to the client."""
-        store = self._needs_store("session/resume")
         p = decode_params(params, wire.ResumeSessionParams)
+        result, _session, _events = await self._reopen(p, "session/resume")
+        return result
+
+    async def load_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """``session/load``: re-open as ``session/resume`` does, then replay the conversation
+        before answering — each user prompt as ``user_message_chunk``s and each committed
+        assistant message as ``agent_message_chunk``s (text and images as stored; reasoning,
+        tool calls and the harness's own messages are not shown again) — for clients that resume
+        only this way (Toad, acpc)."""
+        p = decode_params(params, wire.LoadSessionParams)
+        result, session, events = await self._reopen(p, "session/load")
+        for event in events:
+            if isinstance(event, UserMessageEvent) and event.message.source == "user":
+                blocks, message_id, user = event.message.content, event.message.id, True
+            elif isinstance(event, AssistantMessageEvent):
+                blocks, message_id, user = event.message.content, event.message.id, False
+            else:
+                continue
+            for block in blocks:
+                if isinstance(block, (TextBlock, ImageBlock)):
+                    session.delivery.push(block, message_id, user=user)
+        await session.delivery.drain()
+        failure = session.delivery.take_failure()
+        if failure is not None:
+            log.warning(f"session/load of {p.session_id}: part of the history could not be shown: {failure}")
+        return result
+
+    async def _reopen(self, p: wire.ResumeSessionParams, method: str) -> tuple[dict[str, Any], Session, list[Any]]:
+        """The shared part of resume and load: the published session and its recorded events."""
+        store = self._needs_store(method)
         if self.closed:
             raise internal_error(CLOSING + "the session was not resumed")
         _check_resume_params(p)
@@ -237,14 +275,14 @@ class Admission(BridgeState):
         if self.closed:
             await self._abandon(agent)
             raise internal_error(CLOSING + "the session was not resumed")
-        self._publish(agent)
+        session = self._publish(agent)
         if recorded != (provider, model):
             note = (f"session {header.id} was recorded on {recorded[0]}/{recorded[1]}; it resumes on this "
                     f"agent's route {provider}/{model}")
             log.warning(f"{note}")
-            return {"_meta": {"dsh": {"route": f"{provider}/{model}", "recordedRoute": f"{recorded[0]}/{recorded[1]}",
-                                      "note": note}}}
-        return {}
+            return ({"_meta": {"dsh": {"route": f"{provider}/{model}", "recordedRoute": f"{recorded[0]}/{recorded[1]}",
+                                       "note": note}}}, session, list(contents.events))
+        return {}, session, list(contents.events)
 
     async def _abandon(self, agent: Agent) -> None:
         """Dispose and forget an agent built for a resume that does not go through."""

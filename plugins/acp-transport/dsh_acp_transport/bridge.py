@@ -46,6 +46,7 @@ class Bridge(Admission, Settlement):
             "session/close": self.close_session,
             "session/list": self.list_sessions,
             "session/resume": self.resume_session,
+            "session/load": self.load_session,
             "session/delete": self.delete_session,
         }.items():
             dispatcher.on_request(method, handler)

@@ -41,8 +41,12 @@ class Delivery:
         self._changed = anyio.Event()
         self.failure: str | None = None  # first failure since the last ``take_failure``
 
-    def push(self, block: TextBlock | ImageBlock, message_id: str) -> None:
+    def push(self, block: TextBlock | ImageBlock, message_id: str, *, user: bool = False) -> None:
+        """Queue one committed block (``user``: a user message replayed by ``session/load``)."""
         self._queued += 1
+        if user:
+            self._send.send_nowait((self._queued, (block, message_id, True)))
+            return
         if self._done == self._queued - 1 and isinstance(block, TextBlock):
             # Nothing of this session is waiting: write text now, skipping the worker hop
             # (two event-loop iterations of the eight a prompt round trip takes).
@@ -60,12 +64,10 @@ class Delivery:
         self._queued += 1
         self._send.send_nowait((self._queued, update))
 
-    def _frame(self, content: Any, message_id: str) -> wire.Notification:
+    def _frame(self, content: Any, message_id: str, user: bool = False) -> wire.Notification:
+        chunk = (wire.UserMessageChunk if user else wire.MessageChunk)(content=content, message_id=message_id)
         return wire.Notification(
-            method="session/update",
-            params=wire.SessionNotification(
-                session_id=self.session_id, update=wire.MessageChunk(content=content, message_id=message_id)
-            ),
+            method="session/update", params=wire.SessionNotification(session_id=self.session_id, update=chunk)
         )
 
     def take_failure(self) -> str | None:
@@ -102,17 +104,19 @@ class Delivery:
                 "session/update", wire.SessionNotification(session_id=self.session_id, update=item)
             )
             return
-        block, message_id = item
+        block, message_id, *role = item
+        user = bool(role and role[0])
+        what = "a replayed user image" if user else "assistant image"
         if isinstance(block, TextBlock):
             content: Any = wire.TextOut(text=block.text)
         else:
             store = self.host.attachment_store
             if store is None:
-                raise RuntimeError("cannot deliver assistant image: no attachment store is mounted")
+                raise RuntimeError(f"cannot deliver {what}: no attachment store is mounted")
             try:
                 data = await store.read_image(block)
             except (AttachmentCorrupt, OSError) as exc:
-                raise RuntimeError(f"cannot deliver assistant image: {exc}") from exc
+                raise RuntimeError(f"cannot deliver {what}: {exc}") from exc
             content = wire.ImageOut(data=base64.b64encode(data).decode("ascii"), mime_type=block.mime)
-        await self.peer.write(self._frame(content, message_id))
+        await self.peer.write(self._frame(content, message_id, user))
 

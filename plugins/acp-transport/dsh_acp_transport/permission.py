@@ -1,4 +1,5 @@
-"""What a ``session/request_permission`` shows a person: ``toolCall.kind``, ``title``, ``rawInput``.
+"""What a ``session/request_permission`` shows a person: ``toolCall.kind``, ``title``, ``content``
+(why it is asked; for a file change, a diff a client opens in its review view), ``rawInput``.
 
 Built from the approval request a tool sent through the spine's approval seam, and bounded:
 a client shows the title in one line and may render ``rawInput`` in full, and neither may
@@ -7,7 +8,9 @@ carry terminal control sequences that could disguise what is being asked.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from typing import Any
 
 import msgspec
@@ -96,11 +99,79 @@ def _bound(value: Any, limit: int, depth: int) -> Any:
         return _bound(repr(value), limit, depth)
 
 
+REASON_MAX = 2000  # characters of the justification shown as content
+DIFF_MAX = 64 * 1024  # characters of a diff's old or new text; a larger change is shown without a diff
+
+
+def content_of(request: ApprovalRequest) -> list[wire.ContentOut | wire.DiffOut]:
+    """What the client shows in the request: the model's justification (else the tool's reason),
+    and for a file change (write, edit) the diff, so a client such as Toad opens its review view."""
+    out: list[wire.ContentOut | wire.DiffOut] = []
+    why = request.justification or request.reason
+    if why:
+        out.append(wire.ContentOut(content=wire.TextOut(text=_UNSAFE.sub("", _cut(why, REASON_MAX)))))
+    diff = diff_of(request)
+    if diff is not None:
+        out.append(diff)
+    return out
+
+
+def diff_of(request: ApprovalRequest) -> wire.DiffOut | None:
+    """``write`` (path, content) or ``edit`` (path, old_string, new_string[, replace_all]) as a
+    whole-file diff: the file as it is now (None when it does not exist) and as it would be. None
+    when the change cannot be shown honestly: not a regular UTF-8 file, larger than ``DIFF_MAX``,
+    or an edit whose ``old_string`` is not in it (the tool will refuse that call anyway)."""
+    args = request.args or {}
+    path = args.get("path")
+    if request.tool_name not in ("write", "edit") or not isinstance(path, str) or not path:
+        return None
+    cwd = getattr(request.agent, "cwd", None) or "/"
+    full = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
+    old = _read_small(full)
+    if old is False:
+        return None
+    if request.tool_name == "write":
+        new = args.get("content")
+    else:
+        before, after = args.get("old_string"), args.get("new_string")
+        if not (isinstance(old, str) and isinstance(before, str) and isinstance(after, str) and before in old):
+            return None
+        new = old.replace(before, after) if args.get("replace_all") is True else old.replace(before, after, 1)
+    if not isinstance(new, str) or len(new) > DIFF_MAX:
+        return None
+    return wire.DiffOut(path=full, old_text=old, new_text=new)
+
+
+def _read_small(path: str) -> str | bool | None:
+    """The file's text (None: it does not exist; False: it cannot be shown). Non-blocking open
+    (a FIFO does not hang the door), then only a regular file is read, once, bounded."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > DIFF_MAX * 4:
+            return False
+        data = os.read(fd, DIFF_MAX * 4 + 1)
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return text if len(text) <= DIFF_MAX else False
+
+
 def tool_call_of(request: ApprovalRequest) -> wire.PermissionToolCall:
     assert request.call_id is not None
+    content = content_of(request)
     return wire.PermissionToolCall(
         tool_call_id=request.call_id,
         kind=kind_of(request),
         title=title_of(request),
+        **({"content": content} if content else {}),
         raw_input=raw_input_of(request),
     )

@@ -194,7 +194,9 @@ class Settlement(PromptContent):
             return wire.PromptResult(stop_reason="cancelled")
         if end.reason == "max-steps":  # a step budget ran out; the answer so far is committed
             return wire.PromptResult(stop_reason="max_turn_requests")
-        return wire.PromptResult(stop_reason="end_turn")  # completed, max-tokens, hook-aborted, blocked
+        if end.reason == "max-tokens":  # still end_turn (ACP-7); _meta tells a client that reads it (a parent agent)
+            return wire.PromptResult(stop_reason="end_turn", meta={"dsh": {"turnEnd": "max-tokens"}})
+        return wire.PromptResult(stop_reason="end_turn")  # completed, hook-aborted, blocked
 
     # ------------------------------------------------------------------ cancel (ACP-8)
 

@@ -129,9 +129,14 @@ class PromptResult:
     # "malformed" (an undecodable result)
     error_kind: str | None = None
     error_code: int | None = None
+    meta: dict[str, Any] | None = None  # the result's ``_meta`` (dsh says ``{"dsh": {"turnEnd": …}}``)
 
 
 PermissionPolicy = Callable[[PermissionAsk], Awaitable[PermissionVerdict]]
+
+
+def _meta_of(result: wire.PromptResult) -> dict[str, Any] | None:
+    return result.meta if isinstance(result.meta, dict) else None
 
 
 def _client_version() -> str:
@@ -377,10 +382,10 @@ class AcpClient:
         finally:
             self._on_text = None
         try:
-            stop = msgspec.json.decode(raw, type=wire.PromptResult).stop_reason
+            decoded = msgspec.json.decode(raw, type=wire.PromptResult)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             return PromptResult("error", self.text, self.session_id, f"malformed session/prompt result: {exc}")
-        return PromptResult(stop, self.text, self.session_id)
+        return PromptResult(decoded.stop_reason, self.text, self.session_id, meta=_meta_of(decoded))
 
     async def cancel(self) -> None:
         """``session/cancel`` (best effort) and withdraw pending permission questions."""
@@ -557,12 +562,12 @@ class AcpSession:
         finally:
             self._on_text = None
         try:
-            stop = msgspec.json.decode(raw, type=wire.PromptResult).stop_reason
+            decoded = msgspec.json.decode(raw, type=wire.PromptResult)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             return PromptResult(
                 "error", self.text, sid, f"malformed session/prompt result: {exc}", error_kind="malformed"
             )
-        return PromptResult(stop, self.text, sid)
+        return PromptResult(decoded.stop_reason, self.text, sid, meta=_meta_of(decoded))
 
     async def cancel(self) -> None:
         """``session/cancel`` (best effort, once per prompt) and withdraw pending permission questions."""

@@ -108,6 +108,7 @@ class SessionCapabilities(_Out):
 class AgentCapabilities(_Out):
     prompt_capabilities: PromptCapabilities
     session_capabilities: SessionCapabilities | UnsetType = UNSET
+    load_session: bool | UnsetType = UNSET  # sent (true) only with a durable session store
 
 
 class Implementation(_Out):
@@ -187,6 +188,10 @@ class ResumeSessionParams(_In):
     additional_directories: list[Any] | None = None
 
 
+class LoadSessionParams(ResumeSessionParams):
+    """``session/load``: as resume, and the conversation is replayed to the client first."""
+
+
 class DeleteSessionParams(_In):
     session_id: str
 
@@ -238,6 +243,13 @@ class MessageChunk(_Out, tag="agent_message_chunk", tag_field="sessionUpdate"):
     message_id: str | UnsetType = UNSET  # chunks of one assistant message share it
 
 
+class UserMessageChunk(_Out, tag="user_message_chunk", tag_field="sessionUpdate"):
+    """A user message replayed by ``session/load`` (the conversation shown again)."""
+
+    content: TextOut | ImageOut
+    message_id: str | UnsetType = UNSET
+
+
 class UsageUpdate(_Out, tag="usage_update", tag_field="sessionUpdate"):
     used: int
     size: int
@@ -245,18 +257,34 @@ class UsageUpdate(_Out, tag="usage_update", tag_field="sessionUpdate"):
 
 class SessionNotification(_Out):
     session_id: str
-    update: MessageChunk | UsageUpdate
+    update: MessageChunk | UserMessageChunk | UsageUpdate
 
 
 TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"})
 
 
+class ContentOut(_Out, tag="content", tag_field="type"):
+    """Tool-call content: a standard content block (ACP ToolCallContent ``content``)."""
+
+    content: TextOut
+
+
+class DiffOut(_Out, tag="diff", tag_field="type"):
+    """Tool-call content: a file change (ACP ``Diff``); ``old_text`` None is a new file."""
+
+    path: str
+    old_text: str | None  # no default: sent as null for a new file
+    new_text: str
+
+
 class PermissionToolCall(_Out):
-    """``toolCall`` of a permission request (ACP's ToolCallUpdate): what a person judges."""
+    """``toolCall`` of a permission request (ACP's ToolCallUpdate): what a person judges. Clients
+    show ``title`` and ``content`` (the reason, a diff view for a file change), not ``rawInput``."""
 
     tool_call_id: str
     kind: str | UnsetType = UNSET
     title: str | UnsetType = UNSET
+    content: list[ContentOut | DiffOut] | UnsetType = UNSET
     raw_input: Any = UNSET
 
 

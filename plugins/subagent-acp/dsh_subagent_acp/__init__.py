@@ -52,7 +52,7 @@ ENV_MAX_DEPTH = "DSH_SUBAGENT_MAX_DEPTH"
 # ACP stop reason → what the tool result says (the original's mapping).
 STOPS = {
     "end_turn": "completed",
-    "max_tokens": "max-tokens",
+    "max_tokens": "stopped: max tokens",  # cut short, not done (also a dsh child's end_turn with turnEnd max-tokens)
     "refusal": "refusal",
     "cancelled": "aborted",
 }
@@ -305,6 +305,9 @@ class SubagentAcpTool:
             log.warning(f"child run failed: {result.error}")
             return _result("error", result.text, error=result.error)
         status = STOPS.get(result.stop_reason, "error")
+        turn_end = ((result.meta or {}).get("dsh") or {}).get("turnEnd")
+        if status == "completed" and turn_end == "max-tokens":  # a dsh child says why its end_turn came
+            return _result(STOPS["max_tokens"], result.text, stop="max_tokens")
         return _result(status, result.text, stop=result.stop_reason,
                        error=None if status != "error" else f"stop reason {result.stop_reason!r}")
 

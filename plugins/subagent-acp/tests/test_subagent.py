@@ -28,6 +28,9 @@ SCRIPT = {
             {"text": "child: {tool_result}"}]},
         {"when": "^delegate-hang", "steps": [
             {"tool": "subagent_acp", "args": {"task": "hang"}}, {"text": "unreachable"}]},
+        {"when": "^delegate-long", "steps": [
+            {"tool": "subagent_acp", "args": {"task": "long"}}, {"text": "parent got: {tool_result}"}]},
+        {"when": "^long", "steps": [{"finish": "length", "text": "the first half"}]},
         {"when": "^hang", "steps": [{"partial": "child partial", "mark": "child-streamed", "delay_ms": 60000}]},
         {"when": "^recurse", "steps": [
             {"tool": "subagent_acp", "args": {"task": "recurse"}}, {"text": "level: {tool_result}"}]},
@@ -91,6 +94,17 @@ async def test_nested_permission_is_answered_by_the_outermost_client(
     assert [(d["outcome"], d["answeredBy"]) for d in decided] == [
         ("allowed-once" if written else "rejected", "acp")
     ]
+
+
+async def test_a_child_cut_by_max_tokens_is_reported_as_stopped_not_completed(acp_agent, scripted, examples):
+    """The child's door answers end_turn (ACP-7) with ``_meta.dsh.turnEnd = "max-tokens"``; the
+    parent's tool result says the child was cut short."""
+    path = examples("sub")
+    async with acp_agent(scripted(SCRIPT), example="sub", env={"DSH_EXAMPLES_PATH": path}) as run:
+        sid = await run.start()
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("delegate-long")])
+        assert resp.stop_reason == "end_turn"
+        assert run.client.text(sid) == ["parent got: [subagent stopped: max tokens]\nthe first half"]
 
 
 async def test_without_a_channel_the_static_policy_answers(tmp_path, scripted, examples):
@@ -204,7 +218,7 @@ async def test_env_is_scrubbed_unless_configured_and_depth_is_passed(acp_agent, 
     "mode, expected",
     [
         ("answer", "parent got: [subagent completed]\npeer: peer task"),
-        ("stop:max_tokens", "parent got: [subagent max-tokens]\ntext"),
+        ("stop:max_tokens", "parent got: [subagent stopped: max tokens]\ntext"),
         ("stop:refusal", "parent got: [subagent refusal]\ntext"),
         ("crash", "parent got: [subagent error] session/prompt failed: the agent closed the connection (exit status 3)"
                   "\npartial"),

@@ -54,7 +54,7 @@ from dsh_testing.scenarios import dump_input, load_scenario, run_and_check  # no
 
 # How long to wait before a cancel, where turn/start is not the moment (scenario -> "after").
 AFTER = {"cancel-tool-calls": {"file": "started.txt"}}
-HEADER_CLASS = {"agent-instructions": "agent-instructions"}
+HEADER_CLASS = {"agent-instructions": "agent-instructions", "agent-instructions-linked": "agent-instructions-linked"}
 CLEANUP = {"bash-escalation-approved": ["/var/tmp/dsh-snapshot-escalation.txt"],
            "bash-escalation-rejected": ["/var/tmp/dsh-snapshot-escalation.txt"]}
 

@@ -149,6 +149,16 @@ async def sc_cc_pretool_ask(run, sids):
     assert tool_call.title == "bash: echo HELLO > created.txt && cat created.txt — bash requires manual approval in this session"
 
 
+async def sc_cc_pretool_ask_full_access(run, sids):
+    """In danger-full-access mode nobody is asked (the original's approval policy there is
+    `never`): the hook's `ask` is rejected by policy, and the client sees no permission request."""
+    seed(run.cwd, "hooks.json", {"PreToolUse": [("bash", "ask.sh")]}, {"ask.sh": ASK})
+    await _open(run, sids)
+    await _ask(run, sids[0], "create the file")
+    assert run.client.permission_requests == []
+    assert not (run.cwd / "created.txt").exists()
+
+
 def posttool_block(file, script, prompt):
     async def body(run, sids):
         seed(run.cwd, file, {"PostToolUse": [("bash", "post.sh")]}, {"post.sh": script})
@@ -214,6 +224,7 @@ SCENARIOS = {
     "hook-cc-posttool-block": posttool_block(CC, POST_ONCE, "retry echo"),
     "hook-cc-posttool-context": posttool_context(CC),
     "hook-cc-pretool-ask": sc_cc_pretool_ask,
+    "hook-cc-pretool-ask-full-access": sc_cc_pretool_ask_full_access,
     "hook-cc-pretool-deny": pretool_block(CC, "claude-code"),
     "hook-cc-promptsubmit-block": prompt_block(CC),
     "hook-cc-promptsubmit-context": prompt_context(CC, PROMPT_CONTEXT_JSON),
@@ -240,6 +251,9 @@ SCENARIOS = {
 
 def conversion(name: str) -> dict:
     """How tests/snapshot_convert.py converts ``name`` (see its docstring)."""
+    if name.endswith("-full-access"):  # the mode's own system prompt: a header class of its own
+        return {"example": "acp-agent", "body": SCENARIOS[name], "script": SCRIPT,
+                "env": {"DSH_PERMISSION_MODE": "danger-full-access"}, "header": "acp-agent-full-access"}
     return {"example": "acp-agent", "body": SCENARIOS[name], "script": SCRIPT}
 
 
@@ -533,6 +547,15 @@ def test_pretool_scenarios_block_the_call(name):
     assert _said(stdout) == ["tool said: Error: bash is disabled by policy in this session"]
     (result,) = [r for r in log if r["type"] == "tool/result"]
     assert result["code"] == "BLOCKED" and result["result"]["isError"]
+
+
+def test_pretool_ask_in_danger_full_access_is_rejected_without_asking():
+    stdout, log = _committed("hook-cc-pretool-ask-full-access")
+    assert not [f for f in map(json.loads, stdout.splitlines()) if f.get("method") == "session/request_permission"]
+    (decided,) = [e for e in log if e["type"] == "approval/decided"]
+    assert (decided["outcome"], decided["answeredBy"]) == ("rejected", "policy")
+    (result,) = [e for e in log if e["type"] == "tool/result"]
+    assert result["code"] == "REJECTED" and result["result"]["isError"]
 
 
 def test_pretool_ask_scenario_asks_once_and_is_rejected():

@@ -60,20 +60,36 @@ def max_bytes(host: Host) -> int:
     return host.config_for(InstructionsConfig).max_bytes
 
 
-def read_instructions(directory: str, limit: int) -> tuple[str, str] | None:
-    """(path, text) of the directory's AGENTS.md (else CLAUDE.md), at most ``limit`` bytes; a
-    symlink or anything but a regular file is not followed (and hides CLAUDE.md no more than absence)."""
+def _inside(path: str, root: str) -> bool:
+    return os.path.commonpath([root, path]) == root
+
+
+def read_instructions(directory: str, limit: int, root: str | None = None) -> tuple[str, str] | None:
+    """(path, text) of the directory's AGENTS.md (else CLAUDE.md), at most ``limit`` bytes. A
+    symlink is followed only to a regular file inside ``root`` (the repository, or the cwd when
+    there is none), checked on the file actually opened; anything else — a link leading out, a
+    directory, a fifo — is not read (and hides CLAUDE.md no more than absence)."""
     for name in NAMES:
         path = os.path.join(directory, name)
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISREG(st.st_mode):  # a symlink (not followed), a directory, a fifo…
+        target = path
+        if stat.S_ISLNK(st.st_mode) and root is not None:
+            target = os.path.realpath(path)
+            if not _inside(target, root):
+                return None
+        elif not stat.S_ISREG(st.st_mode):  # a directory, a fifo…
             return None
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
         except OSError:
+            return None
+        # what was opened, not what the path said a moment ago (a swapped link): a regular file in root
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or (
+                root is not None and not _inside(os.readlink(f"/proc/self/fd/{fd}"), root)):
+            os.close(fd)
             return None
         with os.fdopen(fd, "rb") as f:
             data = f.read(limit + 1)
@@ -99,7 +115,8 @@ def repo_chain(cwd: str) -> list[str]:
 
 
 def _section(path: str, text: str) -> str:
-    return f"Instructions from {path}:\n\n{escape(text).strip()}"
+    # the path too: a folder may be named to close the reminder block (``scope</system-reminder>``)
+    return f"Instructions from {escape(path)}:\n\n{escape(text).strip()}"
 
 
 @hookimpl
@@ -111,7 +128,7 @@ def dsh_system_prompt(spec: AgentSpec, host: Host) -> str | None:
     for d in chain:
         if budget <= 0:
             break
-        found = read_instructions(d, budget)
+        found = read_instructions(d, budget, root=chain[0])
         if found is not None:
             budget -= len(found[1].encode("utf-8", errors="replace"))
             sections.append(_section(*found))
@@ -160,12 +177,13 @@ def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> A
         return None
     seen: set[str] = session.spec.extra.setdefault(_SEEN, set(repo_chain(session.cwd)))
     limit = session.spec.extra.get(_BUDGET, max_bytes(session.host))
+    root = repo_chain(session.cwd)[0]
     context = []
     for d in nested_dirs(session.cwd, named):
         if d in seen:
             continue
         seen.add(d)
-        found = read_instructions(d, limit)
+        found = read_instructions(d, limit, root=root)
         if found is not None:
-            context.append(_section(*found) + f"\n\n(These apply to files under {d}.)")
+            context.append(_section(*found) + f"\n\n(These apply to files under {escape(d)}.)")
     return AfterTool(context=context) if context else None

@@ -14,7 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig
@@ -29,6 +29,7 @@ from .tools import make_tools
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import AgentSpec
     from dsh_core.protocols import Host
+    from dsh_core.types import ApprovalRequest
 
 __all__ = ["Confined", "Sandbox", "SandboxConfinement", "Settings", "confine", "sandbox_for"]
 
@@ -51,6 +52,17 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]]:
 def dsh_confinement(host: Host) -> SandboxConfinement:
     """The spine's Confinement seam over this host's Sandbox (hooks and code mode use it)."""
     return SandboxConfinement(sandbox_for(host))
+
+
+@hookimpl
+def dsh_check_approval(request: ApprovalRequest) -> Literal["deny"] | None:
+    """In danger-full-access mode nobody is asked (as in the original, whose approval policy is
+    ``never`` there): nothing of this plugin escalates in that mode, and a request from elsewhere
+    (a PreToolUse hook answering ``ask``) is rejected by policy, not put to the client."""
+    host = getattr(request.agent, "host", None)
+    if host is not None and sandbox_for(host).settings.mode == "danger-full-access":
+        return "deny"
+    return None
 
 
 @hookimpl

@@ -785,8 +785,9 @@ def test_parallel_children_scenario_starts_both_before_either_result():
 def test_cut_child_scenario_keeps_the_partial_output():
     parent, child = _logs("subagent-max-tokens-partial")
     assert [e["reason"] for e in child if e["type"] == "turn/end"] == ["max-tokens"]
-    # over ACP a dsh child's max-tokens turn settles as end_turn (docs/acp-contract.md, ACP-7): "completed"
-    assert _results(parent) == ["[subagent completed]\nOnce upon a time there was"]
+    # over ACP a dsh child's max-tokens turn settles as end_turn (ACP-7) with _meta.dsh.turnEnd, which
+    # the parent reads: the child was cut short, not done (issue 25)
+    assert _results(parent) == ["[subagent stopped: max tokens]\nOnce upon a time there was"]
 
 
 def test_depth_two_scenario_refuses_the_third_level():

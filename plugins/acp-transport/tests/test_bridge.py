@@ -297,7 +297,8 @@ async def test_length_finish_settles_end_turn_and_keeps_its_text(scripted, tmp_p
     async with served(script) as (client, _bridge, _host):
         sid = await client.start(tmp_path)
         resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "x"}]})
-        assert resp["result"] == {"stopReason": "end_turn"}
+        # end_turn (ACP-7), and _meta says why, for a client that reads it (a parent dsh)
+        assert resp["result"] == {"stopReason": "end_turn", "_meta": {"dsh": {"turnEnd": "max-tokens"}}}
         assert client.frames[-2]["params"]["update"]["content"]["text"] == "cut short"
 
 

@@ -127,8 +127,8 @@ def diff_of(request: ApprovalRequest) -> wire.DiffOut | None:
         return None
     cwd = getattr(request.agent, "cwd", None) or "/"
     full = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
-    old = _read_small(full)
-    if old is False:
+    showable, old = _read_small(full)
+    if not showable:
         return None
     if request.tool_name == "write":
         new = args.get("content")
@@ -142,27 +142,27 @@ def diff_of(request: ApprovalRequest) -> wire.DiffOut | None:
     return wire.DiffOut(path=full, old_text=old, new_text=new)
 
 
-def _read_small(path: str) -> str | bool | None:
-    """The file's text (None: it does not exist; False: it cannot be shown). Non-blocking open
-    (a FIFO does not hang the door), then only a regular file is read, once, bounded."""
+def _read_small(path: str) -> tuple[bool, str | None]:
+    """(showable, the file's text — None: it does not exist). Non-blocking open (a FIFO does not
+    hang the door), then only a regular UTF-8 file of at most ``DIFF_MAX`` characters is read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        return None
+        return True, None
     except OSError:
-        return False
+        return False, None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > DIFF_MAX * 4:
-            return False
+            return False, None
         data = os.read(fd, DIFF_MAX * 4 + 1)
     finally:
         os.close(fd)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return False
-    return text if len(text) <= DIFF_MAX else False
+        return False, None
+    return (True, text) if len(text) <= DIFF_MAX else (False, None)
 
 
 def tool_call_of(request: ApprovalRequest) -> wire.PermissionToolCall:

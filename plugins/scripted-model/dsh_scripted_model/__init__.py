@@ -75,9 +75,24 @@ async def _pause(step: Step, cwd: str, sub: Callable[[Any], Any]) -> None:
     """Between a step's partial and its answer: create its mark (the consumer has taken the
     partial; say so for whoever waits), then wait its delay (cancellable)."""
     if step.mark is not None:
-        await anyio.Path(cwd or ".", sub(step.mark)).touch()
+        _touch_inside(cwd or ".", sub(step.mark))  # one small local file operation
     if step.delay_ms:
         await anyio.sleep(step.delay_ms / 1000)
+
+
+def _touch_inside(cwd: str, mark: str) -> None:
+    """Create the empty file ``mark`` inside ``cwd`` and nowhere else. This model runs in the dsh
+    process, unconfined, and a script may come from a repository someone else wrote (``--model
+    demo.json`` is read from the cwd first): a mark that is absolute, climbs out, or passes a
+    symlink is refused, and the file is created without following one."""
+    root = os.path.realpath(cwd)
+    target = os.path.normpath(os.path.join(root, mark))
+    if os.path.isabs(mark) or os.path.commonpath([root, target]) != root or target == root:
+        raise ModelError(f"scripted model: mark {mark!r} is not a path inside the session's cwd",
+                         code="INVALID_REQUEST", retryable=False)
+    if os.path.realpath(os.path.dirname(target)) != os.path.dirname(target):
+        raise ModelError(f"scripted model: mark {mark!r} passes a symlink", code="INVALID_REQUEST", retryable=False)
+    os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
 
 
 class Rule(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

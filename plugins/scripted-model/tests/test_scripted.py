@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import anyio
@@ -170,3 +171,38 @@ async def test_rules_match_the_users_prompt_not_a_hooks_added_context(tmp_path):
         texts = [e.message.content for e in host.session_store.logs[agent.session_id].events
                  if type(e).__name__ == "AssistantMessageEvent"]
     assert texts == [[TextBlock(text="PONG")]]
+
+
+@pytest.mark.parametrize("mark", ["../escaped", "{cwd}/../escaped", "/tmp/dsh-mark-escaped", "link/escaped", "."])
+async def test_a_mark_stays_inside_the_cwd(tmp_path, mark):
+    """The scripted model runs unconfined in dsh and a script may come from a cloned repository:
+    a mark that leaves the session's cwd (or passes a symlink) fails the call and creates nothing."""
+    from dsh_testing import memory_host
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "link").symlink_to(tmp_path)
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"default": [{"partial": "p", "mark": mark}]}))
+    async with memory_host(script) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await agent.wait_idle()
+        end = host.session_store.logs[agent.session_id].events[-1]
+    assert end.reason == "error"
+    assert "is not a path inside the session's cwd" in end.error or "passes a symlink" in end.error
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "dsh-mark-escaped").exists()
+    assert not os.path.exists("/tmp/dsh-mark-escaped")
+
+
+async def test_a_mark_inside_the_cwd_is_created(tmp_path):
+    from dsh_testing import memory_host
+
+    (tmp_path / "sub").mkdir()
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"default": [{"partial": "p", "mark": "sub/started-{prompt}"}, {"text": "x"}]}))
+    async with memory_host(script) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await agent.wait_idle()
+    assert (tmp_path / "sub" / "started-go").is_file()

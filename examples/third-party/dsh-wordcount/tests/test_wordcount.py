@@ -4,6 +4,8 @@ snapshots/wordcount/ drives the same tool through a real ``dsh run`` over ACP.""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from dsh_core.contracts import AgentSpec
@@ -35,6 +37,8 @@ async def test_counts_lines_words_and_bytes(scripted, tmp_path):
     ({"path": "missing.txt"}, "NOT_FOUND", "Error: no file 'missing.txt' in the workspace"),
     ({"path": "../outside.txt"}, "OUTSIDE_WORKSPACE", "Error: '../outside.txt' is outside the workspace"),
     ({"path": "big.txt"}, "TOO_LARGE", "Error: 'big.txt' has 40 bytes, over max-bytes (10)"),
+    ({"path": "link.txt"}, "OUTSIDE_WORKSPACE", "Error: 'link.txt' is outside the workspace"),  # a symlink out
+    ({"path": "pipe"}, "NOT_FOUND", "Error: no file 'pipe' in the workspace"),  # a FIFO: not read, not hung on
     # the schema's `required`: dsh answers before the tool runs
     ({}, "INVALID_ARGUMENTS", "Error: word_count: missing required argument 'path'. "
                               "Call it again with arguments that match its schema."),
@@ -44,6 +48,8 @@ async def test_errors_the_model_can_act_on(scripted, tmp_path, args, code, messa
     work.mkdir()
     (tmp_path / "outside.txt").write_text("secret\n")
     (work / "big.txt").write_text("x" * 40)
+    (work / "link.txt").symlink_to(tmp_path / "outside.txt")
+    os.mkfifo(work / "pipe")
     result = await call(scripted, work, args, config={"wordcount": {"max-bytes": 10}})
     assert result.result.is_error and result.code == code
     assert result.result.content[0].text == message

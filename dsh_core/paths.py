@@ -1,8 +1,10 @@
-"""Where dsh keeps its data."""
+"""Where dsh keeps its data, and how the dsh process opens a file inside a workspace."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 import platformdirs
@@ -17,3 +19,36 @@ def data_home() -> Path:
     env = os.environ.get("DSH_HOME")
     base = Path(env) if env else Path(platformdirs.user_data_dir("dsh"))
     return base.expanduser().absolute()
+
+
+def open_inside(root: str | os.PathLike[str], path: str | os.PathLike[str], flags: int = os.O_RDONLY,
+                mode: int = 0o600) -> int:
+    """Open ``path`` (relative to ``root``, or absolute) as a regular file that lies inside
+    ``root``, for plugins that touch a session's workspace from the dsh process itself, outside
+    any sandbox (a workspace may be a repository someone else wrote).
+
+    Symlinks are followed only while they stay inside ``root``: the path is resolved first,
+    opened with ``O_NOFOLLOW`` (and non-blocking, so a FIFO does not hang the caller), and then
+    the descriptor itself is checked — ``/proc/self/fd`` names what was really opened, so a link
+    swapped in between the check and the open is caught. Returns the descriptor (``O_CLOEXEC``).
+    Raises ``PermissionError`` when the path leads out of ``root``, ``OSError(EINVAL)`` when it
+    is not a regular file, and whatever ``os.open`` raises (``FileNotFoundError``, …).
+    """
+    base = os.path.realpath(root)
+    target = os.path.realpath(os.path.join(base, path))
+
+    def inside(p: str) -> bool:
+        return os.path.commonpath([base, p]) == base and p != base
+
+    if not inside(target):
+        raise PermissionError(errno.EACCES, "leads outside the workspace", os.fspath(path))
+    fd = os.open(target, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        if not inside(os.readlink(f"/proc/self/fd/{fd}")):
+            raise PermissionError(errno.EACCES, "leads outside the workspace", os.fspath(path))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from typing import TYPE_CHECKING, Annotated
 
 from msgspec import Meta
 
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig
+from dsh_core.paths import open_inside
 from dsh_core.types import AfterTool
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,36 +60,18 @@ def max_bytes(host: Host) -> int:
     return host.config_for(InstructionsConfig).max_bytes
 
 
-def _inside(path: str, root: str) -> bool:
-    return os.path.commonpath([root, path]) == root
-
-
-def read_instructions(directory: str, limit: int, root: str | None = None) -> tuple[str, str] | None:
+def read_instructions(directory: str, limit: int, root: str) -> tuple[str, str] | None:
     """(path, text) of the directory's AGENTS.md (else CLAUDE.md), at most ``limit`` bytes. A
     symlink is followed only to a regular file inside ``root`` (the repository, or the cwd when
-    there is none), checked on the file actually opened; anything else — a link leading out, a
+    there is none: ``dsh_core.paths.open_inside``); anything else — a link leading out, a
     directory, a fifo — is not read (and hides CLAUDE.md no more than absence)."""
     for name in NAMES:
         path = os.path.join(directory, name)
-        try:
-            st = os.lstat(path)
-        except OSError:
+        if not os.path.lexists(path):
             continue
-        target = path
-        if stat.S_ISLNK(st.st_mode) and root is not None:
-            target = os.path.realpath(path)
-            if not _inside(target, root):
-                return None
-        elif not stat.S_ISREG(st.st_mode):  # a directory, a fifo…
-            return None
         try:
-            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+            fd = open_inside(root, path)
         except OSError:
-            return None
-        # what was opened, not what the path said a moment ago (a swapped link): a regular file in root
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or (
-                root is not None and not _inside(os.readlink(f"/proc/self/fd/{fd}"), root)):
-            os.close(fd)
             return None
         with os.fdopen(fd, "rb") as f:
             data = f.read(limit + 1)

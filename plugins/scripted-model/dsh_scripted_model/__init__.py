@@ -21,6 +21,7 @@ from msgspec import Meta
 from dsh_core import ModelError, RouteError, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.media import sniff_image
+from dsh_core.paths import open_inside
 from dsh_core.types import (
     Finish,
     ImageDelta,
@@ -83,16 +84,13 @@ async def _pause(step: Step, cwd: str, sub: Callable[[Any], Any]) -> None:
 def _touch_inside(cwd: str, mark: str) -> None:
     """Create the empty file ``mark`` inside ``cwd`` and nowhere else. This model runs in the dsh
     process, unconfined, and a script may come from a repository someone else wrote (``--model
-    demo.json`` is read from the cwd first): a mark that is absolute, climbs out, or passes a
-    symlink is refused, and the file is created without following one."""
-    root = os.path.realpath(cwd)
-    target = os.path.normpath(os.path.join(root, mark))
-    if os.path.isabs(mark) or os.path.commonpath([root, target]) != root or target == root:
-        raise ModelError(f"scripted model: mark {mark!r} is not a path inside the session's cwd",
-                         code="INVALID_REQUEST", retryable=False)
-    if os.path.realpath(os.path.dirname(target)) != os.path.dirname(target):
-        raise ModelError(f"scripted model: mark {mark!r} passes a symlink", code="INVALID_REQUEST", retryable=False)
-    os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+    demo.json`` is read from the cwd first): a mark that leads out of the cwd (absolute, ``..``,
+    a symlink pointing out) fails the call (``dsh_core.paths.open_inside``)."""
+    try:
+        os.close(open_inside(cwd, mark, os.O_WRONLY | os.O_CREAT, 0o644))
+    except OSError as exc:
+        raise ModelError(f"scripted model: mark {mark!r} is not a path inside the session's cwd ({exc.strerror})",
+                         code="INVALID_REQUEST", retryable=False) from None
 
 
 class Rule(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

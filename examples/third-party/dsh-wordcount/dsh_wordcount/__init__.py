@@ -7,8 +7,6 @@ config table, errors the model can act on, and nothing outside the session's cwd
 from __future__ import annotations
 
 import os
-import stat
-from pathlib import Path
 from typing import Annotated, Any
 
 from msgspec import Meta
@@ -16,6 +14,7 @@ from msgspec import Meta
 from dsh_core import FunctionTool, ToolError, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.contracts import ToolContext
+from dsh_core.paths import open_inside
 
 PLUGIN = "wordcount"
 
@@ -36,21 +35,16 @@ SCHEMA = {
 
 async def word_count(args: dict[str, Any], ctx: ToolContext) -> str:
     limit = ctx.host.config_for(WordCountConfig).max_bytes
-    root = Path(ctx.cwd).resolve()
-    path = (root / args["path"]).resolve()  # resolve(): a symlink pointing out is caught below
-    if not path.is_relative_to(root):
-        raise ToolError(f"{args['path']!r} is outside the workspace", code="OUTSIDE_WORKSPACE")
-    try:  # O_NOFOLLOW, and what was opened is checked, not the path: a link swapped in meanwhile
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:  # inside the workspace, symlinks too, checked on what was opened (a hostile repository)
+        fd = open_inside(ctx.cwd, args["path"])
+    except PermissionError:
+        raise ToolError(f"{args['path']!r} is outside the workspace", code="OUTSIDE_WORKSPACE") from None
     except OSError:
         raise ToolError(f"no file {args['path']!r} in the workspace", code="NOT_FOUND") from None
-    with os.fdopen(fd, "rb", closefd=True) as f:
-        st = os.fstat(f.fileno())
-        opened = Path(os.readlink(f"/proc/self/fd/{f.fileno()}"))
-        if not stat.S_ISREG(st.st_mode) or not opened.is_relative_to(root):
-            raise ToolError(f"no file {args['path']!r} in the workspace", code="NOT_FOUND")
-        if st.st_size > limit:
-            raise ToolError(f"{args['path']!r} has {st.st_size} bytes, over max-bytes ({limit})", code="TOO_LARGE")
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise ToolError(f"{args['path']!r} has {size} bytes, over max-bytes ({limit})", code="TOO_LARGE")
         data = f.read(limit + 1)
     lines = data.count(b"\n")
     return f"{lines} lines, {len(data.split())} words, {len(data)} bytes"

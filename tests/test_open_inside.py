@@ -1,0 +1,58 @@
+"""dsh_core.paths.open_inside on real files: what the dsh process itself may open in a
+workspace someone else wrote (agent-instructions reads, the scripted model's marks, plugins)."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from dsh_core.paths import open_inside
+
+
+@pytest.fixture
+def ws(tmp_path):
+    root = tmp_path / "ws"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "rules.md").write_text("rules\n")
+    (tmp_path / "secret").write_text("secret\n")
+    (root / "in-link").symlink_to("docs/rules.md")
+    (root / "out-link").symlink_to(tmp_path / "secret")
+    (root / "out-dir").symlink_to(tmp_path)
+    os.mkfifo(root / "fifo")
+    return root
+
+
+def _read(root, path):
+    with os.fdopen(open_inside(root, path), "rb") as f:
+        return f.read()
+
+
+def test_a_file_and_a_link_that_stays_inside_are_read(ws):
+    assert _read(ws, "docs/rules.md") == b"rules\n"
+    assert _read(ws, "in-link") == b"rules\n"
+    assert _read(ws, ws / "docs" / "rules.md") == b"rules\n"  # absolute, inside
+
+
+@pytest.mark.parametrize("path", ["out-link", "../secret", "out-dir/secret", "/etc/passwd", "."])
+def test_what_leads_out_is_refused(ws, path):
+    with pytest.raises(PermissionError):
+        open_inside(ws, path)
+
+
+@pytest.mark.parametrize("path", ["fifo", "docs"])
+def test_only_a_regular_file_is_opened_and_a_fifo_does_not_hang(ws, path):
+    with pytest.raises(OSError) as err:
+        open_inside(ws, path)
+    assert err.value.errno == errno.EINVAL
+
+
+def test_creating_stays_inside_too(ws, tmp_path):
+    os.close(open_inside(ws, "docs/new.txt", os.O_WRONLY | os.O_CREAT))
+    assert (ws / "docs" / "new.txt").is_file()
+    with pytest.raises(PermissionError):
+        open_inside(ws, "out-dir/created", os.O_WRONLY | os.O_CREAT)
+    assert not (tmp_path / "created").exists()
+    with pytest.raises(FileNotFoundError):
+        open_inside(ws, "docs/missing.txt")

@@ -44,20 +44,17 @@ class Delivery:
     def push(self, block: TextBlock | ImageBlock, message_id: str, *, user: bool = False) -> None:
         """Queue one committed block (``user``: a user message replayed by ``session/load``)."""
         self._queued += 1
-        if user:
-            self._send.send_nowait((self._queued, (block, message_id, True)))
-            return
         if self._done == self._queued - 1 and isinstance(block, TextBlock):
             # Nothing of this session is waiting: write text now, skipping the worker hop
             # (two event-loop iterations of the eight a prompt round trip takes).
             try:
-                if self.peer.write_nowait(self._frame(wire.TextOut(text=block.text), message_id)):
+                if self.peer.write_nowait(self._frame(wire.TextOut(text=block.text), message_id, user)):
                     self._done = self._queued
                     return
             except TransportClosed:
                 self._done = self._queued
                 return
-        self._send.send_nowait((self._queued, (block, message_id)))
+        self._send.send_nowait((self._queued, (block, message_id, user)))
 
     def push_update(self, update: Any) -> None:
         """Queue a non-chunk session update (``usage_update``) behind the output already queued."""
@@ -104,8 +101,7 @@ class Delivery:
                 "session/update", wire.SessionNotification(session_id=self.session_id, update=item)
             )
             return
-        block, message_id, *role = item
-        user = bool(role and role[0])
+        block, message_id, user = item
         what = "a replayed user image" if user else "assistant image"
         if isinstance(block, TextBlock):
             content: Any = wire.TextOut(text=block.text)

@@ -108,7 +108,7 @@ async def drive(
             finally:
                 stats.running -= 1
             result: Result = outcome.result
-            if getattr(outcome, "fatal", False) and not stopping and result.error is not None:
+            if outcome.fatal and not stopping and result.error is not None:
                 stopping = True  # every other task would fail the same way: say it once and stop
                 stats.cannot_start = result.error.message
                 listener.note(f"no agent can start, so the batch stops (a re-run does the tasks not started): "

@@ -226,6 +226,7 @@ class Agent(TurnLoop, ToolDispatch, History):
                 await child.dispose()
             except Exception as exc:
                 errors.append(exc)
+        await self._state.aclose()  # the session's resources (a warm process…) before its log closes
         with anyio.CancelScope(shield=True):
             await self.log.close()
         forget = getattr(self.provider, "forget", None)  # optional: per-session provider state

@@ -371,7 +371,10 @@ async def open_host(
                 yield host
             finally:
                 with anyio.CancelScope(shield=True):
-                    await host.dispose_agents()
+                    try:
+                        await host.dispose_agents()
+                    finally:
+                        await host._state.aclose()
         tg.cancel_scope.cancel()
 
 

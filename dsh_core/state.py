@@ -11,7 +11,10 @@ read) asks the session for it instead of keeping a ``WeakKeyDictionary`` of its 
 
 The slot is created by ``factory`` (default: the type itself, called with no arguments),
 lives exactly as long as its owner (dropped with the session or host, no registry to leak
-from), and is visible to debug dumps through ``describe()``. Per-host state works the same
+from), and is visible to debug dumps through ``describe()``. A slot that holds a resource (a
+process, a socket) gives itself an ``async aclose()``: the owner awaits it when it ends (a
+session when it is disposed, a host when it closes, after its sessions), newest slot first,
+shielded from cancellation; a failing ``aclose`` is reported on stderr and the rest still close. Per-host state works the same
 way through ``host.state(T, factory)``. The type is the key, so a plugin's private class is a
 private slot; two plugins never collide unless they share a class on purpose.
 """
@@ -20,6 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
+
+import anyio
+
+from .diag import warn
 
 T = TypeVar("T")
 
@@ -53,3 +60,16 @@ class StateSlots:
 
     def __len__(self) -> int:
         return len(self._slots)
+
+    async def aclose(self) -> None:
+        """Close every slot that has an ``async aclose()``, newest first; the slots are dropped."""
+        slots, self._slots = list(self._slots.items()), {}
+        with anyio.CancelScope(shield=True):
+            for cls, value in reversed(slots):
+                close = getattr(value, "aclose", None)
+                if close is None:
+                    continue
+                try:
+                    await close()
+                except Exception as exc:
+                    warn(f"closing the state slot {cls.__module__}.{cls.__qualname__} failed: {exc!r}")

@@ -32,6 +32,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from dsh_core import protocols
@@ -245,6 +246,49 @@ async def test_state_slots_belong_to_their_owner_and_die_with_it(scripted, tmp_p
         del a, b
         gc.collect()
         assert ref() is None
+
+
+@pytest.mark.anyio
+async def test_state_slots_holding_a_resource_are_closed_with_their_owner(scripted, tmp_path, capfd):
+    """A slot with ``async aclose()`` is closed when its session is disposed (before the log
+    closes) or its host closes (after the sessions), newest first, even under cancellation; one
+    that fails is reported on stderr and the others still close."""
+    closed: list[str] = []
+
+    class Resource:
+        name = "resource"
+
+        async def aclose(self) -> None:
+            await anyio.sleep(0)  # a real await: the owner's shield lets it finish
+            closed.append(self.name)
+
+    class Other(Resource):
+        name = "other"
+
+    class Broken:
+        async def aclose(self) -> None:
+            raise OSError("cannot close")
+
+    class Plain:  # no aclose: just dropped
+        pass
+
+    script = scripted({"default": [{"text": "ok"}]})
+    async with memory_host(script) as host:
+        spec = AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))
+        agent = host.create_agent(spec)
+        agent.state(Resource)
+        agent.state(Broken)
+        agent.state(Plain)
+        agent.state(Other)
+        host.state(Resource, lambda: Other())
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await agent.dispose()
+        assert closed == ["other", "resource"]  # newest first, the broken one in between reported
+        assert agent.describe_state() == {}
+        assert closed == ["other", "resource"]
+    assert closed == ["other", "resource", "other"]  # the host's slot, when the host closed
+    assert "closing the state slot" in capfd.readouterr().err
 
 
 # --------------------------------------------------------------------------- 3. no import circle in the spine

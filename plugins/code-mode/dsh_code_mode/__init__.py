@@ -121,7 +121,7 @@ def dsh_make_agent(spec: AgentSpec, host: Host) -> Generator[None, Agent | None,
 
 @hookimpl(trylast=True)
 def dsh_code_runtime(session: Agent, host: Host) -> PythonRuntime:
-    return PythonRuntime(host, session.cwd, settings_for(host).limits)
+    return PythonRuntime(host, session.cwd, settings_for(host).limits, session=session)
 
 
 def prompt_section(host: Host) -> str:

@@ -48,6 +48,11 @@ class ToolCallError(Exception):
         return f"{self.tool_name}: {self.message}"
 
 
+# Tracebacks name it as a built-in: to the program it is one (a global it never imported), and
+# the module this file is loaded as (by the warm process) means nothing to the model.
+ToolCallError.__module__ = "builtins"
+
+
 MAX_DEPTH = 100  # JSON nesting a value may have (the host refuses deeper ones too)
 
 

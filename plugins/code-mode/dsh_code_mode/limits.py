@@ -40,7 +40,7 @@ class ProcessBound:
     """Keeps a fork bomb from taking the machine.
 
     RLIMIT_NPROC does not bind root (the kernel exempts it), so as root a run gets its own
-    ``pids`` cgroup (``pids.max``), joined before the sandbox starts; the cgroup also lets us
+    ``pids`` cgroup (``pids.max``), joined by the run's first process before it runs anything; the cgroup also lets us
     kill every process of the run, daemons that left the process group included. As another
     user, RLIMIT_NPROC is set in the program's process: the user's current process count plus
     the budget. ``kind`` says which bound applies ("pids-cgroup", "rlimit-nproc", or "none").
@@ -66,11 +66,12 @@ class ProcessBound:
                 _rmdir(path)
         return cls("none")
 
-    def wrap(self, argv: list[str]) -> list[str]:
-        """Join the cgroup (if any) with a tiny shell, then exec ``argv``: nothing forks before joining."""
+    def procs_fd(self) -> int:
+        """The cgroup's ``cgroup.procs`` opened for writing (-1 without a cgroup): the run's first
+        process writes "0" to it before anything of the run starts, so nothing forks outside."""
         if self.cgroup is None:
-            return argv
-        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.cgroup / "cgroup.procs"), *argv]
+            return -1
+        return os.open(self.cgroup / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
 
     def kill_all(self) -> None:
         """SIGKILL every process in the cgroup until it is empty (bounded effort)."""

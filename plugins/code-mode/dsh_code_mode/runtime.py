@@ -1,15 +1,18 @@
-"""The shipped code runtime: a fresh Python subprocess per run, confined like ``bash``.
+"""The shipped code runtime: each run a fresh fork of the session's warm confined process.
 
-The program's process is started through the spine's ``Confinement`` seam (``host.confinement``,
-provided by sandbox-tools: the session's permission mode, bubblewrap or Landlock, the scrubbed
-environment), in its own process
-group, bounded by ``ProcessBound`` and the rlimits the child applies (CPU seconds, address
-space). Tool calls cross a private socketpair (JSON lines, see ``_child.py``); stdout and
-stderr are a separate pipe, captured as the program's output. Everything the child sends
-is hostile input: every line is bounded, decoded strictly into one of two message types,
-and checked (increasing call ids, known tools, outstanding-call and total-call caps). The
-first of done / failure / budget / cancel ends the run; then outstanding calls are
-cancelled and drained and the whole process group (and cgroup) is killed.
+The session's warm process (``_warm.py``, host side in ``warm.py``) is started once through
+the spine's ``Confinement`` seam (``host.confinement``, provided by sandbox-tools: the
+session's permission mode, bubblewrap or Landlock, the scrubbed environment), already past
+interpreter start-up and imports; each run is a fork of it, in a session of its own, bounded
+by ``ProcessBound`` (its cgroup, joined before anything of the run starts) and the rlimits the
+program side applies (CPU seconds, address space), with a reaper that kills and reaps every
+process of the run before it reports the exit. Tool calls cross a private socketpair (JSON
+lines, see ``_child.py``); stdout and stderr are a separate pipe, captured as the program's
+output. Everything the program sends is hostile input: every line is bounded, decoded
+strictly into one of two message types, and checked (increasing call ids, known tools,
+outstanding-call and total-call caps). The first of done / failure / budget / cancel ends
+the run; then outstanding calls are cancelled and drained and every process of the run (the
+reaper's and the cgroup's view) is killed.
 """
 
 from __future__ import annotations
@@ -17,13 +20,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 from collections import deque
 from collections.abc import Awaitable
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -34,8 +32,8 @@ from dsh_core.errors import CodeCallError, ToolError
 from dsh_core.types import CodeRunError, CodeRunResult
 
 from .limits import Limits, ProcessBound
+from .warm import Launched, WarmError, WarmSlot, warm_argv
 
-CHILD = str(Path(__file__).resolve().parent / "_child.py")
 KINDS_FROM_CHILD = ("exception", "timeout", "output-limit")
 DRAIN_GRACE_S = 0.5  # after the end, how long the last output may still take to arrive
 CHANNEL_GRACE_S = 5.0  # after the process exits, how long the rest of the channel may take to read
@@ -77,65 +75,64 @@ def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def _kill_group(pid: int) -> None:
-    """SIGKILL the process group ``pid`` leads; one that is already gone is fine."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
 class _Ended(Exception):
     pass
 
 
 class PythonRuntime:
-    """``CodeRuntime`` for Python: one confined subprocess per run."""
+    """``CodeRuntime`` for Python: each run a fresh fork of the session's warm confined process.
+
+    With ``session``, the warm process lives in the session's ``WarmSlot`` (started by the
+    first run, replaced when the confinement changes or it died, closed with the session);
+    without one, each run starts and ends a warm process of its own.
+    """
 
     language = "python"
 
-    def __init__(self, host: Any, cwd: str, limits: Limits | None = None) -> None:
+    def __init__(self, host: Any, cwd: str, limits: Limits | None = None, *, session: Any = None) -> None:
         self.host = host
         self.cwd = cwd
         self.limits = limits or Limits()
+        self.session = session
 
     async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
         confinement = self.host.confinement
         if confinement is None:  # never unconfined: the spine's Confinement seam is required
             raise ToolError("run_code needs a plugin that provides confinement (mount sandbox-tools); "
                             "it never runs a program unconfined", code="SANDBOX_UNAVAILABLE")
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        bound: ProcessBound | None = None
+        confined = await confinement.confine(warm_argv(), cwd=self.cwd)
+        where = dict(argv=confined.argv, env=confined.env, cwd=os.path.realpath(self.cwd),
+                     max_processes=self.limits.max_processes, confined=confined.mechanism is not None)
+        slot = self.session.state(WarmSlot) if self.session is not None else WarmSlot()
         try:
-            confined = await confinement.confine([sys.executable, "-I", "-S", CHILD, str(child.fileno())],
-                                                 cwd=self.cwd)
-            bound = await anyio.to_thread.run_sync(ProcessBound.create, self.limits.max_processes)
-            proc = await anyio.open_process(
-                bound.wrap(confined.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, cwd=os.path.realpath(self.cwd), env=confined.env,
-                start_new_session=True, pass_fds=(child.fileno(),),
-            )
-        except BaseException:
-            parent.close()
-            if bound is not None:
-                bound.close()
-            raise
+            try:
+                prepared = await slot.take(**where)
+            except WarmError as exc:
+                raise ToolError(f"run_code could not start its confined runtime ({exc}); nothing was run",
+                                code="SANDBOX_UNAVAILABLE") from None
+            run = _Run(self.limits, bindings, prepared.launched, prepared.bound)
+            try:
+                stream = await anyio.abc.SocketStream.from_socket(prepared.channel)
+            except BaseException:
+                prepared.channel.close()
+                with anyio.CancelScope(shield=True):
+                    await run.stop()
+                raise
+            result = await run.execute(stream, program, list(bindings.names), cancel)
+            if self.session is not None:
+                with contextlib.suppress(WarmError):  # the next run then starts it again, and says why
+                    await slot.refill(**where)
+            return result
         finally:
-            child.close()
-        run = _Run(self.limits, bindings, proc, bound)
-        try:
-            stream = await anyio.abc.SocketStream.from_socket(parent)
-        except BaseException:
-            parent.close()
-            with anyio.CancelScope(shield=True):
-                await run.stop()
-            raise
-        return await run.execute(stream, program, list(bindings.names), cancel)
+            if self.session is None:
+                await slot.aclose()
 
 
 class _Run:
-    def __init__(self, limits: Limits, bindings: Any, proc: anyio.abc.Process, bound: ProcessBound) -> None:
+    def __init__(self, limits: Limits, bindings: Any, launched: Launched, bound: ProcessBound) -> None:
         self.limits = limits
         self.bindings = bindings
-        self.proc = proc
+        self.launched = launched
         self.bound = bound
         self.output = bytearray()
         self.output_total = 0
@@ -169,14 +166,18 @@ class _Run:
             self.value = value
         raise _Ended
 
+    def kill(self) -> None:
+        """Everything of the run dies now: the reaper kills its processes (the cgroup's too, in stop)."""
+        self.launched.kill()
+
     async def stop(self) -> None:
-        """Kill the program's whole process group (and cgroup) and reap it."""
-        _kill_group(self.proc.pid)
+        """Kill every process of the run (the reaper's and the cgroup's view) and wait until it is gone."""
+        self.launched.kill()
         await anyio.to_thread.run_sync(self.bound.kill_all)
         with anyio.move_on_after(5):
-            await self.proc.wait()
+            await self.launched.wait()
         await anyio.to_thread.run_sync(self.bound.close)
-        await self.proc.aclose()
+        self.launched.close()
 
     # ------------------------------------------------------------------ the run
 
@@ -209,7 +210,7 @@ class _Run:
                 except TimeoutError:
                     self._set("timeout", f"the program ran past its wall-clock budget of {lim.wall_seconds:g} s")
                 # The program is done one way or another: kill what is left, then collect its last output.
-                _kill_group(self.proc.pid)
+                self.kill()
                 with anyio.move_on_after(DRAIN_GRACE_S):
                     await self.output_done.wait()
                 tg.cancel_scope.cancel()
@@ -231,24 +232,22 @@ class _Run:
         self.fail("abort", "the program was aborted")
 
     async def _watch_exit(self) -> None:
-        code = await self.proc.wait()
-        _kill_group(self.proc.pid)  # stragglers must not keep the channel open
+        code = await self.launched.wait()  # the reaper reports once every process of the run is gone
         with anyio.move_on_after(CHANNEL_GRACE_S):  # a done message written before the exit is still read
             await self.channel_closed.wait()
         self.fail("worker-exit", f"the program's process ended without finishing (exit status {code})")
 
     async def _read_output(self) -> None:
-        assert self.proc.stdout is not None
         try:
-            async for chunk in self.proc.stdout:
+            while chunk := await self.launched.read():
                 self.output_total += len(chunk)
                 room = self.limits.max_output_bytes - len(self.output)
                 if room > 0:
                     self.output += chunk[:room]
                 if self.output_total > self.limits.max_output_bytes and not self.finished:
                     self._set("output-limit", f"the program printed more than {self.limits.max_output_bytes} bytes")
-                    _kill_group(self.proc.pid)
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    self.kill()
+        except OSError:
             pass
         finally:
             self.output_done.set()

@@ -92,6 +92,7 @@ async def test_an_escalation_inside_code_is_a_one_shot_permission_request(acp_ag
 
 
 def _processes(pred) -> list[int]:
+    """Live (not zombie) processes whose argv, cwd and comm match ``pred``."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -100,9 +101,10 @@ def _processes(pred) -> list[int]:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
             cwd = os.readlink(f"/proc/{entry}/cwd")
+            comm = Path(f"/proc/{entry}/comm").read_text().strip()
         except OSError:
             continue
-        if state != "Z" and pred(cmdline, cwd):
+        if state != "Z" and pred(cmdline, cwd, comm):
             found.append(int(entry))
     return found
 
@@ -127,19 +129,24 @@ async def test_cancel_kills_the_program_and_everything_it_started(acp_agent, scr
         ws = str(run.cwd)
 
         def sleepers():
-            return _processes(lambda cmd, cwd: cmd[:2] == [b"sleep", marker.encode()])
+            return _processes(lambda cmd, cwd, comm: cmd[:2] == [b"sleep", marker.encode()])
 
-        def programs():
-            return _processes(lambda cmd, cwd: any(c.endswith(b"_child.py") for c in cmd) and cwd == ws)
+        def programs():  # the run's program process (a fork of the warm one, named so)
+            return _processes(lambda cmd, cwd, comm: comm == "dsh-code-run" and cwd == ws)
+
+        def warm():
+            return _processes(lambda cmd, cwd, comm: comm == "dsh-code-warm" and cwd == ws)
 
         pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("go")]))
         await wait_for(lambda: len(sleepers()) >= 1 and programs())
         await run.conn.cancel(session_id=sid)
         assert (await asyncio.wait_for(pending, 10)).stop_reason == "cancelled"
         await wait_for(lambda: not sleepers() and not programs(), timeout=5)
+        assert len(warm()) == 1  # the session's warm runtime outlives the cancelled run…
         # the session keeps serving
         assert (await run.conn.prompt(session_id=sid, prompt=[text_block("hello")])).stop_reason == "end_turn"
         assert run.client.text(sid)[-1] == "still here"
+    assert not warm()  # … and dies with the session
     log = _log(acp_agent.home, sid)
     ends = [e for e in log if e["type"] == "turn/end"]
     assert ends[0]["reason"] == "aborted" and ends[1]["reason"] == "completed"

@@ -1,0 +1,313 @@
+"""The host side of the warm code runtime (``_warm.py``): one per session, started once.
+
+``WarmProcess`` starts the confined warm process (the Confinement seam's argv and scrubbed
+environment; its control socket on stdin) and hands it runs. ``WarmSlot`` is the session's
+state slot: it keeps the warm process (replaced when the confinement changed — another
+permission mode — or it died) and the session's next run made ready in advance
+(``Prepared``: forked, in its cgroup, set up, waiting for its program), and closes both when
+the session is disposed. ``Launched`` is one run as the host sees it: the call socket (its
+lifeline: ``kill``, or closing it, ends everything of the run; ``exit <code>`` comes only once
+all of it is gone) and the read end of its output pipe.
+
+Why a run is made ready in advance: joining a cgroup (v1) waits for an RCU grace period when
+the kernel's thread-group lock was idle, 8-16 ms measured here against a 2-3 ms program; made
+ready while the model thinks, a run pays none of it, nor its two forks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from .limits import ProcessBound
+
+WARM = str(Path(__file__).resolve().parent / "_warm.py")
+START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 5.0
+MAX_MSG = 4096
+
+
+class WarmError(Exception):
+    """The warm process could not start, or is gone (``before_start``: nothing of the run ran)."""
+
+    def __init__(self, message: str, *, before_start: bool = True) -> None:
+        super().__init__(message)
+        self.before_start = before_start
+
+
+def warm_argv() -> list[str]:
+    return [sys.executable, "-I", "-S", WARM]
+
+
+async def _recv(sock: socket.socket) -> bytes:
+    """One datagram; b"" at end-of-file or on error."""
+    while True:
+        try:
+            return sock.recv(MAX_MSG)
+        except BlockingIOError:
+            await anyio.wait_readable(sock)
+        except OSError:
+            return b""
+
+
+class WarmProcess:
+    """One running ``_warm.py`` process and its control socket."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str) -> None:
+        self.argv = list(argv)
+        self.env = env
+        self.cwd = cwd
+        self.key = (tuple(self.argv), tuple(sorted(env.items())), cwd)
+        self.control: socket.socket | None = None
+        self.proc: Any = None
+        self.closed = False
+
+    async def start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with anyio.CancelScope(shield=True):
+                self.proc = await anyio.open_process(
+                    self.argv, stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                    env=self.env, cwd=self.cwd, start_new_session=True)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.control = ours
+        ours.setblocking(False)
+        try:
+            with anyio.fail_after(START_TIMEOUT_S):
+                first = await _recv(ours)
+            if first != b"ready":
+                err = b""
+                if self.proc.stderr is not None:
+                    with anyio.move_on_after(2):
+                        async for chunk in self.proc.stderr:
+                            err += chunk
+                detail = err.decode(errors="replace").strip()
+                raise WarmError(detail.splitlines()[-1] if detail else "the warm runtime exited at start")
+            if self.proc.stderr is not None:
+                await self.proc.stderr.aclose()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+            raise
+
+    def launch(self, fds: list[int], *, confined: bool) -> None:
+        """Hand the warm process one run's descriptors (it forks the run's reaper)."""
+        if self.control is None or self.closed or self.proc.returncode is not None:
+            self.closed = True
+            raise WarmError("the warm runtime is gone")
+        try:
+            socket.send_fds(self.control, [b"run confined" if confined else b"run"], fds)
+        except OSError as exc:  # BlockingIOError included: a healthy warm process never lags by a buffer
+            self.closed = True
+            raise WarmError(f"the warm runtime is gone ({exc})") from None
+
+    async def aclose(self) -> None:
+        """End the warm process (end-of-file on its control socket) and reap it; runs still
+        going keep their reapers, which their own call sockets end."""
+        self.closed = True
+        if self.control is not None:
+            self.control.close()
+        if self.proc is not None:
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(STOP_TIMEOUT_S) as slow:
+                    await self.proc.wait()
+                if slow.cancelled_caught:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self.proc.pid, 9)
+                    await self.proc.wait()
+                await self.proc.aclose()
+
+
+class Prepared:
+    """One run made ready ahead of its program: the warm process has forked its reaper and its
+    program process, which joins the run's cgroup, sets itself up, and waits on the channel for
+    the program. What is left on a run's critical path is the program itself."""
+
+    def __init__(self, launched: Launched, channel: socket.socket, bound: ProcessBound, key: Hashable) -> None:
+        self.launched = launched
+        self.channel = channel
+        self.bound = bound
+        self.key = key
+
+    def alive(self) -> bool:
+        """False once its reaper reported or vanished (its call socket is readable: nothing
+        else is ever sent on it before the run)."""
+        try:
+            self.launched.call.recv(MAX_MSG, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True  # nothing to read: the reaper still waits
+        except OSError:
+            pass
+        return False  # "exit", end-of-file or an error: gone
+
+    async def discard(self) -> None:
+        """Unused: end its processes (the reaper kills and reaps them) and remove its cgroup."""
+        self.channel.close()
+        self.launched.kill()
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(STOP_TIMEOUT_S):
+                await self.launched.wait()
+            await anyio.to_thread.run_sync(self.bound.close)
+        self.launched.close()
+
+
+@dataclass
+class WarmSlot:
+    """A session's warm process and its next run made ready (``session.state(WarmSlot)``);
+    both are closed when the session is disposed."""
+
+    process: WarmProcess | None = None
+    spare: Prepared | None = None
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    starts: int = 0
+
+    async def take(self, argv: Sequence[str], env: dict[str, str], cwd: str, *, max_processes: int,
+                   confined: bool) -> Prepared:
+        """A run ready for its program, for a warm process started with exactly this argv,
+        environment and cwd: the spare made after the last run when it matches and lives, else
+        one made now (starting or replacing the warm process when needed)."""
+        key = (tuple(argv), tuple(sorted(env.items())), cwd, max_processes, confined)
+        async with self.lock:
+            spare, self.spare = self.spare, None
+            if spare is not None and spare.key == key and spare.alive():
+                return spare
+            if spare is not None:
+                await spare.discard()
+            return await self._prepare(key)
+
+    async def refill(self, argv: Sequence[str], env: dict[str, str], cwd: str, *, max_processes: int,
+                     confined: bool) -> None:
+        """Make the next run ready now, off its critical path (its processes start while the model thinks)."""
+        key = (tuple(argv), tuple(sorted(env.items())), cwd, max_processes, confined)
+        async with self.lock:
+            if self.spare is None:
+                self.spare = await self._prepare(key)
+
+    async def _warm(self, argv: Sequence[str], env: dict[str, str], cwd: str) -> WarmProcess:
+        key = (tuple(argv), tuple(sorted(env.items())), cwd)
+        current = self.process
+        if current is not None and not current.closed and current.key == key and current.proc.returncode is None:
+            return current
+        if current is not None:
+            self.process = None
+            await current.aclose()
+        process = WarmProcess(argv, env, cwd)
+        await process.start()
+        self.starts += 1
+        self.process = process
+        return process
+
+    async def _prepare(self, key: tuple[Any, ...]) -> Prepared:
+        argv, env, cwd, max_processes, confined = key
+        bound = await anyio.to_thread.run_sync(ProcessBound.create, max_processes)
+        launched = Launched()
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        procs = -1
+        try:
+            procs = bound.procs_fd()
+            call, output = launched.theirs()
+            fds = [call, child.fileno(), output, *([procs] if procs >= 0 else [])]
+            for attempt in (1, 2):
+                warm = await self._warm(argv, dict(env), cwd)
+                try:
+                    warm.launch(fds, confined=confined)
+                    break
+                except WarmError:  # it died since the last run: nothing of this one ran, start another
+                    if attempt == 2:
+                        raise
+            launched.sent()
+        except BaseException:
+            parent.close()
+            launched.close()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(bound.close)
+            raise
+        finally:
+            child.close()
+            if procs >= 0:
+                os.close(procs)
+        return Prepared(launched, parent, bound, key)
+
+    async def aclose(self) -> None:
+        spare, self.spare = self.spare, None
+        current, self.process = self.process, None
+        if spare is not None:
+            await spare.discard()
+        if current is not None:
+            await current.aclose()
+
+    def __repr__(self) -> str:
+        alive = self.process is not None and not self.process.closed
+        pid = self.process.proc.pid if alive and self.process is not None else None
+        return f"WarmSlot(pid={pid}, starts={self.starts}, spare={self.spare is not None})"
+
+
+class Launched:
+    """One run handed to the warm process: its call socket and the read end of its output."""
+
+    def __init__(self) -> None:
+        self.call, self._call_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.output, self._output_theirs = os.pipe2(os.O_CLOEXEC)
+        self.code: int | None = None
+        self.finished = False
+        self._exit_lock = anyio.Lock()
+
+    def theirs(self) -> list[int]:
+        return [self._call_theirs.fileno(), self._output_theirs]
+
+    def sent(self) -> None:
+        """The warm process has its copies: drop ours (the run now owns the only write end)."""
+        self._call_theirs.close()
+        if self._output_theirs >= 0:
+            os.close(self._output_theirs)
+            self._output_theirs = -1
+        self.call.setblocking(False)
+        os.set_blocking(self.output, False)
+
+    def kill(self) -> None:
+        """Ask the reaper to kill everything of the run now (idempotent; a gone reaper is fine)."""
+        with contextlib.suppress(OSError):
+            self.call.send(b"kill")
+
+    async def wait(self) -> int | None:
+        """The program process's exit code (negative: the signal), once the reaper reported that
+        every process of the run is gone; None when the reaper vanished without reporting."""
+        async with self._exit_lock:
+            if not self.finished:
+                msg = await _recv(self.call)
+                self.finished = True
+                if msg.startswith(b"exit "):
+                    with contextlib.suppress(ValueError):
+                        self.code = int(msg[5:])
+            return self.code
+
+    async def read(self, size: int = 1 << 16) -> bytes:
+        """Output bytes; b"" at end-of-file (every writer of the pipe is gone)."""
+        while True:
+            try:
+                return os.read(self.output, size)
+            except BlockingIOError:
+                await anyio.wait_readable(self.output)
+
+    def close(self) -> None:
+        self.call.close()
+        with contextlib.suppress(OSError):
+            self._call_theirs.close()
+        for fd in (self.output, self._output_theirs):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.output = self._output_theirs = -1

@@ -416,11 +416,12 @@ class CodeBindings(Protocol):
     the call its place in line and its number at once (whatever order tasks then run in), and
     returns an awaitable that runs the call through the host's tool path and yields its
     JSON-compatible result, or raises ``dsh_core.errors.CodeCallError`` (the program sees
-    ``ToolCallError``)."""
+    ``ToolCallError``). ``arguments``, when the runtime has it, is ``args`` as the JSON text the
+    program sent: recorded as is, never encoded again."""
 
     names: Sequence[str]
 
-    def call(self, name: str, args: dict[str, Any]) -> Awaitable[Any]: ...
+    def call(self, name: str, args: dict[str, Any], arguments: str | None = None) -> Awaitable[Any]: ...
 
 
 @runtime_checkable

@@ -1,17 +1,16 @@
-"""The program side of code mode's Python runtime (standard library only; run as a script).
+"""The program side of code mode's Python runtime (standard library only).
 
-    python3 -I -S _child.py FD
+Loaded once by the warm runtime (``_warm.py``); each run's program process, a fork of it,
+calls ``main(FD)``. FD is its end of a private socketpair: JSON lines, one message each. The
+host sends one ``run`` message (the program, the tool names, the limits); this side applies
+the rlimits, compiles the program as the body of an ``async def`` (top-level ``await`` and
+``return``), runs it with ``tools`` bound, answers ``done`` and exits. A tool call is a
+``call`` message; the host answers ``reply``. stdout and stderr (``print``) go to a pipe the
+host captures as the program's output, never to the channel.
 
-FD is this process's end of a private socketpair: JSON lines, one message each. The host
-sends one ``run`` message (the program, the tool names, the limits); this side applies the
-rlimits, compiles the program as the body of an ``async def`` (top-level ``await`` and
-``return``), runs it with ``tools`` bound, and answers ``done``. A tool call is a ``call``
-message; the host answers ``reply``. stdout and stderr (``print``) go to a pipe the host
-captures as the program's output, never to the channel.
-
-Start-up time is most of an empty run, so the child imports little: a program that does not
-mention ``asyncio`` is driven by a small synchronous loop (each ``await tools.x(...)`` is one
-blocking round trip); one that does runs on asyncio, so ``asyncio.gather`` overlaps calls.
+A program that does not mention ``asyncio`` is driven by a small synchronous loop (each
+``await tools.x(...)`` one blocking round trip); one that does runs on asyncio (already
+imported by the warm process), so ``asyncio.gather`` overlaps calls.
 
 host → child   {"t": "run", "program": str, "names": [str], "limits": {...}}
                {"t": "reply", "id": int, "ok": true, "value": any}
@@ -125,22 +124,60 @@ class _Request:
 
 
 class AsyncChannel:
-    """JSON lines on the fd under asyncio: calls overlap (programs that use asyncio)."""
+    """JSON lines on the fd under asyncio: calls overlap (programs that use asyncio).
 
-    def __init__(self, reader, writer) -> None:
-        self.reader = reader
-        self.writer = writer
+    ``call`` makes the call at once (in the program's order, whether or not the result is
+    ever awaited) and returns a future. The calls made in one turn of the event loop leave in
+    one write; replies are read straight off the socket into the futures: no stream objects,
+    no task per call. (With the host's batched replies, 200 gathered calls of a tool that
+    answers at once went from 40 to 24 ms end to end.)
+    """
+
+    def __init__(self, fd: int, loop, leftover: bytes) -> None:
+        self.fd = fd
+        self.loop = loop
         self.pending: dict = {}
         self.next_id = 0
+        self.out: list[bytes] = []
+        self.unsent = b""
+        self.buf = leftover
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._readable)
 
-    def send(self, msg: dict) -> None:
-        self.writer.write(_encode(msg))
+    def call(self, name: str, args: dict):
+        self.next_id += 1
+        fut = self.loop.create_future()
+        self.pending[self.next_id] = fut
+        if not self.out:
+            self.loop.call_soon(self._flush)
+        self.out.append(_encode({"t": "call", "id": self.next_id, "name": name, "args": args}))
+        return fut
 
-    async def pump(self) -> None:
-        while True:
-            line = await self.reader.readline()
-            if not line:
-                os._exit(0)
+    def _flush(self) -> None:
+        data = self.unsent + b"".join(self.out)
+        self.out.clear()
+        try:
+            sent = os.write(self.fd, data)
+        except BlockingIOError:
+            sent = 0
+        self.unsent = data[sent:]
+        if self.unsent:  # the host applies back-pressure: finish when the socket has room
+            self.loop.add_writer(self.fd, self._writable)
+
+    def _writable(self) -> None:
+        self.loop.remove_writer(self.fd)
+        self._flush()
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self.fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        if not chunk:
+            os._exit(0)  # the host went away: nothing left to do
+        lines = (self.buf + chunk).split(b"\n")
+        self.buf = lines.pop()
+        for line in lines:
             msg = json.loads(line)
             fut = self.pending.pop(msg.get("id"), None)
             if fut is None or fut.done():
@@ -150,15 +187,14 @@ class AsyncChannel:
             else:
                 fut.set_exception(_failed(msg))
 
-    async def call(self, name: str, args: dict) -> object:
-        import asyncio
-
-        self.next_id += 1
-        fut = asyncio.get_running_loop().create_future()
-        self.pending[self.next_id] = fut
-        self.send({"t": "call", "id": self.next_id, "name": name, "args": args})
-        await self.writer.drain()
-        return await fut
+    def close(self) -> bytes:
+        """Stop the loop's use of the fd (blocking again); what is still unsent, to send before ``done``."""
+        self.loop.remove_reader(self.fd)
+        self.loop.remove_writer(self.fd)
+        os.set_blocking(self.fd, True)
+        data = self.unsent + b"".join(self.out)
+        self.unsent, self.out = b"", []
+        return data
 
 
 class Tools:
@@ -280,11 +316,15 @@ def drive(coro, channel: SyncChannel):
             throw = exc
 
 
-def main(fd: int) -> None:
+def main(fd: int, on_run=None) -> None:
+    """Wait for the ``run`` message on ``fd``, then run the program; ``on_run()`` is called once
+    it has come (the warm runtime renames the process from ready to running)."""
     # a killed program keeps the lines it printed (stdout is the runtime's pipe: a TextIOWrapper)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     channel = SyncChannel(fd)
     run = json.loads(channel.readline())
+    if on_run is not None:
+        on_run()
     limits = run.get("limits", {})
     max_value = int(limits.get("max_value_bytes", 1 << 20))
     names = run.get("names", [])
@@ -312,14 +352,10 @@ def main(fd: int) -> None:
         finish(channel, encode_done(outcome(lambda: drive(namespace["__program__"](), channel)), max_value))
         return
     import asyncio
-    import socket
 
     async def main_async() -> None:
-        reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd), limit=64 * 1024 * 1024)
-        achannel = AsyncChannel(reader, writer)
-        if channel.buf:  # nothing should be pending, but never drop bytes
-            reader.feed_data(channel.buf)
-        asyncio.get_running_loop().create_task(achannel.pump())
+        achannel = AsyncChannel(fd, asyncio.get_running_loop(), channel.buf)
+        channel.buf = b""
         namespace["tools"] = Tools(names, achannel.call)
         namespace["asyncio"] = asyncio
         exec(code, namespace)
@@ -328,12 +364,11 @@ def main(fd: int) -> None:
             msg = {"t": "done", "ok": True, "value": value}
         except BaseException as exc:
             msg = {"t": "done", "ok": False, "kind": "exception", "error": describe(exc)}
+        # Answer from inside the loop, blocking: tasks the program left behind (or a thread
+        # of its executor) must not hold the answer back while asyncio.run winds them down.
+        finish(channel, achannel.close() + encode_done(msg, max_value))
         sys.stdout.flush()
-        sys.stderr.flush()
-        writer.write(encode_done(msg, max_value))
-        writer.transport.set_write_buffer_limits(high=0)  # drain now waits until all of it is sent
-        await writer.drain()
-        await linger(lambda: asyncio.sleep(60))
+        os._exit(0)
 
     asyncio.run(main_async())
 
@@ -344,17 +379,6 @@ def finish(channel: SyncChannel, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(channel.fd, view):]
-    # Stay until the host has read ``done`` and closes the channel (or kills us): exiting first
-    # could make the host's socket fail on a late reply and drop the unread ``done``.
-    while os.read(channel.fd, READ_CHUNK):
-        pass
-
-
-async def linger(sleep) -> None:
-    await sleep()
-
-
-if __name__ == "__main__":
-    main(int(sys.argv[1]))
-    sys.stdout.flush()
+    # Then end at once: the host reads ``done`` from its socket whatever happens to this end,
+    # and the process's teardown overlaps the host's work on the answer.
     os._exit(0)

@@ -25,8 +25,10 @@ Protocol, one datagram per message:
 - program process: joins the run's cgroup (before anything else runs), leads a session of its
   own, has stdin on /dev/null, stdout and stderr on the output pipe and no descriptor but the
   channel; in a confined session (``run confined``) it enters a nested Landlock domain, so it
-  cannot trace, signal or connect to the warm process or the reapers (outside that domain);
-  then it runs the program (``_child.main``).
+  cannot trace, signal or connect to the warm process or the reapers (outside that domain).
+  Then it waits on the channel for the program (``comm`` ``dsh-code-ready``: the host makes
+  the session's next run ready while the current one runs), runs it (``dsh-code-run``), sends
+  ``done`` and exits (``_child.main``).
 
 Isolation between runs: each run is a fresh fork of a process that never ran a program, and
 the warm process is not dumpable (no ``ptrace``/``/proc/<pid>/mem`` for a process without
@@ -118,7 +120,7 @@ def nest() -> bool:
     return True
 
 
-def _load_child():  # type: ignore[no-untyped-def]
+def _load_child():
     """``_child.py`` (the program side) by path: this script runs with -I, outside the package."""
     spec = importlib.util.spec_from_file_location("dsh_code_child", os.path.join(HERE, "_child.py"))
     assert spec is not None and spec.loader is not None
@@ -136,7 +138,7 @@ def _fail(out: int, message: str) -> None:
     os._exit(EXIT_SETUP_FAILED)
 
 
-def program(child, channel: int, out: int, cgroup: int | None, call: int, confined: bool) -> None:  # type: ignore[no-untyped-def]
+def program(child, channel: int, out: int, cgroup: int | None, call: int, confined: bool) -> None:
     if cgroup is not None:
         try:
             os.write(cgroup, b"0")  # "0": this process; nothing of the run has forked yet
@@ -160,10 +162,10 @@ def program(child, channel: int, out: int, cgroup: int | None, call: int, confin
         except OSError as exc:
             _fail(1, f"cannot isolate the run from the warm runtime ({exc}); the program was not run")
     _prctl(PR_SET_DUMPABLE, 1)  # the program's own process is as inspectable as a fresh one
-    _set_name(b"dsh-code-run")
+    _set_name(b"dsh-code-ready")  # a run made ready, waiting for its program
     sys.argv = [os.path.join(HERE, "_child.py"), str(channel)]
     try:
-        child.main(channel)
+        child.main(channel, on_run=lambda: _set_name(b"dsh-code-run"))
         sys.stdout.flush()
     finally:
         os._exit(0)
@@ -228,7 +230,7 @@ def _reap_all(pid: int) -> int | None:
             status = st
 
 
-def reaper(child, fds: list[int], confined: bool) -> None:  # type: ignore[no-untyped-def]
+def reaper(child, fds: list[int], confined: bool) -> None:
     call_fd, channel, out, *rest = fds
     cgroup = rest[0] if rest else None
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -258,7 +260,7 @@ def reaper(child, fds: list[int], confined: bool) -> None:  # type: ignore[no-un
 # ------------------------------------------------------------------ the warm process
 
 
-def serve(control: socket.socket, child) -> None:  # type: ignore[no-untyped-def]
+def serve(control: socket.socket, child) -> None:
     while True:
         try:
             msg, fds, _flags, _addr = socket.recv_fds(control, MAX_MSG, 4)

@@ -53,13 +53,14 @@ class Dispatcher:
         self.count = 0
         self.images: list[ContentBlock] = []
 
-    def call(self, name: str, args: dict[str, Any]) -> Awaitable[Any]:
+    def call(self, name: str, args: dict[str, Any], arguments: str | None = None) -> Awaitable[Any]:
         self.count += 1
         sub_id = f"{self.ctx.call_id}:code:{self.count}"
-        try:
-            arguments = json.dumps(args, ensure_ascii=False)
-        except (TypeError, ValueError):
-            arguments = "{}"
+        if arguments is None:
+            try:
+                arguments = json.dumps(args, ensure_ascii=False)
+            except (TypeError, ValueError):
+                arguments = "{}"
         agent = self.ctx.agent
         ticket = self.scheduler.ticket(name not in self.names or agent.parallel_safe(name))
         return self._run(sub_id, name, args, arguments, ticket)

@@ -268,7 +268,7 @@ async def test_setting_cancel_aborts_the_run_and_kills_the_program(workspace):
     class NoTools:
         names: tuple[str, ...] = ()
 
-        def call(self, name, args):  # pragma: no cover - the program makes no calls
+        def call(self, name, args, arguments=None):  # pragma: no cover - the program makes no calls
             raise AssertionError
 
     async with memory_host("unused.json", plugins=("sandbox-tools",)) as host:

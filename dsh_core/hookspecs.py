@@ -249,7 +249,7 @@ def dsh_code_runtime(session: Agent, host: Host) -> CodeRuntime | None:
 
     Called by the code-mode plugin each time a program of that session is to run (keep it
     cheap: the session gives the cwd and the route). First non-None wins; code-mode's own default (trylast) is a
-    fresh Python subprocess per run, confined by the sandbox ``bash`` uses. A runtime
+    fresh fork per run of the session's warm Python process, confined by the sandbox ``bash`` uses. A runtime
     declares its ``language`` (the prompt's API is rendered for it) and implements
     ``run(program, bindings, cancel)`` (see ``protocols.CodeRuntime``).
     """

@@ -1,7 +1,7 @@
 """dsh plugin ``code-mode``: the model answers with one program instead of many tool calls.
 
 ``run_code {code, description}`` runs ``code`` — the body of an async Python function — in a
-fresh Python subprocess confined like ``bash``; inside it ``tools`` is the agent's own tool
+fresh fork of the session's warm Python process, confined like ``bash``; inside it ``tools`` is the agent's own tool
 set (``await tools.read(path="a.py")``), each call a real tool call through the host's tool
 path (approvals included). Only the program's output returns to the model.
 

@@ -17,8 +17,8 @@ reaper's and the cgroup's view) is killed.
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import os
 import socket
 from collections import deque
@@ -124,8 +124,14 @@ class PythonRuntime:
 
 
 async def _refill(slot: WarmSlot, where: dict[str, Any]) -> None:
-    with contextlib.suppress(WarmError):  # the next run then starts it again, and says why it cannot
+    """Make the session's next run ready; a failure costs this run nothing (the next run makes
+    its own, or says why it cannot)."""
+    try:
         await slot.refill(**where)
+    except WarmError:
+        pass
+    except Exception as exc:  # e.g. out of descriptors: reported, never the program's failure
+        logging.getLogger("dsh.code-mode").warning("could not make the next run ready: %r", exc)
 
 
 class _Run:

@@ -124,12 +124,24 @@ async def test_runs_share_the_warm_process_and_nothing_else(code_host, workspace
 PROBE = '''
 import ctypes, os, signal
 def parent(pid):
-    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return 0  # gone, or pid 0
 reaper = os.getppid()
 warm = parent(reaper)
 libc = ctypes.CDLL(None, use_errno=True)
 out = {"names": [open(f"/proc/{p}/comm").read().strip() for p in (warm, reaper)]}
-for name, target in (("warm", warm), ("reaper", reaper)):
+import time
+for _ in range(200):  # it is made ready while this run starts: give it a moment
+    ready = [int(p) for p in os.listdir("/proc") if p.isdigit() and p != str(os.getpid())
+             and parent(parent(int(p))) == warm]
+    if ready:
+        break
+    time.sleep(0.01)
+# the session's next run, made ready beside this one (its reaper is a child of the warm process)
+out["ready"] = len(ready)
+for name, target in (("warm", warm), ("reaper", reaper), *(("ready", p) for p in ready)):
     if libc.ptrace(16, target, 0, 0) == 0:  # PTRACE_ATTACH
         out[name + "-ptrace"] = "done"
     else:
@@ -151,9 +163,10 @@ return out
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 async def test_a_program_cannot_reach_the_warm_process_or_its_reaper(code_host, mechanism):
-    """A program cannot trace or read the memory of the warm process it was forked from (nor of
-    its reaper), so it cannot leave anything in it for the next run; with Landlock signal scoping
-    (ABI 6+) it cannot kill them either, and the session keeps its warm process."""
+    """A program cannot trace or read the memory of the warm process it was forked from, of its
+    reaper, or of the session's next run already made ready, so it cannot leave anything for the
+    next run; with Landlock signal scoping (ABI 6+) it cannot kill them either, and the session
+    keeps its warm process."""
     require_mechanism(mechanism)
     steps = [run(PROBE), run('return {"after": "still serving"}'), {"text": "done"}]
     async with code_host(steps, sandbox={"mechanism": mechanism}) as turn:
@@ -161,12 +174,14 @@ async def test_a_program_cannot_reach_the_warm_process_or_its_reaper(code_host, 
         starts = turn.agent.state(WarmSlot).starts
     probe, after = _results(turn)
     assert probe["names"] == ["dsh-code-warm", "dsh-code-reaper"]
-    for target in ("warm", "reaper"):
+    assert probe["ready"] == 1
+    targets = ["warm", "reaper", "ready"]
+    for target in targets:
         assert probe[f"{target}-ptrace"] == "Operation not permitted", probe
         assert probe[f"{target}-mem"] == "PermissionError", probe
     assert after == {"after": "still serving"}
     if landlock_abi() >= SCOPE_ABI:
-        assert probe["warm-kill"] == probe["reaper-kill"] == "PermissionError", probe
+        assert all(probe[f"{t}-kill"] == "PermissionError" for t in targets), probe
         assert starts == 1
     else:  # pragma: no cover - older kernels: a killed warm process is replaced, the session goes on
         assert starts in (1, 2)

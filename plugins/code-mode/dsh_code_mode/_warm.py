@@ -161,14 +161,21 @@ def program(child, channel: int, out: int, cgroup: int | None, call: int, confin
             nest()
         except OSError as exc:
             _fail(1, f"cannot isolate the run from the warm runtime ({exc}); the program was not run")
-    _prctl(PR_SET_DUMPABLE, 1)  # the program's own process is as inspectable as a fresh one
     _set_name(b"dsh-code-ready")  # a run made ready, waiting for its program
     sys.argv = [os.path.join(HERE, "_child.py"), str(channel)]
     try:
-        child.main(channel, on_run=lambda: _set_name(b"dsh-code-run"))
+        child.main(channel, on_run=_running)
         sys.stdout.flush()
     finally:
         os._exit(0)
+
+
+def _running() -> None:
+    """The program has come: from now on this process is as inspectable as a fresh one would be.
+    While it waited it stayed non-dumpable (inherited from the warm process), so the run before
+    it could not reach it even where Landlock cannot nest; that run is gone by now."""
+    _set_name(b"dsh-code-run")
+    _prctl(PR_SET_DUMPABLE, 1)
 
 
 # ------------------------------------------------------------------ the reaper

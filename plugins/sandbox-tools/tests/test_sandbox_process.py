@@ -127,3 +127,46 @@ def test_probe_reports_mechanisms() -> None:
     elif ll.runner is not None:
         assert auto.runner is not None and auto.runner.name == "landlock"
     print("bwrap:", bw.summary(), "| landlock:", ll.summary(), "| cpu:", os.cpu_count())
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_a_sessions_command_server_ends_with_the_session(mechanism: str, root: Path) -> None:
+    """The confined command server a session's bash calls run through is gone once the session is
+    disposed (not left for the pool to evict later); another session's keeps serving."""
+    from dsh_sandbox_tools.server import SERVER
+
+    def servers(cwd: Path) -> list[int]:
+        found = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    here = os.readlink(f"/proc/{pid}/cwd") == str(cwd)
+                except OSError:
+                    continue
+                if here and SERVER.encode() in cmdline:
+                    found.append(int(pid))
+        return found
+
+    other_root = root / "other"
+    other_root.mkdir()
+    async with running_host(mechanism=mechanism) as host:
+        s, other = Session(host, root), Session(host, other_root)
+        assert text(await s.call("bash", command="echo one")).startswith("one")
+        assert text(await other.call("bash", command="echo two")).startswith("two")
+        def ppid(pid: int) -> int:
+            try:
+                return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                return -1  # a finishing reaper, gone meanwhile
+
+        # each session: a server, and the reapers it forks (the one made in advance, a finishing one)
+        listed = servers(other_root)
+        kept = [p for p in listed if ppid(p) not in (-1, *listed)]
+        assert servers(root) and len(kept) == 1
+        await s.agent.dispose()
+        with anyio.fail_after(10):
+            while servers(root):
+                await anyio.sleep(0.02)
+        assert kept[0] in servers(other_root)  # the other session's server is untouched
+        assert text(await other.call("bash", command="echo still")).startswith("still")

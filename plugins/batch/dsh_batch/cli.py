@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import sys
+from typing import Any
 
 DESCRIPTION = (
     "Run every task of TASKS.jsonl (one JSON object per line: id, prompt, and optionally cwd, example, "
@@ -94,6 +95,21 @@ def _usage_error(message: str) -> int:
     return EXIT_USAGE
 
 
+def _path_here(value: str) -> str:
+    """An example or model that names a file or directory where `dsh batch` runs, made absolute:
+    a Ray actor (or any agent) elsewhere must find the same one. Names stay names."""
+    return os.path.abspath(value) if os.path.exists(value) else value
+
+
+def _here(task: Any) -> Any:
+    """``task`` with its own example and model resolved like the command line's (``_path_here``)."""
+    import msgspec
+
+    changes = {k: _path_here(getattr(task, k)) for k in ("example", "model") if getattr(task, k)}
+    changes = {k: v for k, v in changes.items() if v != getattr(task, k)}
+    return msgspec.structs.replace(task, **changes) if changes else task
+
+
 def run(args: argparse.Namespace) -> int:
     import anyio
 
@@ -123,13 +139,11 @@ def run(args: argparse.Namespace) -> int:
     for line, reason in results.dropped_lines:
         print(f"dsh batch: {args.out}:{line}: {reason}", file=sys.stderr)
     try:
-        todo = [t for t in task_list.tasks if t.id not in results.kept]
+        todo = [_here(t) for t in task_list.tasks if t.id not in results.kept]
         skipped = len(task_list.tasks) - len(todo)
-        model = args.model
-        if model and os.path.exists(model):
-            model = os.path.abspath(model)
         defaults = Defaults(
-            example=args.example, provider=args.provider, model=model, cwd=cwd, timeout_s=args.timeout, approve=args.approve
+            example=_path_here(args.example), provider=args.provider, model=args.model and _path_here(args.model), cwd=cwd,
+            timeout_s=args.timeout, approve=args.approve,
         )
         ids = [t.id for t in task_list.tasks]
         return anyio.run(_main, args, todo, skipped, len(task_list.invalid), results, defaults, ids)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -78,3 +79,21 @@ def test_readme_example_on_a_fresh_local_ray_instance(tmp_path: Path):
     for i in range(20):
         want = "PONG" if i % 2 else f"dsh demo (scripted, keyless) received: task {i}"
         assert (results[f"q{i:02d}"]["status"], results[f"q{i:02d}"]["text"]) == ("ok", want)
+
+
+def test_relative_paths_mean_where_dsh_batch_runs(setup):
+    """A relative --model, --example or task-level model/example names a file where `dsh batch`
+    runs, not in the Ray actor's working directory."""
+    tmp, home, _ = setup  # setup wrote tmp/script.json (the mixed script)
+    shutil.copytree(REPO / "tests" / "examples" / "acp-testkit", tmp / "ex")
+    (tmp / "pong.json").write_text(json.dumps({"default": [{"text": "PONG from a relative script"}]}))
+    tasks = write_jsonl(tmp / "tasks.jsonl", [
+        {"id": "defaults", "prompt": "hi"},
+        {"id": "task-level", "prompt": "answer me", "example": "ex", "model": "script.json"},
+    ])
+    out = tmp / "out.jsonl"
+    proc = run_batch(tasks, out, "-e", "ex", "--provider", "scripted", "--model", "pong.json", "--ray", ADDRESS,
+                     "--ray-actors", "1", home=home, cwd=tmp, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()[-4000:]
+    results = {r["id"]: (r["status"], r["text"]) for r in read_results(out)}
+    assert results == {"defaults": ("ok", "PONG from a relative script"), "task-level": ("ok", "answer to answer me")}

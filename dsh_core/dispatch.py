@@ -206,13 +206,12 @@ class ToolDispatch(AgentBase):
             return ToolOutput.text(f"Error: {verdict.reason or BLOCKED_TOOL}", is_error=True, code="BLOCKED")
         if verdict.decision == "ask":
             reason = verdict.reason or f"a hook asks before {name} runs"
-            outcome = await self.host.approvals.request(ApprovalRequest(
-                agent=self, tool_name=name, call_id=call_id, reason=reason,
-                kind=tool.spec.kind, subject=_subject(args, reason), args=args,
-            ))
+            req = ApprovalRequest(agent=self, tool_name=name, call_id=call_id, reason=reason,
+                                  kind=tool.spec.kind, subject=_subject(args, reason), args=args)
+            outcome = await self.host.approvals.request(req)
             if outcome != "allowed-once":
-                return ToolOutput.text(f"Error: the user rejected tool {name!r} ({reason})", is_error=True,
-                                       code="REJECTED")
+                who = "an approval policy refused" if req.decided_by == "policy" else "the user rejected"
+                return ToolOutput.text(f"Error: {who} tool {name!r} ({reason})", is_error=True, code="REJECTED")
         return None
 
 

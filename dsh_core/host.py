@@ -203,6 +203,7 @@ class ApprovalService:
         except Exception as exc:  # an answerer that fails closes the gate
             warn(f"approval answerer failed: {exc!r}")
             outcome = "unavailable"
+        req.decided_by = answered_by
         agent.emit(ApprovalDecided(id=req.id, outcome=outcome, answered_by=answered_by))
         return outcome
 

@@ -493,6 +493,7 @@ class ToolContext:
     tool_name: str
     turn: int
     step: int
+    decided_by: str | None = None  # who decided this call's last ``approve``: "policy" or the answerer's name
 
     @property
     def cwd(self) -> str:
@@ -524,13 +525,16 @@ class ToolContext:
         justification: str | None = None,
     ) -> ApprovalOutcome:
         """Ask the approval seam (one-shot). Returns the outcome; nothing is remembered.
+        ``decided_by`` then says who decided (``"policy"``: nobody was asked).
 
         The keywords describe the call to whoever answers (see ``ApprovalRequest``)."""
         req = ApprovalRequest(
             agent=self.agent, tool_name=self.tool_name, call_id=self.call_id, reason=reason,
             kind=kind, subject=subject, args=args, tier=tier, justification=justification,
         )
-        return await self.host.approvals.request(req)
+        outcome = await self.host.approvals.request(req)
+        self.decided_by = req.decided_by
+        return outcome
 
     def splice(self, content: list[ContentBlock]) -> None:
         """Show the model ``content`` (e.g. an image a nested call produced) as a user message

@@ -541,6 +541,7 @@ class ApprovalRequest(msgspec.Struct, kw_only=True):
     args: dict[str, Any] | None = None  # the call's arguments (answerers bound what they show)
     tier: str | None = None  # the sandbox tier asked for, e.g. "danger-full-access"
     justification: str | None = None  # the model's reason for asking, in its words
+    decided_by: str | None = None  # set by the seam as it answers: "policy" (a dsh_check_approval verdict) or the answerer's name
 
 
 class CodeRunError(_Base, kw_only=True):

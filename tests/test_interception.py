@@ -278,4 +278,4 @@ async def test_an_ask_carries_the_kind_the_tool_declares(scripted, tmp_path):
     _, events = await _session(scripted(SCRIPT), tmp_path, Tools(), Policy("ask", "check"), Answer(),
                                prompts=("touch it",))
     assert seen == [("touch", "edit")]
-    assert _results(events) == ["Error: the user rejected tool 'touch' (check)"]
+    assert _results(events) == ["Error: an approval policy refused tool 'touch' (check)"]  # nobody was asked

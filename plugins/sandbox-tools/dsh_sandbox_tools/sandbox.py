@@ -119,8 +119,9 @@ class Sandbox:
         if outcome == "allowed-once":
             return target
         if outcome == "rejected":
+            who = "an approval policy refused" if ctx.decided_by == "policy" else "the user rejected"
             raise ToolError(
-                f'the user rejected escalating this {what} to "{target}"; nothing was run. '
+                f'{who} escalating this {what} to "{target}"; nothing was run. '
                 f'Work within "{mode}" mode or ask the user how to proceed.',
                 code="ESCALATION_REJECTED",
             )

@@ -121,6 +121,29 @@ async def test_escalation_not_allowed_runs_nothing(outcome, code, words, root: P
     assert decided[0].outcome == (outcome or "unavailable")
 
 
+async def test_an_escalation_a_policy_refuses_says_so(root: Path, outside: Path) -> None:
+    """A ``dsh_check_approval`` verdict answers before anybody is asked: the model is told a
+    policy refused, not that the user did (the user was never shown the question)."""
+    from dsh_core import hookimpl
+
+    class Policy:
+        @hookimpl
+        def dsh_check_approval(self, request):
+            return "deny"
+
+    async with running_host(plugins={"deny-all": Policy()}) as host:
+        answer = Answer("allowed-once")
+        host.approvals.add_answerer(answer)
+        s = Session(host, root)
+        out = await s.call("bash", command=f"touch {root}/ran; echo x > {outside}/a",
+                           sandbox_permissions="danger-full-access", justification="because")
+        decided = [e for e in s.events if isinstance(e, ApprovalDecided)]
+    assert out.code == "ESCALATION_REJECTED"
+    assert 'an approval policy refused escalating this command to "danger-full-access"' in text(out)
+    assert answer.requests == [] and not (root / "ran").exists()
+    assert (decided[0].outcome, decided[0].answered_by) == ("rejected", "policy")
+
+
 async def test_file_escalation(root: Path, outside: Path) -> None:
     async with running_host("read-only") as host:
         answer = Answer("allowed-once")

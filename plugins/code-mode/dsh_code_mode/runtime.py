@@ -33,7 +33,7 @@ from dsh_core.errors import CodeCallError, ToolError
 from dsh_core.types import CodeRunError, CodeRunResult
 
 from .limits import Limits, ProcessBound
-from .warm import Launched, WarmError, WarmSlot, warm_argv
+from .warm import Launched, WarmError, WarmSlot, Where, warm_argv
 
 KINDS_FROM_CHILD = ("exception", "timeout", "output-limit")
 DRAIN_GRACE_S = 0.5  # after the end, how long the last output may still take to arrive
@@ -103,12 +103,13 @@ class PythonRuntime:
             raise ToolError("run_code needs a plugin that provides confinement (mount sandbox-tools); "
                             "it never runs a program unconfined", code="SANDBOX_UNAVAILABLE")
         confined = await confinement.confine(warm_argv(), cwd=self.cwd)
-        where = dict(argv=confined.argv, env=confined.env, cwd=os.path.realpath(self.cwd),
-                     max_processes=self.limits.max_processes, confined=confined.mechanism is not None)
+        where = Where(argv=tuple(confined.argv), env=tuple(sorted(confined.env.items())),
+                      cwd=os.path.realpath(self.cwd), max_processes=self.limits.max_processes,
+                      confined=confined.mechanism is not None)
         slot = self.session.state(WarmSlot) if self.session is not None else WarmSlot()
         try:
             try:
-                prepared = await slot.take(**where)
+                prepared = await slot.take(where)
             except WarmError as exc:
                 raise ToolError(f"run_code could not start its confined runtime ({exc}); nothing was run",
                                 code="SANDBOX_UNAVAILABLE") from None
@@ -123,11 +124,11 @@ class PythonRuntime:
                 await slot.aclose()
 
 
-async def _refill(slot: WarmSlot, where: dict[str, Any]) -> None:
+async def _refill(slot: WarmSlot, where: Where) -> None:
     """Make the session's next run ready; a failure costs this run nothing (the next run makes
     its own, or says why it cannot)."""
     try:
-        await slot.refill(**where)
+        await slot.refill(where)
     except WarmError:
         pass
     except Exception as exc:  # e.g. out of descriptors: reported, never the program's failure
@@ -344,10 +345,7 @@ class _Run:
         self.calls += 1
         self.pending += 1
         self._hold(len(line))  # the decoded arguments live until the call is answered
-        try:
-            arguments = bytes(msg.args).decode()
-        except UnicodeDecodeError:  # msgspec already checked the UTF-8; never trust it twice
-            arguments = None
+        arguments = bytes(msg.args).decode()  # valid UTF-8: its strings were just decoded into ``args``
         awaitable = self.bindings.call(msg.name, args, arguments)  # takes its place in line now, in program order
         calls.start_soon(self._run_call, msg.id, msg.name, awaitable, len(line))
 

@@ -21,7 +21,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,11 +36,25 @@ MAX_MSG = 4096
 
 
 class WarmError(Exception):
-    """The warm process could not start, or is gone (``before_start``: nothing of the run ran)."""
+    """The warm process could not start, or is gone (nothing of the run it was asked for ran)."""
 
-    def __init__(self, message: str, *, before_start: bool = True) -> None:
-        super().__init__(message)
-        self.before_start = before_start
+
+@dataclass(frozen=True)
+class Where:
+    """Where a session's runs happen, as the Confinement seam said: the warm process's argv,
+    environment and cwd, plus what each run's setup needs. Equal ``Where``s share a warm
+    process and a run made ready; any change (another permission mode) gets new ones."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    cwd: str
+    max_processes: int
+    confined: bool  # a sandbox applies: each run also enters its own nested Landlock domain
+
+    @property
+    def process(self) -> tuple[Any, ...]:
+        """What the warm process itself depends on."""
+        return (self.argv, self.env, self.cwd)
 
 
 def warm_argv() -> list[str]:
@@ -62,11 +75,8 @@ async def _recv(sock: socket.socket) -> bytes:
 class WarmProcess:
     """One running ``_warm.py`` process and its control socket."""
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str) -> None:
-        self.argv = list(argv)
-        self.env = env
-        self.cwd = cwd
-        self.key = (tuple(self.argv), tuple(sorted(env.items())), cwd)
+    def __init__(self, where: Where) -> None:
+        self.where = where
         self.control: socket.socket | None = None
         self.proc: Any = None
         self.closed = False
@@ -76,8 +86,8 @@ class WarmProcess:
         try:
             with anyio.CancelScope(shield=True):
                 self.proc = await anyio.open_process(
-                    self.argv, stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                    env=self.env, cwd=self.cwd, start_new_session=True)
+                    list(self.where.argv), stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                    env=dict(self.where.env), cwd=self.where.cwd, start_new_session=True)
         except BaseException:
             ours.close()
             raise
@@ -136,11 +146,11 @@ class Prepared:
     program process, which joins the run's cgroup, sets itself up, and waits on the channel for
     the program. What is left on a run's critical path is the program itself."""
 
-    def __init__(self, launched: Launched, channel: socket.socket, bound: ProcessBound, key: Hashable) -> None:
+    def __init__(self, launched: Launched, channel: socket.socket, bound: ProcessBound, where: Where) -> None:
         self.launched = launched
         self.channel = channel
         self.bound = bound
-        self.key = key
+        self.where = where
 
     def alive(self) -> bool:
         """False once its reaper reported or vanished (its call socket is readable: nothing
@@ -174,45 +184,39 @@ class WarmSlot:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     starts: int = 0
 
-    async def take(self, argv: Sequence[str], env: dict[str, str], cwd: str, *, max_processes: int,
-                   confined: bool) -> Prepared:
-        """A run ready for its program, for a warm process started with exactly this argv,
-        environment and cwd: the spare made after the last run when it matches and lives, else
-        one made now (starting or replacing the warm process when needed)."""
-        key = (tuple(argv), tuple(sorted(env.items())), cwd, max_processes, confined)
+    async def take(self, where: Where) -> Prepared:
+        """A run ready for its program at ``where``: the one made ready meanwhile when it matches
+        and lives, else one made now (starting or replacing the warm process when needed)."""
         async with self.lock:
             spare, self.spare = self.spare, None
-            if spare is not None and spare.key == key and spare.alive():
+            if spare is not None and spare.where == where and spare.alive():
                 return spare
             if spare is not None:
                 await spare.discard()
-            return await self._prepare(key)
+            return await self._prepare(where)
 
-    async def refill(self, argv: Sequence[str], env: dict[str, str], cwd: str, *, max_processes: int,
-                     confined: bool) -> None:
+    async def refill(self, where: Where) -> None:
         """Make the next run ready now, off its critical path (its processes start while the model thinks)."""
-        key = (tuple(argv), tuple(sorted(env.items())), cwd, max_processes, confined)
         async with self.lock:
             if self.spare is None:
-                self.spare = await self._prepare(key)
+                self.spare = await self._prepare(where)
 
-    async def _warm(self, argv: Sequence[str], env: dict[str, str], cwd: str) -> WarmProcess:
-        key = (tuple(argv), tuple(sorted(env.items())), cwd)
+    async def _warm(self, where: Where) -> WarmProcess:
         current = self.process
-        if current is not None and not current.closed and current.key == key and current.proc.returncode is None:
+        if (current is not None and not current.closed and current.where.process == where.process
+                and current.proc.returncode is None):
             return current
         if current is not None:
             self.process = None
             await current.aclose()
-        process = WarmProcess(argv, env, cwd)
+        process = WarmProcess(where)
         await process.start()
         self.starts += 1
         self.process = process
         return process
 
-    async def _prepare(self, key: tuple[Any, ...]) -> Prepared:
-        argv, env, cwd, max_processes, confined = key
-        bound = await anyio.to_thread.run_sync(ProcessBound.create, max_processes)
+    async def _prepare(self, where: Where) -> Prepared:
+        bound = await anyio.to_thread.run_sync(ProcessBound.create, where.max_processes)
         launched = Launched()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         procs = -1
@@ -221,9 +225,9 @@ class WarmSlot:
             call, output = launched.theirs()
             fds = [call, child.fileno(), output, *([procs] if procs >= 0 else [])]
             for attempt in (1, 2):
-                warm = await self._warm(argv, dict(env), cwd)
+                warm = await self._warm(where)
                 try:
-                    warm.launch(fds, confined=confined)
+                    warm.launch(fds, confined=where.confined)
                     break
                 except WarmError:  # it died since the last run: nothing of this one ran, start another
                     if attempt == 2:
@@ -239,7 +243,7 @@ class WarmSlot:
             child.close()
             if procs >= 0:
                 os.close(procs)
-        return Prepared(launched, parent, bound, key)
+        return Prepared(launched, parent, bound, where)
 
     async def aclose(self) -> None:
         spare, self.spare = self.spare, None

@@ -4,7 +4,7 @@ Run as a standalone script (standard library and ctypes only), started once per 
 through the spine's Confinement seam — the argv and environment a one-off program process
 would get — with its control socket (``AF_UNIX``/``SOCK_SEQPACKET``) on stdin::
 
-    python3 -I -S _warm.py
+    python3 -I -S _warm.py REAPING     (REAPING: the path of dsh_core/reaping.py)
 
 It loads the program side (``_child.py``) and asyncio once, then waits; a run costs a fork
 instead of an interpreter start and those imports (``bench/code_mode.py`` prints both).
@@ -17,11 +17,11 @@ Protocol, one datagram per message:
   protocol), the write end of its *output* pipe, and when the run has a pids cgroup, that
   cgroup's ``cgroup.procs`` opened for writing. The warm process forks a reaper and forgets it;
   end-of-file on the control socket ends the warm process.
-- reaper (a child subreaper): forks the *program process*, then waits until it exits, or the
-  host says ``kill`` on the call socket, or closes it (end-of-file is ``kill``: a run never
-  outlives the one who asked for it). It kills the program's group and every process
-  re-parented to it, reaps them all, and only then answers ``exit <code>`` (negative: killed
-  by that signal).
+- reaper (a child subreaper; ``dsh_core/reaping.py``, shared with the bash command server):
+  forks the *program process*, then waits until it exits, or the host says ``kill`` on the call
+  socket, or closes it (end-of-file is ``kill``: a run never outlives the one who asked for
+  it). It kills the program's group and every process re-parented to it, reaps them all, and
+  only then answers ``exit <code>`` (negative: killed by that signal).
 - program process: joins the run's cgroup (before anything else runs), leads a session of its
   own, has stdin on /dev/null, stdout and stderr on the output pipe and no descriptor but the
   channel; in a confined session (``run confined``) it enters a nested Landlock domain, so it
@@ -43,18 +43,15 @@ import contextlib
 import ctypes
 import importlib.util
 import os
-import select
 import signal
 import socket
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAX_MSG = 4096
 
 PR_SET_DUMPABLE = 4
 PR_SET_NAME = 15
-PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 
 # Landlock (linux/landlock.h): the same syscall numbers on every architecture. A nested domain
@@ -120,9 +117,9 @@ def nest() -> bool:
     return True
 
 
-def _load_child():
-    """``_child.py`` (the program side) by path: this script runs with -I, outside the package."""
-    spec = importlib.util.spec_from_file_location("dsh_code_child", os.path.join(HERE, "_child.py"))
+def _load(name: str, path: str):
+    """A module by path: this script runs with -I -S, outside any package."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -181,67 +178,13 @@ def _running() -> None:
 # ------------------------------------------------------------------ the reaper
 
 
-def _children() -> list[int]:
-    me = os.getpid()
-    try:
-        with open(f"/proc/self/task/{me}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        pass
-    out = []  # no CONFIG_PROC_CHILDREN: scan every process's parent
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
-                        out.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
-def _watch(pid: int, call: socket.socket) -> None:
-    """Until the program process exits, or the host says kill or goes away."""
-    pidfd = os.pidfd_open(pid)
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    poller.register(call.fileno(), select.POLLIN)
-    while True:
-        for fd, _ in poller.poll():
-            if fd == pidfd:
-                # Left a zombie for now: its pid keeps the group id reserved for killpg.
-                if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                    return
-            else:
-                with contextlib.suppress(OSError):
-                    call.recv(MAX_MSG)
-                return  # "kill", or end-of-file: either way the run ends now
-
-
-def _reap_all(pid: int) -> int | None:
-    """Kill and reap every child until none is left; the program's wait status."""
-    status: int | None = None
-    while True:
-        kids = _children()
-        for kid in kids:
-            with contextlib.suppress(OSError):
-                os.kill(kid, signal.SIGKILL)
-        try:
-            got, st = os.waitpid(-1, 0 if kids else os.WNOHANG)
-        except ChildProcessError:
-            return status
-        if got == 0:
-            time.sleep(0.001)  # a child exists but was re-parented after the listing
-            continue
-        if got == pid:
-            status = st
-
-
-def reaper(child, fds: list[int], confined: bool) -> None:
+def reaper(reaping, child, fds: list[int], confined: bool) -> None:
+    """The run's reaper (``dsh_core/reaping.py``): fork the program process, wait until it exits
+    or the host says kill (or goes away), then kill and reap everything of the run and report."""
     call_fd, channel, out, *rest = fds
     cgroup = rest[0] if rest else None
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    reaping.become_subreaper()
     _set_name(b"dsh-code-reaper")
     call = socket.socket(fileno=call_fd)
     pid = os.fork()
@@ -253,21 +196,15 @@ def reaper(child, fds: list[int], confined: bool) -> None:
     for fd in (channel, out, cgroup):
         if fd is not None:
             os.close(fd)
-    _watch(pid, call)
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
-    status = _reap_all(pid)
-    code = 0
-    if status is not None:
-        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    with contextlib.suppress(OSError):
-        call.send(b"exit %d" % code)
+    reaping.watch(pid, call, lambda msg: True)  # "kill" (or anything): the run ends now
+    status = reaping.reap_all(pid)
+    reaping.report(call, reaping.exit_code(status) if status is not None else 0)
 
 
 # ------------------------------------------------------------------ the warm process
 
 
-def serve(control: socket.socket, child) -> None:
+def serve(control: socket.socket, reaping, child) -> None:
     while True:
         try:
             msg, fds, _flags, _addr = socket.recv_fds(control, MAX_MSG, 4)
@@ -285,29 +222,30 @@ def serve(control: socket.socket, child) -> None:
         if pid == 0:
             try:
                 control.close()
-                reaper(child, fds, msg == b"run confined")
+                reaper(reaping, child, fds, msg == b"run confined")
             finally:
                 os._exit(0)
         for fd in fds:
             os.close(fd)
 
 
-def main() -> None:
+def main(reaping_path: str) -> None:
     control = socket.socket(fileno=os.dup(0))  # the control socket came as stdin
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
     os.close(null)
     _prctl(PR_SET_DUMPABLE, 0)  # runs, forked from here, cannot trace or read this process
     _set_name(b"dsh-code-warm")
-    child = _load_child()
+    reaping = _load("dsh_reaping", reaping_path)  # dsh_core/reaping.py: how a run ends
+    child = _load("dsh_code_child", os.path.join(HERE, "_child.py"))
     import asyncio  # loaded once here: a program using it skips its import (60-100 ms)
     import asyncio.unix_events  # noqa: F401
     import traceback  # noqa: F401 - a failing program's report
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # reapers are reaped by the kernel
     control.send(b"ready")
-    serve(control, child)
+    serve(control, reaping, child)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1])

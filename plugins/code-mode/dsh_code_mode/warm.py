@@ -27,6 +27,9 @@ from typing import Any
 
 import anyio
 
+from dsh_core import reaping
+from dsh_core.reaping import recv_datagram
+
 from .limits import ProcessBound
 
 WARM = str(Path(__file__).resolve().parent / "_warm.py")
@@ -58,18 +61,7 @@ class Where:
 
 
 def warm_argv() -> list[str]:
-    return [sys.executable, "-I", "-S", WARM]
-
-
-async def _recv(sock: socket.socket) -> bytes:
-    """One datagram; b"" at end-of-file or on error."""
-    while True:
-        try:
-            return sock.recv(MAX_MSG)
-        except BlockingIOError:
-            await anyio.wait_readable(sock)
-        except OSError:
-            return b""
+    return [sys.executable, "-I", "-S", WARM, reaping.PATH]
 
 
 class WarmProcess:
@@ -97,7 +89,7 @@ class WarmProcess:
         ours.setblocking(False)
         try:
             with anyio.fail_after(START_TIMEOUT_S):
-                first = await _recv(ours)
+                first = await recv_datagram(ours)
             if first != b"ready":
                 err = b""
                 if self.proc.stderr is not None:
@@ -291,7 +283,7 @@ class Launched:
         every process of the run is gone; None when the reaper vanished without reporting."""
         async with self._exit_lock:
             if not self.finished:
-                msg = await _recv(self.call)
+                msg = await recv_datagram(self.call)
                 self.finished = True
                 if msg.startswith(b"exit "):
                     with contextlib.suppress(ValueError):

@@ -3,7 +3,7 @@
 Run as a standalone script (stdlib + ctypes only), already inside bubblewrap or with Landlock
 applied by itself before it accepts work::
 
-    python3 -I -S _cmdserver.py [--landlock --rw DIR … --rw-file FILE …] CONTROL_FD
+    python3 -I -S _cmdserver.py --reaping PATH [--landlock --rw DIR … --rw-file FILE …] CONTROL_FD
 
 Confinement is inherited by everything it forks, so a command costs a fork and an exec instead
 of a new bubblewrap or Python launcher (about 1 ms instead of 12–35 ms).
@@ -24,56 +24,21 @@ Protocol (``AF_UNIX``/``SOCK_SEQPACKET``, one message per datagram):
 
 Each call gets its own *reaper*, a fork of the server made in advance (it waits for the
 next request itself, so no fork is on a call's critical path) that is a child subreaper
-(``PR_SET_CHILD_SUBREAPER``): every process the command leaves behind, even one that called
+(``PR_SET_CHILD_SUBREAPER``, ``dsh_core/reaping.py``, loaded by the path ``--reaping`` gives):
+every process the command leaves behind, even one that called
 ``setsid`` or double-forked, is re-parented to the reaper, which kills and reaps them all
 before it answers ``exit``. End-of-file on the control socket ends the server.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
 import os
-import select
 import signal
 import socket
 import sys
-import time
 
-PR_SET_CHILD_SUBREAPER = 36
 MAX_MSG = 4096
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _prctl(option: int, arg: int) -> None:
-    if _libc.prctl(option, arg, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-
-
-def _children() -> list[int]:
-    me = os.getpid()
-    try:
-        with open(f"/proc/self/task/{me}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        pass
-    out = []  # no CONFIG_PROC_CHILDREN: scan every process's parent
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
-                        out.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
-def _kill(pid: int, sig: int, group: bool = False) -> None:
-    with contextlib.suppress(OSError):
-        (os.killpg if group else os.kill)(pid, sig)
 
 
 def _resolve(argv0: str, env: dict[str, str]) -> str:
@@ -90,29 +55,30 @@ _DEFAULT_SIGNALS = [s for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, 
                                 signal.SIGHUP, signal.SIGQUIT) if s is not None]
 
 
-def _reaper(request: dict, out_fd: int, call: socket.socket, err_fd: int | None = None,
+def _reaper(reaping, request: dict, out_fd: int, call: socket.socket, err_fd: int | None = None,
             in_fd: int | None = None) -> None:
-    """The forked per-call process: spawn the command, relay signals, kill and reap everything."""
+    """The forked per-call process: spawn the command, relay "term", kill and reap everything."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    reaping.become_subreaper()
     leader, leader_status = _spawn(request, out_fd, err_fd, in_fd)
     for fd in (out_fd, err_fd, in_fd):
         if fd is not None:
             os.close(fd)
     if leader_status is None:
-        _watch(leader, call)
+
+        def on_message(msg: bytes) -> bool:  # "term": SIGTERM and keep watching; anything else: kill
+            if msg == b"term":
+                reaping.terminate(leader)
+                return False
+            return True
+
+        reaping.watch(leader, call, on_message)
     # Nothing of the call outlives it: the group (while the zombie leader holds its id), then every
     # process re-parented to this subreaper, until none is left.
-    if leader:
-        _kill(leader, signal.SIGKILL, group=True)
-    reaped = _reap_all(leader)
+    reaped = reaping.reap_all(leader)
     if reaped is not None:
         leader_status = reaped
-    code = 0
-    if leader_status is not None:
-        code = -os.WTERMSIG(leader_status) if os.WIFSIGNALED(leader_status) else os.WEXITSTATUS(leader_status)
-    with contextlib.suppress(OSError):
-        call.send(b"exit %d" % code)
+    reaping.report(call, reaping.exit_code(leader_status) if leader_status is not None else 0)
 
 
 def _spawn(request: dict, out_fd: int, err_fd: int | None = None, in_fd: int | None = None) -> tuple[int, int | None]:
@@ -135,52 +101,7 @@ def _spawn(request: dict, out_fd: int, err_fd: int | None = None, in_fd: int | N
     return leader, None
 
 
-def _watch(leader: int, call: socket.socket) -> None:
-    """Until the leader exits or the harness says kill (or goes away): relay "term" to the group
-    and to every re-parented process."""
-    pidfd = os.pidfd_open(leader)
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    poller.register(call.fileno(), select.POLLIN)
-    stop = False
-    while not stop:
-        for fd, _ in poller.poll():  # every ready fd is handled, even after one said stop
-            if fd == pidfd:
-                # Leave the leader a zombie for now: its pid keeps the group id reserved for killpg.
-                if os.waitid(os.P_PID, leader, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                    stop = True
-            else:
-                try:
-                    msg = call.recv(MAX_MSG)
-                except OSError:
-                    msg = b""
-                if msg == b"term":
-                    _kill(leader, signal.SIGTERM, group=True)
-                    for child in _children():
-                        _kill(child, signal.SIGTERM)
-                else:  # "kill", or end-of-file: the harness is gone or gave up on the call
-                    stop = True
-
-
-def _reap_all(leader: int) -> int | None:
-    """Kill and reap every child until none is left; the leader's wait status when it was reaped here."""
-    leader_status: int | None = None
-    while True:
-        kids = _children()
-        for child in kids:
-            _kill(child, signal.SIGKILL)
-        try:
-            pid, status = os.waitpid(-1, 0 if kids else os.WNOHANG)
-        except ChildProcessError:
-            return leader_status
-        if pid == 0:
-            time.sleep(0.001)  # a child exists but was re-parented after the listing
-            continue
-        if pid == leader:
-            leader_status = status
-
-
-def _take_one(control: socket.socket, taken: int) -> None:
+def _take_one(reaping, control: socket.socket, taken: int) -> None:
     """A pre-forked reaper: wait for the next request, tell the server (closing ``taken``, so it
     forks the next reaper at once), and run the call. The fork is off the critical path."""
     while True:
@@ -217,10 +138,10 @@ def _take_one(control: socket.socket, taken: int) -> None:
     in_fd = extra.pop(0) if request.get("stdin") and extra else None
     if extra or (request.get("stderr") and err_fd is None) or (request.get("stdin") and in_fd is None):
         return  # descriptors and flags disagree: lose the call rather than guess
-    _reaper(request, out_fd, call, err_fd, in_fd)
+    _reaper(reaping, request, out_fd, call, err_fd, in_fd)
 
 
-def _serve(control: socket.socket) -> None:
+def _serve(reaping, control: socket.socket) -> None:
     while True:
         r, w = os.pipe()
         pid = os.fork()
@@ -228,7 +149,7 @@ def _serve(control: socket.socket) -> None:
             code = 0
             try:
                 os.close(r)
-                _take_one(control, w)
+                _take_one(reaping, control, w)
             except BaseException:
                 code = 1
             os._exit(code)
@@ -241,39 +162,53 @@ def _serve(control: socket.socket) -> None:
             return
 
 
+def _load(name: str, path: str):
+    """A module by path: this script runs with -I -S, outside any package."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main(argv: list[str]) -> None:
     rw_dirs: list[str] = []
     rw_files: list[str] = []
     landlock = False
+    reaping_path = ""
     i = 0
     while i < len(argv) - 1:
         if argv[i] == "--landlock":
             landlock = True
             i += 1
-        elif argv[i] in ("--rw", "--rw-file") and i + 2 < len(argv):
-            (rw_dirs if argv[i] == "--rw" else rw_files).append(argv[i + 1])
+        elif argv[i] in ("--rw", "--rw-file", "--reaping") and i + 2 < len(argv):
+            if argv[i] == "--reaping":
+                reaping_path = argv[i + 1]
+            else:
+                (rw_dirs if argv[i] == "--rw" else rw_files).append(argv[i + 1])
             i += 2
         else:
             break
     control = socket.socket(fileno=int(argv[-1]))
     os.set_inheritable(control.fileno(), False)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # reapers are reaped by the kernel
+    try:
+        reaping = _load("dsh_reaping", reaping_path)  # dsh_core/reaping.py: how a call ends
+    except (OSError, ImportError) as exc:
+        control.send(f"error cannot load the reaper ({reaping_path!r}): {exc}".encode()[:MAX_MSG])
+        return
     if landlock:
-        # The sibling launcher module, loaded by path (this script runs with -I, outside the package).
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location(
-            "dsh_landlock_exec", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_landlock_exec.py"))
-        assert spec is not None and spec.loader is not None
-        landlock_exec = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(landlock_exec)
+        landlock_exec = _load("dsh_landlock_exec",
+                              os.path.join(os.path.dirname(os.path.abspath(__file__)), "_landlock_exec.py"))
         try:
             landlock_exec.restrict(rw_dirs, rw_files, fatal=False)
         except OSError as exc:
             control.send(f"error {exc}".encode()[:MAX_MSG])
             return
     control.send(b"ready")
-    _serve(control)
+    _serve(reaping, control)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ from typing import Any
 
 import anyio
 
+from dsh_core import reaping
+from dsh_core.reaping import recv_datagram
+
 from .run import DRAIN_GRACE_S, TERM_GRACE_S, CommandResult, HeadSink, _Sink
 
 SERVER = str(Path(__file__).with_name("_cmdserver.py").resolve())
@@ -43,23 +46,13 @@ def server_argv(runner: Any, roots: list[str], cwd: str, fd: int) -> list[str]:
     """The argv that starts a command server confined like ``runner.wrap`` would confine a command."""
     from .mechanisms import bwrap_argv
 
-    base = [sys.executable, "-I", "-S", SERVER]
+    base = [sys.executable, "-I", "-S", SERVER, "--reaping", reaping.PATH]
     if runner.name == "bwrap":
         return bwrap_argv([*base, str(fd)], roots, cwd)
     out = [*base, "--landlock"]
     for r in roots:
         out += ["--rw", r]
     return [*out, "--rw-file", "/dev/null", str(fd)]
-
-
-async def _recv(sock: socket.socket) -> bytes:
-    while True:
-        try:
-            return sock.recv(4096)
-        except BlockingIOError:
-            await anyio.wait_readable(sock)
-        except OSError:
-            return b""
 
 
 class CommandServer:
@@ -92,7 +85,7 @@ class CommandServer:
         ours.setblocking(False)
         try:
             with anyio.fail_after(START_TIMEOUT_S):
-                first = await _recv(ours)
+                first = await recv_datagram(ours)
             if first != b"ready":
                 err = b""
                 if self.proc.stderr is not None:
@@ -237,13 +230,13 @@ class _Call:
             return False, None  # the reaper is gone without reporting
         if first == b"term":
             with anyio.move_on_after(TERM_GRACE_S):
-                return _parse(await _recv(self.call))
+                return _parse(await recv_datagram(self.call))
             try:
                 self.call.send(b"kill")
             except OSError:
                 return False, None
         with anyio.move_on_after(EXIT_WAIT_S):
-            return _parse(await _recv(self.call))
+            return _parse(await recv_datagram(self.call))
         return False, None
 
     async def run(self, timeout_s: float) -> CommandResult:
@@ -257,7 +250,7 @@ class _Call:
                 if self.stdin is not None:
                     tg.start_soon(self._writer, self.stdin)
                 with anyio.move_on_after(timeout_s) as deadline:
-                    self.finished, self.code = _parse(await _recv(self.call))
+                    self.finished, self.code = _parse(await recv_datagram(self.call))
                 if deadline.cancelled_caught:
                     self.timed_out = True
                     with anyio.CancelScope(shield=True):

@@ -1,0 +1,139 @@
+"""Ending every process of one call: the reaper's side (standard library and ctypes only).
+
+A call's *reaper* is a child subreaper (``PR_SET_CHILD_SUBREAPER``): every process the call
+leaves behind, setsid'd or double-forked, is re-parented to it. It watches the call's leader
+and the call socket, then kills and reaps everything before it reports ``exit <code>``; end of
+file on the call socket means kill, so a call never outlives whoever asked for it.
+
+Two confined scripts use it: sandbox-tools' command server (``_cmdserver.py``: a forked command
+per ``bash`` call) and code mode's warm runtime (``_warm.py``: a forked program per run). They
+run with ``python -I -S`` inside the sandbox and cannot import dsh_core, so they load this file
+by path (``PATH``, handed to them on their command line). ``recv_datagram`` is the host's side
+of the call socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import socket
+import time
+from collections.abc import Callable
+
+PATH = os.path.abspath(__file__)
+MAX_MSG = 4096
+PR_SET_CHILD_SUBREAPER = 36
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def prctl(option: int, arg: int) -> None:
+    if _libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def become_subreaper() -> None:
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def children() -> list[int]:
+    """This process's children (a subreaper's include every orphan of its calls)."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/self/task/{me}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    out = []  # no CONFIG_PROC_CHILDREN: scan every process's parent
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def kill(pid: int, sig: int, group: bool = False) -> None:
+    with contextlib.suppress(OSError):
+        (os.killpg if group else os.kill)(pid, sig)
+
+
+def watch(leader: int, call: socket.socket, on_message: Callable[[bytes], bool]) -> None:
+    """Until the leader exits or ``on_message(msg)`` says stop (True); end of file or an error on
+    ``call`` stops too. The leader is left a zombie: its pid keeps the group id for ``killpg``."""
+    pidfd = os.pidfd_open(leader)
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    poller.register(call.fileno(), select.POLLIN)
+    stop = False
+    while not stop:
+        for fd, _ in poller.poll():  # every ready fd is handled, even after one said stop
+            if fd == pidfd:
+                if os.waitid(os.P_PID, leader, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    stop = True
+            else:
+                try:
+                    msg = call.recv(MAX_MSG)
+                except OSError:
+                    msg = b""
+                if not msg or on_message(msg):
+                    stop = True
+    os.close(pidfd)
+
+
+def terminate(leader: int) -> None:
+    """SIGTERM to the leader's group and to every process re-parented to this subreaper."""
+    kill(leader, signal.SIGTERM, group=True)
+    for child in children():
+        kill(child, signal.SIGTERM)
+
+
+def reap_all(leader: int) -> int | None:
+    """SIGKILL the leader's group, then kill and reap every child until none is left; the
+    leader's wait status when it was reaped here."""
+    if leader:
+        kill(leader, signal.SIGKILL, group=True)
+    status: int | None = None
+    while True:
+        kids = children()
+        for kid in kids:
+            kill(kid, signal.SIGKILL)
+        try:
+            pid, st = os.waitpid(-1, 0 if kids else os.WNOHANG)
+        except ChildProcessError:
+            return status
+        if pid == 0:
+            time.sleep(0.001)  # a child exists but was re-parented after the listing
+            continue
+        if pid == leader:
+            status = st
+
+
+def exit_code(status: int) -> int:
+    """A wait status as the call reports it: the exit code, or minus the killing signal."""
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def report(call: socket.socket, code: int) -> None:
+    with contextlib.suppress(OSError):
+        call.send(b"exit %d" % code)
+
+
+async def recv_datagram(sock: socket.socket) -> bytes:
+    """The host's side: one datagram from a non-blocking socket; b"" at end of file or on error."""
+    import anyio  # here, not at the top: the confined scripts load this file without anyio
+
+    while True:
+        try:
+            return sock.recv(MAX_MSG)
+        except BlockingIOError:
+            await anyio.wait_readable(sock)
+        except OSError:
+            return b""

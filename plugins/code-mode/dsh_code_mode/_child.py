@@ -29,6 +29,7 @@ import resource
 import signal
 import sys
 import types  # already loaded by the interpreter: free
+from typing import NoReturn
 
 FILENAME = "<run_code>"
 READ_CHUNK = 1 << 16
@@ -344,13 +345,11 @@ def main(fd: int, on_run=None) -> None:
         code, uses_asyncio = parse_program(run["program"])
     except BaseException as exc:
         finish(channel, encode_done({"t": "done", "ok": False, "kind": "exception", "error": describe(exc)}, 0))
-        return
     namespace: dict = {"__name__": "__run_code__", "ToolCallError": ToolCallError}  # the program's globals
     if not uses_asyncio:
         namespace["tools"] = Tools(names, _Request)
         exec(code, namespace)
         finish(channel, encode_done(outcome(lambda: drive(namespace["__program__"](), channel)), max_value))
-        return
     import asyncio
 
     async def main_async() -> None:
@@ -366,14 +365,13 @@ def main(fd: int, on_run=None) -> None:
             msg = {"t": "done", "ok": False, "kind": "exception", "error": describe(exc)}
         # Answer from inside the loop, blocking: tasks the program left behind (or a thread
         # of its executor) must not hold the answer back while asyncio.run winds them down.
-        finish(channel, achannel.close() + encode_done(msg, max_value))
-        sys.stdout.flush()
-        os._exit(0)
+        finish(channel, achannel.close() + encode_done(msg, max_value))  # and the process ends
 
     asyncio.run(main_async())
 
 
-def finish(channel: SyncChannel, data: bytes) -> None:
+def finish(channel: SyncChannel, data: bytes) -> NoReturn:
+    """Flush the program's output, send ``data`` (the ``done`` message), and end the process."""
     sys.stdout.flush()
     sys.stderr.flush()
     view = memoryview(data)

@@ -46,6 +46,7 @@ import os
 import signal
 import socket
 import sys
+from typing import NoReturn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAX_MSG = 4096
@@ -129,7 +130,7 @@ def _load(name: str, path: str):
 # ------------------------------------------------------------------ the program process
 
 
-def _fail(out: int, message: str) -> None:
+def _fail(out: int, message: str) -> NoReturn:
     with contextlib.suppress(OSError):
         os.write(out, f"code-mode: {message}\n".encode())
     os._exit(EXIT_SETUP_FAILED)
@@ -151,7 +152,8 @@ def program(child, channel: int, out: int, cgroup: int | None, call: int, confin
     os.close(null)
     os.close(out)
     os.closerange(3, channel)
-    os.closerange(channel + 1, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536)
+    open_max = os.sysconf("SC_OPEN_MAX")
+    os.closerange(channel + 1, open_max if open_max > 0 else 65536)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     if confined:
         try:
@@ -161,10 +163,9 @@ def program(child, channel: int, out: int, cgroup: int | None, call: int, confin
     _set_name(b"dsh-code-ready")  # a run made ready, waiting for its program
     sys.argv = [os.path.join(HERE, "_child.py"), str(channel)]
     try:
-        child.main(channel, on_run=_running)
-        sys.stdout.flush()
+        child.main(channel, on_run=_running)  # ends the process once it has answered
     finally:
-        os._exit(0)
+        os._exit(EXIT_SETUP_FAILED)  # only if it could not (a run message it could not read)
 
 
 def _running() -> None:

@@ -105,9 +105,8 @@ def _here(task: Any) -> Any:
     """``task`` with its own example and model resolved like the command line's (``_path_here``)."""
     import msgspec
 
-    changes = {k: _path_here(getattr(task, k)) for k in ("example", "model") if getattr(task, k)}
-    changes = {k: v for k, v in changes.items() if v != getattr(task, k)}
-    return msgspec.structs.replace(task, **changes) if changes else task
+    return msgspec.structs.replace(task, example=task.example and _path_here(task.example),
+                                   model=task.model and _path_here(task.model))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,8 +3,7 @@ running a command confined (through the session's command server, or a fresh con
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,21 +29,6 @@ class HostSandbox:
     never see each other's, and this plugin keeps no module state."""
 
     sandbox: Sandbox | None = None
-
-
-@dataclass
-class SessionServers:
-    """The command servers one session started (``agent.state(SessionServers)``): they end when
-    the session is disposed, not whenever the host's pool next needs room."""
-
-    pool: ServerPool | None = None
-    keys: set[Hashable] = field(default_factory=set)
-
-    async def aclose(self) -> None:
-        keys, self.keys = list(self.keys), set()
-        if self.pool is not None:
-            for key in keys:
-                await self.pool.discard(key)
 
 
 class Sandbox:
@@ -214,10 +198,6 @@ class Sandbox:
                     f"{exc}); refusing to run the command unconfined.",
                     code="SANDBOX_UNAVAILABLE",
                 ) from None
-            if callable(getattr(owner, "state", None)):  # a session: its servers die with it
-                mine = owner.state(SessionServers)
-                mine.pool = self.servers
-                mine.keys.add(key)
             try:
                 return await server.run(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill,
                                         **io), runner

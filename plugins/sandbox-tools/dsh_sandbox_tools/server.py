@@ -18,6 +18,7 @@ import sys
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -287,6 +288,19 @@ def _parse(msg: bytes) -> tuple[bool, int | None]:
     return False, None
 
 
+@dataclass
+class SessionServers:
+    """The command servers a session started (``agent.state(SessionServers)``, filled by
+    ``ServerPool.get``): they end when the session is disposed, not whenever the pool next needs room."""
+
+    keys: dict[Hashable, ServerPool] = field(default_factory=dict)
+
+    async def aclose(self) -> None:
+        keys, self.keys = self.keys, {}
+        for key, pool in keys.items():
+            await pool.discard(key)
+
+
 class ServerPool:
     """Command servers by key (session, mechanism, roots), at most ``limit`` kept when idle."""
 
@@ -316,6 +330,8 @@ class ServerPool:
             server = make()
             await server.start()
             self._servers[key] = (server, weakref.ref(owner) if owner is not None else (lambda: None))
+            if callable(getattr(owner, "state", None)):  # a session: the server ends with it
+                owner.state(SessionServers).keys[key] = self
             await self._shrink()
             return server
 

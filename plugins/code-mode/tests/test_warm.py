@@ -5,6 +5,7 @@ Each test runs on every sandbox mechanism this machine has (bubblewrap, Landlock
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -65,6 +66,21 @@ async def _gone(pred, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while left := _processes(pred):
         assert time.monotonic() < deadline, f"still alive: {left}"
+        await anyio.sleep(0.02)
+
+
+async def _settled(workspace: Path, names: list[str], timeout: float = 10.0) -> None:
+    """Wait until the session's processes are exactly ``names`` (the next run is made ready
+    concurrently: until its program process has named itself it is one more reaper)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        for pid in _processes(_ours(workspace)):
+            with contextlib.suppress(OSError):
+                found.append(Path(f"/proc/{pid}/comm").read_text().strip())
+        if sorted(found) == names:
+            return
+        assert time.monotonic() < deadline, f"processes: {sorted(found)}, expected {names}"
         await anyio.sleep(0.02)
 
 
@@ -219,11 +235,13 @@ async def test_a_killed_warm_process_is_replaced_and_everything_dies_with_the_se
             first = await runtime.run("import os\nreturn os.getpid()", _NoTools(), anyio.Event())
             slot = session.state(WarmSlot)
             assert first.error is None and slot.starts == 1 and slot.spare is not None
-            assert sorted(Path(f"/proc/{p}/comm").read_text().strip() for p in _processes(_ours(workspace))) == [
-                "dsh-code-ready", "dsh-code-reaper", "dsh-code-warm"]  # the next run, made ready
+            await _settled(workspace, ["dsh-code-ready", "dsh-code-reaper", "dsh-code-warm"])  # the next run, made ready
             assert slot.process is not None
             os.killpg(slot.process.proc.pid, signal.SIGKILL)  # the warm process (and under bwrap its namespace)
-            await _gone(lambda cmd, comm, cwd: comm == "dsh-code-warm" and cwd == str(workspace))
+            # The ready run's reaper dies with it (its process group; under bwrap the namespace,
+            # torn down a little later): once it is gone the next run sees the ready run is dead.
+            # A run taken in the instant between (the reaper still up) would fail as worker-exit.
+            await _gone(lambda cmd, comm, cwd: comm in ("dsh-code-warm", "dsh-code-reaper") and cwd == str(workspace))
             second = await runtime.run("return 2", _NoTools(), anyio.Event())
             assert second.error is None and second.value == 2
             assert slot.starts == 2  # started again, once

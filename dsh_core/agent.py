@@ -19,7 +19,7 @@ module), and nothing outside ``dsh_core`` imports it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
@@ -98,6 +98,16 @@ class Agent(TurnLoop, ToolDispatch, History):
         if spec.parent is not None:
             spec.parent.children.append(self)
         self.history_policy = host.pm.hook.dsh_history_policy(session=self, host=host)
+        self._published: dict[str, list[str]] = {}  # tool source -> the names it holds in self.tools
+        self._sources_ready = anyio.Event()  # every source published its first set (or failed)
+        self._sources_done = anyio.Event()
+        self._sources_scope = anyio.CancelScope()
+        sources = [s for s in host.pm.hook.dsh_session_tools(session=self, host=host) if s is not None]
+        if sources:
+            host.task_group.start_soon(self._serve_sources, sources, name=f"tool sources {self.session_id[:8]}")
+        else:
+            self._sources_ready.set()
+            self._sources_done.set()
 
     # ------------------------------------------------------------------ events
 
@@ -168,6 +178,54 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._unknown_hint = hint
         self._header_sent = False
 
+    def publish_tools(self, source: str, tools: Sequence[Tool]) -> list[str]:
+        """Replace ``source``'s tools in this session (see ``protocols.Agent.publish_tools``)."""
+        before = self._published.get(source, [])
+        if [self.tools.get(n) for n in before] == list(tools):
+            return list(before)  # the same set: the request (and the prefix cache) stays as it was
+        for name in before:
+            self.tools.pop(name, None)
+        taken: list[str] = []
+        for tool in tools:
+            name = tool.spec.name
+            if name in self.tools:
+                warn(f"tool {name!r} of {source} is not added to session {self.session_id}: the name is taken")
+                continue
+            self.tools[name] = tool
+            taken.append(name)
+        self._published[source] = taken
+        self._header_sent = False
+        return list(taken)
+
+    async def _serve_sources(self, sources: list[protocols.ToolSource]) -> None:
+        """Run the session's tool sources until it is disposed; ready once each said so (or ended)."""
+        waiting = {id(s) for s in sources}
+
+        def ready_of(source: protocols.ToolSource) -> Callable[[], None]:
+            def ready() -> None:
+                waiting.discard(id(source))
+                if not waiting:
+                    self._sources_ready.set()
+            return ready
+
+        async def serve(source: protocols.ToolSource) -> None:
+            ready = ready_of(source)
+            try:
+                await source.serve(self, ready)
+            except Exception as exc:  # a source's failure ends the source, never the session
+                warn(f"tool source {source.name!r} of session {self.session_id} failed: {exc!r}")
+            finally:
+                ready()
+
+        try:
+            with self._sources_scope:
+                async with anyio.create_task_group() as tg:
+                    for source in sources:
+                        tg.start_soon(serve, source)
+        finally:
+            self._sources_ready.set()
+            self._sources_done.set()
+
     @property
     def offered(self) -> list[str]:
         return list(self.tools) if self._offered is None else list(self._offered)
@@ -226,6 +284,9 @@ class Agent(TurnLoop, ToolDispatch, History):
                 await child.dispose()
             except Exception as exc:
                 errors.append(exc)
+        self._sources_scope.cancel()  # its tool sources end (an MCP server's process with them)
+        with anyio.CancelScope(shield=True):
+            await self._sources_done.wait()
         await self._state.aclose()  # the session's resources (a warm process…) before its log closes
         with anyio.CancelScope(shield=True):
             await self.log.close()

@@ -61,6 +61,7 @@ class AgentBase:
     _disposed: bool
     _wake: anyio.Event | None
     _header_sent: bool
+    _sources_ready: anyio.Event
     _state: StateSlots
     _offered: list[str] | None
     _unknown_hint: str

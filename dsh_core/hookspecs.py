@@ -16,9 +16,10 @@ The hooks are grouped by the phase in which they are called:
   ``dsh_register_models``, ``dsh_register_tools``, ``dsh_register_front_doors``), or by the
   CLI and ``dsh doctor`` (``dsh_register_commands``, ``dsh_register_doctor_checks``);
 - **composition** — once per host, pick the one object that fills a seam or lives as long
-  as the host (``dsh_session_store``, ``dsh_attachment_store``, ``dsh_confinement``, ``dsh_lifespan``);
+  as the host (``dsh_session_store``, ``dsh_attachment_store``, ``dsh_confinement``,
+  ``dsh_client_mcp``, ``dsh_lifespan``);
 - **per-session** — for one agent: building it (``dsh_make_agent``, ``dsh_system_prompt``,
-  ``dsh_history_policy``, ``dsh_code_runtime``), deciding inside its turns
+  ``dsh_session_tools``, ``dsh_history_policy``, ``dsh_code_runtime``), deciding inside its turns
   (``dsh_check_step``, ``dsh_after_tool``, ``dsh_check_approval``), and cleaning up after it
   (``dsh_session_artifacts``);
 - **observation** — see every durable event, change nothing (``dsh_session_event``);
@@ -48,6 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
         Agent,
         AgentSpec,
         AttachmentStore,
+        ClientMcp,
         CodeRuntime,
         CommandRegistry,
         Confinement,
@@ -58,6 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ModelProvider,
         SessionStore,
         Tool,
+        ToolSource,
     )
     from .types import AfterTool, ApprovalRequest, DurableEvent, ToolCallBlock, ToolOutput
 
@@ -193,6 +196,19 @@ def dsh_confinement(host: Host) -> Confinement | None:
     """
 
 
+@hookspec(firstresult=True)
+def dsh_client_mcp(host: Host) -> ClientMcp | None:
+    """Say whether this composition takes MCP servers from the client (ACP ``session/new``
+    ``mcpServers``), and of which transports (``protocols.ClientMcp``).
+
+    Called by a front door when it answers ``initialize`` and when a client hands it servers.
+    First non-None wins; None (the default) means servers from a client are refused
+    (``-32602``, ACP-3) and ``mcpCapabilities`` stays unset. The servers a door accepts reach
+    the session as ``AgentSpec.mcp_servers``, for the plugin that answered to serve them
+    (``dsh_session_tools``).
+    """
+
+
 @hookspec
 def dsh_lifespan(host: Host) -> AbstractAsyncContextManager[Any] | None:
     """Provide an async context manager that lives as long as the host.
@@ -226,6 +242,19 @@ def dsh_system_prompt(spec: AgentSpec, host: Host) -> str | None:
     (a section) or None. The spine's base section comes first, then the plugins'
     sections in registration order. The result is stable for the session's
     life, so the provider's prefix cache keeps hitting.
+    """
+
+
+@hookspec
+def dsh_session_tools(session: Agent, host: Host) -> ToolSource | None:
+    """Offer a source of tools for ``session`` alone, beyond the host's (``dsh_register_tools``):
+    an MCP client's servers, configured or handed over by the client (``session.spec.mcp_servers``).
+
+    Called by the agent once, when it is built (every plugin may add one; None for none). Each
+    source's ``serve`` runs as the session's task until the session is disposed; it publishes
+    tools with ``session.publish_tools`` and the first turn waits until each source is
+    ready (see ``protocols.ToolSource``). Tools published so go through the same paths as the
+    host's: arguments checked, ``dsh_before_tool``, approvals, ``dsh_after_tool``, events.
     """
 
 

@@ -39,6 +39,7 @@ from .types import (
     DurableEvent,
     HistoryView,
     ImageBlock,
+    McpServer,
     ModelDelta,
     ModelInfo,
     ModelRequest,
@@ -179,6 +180,14 @@ class Agent(Protocol):
 
     def offer(self, names: list[str], *, hint: str = "") -> None:
         """Offer only ``names`` to the model; other tools stay callable through ``call_tool``."""
+
+    def publish_tools(self, source: str, tools: Sequence[Tool]) -> list[str]:
+        """Replace the tools ``source`` (a ``ToolSource``'s name) gives this session with ``tools``;
+        returns the names taken. A name the host's tools or another source already hold is
+        skipped (reported on stderr). The next model request carries the new set (an unchanged
+        set leaves the request, and so the provider's prefix cache, as it was); a call already
+        running keeps its tool. While only some tools are ``offer``ed, new ones are callable
+        through ``call_tool`` but not offered."""
 
     def parallel_safe(self, name: str) -> bool:
         """Whether calls of tool ``name`` may overlap."""
@@ -441,6 +450,38 @@ class CodeRuntime(Protocol):
 
 
 @runtime_checkable
+class ToolSource(Protocol):
+    """Tools one session has beyond the host's, which may come and go (an MCP server's):
+    offered by ``dsh_session_tools`` when the agent is built.
+
+    ``serve`` runs as a task of the session from its creation: it publishes its tools with
+    ``session.publish_tools(name, tools)`` (each call replaces this source's previous set),
+    calls ``ready()`` once the first set is published or has failed (the session's first turn
+    waits for every source's ``ready``, so it must come within the source's own start-up
+    bound), then keeps its tools current until it is cancelled — when the session is
+    disposed — and then ends promptly, leaving no process behind. An exception ends the
+    source (reported on stderr, counted as ready); the session carries on without it.
+    """
+
+    name: str
+
+    async def serve(self, session: Agent, ready: Callable[[], None]) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientMcp:
+    """Which MCP servers a client may hand a session in ACP ``session/new`` (``dsh_client_mcp``):
+    stdio ones always, ``http`` and ``sse`` ones when set. The door advertises exactly this in
+    ``mcpCapabilities`` and refuses a server of any other transport."""
+
+    http: bool = False
+    sse: bool = False
+
+    def accepts(self, transport: str) -> bool:
+        return transport == "stdio" or (transport == "http" and self.http) or (transport == "sse" and self.sse)
+
+
+@runtime_checkable
 class DoctorCheck(Protocol):
     """One check ``dsh doctor`` runs (offered through ``dsh_register_doctor_checks``).
 
@@ -478,6 +519,7 @@ class AgentSpec:
     parent: Agent | None = None
     origin: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    mcp_servers: tuple[McpServer, ...] = ()  # what the client handed the session (``ClientMcp``)
 
     @property
     def depth(self) -> int:

@@ -176,6 +176,7 @@ class TurnLoop(AgentBase):
             self._scope = scope
             try:
                 if self.log_error is None:  # InboxClaimed/TurnStart already failed to record: do no work
+                    await self._sources_ready.wait()  # the session's own tools (MCP servers) are listed
                     reason = await self._turn_body(turn, claimed)
             except _TurnFailed as exc:
                 reason, error, code = "error", exc.message, exc.code

@@ -328,6 +328,48 @@ class HookResult(Event, tag="hook/result", kw_only=True):
     stop_reason: str | None = None
 
 
+class McpServer(_Base, kw_only=True):
+    """An MCP server a client handed a session (ACP ``session/new`` ``mcpServers``), as the door
+    read it: ``transport`` ``stdio`` (``command``, ``args``, ``env``) or ``http``/``sse``
+    (``url``, ``headers``). ``env`` and ``headers`` may hold secrets: never logged, never shown."""
+
+    name: str
+    transport: Literal["stdio", "http", "sse"] = "stdio"
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    url: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def __repr__(self) -> str:  # what a debug dump may show: arguments, URLs (tokens in a query), env and headers may hold secrets
+        return f"McpServer({self.name!r}, {self.transport})"
+
+
+class McpConnected(Event, tag="mcp/connected", kw_only=True):
+    """A session's MCP server is connected and its tools listed (again, after a reconnect or a
+    ``list_changed``): ``tools`` is how many it offers now, ``attempt`` the connection attempt
+    (1 for the first), ``source`` where the server came from (``config`` or ``client``)."""
+
+    server: str
+    transport: str
+    tools: int
+    attempt: int = 1
+    source: str = "config"
+    protocol_version: str | None = None
+
+
+class McpFailed(Event, tag="mcp/failed", kw_only=True):
+    """A session's MCP server could not be reached, or went away: ``error`` says why (never a
+    secret: no header or environment value), ``retry_in`` the seconds until the next attempt
+    (None: no more attempts; its tools are gone until the session ends)."""
+
+    server: str
+    transport: str
+    error: str
+    attempt: int = 1
+    retry_in: float | None = None
+
+
 DurableEvent = (
     UserMessageEvent
     | InboxClaimed
@@ -350,6 +392,8 @@ DurableEvent = (
     | CompactionFailed
     | HookInvoked
     | HookResult
+    | McpConnected
+    | McpFailed
     | Note
 )
 

@@ -212,7 +212,7 @@ def test_the_agent_protocol_is_what_the_doors_use_and_no_more():
     """The surface is deliberate: widening it is a decision about every door, tool and policy."""
     assert set(_protocol_members(protocols.Agent)) == {
         "session_id", "cwd", "spec", "host", "provider", "route", "tools", "busy", "disposed", "children",
-        "submit", "cancel", "subscribe", "emit", "splice", "offer", "parallel_safe", "call_tool", "restore",
+        "submit", "cancel", "subscribe", "emit", "splice", "offer", "publish_tools", "parallel_safe", "call_tool", "restore",
         "wait_idle", "dispose", "state", "describe_state",
     }
 

@@ -79,7 +79,7 @@ def installed_plugins() -> dict[str, EntryPoint]:
 # checks this against plugins/*/pyproject.toml).
 SHIPPED_PLUGINS = frozenset({
     "acp-transport", "agent-instructions", "attachment-store", "batch", "code-mode", "compaction",
-    "deepseek-model", "guards", "hooks-claude-code", "hooks-codex", "jsonl-persistence", "replay-model",
+    "deepseek-model", "guards", "hooks-claude-code", "hooks-codex", "jsonl-persistence", "mcp-client", "replay-model",
     "sandbox-tools", "scripted-model", "subagent-acp", "todo",
 })  # fmt: skip
 

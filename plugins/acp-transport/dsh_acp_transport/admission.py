@@ -24,6 +24,7 @@ from dsh_acp.rpc import (
     invalid_params,
     shown,
 )
+from msgspec import UNSET
 
 from dsh_core import RouteError
 from dsh_core.contracts import AgentSpec
@@ -32,6 +33,7 @@ from dsh_core.types import (
     AssistantMessageEvent,
     DurableEvent,
     ImageBlock,
+    McpServer,
     RequestHeader,
     SessionHeader,
     TextBlock,
@@ -45,7 +47,7 @@ from .state import CLOSING, BridgeState, Session
 log = logging.getLogger("dsh.acp-transport")
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.protocols import Agent
+    from dsh_core.protocols import Agent, ClientMcp
 
 
 def agent_info() -> wire.Implementation:
@@ -100,6 +102,7 @@ class Admission(BridgeState):
     async def initialize(self, rid: Any, params: msgspec.Raw | None) -> Any:
         decode_params(params, wire.InitializeParams)
         self.initialized = True
+        mcp = self.host.pm.hook.dsh_client_mcp(host=self.host)
         return wire.InitializeResult(
             protocol_version=wire.PROTOCOL_VERSION,
             agent_capabilities=wire.AgentCapabilities(
@@ -108,7 +111,8 @@ class Admission(BridgeState):
                     close={},
                     **({"list": {}, "resume": {}, "delete": {}} if self.durable_store() is not None else {}),
                 ),
-                **({"load_session": True} if self.durable_store() is not None else {}),
+                load_session=True if self.durable_store() is not None else UNSET,
+                mcp_capabilities=wire.McpCapabilities(http=mcp.http, sse=mcp.sse) if mcp is not None else UNSET,
             ),
             agent_info=agent_info(),
             auth_methods=[],
@@ -125,15 +129,15 @@ class Admission(BridgeState):
             raise internal_error(CLOSING + "no session was created")
         if not osp.isabs(p.cwd):
             raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
-        if p.mcp_servers:
-            raise invalid_params("mcpServers is not supported")
+        servers = client_servers(p.mcp_servers, self.host.pm.hook.dsh_client_mcp(host=self.host))
         if p.additional_directories:
             raise invalid_params("additionalDirectories is not supported")
         if not osp.isdir(p.cwd):
             raise invalid_params(f"cwd is not a directory: {p.cwd}")
         try:
             provider, model = self.host.check_route()
-            agent = self.host.create_agent(AgentSpec(cwd=osp.normpath(p.cwd), provider=provider, model=model))
+            agent = self.host.create_agent(
+                AgentSpec(cwd=osp.normpath(p.cwd), provider=provider, model=model, mcp_servers=servers))
         except RouteError as exc:
             raise internal_error(str(exc)) from None
         except DshError as exc:  # the session store could not create the log
@@ -242,7 +246,7 @@ class Admission(BridgeState):
         store = self._needs_store(method)
         if self.closed:
             raise internal_error(CLOSING + "the session was not resumed")
-        _check_resume_params(p)
+        servers = _check_resume_params(p, self.host.pm.hook.dsh_client_mcp(host=self.host))
         self._recorded(store, p.session_id)
         if self._open_here(p.session_id):
             raise invalid_params(f"session {p.session_id} is already open in this agent process")
@@ -261,7 +265,8 @@ class Admission(BridgeState):
         try:
             provider, model = self.host.check_route()
             agent = self.host.create_agent(
-                AgentSpec(cwd=cwd, provider=provider, model=model, session_id=header.id, origin=header.origin)
+                AgentSpec(cwd=cwd, provider=provider, model=model, session_id=header.id, origin=header.origin,
+                          mcp_servers=servers)
             )
         except RouteError as exc:
             raise internal_error(f"no model route to resume on: {exc}") from None
@@ -358,14 +363,53 @@ def _remove(paths: list[Path]) -> None:
             a.unlink(missing_ok=True)
 
 
-def _check_resume_params(p: wire.ResumeSessionParams) -> None:
-    """What session/resume refuses before it looks at the store."""
+def _check_resume_params(p: wire.ResumeSessionParams, mcp: ClientMcp | None) -> tuple[McpServer, ...]:
+    """What session/resume refuses before it looks at the store; the MCP servers it takes."""
     if not osp.isabs(p.cwd):
         raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
-    if p.mcp_servers:
-        raise invalid_params("mcpServers is not supported")
+    servers = client_servers(p.mcp_servers, mcp)
     if p.additional_directories:
         raise invalid_params("additionalDirectories is not supported")
+    return servers
+
+
+def client_servers(raw: list[Any] | None, mcp: ClientMcp | None) -> tuple[McpServer, ...]:
+    """The ``mcpServers`` a client handed a session, read and checked (ACP-3): refused whole
+    (``-32602``) unless the composition takes them (``dsh_client_mcp``), and then one of a
+    transport it does not take, a malformed entry, or two entries of one name."""
+    if not raw:
+        return ()
+    if mcp is None:
+        raise invalid_params("mcpServers is not supported")
+    servers: list[McpServer] = []
+    for i, entry in enumerate(raw):
+        kind = entry.get("type", "stdio") if isinstance(entry, dict) else None
+        try:
+            if kind == "stdio":
+                stdio = msgspec.convert(entry, wire.McpServerStdio)
+                server = McpServer(name=stdio.name, transport="stdio", command=stdio.command, args=tuple(stdio.args),
+                                   env=tuple((e.name, e.value) for e in stdio.env))
+            elif kind in ("http", "sse"):
+                remote = msgspec.convert(entry, wire.McpServerRemote)
+                server = McpServer(name=remote.name, transport=remote.type, url=remote.url,
+                                   headers=tuple((h.name, h.value) for h in remote.headers))
+            else:
+                raise invalid_params(f"mcpServers[{i}]: expected an object with type stdio, http or sse")
+        except msgspec.ValidationError as exc:
+            raise invalid_params(f"mcpServers[{i}]: {exc}") from None
+        if not mcp.accepts(server.transport):
+            raise invalid_params(f"mcpServers[{i}] ({server.name!r}): {server.transport} MCP servers are not supported "
+                                 f"(mcpCapabilities.{server.transport} is false)")
+        if not server.name.strip():
+            raise invalid_params(f"mcpServers[{i}]: the name is empty")
+        if server.transport == "stdio" and not server.command:
+            raise invalid_params(f"mcpServers[{i}] ({server.name!r}): the command is empty")
+        if server.transport != "stdio" and not server.url.startswith(("http://", "https://")):
+            raise invalid_params(f"mcpServers[{i}] ({server.name!r}): the url must start with http:// or https://")
+        if any(s.name == server.name for s in servers):
+            raise invalid_params(f"mcpServers[{i}]: two servers are named {server.name!r}; names must be unique")
+        servers.append(server)
+    return tuple(servers)
 
 
 def _check_resumable(p: wire.ResumeSessionParams, header: SessionHeader) -> str:

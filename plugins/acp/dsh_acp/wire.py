@@ -105,10 +105,16 @@ class SessionCapabilities(_Out):
     delete: dict[str, Any] | UnsetType = UNSET
 
 
+class McpCapabilities(_Out):
+    http: bool = False
+    sse: bool = False
+
+
 class AgentCapabilities(_Out):
     prompt_capabilities: PromptCapabilities
     session_capabilities: SessionCapabilities | UnsetType = UNSET
     load_session: bool | UnsetType = UNSET  # sent (true) only with a durable session store
+    mcp_capabilities: McpCapabilities | UnsetType = UNSET  # sent only when the composition takes client MCP servers
 
 
 class Implementation(_Out):
@@ -125,6 +131,32 @@ class InitializeResult(_Out):
 
 
 # --------------------------------------------------------------------------- sessions
+
+
+class NameValue(_In):
+    """An ``EnvVariable`` or an ``HttpHeader`` of an MCP server."""
+
+    name: str
+    value: str
+
+
+class McpServerStdio(_In):
+    """An ``mcpServers`` entry without ``type`` (or ``type: "stdio"``)."""
+
+    name: str
+    command: str
+    args: list[str] = msgspec.field(default_factory=list)
+    env: list[NameValue] = msgspec.field(default_factory=list)
+    type: Literal["stdio"] = "stdio"
+
+
+class McpServerRemote(_In):
+    """An ``mcpServers`` entry with ``type: "http"`` or ``"sse"``."""
+
+    type: Literal["http", "sse"]
+    name: str
+    url: str
+    headers: list[NameValue] = msgspec.field(default_factory=list)
 
 
 class NewSessionParams(_In):

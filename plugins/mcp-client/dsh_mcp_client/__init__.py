@@ -1,0 +1,90 @@
+"""dsh plugin ``mcp-client``: tools from Model Context Protocol servers.
+
+Each session gets the servers of ``[config.mcp-client] servers`` and, when the composition
+says ``accept-client-servers = true``, the ones its ACP client handed it in ``session/new``
+(``AgentSpec.mcp_servers``; the door refuses them otherwise, ACP-3). Every server's tools
+become the session's tools ``mcp__<server>__<tool>`` (``names``) through the spine's
+per-session tool seam (``dsh_session_tools``): connected and listed before the first turn,
+kept current while the session lives, ended with it (``link``). The MCP is the official
+``mcp`` SDK's; nothing of the protocol is written here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+
+from dsh_core import hookimpl
+from dsh_core.errors import ConfigError
+from dsh_core.protocols import ClientMcp
+
+from .config import McpClientConfig, ServerSpec, from_client, from_config, problems
+from .link import ServerLink
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.protocols import Agent, Host
+
+PLUGIN = "mcp-client"
+SOURCE = "mcp-client"
+
+
+class McpSource:
+    """A session's MCP servers, as one ``ToolSource``: every link runs as its task; the session's
+    set is republished, in server order (configured, then the client's), whenever one changes."""
+
+    name = SOURCE
+
+    def __init__(self, specs: list[ServerSpec]) -> None:
+        self.specs = specs
+        self.links: list[ServerLink] = []
+
+    async def serve(self, session: Agent, ready: Callable[[], None]) -> None:
+        self.links = [ServerLink(spec, session, lambda: self._publish(session)) for spec in self.specs]
+        waiting = set(range(len(self.links)))
+
+        def ready_of(i: int) -> Callable[[], None]:
+            def link_ready() -> None:
+                waiting.discard(i)
+                if not waiting:
+                    ready()
+            return link_ready
+
+        async with anyio.create_task_group() as tg:
+            for i, link in enumerate(self.links):
+                tg.start_soon(link.run, ready_of(i), name=f"mcp {link.spec.name}")
+
+    def _publish(self, session: Agent) -> None:
+        session.publish_tools(SOURCE, [tool for link in self.links for tool in link.tools])
+
+    def __repr__(self) -> str:
+        return f"McpSource({', '.join(f'{link.spec.name}: {link.status}' for link in self.links)})"
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[McpClientConfig]]:
+    return PLUGIN, McpClientConfig
+
+
+@hookimpl
+def dsh_configure(config: object, host: Host) -> None:
+    cfg = host.config_for(McpClientConfig)
+    wrong = problems(cfg)
+    if wrong:
+        raise ConfigError(f"[config.{PLUGIN}] " + "; ".join(wrong))
+
+
+@hookimpl
+def dsh_client_mcp(host: Host) -> ClientMcp | None:
+    return ClientMcp(http=True) if host.config_for(McpClientConfig).accept_client_servers else None
+
+
+@hookimpl
+def dsh_session_tools(session: Agent, host: Host) -> McpSource | None:
+    cfg = host.config_for(McpClientConfig)
+    specs = from_config(cfg)
+    if session.spec.parent is None and cfg.accept_client_servers:
+        taken = {s.name for s in specs}
+        specs += [from_client(cfg, s) for s in session.spec.mcp_servers if s.name not in taken]
+    return McpSource(specs) if specs else None

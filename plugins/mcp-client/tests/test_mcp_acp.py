@@ -1,0 +1,79 @@
+"""Client MCP servers over ACP, through the official SDK client and a real ``dsh run`` on stdio:
+``acp-editor`` takes a stdio server from ``session/new`` and the model calls its tool;
+``acp-agent`` still refuses any with -32602 (ACP-3) and advertises no MCP capability."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from acp import RequestError, text_block
+from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
+
+from dsh_testing import REPO
+
+pytestmark = pytest.mark.anyio
+
+FIXTURE = str(Path(__file__).resolve().parent / "fixture_server.py")
+EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
+
+
+def session_log(home: Path, session_id: str) -> list[dict]:
+    return [json.loads(line) for line in (home / "sessions" / f"{session_id}.jsonl").read_text().splitlines()]
+
+
+def _server(marks: Path) -> McpServerStdio:
+    return McpServerStdio(name="fx", command=sys.executable, args=[FIXTURE, "stdio"],
+                          env=[EnvVariable(name="FIXTURE_MARKS", value=str(marks))])
+
+
+async def test_acp_editor_takes_a_stdio_server_and_the_model_calls_its_tool(acp_agent, scripted, tmp_path):
+    script = scripted({"default": [{"tool": "mcp__fx__echo", "args": {"text": "from the editor"}},
+                                   {"text": "the server said: {tool_result}"}]})
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+        init = await run.conn.initialize(protocol_version=1)
+        caps = init.agent_capabilities.mcp_capabilities
+        assert caps is not None and caps.http is True and caps.sse is False
+        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[_server(marks)])).session_id
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("call it")])
+        assert resp.stop_reason == "end_turn"
+        assert run.client.text(sid) == ["the server said: echo: from the editor"]
+        pid = int((marks / "started").read_text())
+        assert await run.close_stdin() == 0
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+    log = session_log(acp_agent.home, sid)
+    connected = [e for e in log if e["type"] == "mcp/connected"]
+    assert connected and connected[0]["server"] == "fx" and connected[0]["source"] == "client"
+    assert str(marks) not in json.dumps(log)  # the server's env never reaches the log
+
+
+async def test_acp_editor_refuses_a_transport_it_does_not_take_and_a_duplicate_name(acp_agent, scripted, tmp_path):
+    async with acp_agent(scripted({}), example="acp-editor", env=EXAMPLES) as run:
+        await run.conn.initialize(protocol_version=1)
+        sse = {"type": "sse", "name": "old", "url": "http://127.0.0.1:1/sse", "headers": []}
+        with pytest.raises(RequestError) as err:
+            await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[sse])
+        assert err.value.code == -32602 and "sse MCP servers are not supported" in str(err.value)
+        twice = [_server(tmp_path), _server(tmp_path)]
+        with pytest.raises(RequestError) as err:
+            await run.conn.new_session(cwd=str(run.cwd), mcp_servers=twice)
+        assert err.value.code == -32602 and "two servers are named 'fx'" in str(err.value)
+        assert await run.close_stdin() == 0
+
+
+async def test_acp_agent_still_refuses_mcp_servers(acp_agent, scripted, tmp_path):
+    async with acp_agent(scripted({})) as run:
+        init = await run.conn.initialize(protocol_version=1)
+        assert init.agent_capabilities.mcp_capabilities is None or (
+            not init.agent_capabilities.mcp_capabilities.http and not init.agent_capabilities.mcp_capabilities.sse)
+        assert "mcpCapabilities" not in json.dumps([f for f in run.frames if "result" in f])
+        for servers in ([_server(tmp_path)], [HttpMcpServer(type="http", name="web", url="http://127.0.0.1:1/mcp", headers=[])]):
+            with pytest.raises(RequestError) as err:
+                await run.conn.new_session(cwd=str(run.cwd), mcp_servers=servers)
+            assert err.value.code == -32602
+            assert err.value.data == {"details": "mcpServers is not supported"}  # byte for byte as before
+        assert await run.close_stdin() == 0

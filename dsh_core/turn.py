@@ -176,7 +176,8 @@ class TurnLoop(AgentBase):
             self._scope = scope
             try:
                 if self.log_error is None:  # InboxClaimed/TurnStart already failed to record: do no work
-                    await self._sources_ready.wait()  # the session's own tools (MCP servers) are listed
+                    if not self._sources_ready.is_set():  # the session's own tools (MCP servers) are listed
+                        await self._sources_ready.wait()
                     reason = await self._turn_body(turn, claimed)
             except _TurnFailed as exc:
                 reason, error, code = "error", exc.message, exc.code

@@ -11,6 +11,7 @@ kept current while the session lives, ended with it (``link``). The MCP is the o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -21,9 +22,10 @@ from dsh_core.errors import ConfigError
 from dsh_core.protocols import ClientMcp
 
 from .config import McpClientConfig, ServerSpec, from_client, from_config, problems
-from .link import ServerLink
+from .link import ServerLink, probe
 
 if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.doctor import Finding
     from dsh_core.protocols import Agent, Host
 
 PLUGIN = "mcp-client"
@@ -78,6 +80,30 @@ def dsh_configure(config: object, host: Host) -> None:
 @hookimpl
 def dsh_client_mcp(host: Host) -> ClientMcp | None:
     return ClientMcp(http=True) if host.config_for(McpClientConfig).accept_client_servers else None
+
+
+class ServerCheck:
+    """``dsh doctor``: one configured server, reached from the current directory, and its tool count."""
+
+    def __init__(self, spec: ServerSpec) -> None:
+        self.spec = spec
+        self.name = f"mcp server {spec.name}"
+
+    async def run(self) -> Finding:
+        from dsh_core.doctor import Finding
+
+        count, why = await probe(self.spec, os.getcwd())
+        where = self.spec.url if self.spec.transport == "http" else self.spec.command
+        if count is not None:
+            return Finding(self.name, "ok", f"{self.spec.transport} {where!r} answered: {count} tool(s)")
+        return Finding(self.name, "warn", f"{self.spec.transport} {where!r} did not answer: {why}",
+                       "check the server's command or url in [config.mcp-client] servers; sessions retry it in the background")
+
+
+@hookimpl
+def dsh_register_doctor_checks(register: Callable[[ServerCheck], None], host: Host) -> None:
+    for spec in from_config(host.config_for(McpClientConfig)):
+        register(ServerCheck(spec))
 
 
 @hookimpl

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -31,7 +32,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import anyio
 import httpx2
@@ -383,3 +384,35 @@ def _leaves(group: BaseExceptionGroup) -> Iterator[BaseException]:
             yield from _leaves(exc)
         else:
             yield exc
+
+
+class _Probe:
+    """What a link needs of a session, for ``dsh doctor``: a directory, and somewhere its events go."""
+
+    def __init__(self, cwd: str) -> None:
+        self.cwd = cwd
+        self.events: list[Any] = []
+
+    def emit(self, event: Any) -> None:
+        self.events.append(event)
+
+    def splice(self, content: Any) -> None:
+        pass
+
+
+async def probe(spec: ServerSpec, cwd: str) -> tuple[int | None, str]:
+    """Connect to ``spec`` once (no reconnect), list its tools and disconnect: (tool count, "")
+    when it answered, (None, why) when it did not."""
+    session = _Probe(cwd)
+    link = ServerLink(dataclasses.replace(spec, reconnect_attempts=0), cast("Agent", session), lambda: None)
+    answered = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(link.run, answered.set)
+        await answered.wait()
+        tg.cancel_scope.cancel()
+    for event in session.events:
+        if isinstance(event, McpConnected):
+            return event.tools, ""
+        if isinstance(event, McpFailed):
+            return None, event.error
+    return None, "no answer"

@@ -292,3 +292,43 @@ async def test_disposing_the_session_leaves_no_server_process(scripted, tmp_path
             await s.agent.dispose()
         assert not _alive(pid)
         assert os.getpgid(os.getpid()) != pid  # it had its own process group
+
+
+# ---------------------------------------------------------------------------------------- doctor
+
+
+def test_doctor_shows_each_configured_server_reachable_with_its_tool_count(tmp_path):
+    import json
+
+    from dsh_testing import minimal_env
+
+    example = tmp_path / "examples" / "with-mcp"
+    example.mkdir(parents=True)
+    example.joinpath("example.toml").write_text(f"""
+[example]
+front-door = "acp-stdio"
+plugins = ["acp-transport", "scripted-model", "mcp-client"]
+
+[route]
+provider = "scripted"
+model = "x.json"
+
+[[config.mcp-client.servers]]
+name = "fx"
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(FIXTURE)}, "stdio"]
+env = {{ SECRET_TOKEN = "tok-must-not-show-77" }}
+
+[[config.mcp-client.servers]]
+name = "missing"
+command = "/nonexistent/mcp-server"
+connect-timeout = 5.0
+""")
+    env = minimal_env(DSH_HOME=str(tmp_path / "home"), DSH_EXAMPLES_PATH=str(tmp_path / "examples"))
+    proc = subprocess.run([sys.executable, "-m", "dsh_core.cli", "doctor", "--json", "--example", "with-mcp"],
+                          capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    report = {c["subject"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert report["mcp server fx"]["status"] == "ok" and "answered: 9 tool(s)" in report["mcp server fx"]["detail"]
+    missing = report["mcp server missing"]
+    assert missing["status"] == "warn" and "no such program" in missing["detail"]
+    assert "tok-must-not-show-77" not in proc.stdout + proc.stderr

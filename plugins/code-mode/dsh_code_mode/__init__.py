@@ -19,6 +19,7 @@ from msgspec import Meta
 
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig, decode
+from dsh_core.interception import PromptSubmit
 
 from .limits import Limits
 from .runtime import PythonRuntime
@@ -152,3 +153,33 @@ def prompt_section(host: Host) -> str:
 @hookimpl
 def dsh_system_prompt(spec: AgentSpec, host: Host) -> str:
     return prompt_section(host)
+
+
+@dataclass
+class SessionApi:
+    """The API of the session's own tools (its MCP servers', ``dsh_session_tools``) as the model
+    was last shown it (code-mode's session slot): the system prompt, fixed when the session
+    began, holds only the host's tools."""
+
+    shown: dict[str, Any] = field(default_factory=dict)  # tool name -> the spec shown
+
+
+@hookimpl
+def dsh_prompt_submit(session: Agent, messages: list[Any], turn: int) -> PromptSubmit | None:
+    """At the start of a turn, the ``tools`` API of the session's own tools that the model has not
+    seen yet (or that changed), and the names of those that went away: appended after the
+    prompt, so the system prompt, and the provider's prefix cache, stay as they were."""
+    own = {n: t.spec for n, t in session.tools.items() if n not in session.host.tools and callable_name(n)}
+    api = session.state(SessionApi)
+    added = [spec for n, spec in own.items() if api.shown.get(n) != spec]
+    gone = [n for n in api.shown if n not in own]
+    if not added and not gone:
+        return None
+    api.shown = own
+    texts = []
+    if added:
+        texts.append("This session also has these tools (from its MCP servers); programs call them as `tools.<name>` "
+                     "like the others:\n\n```python\n" + render(added) + "```")
+    if gone:
+        texts.append("No longer available in this session: " + ", ".join(f"tools.{n}" for n in gone) + ".")
+    return PromptSubmit(context=["\n\n".join(texts)])

@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import os
+import signal
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -256,7 +257,10 @@ class ServerLink:
                 cwd = os.path.join(self.session.cwd, cwd) if cwd else self.session.cwd
                 params = StdioServerParameters(command=self.spec.command, args=list(self.spec.args),
                                                env=server_env(self.spec.env), cwd=cwd)
+                group = Group(self._stderr)
+                stack.callback(group.kill)  # after the SDK's own shutdown (LIFO): what it left behind
                 read, write = await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
+                group.find()
             else:
                 http = await stack.enter_async_context(httpx2.AsyncClient(
                     headers=dict(self.spec.headers), timeout=httpx2.Timeout(30.0, read=self.spec.call_timeout + 30.0)))
@@ -384,6 +388,49 @@ def _leaves(group: BaseExceptionGroup) -> Iterator[BaseException]:
             yield from _leaves(exc)
         else:
             yield exc
+
+
+class Group:
+    """What a stdio server started, found by the stderr file it was given (``_stderr``, one per
+    link): its process group, and any process still writing to that file.
+
+    The SDK's transport stops the server itself (stdin closed, then SIGTERM and SIGKILL to its
+    group), but signals the group only when the server outlives stdin's close by 2 s: a server
+    that exits at once leaves its children running. Once the transport is done, ``kill`` ends
+    the group and every process that still holds the file as its stderr (a child that moved to
+    a session of its own included), so a session leaves no process behind."""
+
+    def __init__(self, stderr: TextIO) -> None:
+        st = os.fstat(stderr.fileno())
+        self.file = (st.st_dev, st.st_ino)
+        self.pgid: int | None = None
+
+    def holders(self) -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError):
+                    st = os.stat(f"/proc/{entry}/fd/2")
+                    if (st.st_dev, st.st_ino) == self.file:
+                        found.append(int(entry))
+        return found
+
+    def find(self) -> None:
+        """Right after the start: the server leads a session of its own (the SDK starts it so)."""
+        for pid in self.holders():
+            with contextlib.suppress(OSError):
+                if os.getsid(pid) == pid:
+                    self.pgid = pid
+                    return
+
+    def kill(self) -> None:
+        if self.pgid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.pgid, signal.SIGKILL)
+        for pid in self.holders():
+            if pid != os.getpid():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 class _Probe:

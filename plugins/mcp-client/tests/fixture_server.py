@@ -84,6 +84,16 @@ async def slow(seconds: float) -> str:
     return f"slept {seconds}"
 
 
+@app.tool(name=f"{PREFIX}spawn")
+def spawn() -> str:
+    """Start a long-lived child process of the server (in its process group) and name its pid."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "300"])
+    mark("child", str(child.pid))
+    return str(child.pid)
+
+
 @app.tool(name=f"{PREFIX}crash")
 def crash() -> str:
     """The server process dies at once."""

@@ -148,7 +148,7 @@ async def test_stdio_tools_are_listed_before_the_first_turn_and_called(scripted,
         await s.turn()
         (connected,) = s.of(McpConnected)
         assert (connected.server, connected.transport, connected.source) == ("fx", "stdio", "config")
-        assert connected.tools == 9 and connected.protocol_version
+        assert connected.tools == 10 and connected.protocol_version
         assert {"mcp__fx__echo", "mcp__fx__slow", "mcp__fx__grow"} <= set(s.agent.tools)
         assert s.agent.tools["mcp__fx__echo"].spec.kind == "read" and s.agent.parallel_safe("mcp__fx__echo")
         assert s.agent.tools["mcp__fx__add"].spec.kind is None and not s.agent.parallel_safe("mcp__fx__add")
@@ -179,7 +179,7 @@ async def test_streamable_http_tools_are_called_with_the_configured_headers(scri
     async with session(scripted, tmp_path, steps, servers) as s:
         await s.turn()
         (connected,) = s.of(McpConnected)
-        assert connected.transport == "http" and connected.tools == 9
+        assert connected.transport == "http" and connected.tools == 10
         (echo,) = s.results()
         assert echo.result.content[0].text == "echo: over http"
         assert b"secret-token-42" not in b"".join(msgspec.json.encode(e) for e in s.events)
@@ -204,7 +204,7 @@ async def test_a_changed_tool_list_is_listed_again(scripted, tmp_path):
         await s.until(lambda: "mcp__fx__fresh" in s.agent.tools)
         await s.turn("call")
         assert s.results()[-1].result.content[0].text == "extra"
-        assert [e.tools for e in s.of(McpConnected)] == [9, 10]
+        assert [e.tools for e in s.of(McpConnected)] == [10, 11]
 
 
 # ---------------------------------------------------------------------------------------- failure
@@ -284,14 +284,20 @@ async def test_a_cancelled_turn_cancels_the_mcp_call(scripted, tmp_path):
 async def test_disposing_the_session_leaves_no_server_process(scripted, tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
-    async with session(scripted, tmp_path, [{"text": "hi"}], [stdio(env={"FIXTURE_MARKS": str(marks)})]) as s:
+    steps = [{"tools": [{"name": "mcp__fx__spawn", "args": {}}]}, {"text": "spawned"}]
+    async with session(scripted, tmp_path, steps, [stdio(env={"FIXTURE_MARKS": str(marks)})]) as s:
         await s.turn()
         pid = int((marks / "started").read_text())
-        assert _alive(pid)
+        child = int((marks / "child").read_text())
+        assert _alive(pid) and _alive(child)
+        assert os.getpgid(pid) == pid != os.getpgid(os.getpid())  # its own process group, the child in it
+        assert os.getpgid(child) == pid
         with anyio.fail_after(15):
             await s.agent.dispose()
-        assert not _alive(pid)
-        assert os.getpgid(os.getpid()) != pid  # it had its own process group
+        deadline = time.monotonic() + 5
+        while (_alive(pid) or _alive(child)) and time.monotonic() < deadline:
+            await anyio.sleep(0.02)
+        assert not _alive(pid) and not _alive(child)  # the server and the child it started
 
 
 # ---------------------------------------------------------------------------------------- doctor
@@ -328,7 +334,81 @@ connect-timeout = 5.0
     proc = subprocess.run([sys.executable, "-m", "dsh_core.cli", "doctor", "--json", "--example", "with-mcp"],
                           capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
     report = {c["subject"]: c for c in json.loads(proc.stdout)["checks"]}
-    assert report["mcp server fx"]["status"] == "ok" and "answered: 9 tool(s)" in report["mcp server fx"]["detail"]
+    assert report["mcp server fx"]["status"] == "ok" and "answered: 10 tool(s)" in report["mcp server fx"]["detail"]
     missing = report["mcp server missing"]
     assert missing["status"] == "warn" and "no such program" in missing["detail"]
     assert "tok-must-not-show-77" not in proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------------------------------- code mode
+
+
+async def test_code_mode_programs_call_mcp_tools_and_are_shown_their_api(scripted, tmp_path):
+    from dsh_sandbox_tools.testing import require_mechanism
+
+    from dsh_core.types import UserMessageEvent
+
+    require_mechanism("landlock")
+    program = 'r = await tools.mcp__fx__add(a=2, b=3)\nreturn r["sum"] * 10'
+    script = scripted({"default": [{"tool": "run_code", "args": {"code": program, "description": "add"}},
+                                   {"text": "got {tool_result}"}]})
+    config = {"mcp-client": {"servers": [stdio()]}, "code-mode": {"mode": "code"}}
+    async with memory_host(script, plugins=("scripted-model", "sandbox-tools", "code-mode", "mcp-client"),
+                           config=config) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        s = Session(host, agent)
+        await s.turn()
+        (result,) = s.results()
+        assert result.result.content[0].text.strip() == "50", result.result.content[0].text
+        shown = "\n".join(b.text for e in s.of(UserMessageEvent) for b in e.message.content if hasattr(b, "text"))
+        assert "def mcp__fx__add(self, *, a: int, b: int)" in shown and "from its MCP servers" in shown
+        assert "mcp__fx__add" not in agent.system  # the system prompt (the cached prefix) is untouched
+        await s.turn()  # nothing new: no second API block
+        shown_again = [e for e in s.of(UserMessageEvent) if "from its MCP servers" in str(e.message.content)]
+        assert len(shown_again) == 1
+        await agent.dispose()
+
+
+async def test_an_image_is_kept_through_the_attachment_store_when_the_model_sees_images(scripted, tmp_path):
+    from dsh_core.types import ImageBlock
+
+    script = scripted({"capabilities": {"image_input": True},
+                       "default": [{"tools": [{"name": "mcp__fx__picture", "args": {}}]}, {"text": "seen"}]})
+    config = {"mcp-client": {"servers": [stdio()]}}
+    async with memory_host(script, plugins=("scripted-model", "attachment-store", "mcp-client"), config=config) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        s = Session(host, agent)
+        await s.turn()
+        (picture,) = s.results()
+        text, image = picture.result.content
+        assert text.text == "a tiny picture" and isinstance(image, ImageBlock) and image.mime == "image/png"
+        from fixture_server import PNG
+
+        assert await host.attachment_store.read_image(image) == PNG
+        await agent.dispose()
+
+
+async def test_interception_hooks_see_mcp_names_and_can_deny_a_call(scripted, tmp_path):
+    from dsh_core import hookimpl
+    from dsh_core.interception import BeforeTool
+
+    seen = []
+
+    class NoFail:
+        @hookimpl
+        def dsh_before_tool(self, session, name, args, call_id, turn, step):
+            seen.append(name)
+            return BeforeTool(decision="deny", reason="not this one") if name == "mcp__fx__fail" else None
+
+    script = scripted({"default": [{"tools": [{"name": "mcp__fx__fail", "args": {"reason": "x"}},
+                                              {"name": "mcp__fx__echo", "args": {"text": "ok"}}]}, {"text": "done"}]})
+    async with memory_host(script, NoFail(), plugins=("scripted-model", "mcp-client"),
+                           config={"mcp-client": {"servers": [stdio()]}}) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        s = Session(host, agent)
+        await s.turn()
+        denied, echo = s.results()
+        assert denied.code == "BLOCKED" and "not this one" in denied.result.content[0].text
+        assert echo.result.content[0].text == "echo: ok"
+        assert sorted(seen) == ["mcp__fx__echo", "mcp__fx__fail"]
+        await agent.dispose()

@@ -412,3 +412,23 @@ async def test_interception_hooks_see_mcp_names_and_can_deny_a_call(scripted, tm
         assert echo.result.content[0].text == "echo: ok"
         assert sorted(seen) == ["mcp__fx__echo", "mcp__fx__fail"]
         await agent.dispose()
+
+
+# ---------------------------------------------------------------------------------------- a published server
+
+
+async def test_the_published_reference_time_server_answers(scripted, tmp_path):
+    """``mcp-server-time`` from the package registry (modelcontextprotocol/servers), a test dependency."""
+    steps = [{"tools": [{"name": "mcp__time__get_current_time", "args": {"timezone": "UTC"}}]}, {"text": "done"}]
+    servers = [{"name": "time", "command": sys.executable, "args": ["-m", "mcp_server_time"]}]
+    async with session(scripted, tmp_path, steps, servers) as s:
+        await s.turn()
+        (connected,) = s.of(McpConnected)
+        assert connected.tools == 2
+        assert s.agent.tools["mcp__time__get_current_time"].spec.kind == "read"  # its readOnlyHint
+        (now,) = s.results()
+        assert not now.result.is_error and '"timezone": "UTC"' in now.result.content[0].text
+        out = await s.agent.call_tool("mcp__time__convert_time", {"source_timezone": "UTC", "time": "12:00",
+                                                                   "target_timezone": "Asia/Tokyo"},
+                                      call_id="c", turn=1, step=1)
+        assert out.structured["target"]["datetime"].endswith("21:00:00+09:00"), out.structured

@@ -44,7 +44,9 @@ Steps (``session`` is the index of a session this client opened, default 0):
 
     {"op": "initialize"}
     {"op": "newSession", "additionalDirectories": [...], "expectError": true,
-     "cwd": "sub/dir"}                  # the session's cwd, relative to the workspace (default: itself)
+     "cwd": "sub/dir",                  # the session's cwd, relative to the workspace (default: itself)
+     "mcpServers": [{"name": "fx", "command": "{{python}}", "args": ["{{scenario}}/server.py"],
+                     "env": {}}]}       # or {"type": "http", "name", "url", "headers": {}}
     {"op": "prompt", "text": "ping", "expect": "end_turn" | "cancelled" | "max_turn_requests" | "error"}
     {"op": "promptContent", "content": [ACP content blocks; an image may say "file": "x.png"]}
     {"op": "promptAndCancel", "text": "…", "after": {"event": "turn/start"} | {"file": "started.txt"},
@@ -184,6 +186,23 @@ class Run:
     stderr_normalized: str = ""
 
 
+def _mcp_server(entry: dict[str, Any], scenario_dir: Path) -> Any:
+    """An ``mcpServers`` entry of a ``newSession`` step as the SDK's model: ``{{python}}`` (this
+    interpreter) and ``{{scenario}}`` (the scenario's directory) are replaced in its strings."""
+    import sys
+
+    from acp.schema import EnvVariable, HttpHeader, HttpMcpServer, McpServerStdio
+
+    def sub(text: str) -> str:
+        return text.replace("{{python}}", sys.executable).replace("{{scenario}}", str(scenario_dir))
+
+    if entry.get("type") == "http":
+        return HttpMcpServer(type="http", name=entry["name"], url=sub(entry["url"]),
+                             headers=[HttpHeader(name=k, value=sub(v)) for k, v in entry.get("headers", {}).items()])
+    return McpServerStdio(name=entry["name"], command=sub(entry["command"]), args=[sub(a) for a in entry.get("args", [])],
+                          env=[EnvVariable(name=k, value=sub(v)) for k, v in entry.get("env", {}).items()])
+
+
 def _content_block(block: dict[str, Any], scenario_dir: Path) -> Any:
     from acp import schema
 
@@ -253,8 +272,9 @@ class _Driver:
         if "additionalDirectories" in step:
             kw["additional_directories"] = step["additionalDirectories"]
         cwd = self.run.cwd / step["cwd"] if "cwd" in step else self.run.cwd
+        servers = [_mcp_server(s, self.scenario_dir) for s in step.get("mcpServers", [])]
         try:
-            self.sids.append((await self.run.conn.new_session(cwd=str(cwd), mcp_servers=[], **kw)).session_id)
+            self.sids.append((await self.run.conn.new_session(cwd=str(cwd), mcp_servers=servers, **kw)).session_id)
         except RequestError:
             if not step.get("expectError"):
                 raise

@@ -116,6 +116,9 @@ async def grow(name: str, ctx: Context) -> str:
 
 
 def main() -> None:
+    if os.environ.get("FIXTURE_ONCE") == "1" and MARKS is not None and (MARKS / "started").exists():
+        sys.stderr.write("fixture: already started once; refusing to start again\n")
+        sys.exit(1)
     mark("started", str(os.getpid()))
     if os.environ.get("FIXTURE_HANG") == "1":
         time.sleep(3600)

@@ -48,7 +48,8 @@ async def test_acp_editor_takes_a_stdio_server_and_the_model_calls_its_tool(acp_
     log = session_log(acp_agent.home, sid)
     connected = [e for e in log if e["type"] == "mcp/connected"]
     assert connected and connected[0]["server"] == "fx" and connected[0]["source"] == "client"
-    assert str(marks) not in json.dumps(log)  # the server's env never reaches the log
+    assert str(marks) not in json.dumps(log)  # the server's env never reaches the log…
+    assert str(marks) not in json.dumps(run.frames)  # …nor a frame
 
 
 async def test_acp_editor_refuses_a_transport_it_does_not_take_and_a_duplicate_name(acp_agent, scripted, tmp_path):

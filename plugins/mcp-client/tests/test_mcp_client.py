@@ -432,3 +432,54 @@ async def test_the_published_reference_time_server_answers(scripted, tmp_path):
                                                                    "target_timezone": "Asia/Tokyo"},
                                       call_id="c", turn=1, step=1)
         assert out.structured["target"]["datetime"].endswith("21:00:00+09:00"), out.structured
+
+
+async def test_a_server_gone_for_good_takes_its_tools_and_the_model_is_told(scripted, tmp_path):
+    from dsh_core.types import UserMessageEvent
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    steps = {"crash": [{"tools": [{"name": "mcp__fx__crash", "args": {}}]}, {"text": "crashed"}],
+             "again": [{"tools": [{"name": "mcp__fx__echo", "args": {"text": "still there?"}}]}, {"text": "done"}]}
+    servers = [stdio(env={"FIXTURE_MARKS": str(marks), "FIXTURE_ONCE": "1"}, **{"reconnect-attempts": 1})]
+    async with session(scripted, tmp_path, steps, servers) as s:
+        await s.turn("crash")
+        await s.until(lambda: any(e.retry_in is None for e in s.of(McpFailed)))
+        crashed, refused = s.of(McpFailed)
+        assert crashed.retry_in == 0.5 and "already started once" in refused.error
+        assert not [n for n in s.agent.tools if n.startswith("mcp__fx")]
+        await s.turn("again")
+        echo = s.results()[-1]
+        assert echo.code == "UNKNOWN_TOOL"
+        notes = [b.text for e in s.of(UserMessageEvent) for b in e.message.content
+                 if "did not come back" in getattr(b, "text", "")]
+        assert len(notes) == 1 and "MCP server 'fx' stopped" in notes[0] and "mcp__fx__echo" in notes[0]
+
+
+async def test_a_failed_relisting_keeps_the_last_good_set(caplog):
+    import mcp_types
+    from dsh_mcp_client.config import ServerSpec
+    from dsh_mcp_client.link import ServerLink
+
+    class Agentish:
+        cwd = "/"
+
+        def emit(self, event):
+            pass
+
+    class Flaky:
+        protocol_version = "2025-11-25"
+
+        async def list_tools(self, cursor=None, cache_mode="use"):
+            raise RuntimeError("the listing broke")
+
+    changed = []
+    link = ServerLink(ServerSpec(name="fx", transport="stdio", connect_timeout=1), Agentish(), lambda: changed.append(1))
+    link._set([mcp_types.Tool(name="keep", input_schema={"type": "object"})])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(link._resync, Flaky())
+        link._relist.set()
+        await anyio.sleep(0.1)
+        tg.cancel_scope.cancel()
+    assert [t.spec.name for t in link.tools] == ["mcp__fx__keep"] and changed == [1]
+    assert "listing its changed tools failed; keeping the last list" in caplog.text

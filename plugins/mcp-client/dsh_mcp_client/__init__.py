@@ -11,6 +11,7 @@ kept current while the session lives, ended with it (``link``). The MCP is the o
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -27,6 +28,8 @@ from .link import ServerLink, probe
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.doctor import Finding
     from dsh_core.protocols import Agent, Host
+
+log = logging.getLogger("dsh.mcp-client")
 
 PLUGIN = "mcp-client"
 SOURCE = "mcp-client"
@@ -112,5 +115,10 @@ def dsh_session_tools(session: Agent, host: Host) -> McpSource | None:
     specs = from_config(cfg)
     if session.spec.parent is None and cfg.accept_client_servers:
         taken = {s.name for s in specs}
-        specs += [from_client(cfg, s) for s in session.spec.mcp_servers if s.name not in taken]
+        for server in session.spec.mcp_servers:
+            if server.name in taken:  # the configured one stays: its tools keep their names
+                log.warning("session %s: the client's MCP server %r is left out: a configured server has that name",
+                            session.session_id, server.name)
+            else:
+                specs.append(from_client(cfg, server))
     return McpSource(specs) if specs else None

@@ -483,3 +483,22 @@ async def test_a_failed_relisting_keeps_the_last_good_set(caplog):
         tg.cancel_scope.cancel()
     assert [t.spec.name for t in link.tools] == ["mcp__fx__keep"] and changed == [1]
     assert "listing its changed tools failed; keeping the last list" in caplog.text
+
+
+async def test_client_servers_count_only_when_accepted_and_never_over_a_configured_name(scripted, tmp_path, capfd):
+    from dsh_core.types import McpServer
+
+    script = scripted({"default": [{"text": "hi"}]})
+    theirs = (McpServer(name="fx", command=sys.executable, args=(FIXTURE, "stdio"), env=(("FIXTURE_PREFIX", "client_"),)),
+              McpServer(name="extra", command=sys.executable, args=(FIXTURE, "stdio")))
+    for accept, expected in ((False, {"config"}), (True, {"config", "client"})):
+        config = {"mcp-client": {"servers": [stdio()], "accept-client-servers": accept}}
+        async with memory_host(script, plugins=("scripted-model", "mcp-client"), config=config) as host:
+            agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script), mcp_servers=theirs))
+            s = Session(host, agent)
+            await s.turn()
+            assert {e.source for e in s.of(McpConnected)} == expected
+            assert "mcp__fx__echo" in agent.tools and "mcp__fx__client_echo" not in agent.tools  # the configured fx
+            assert ("mcp__extra__echo" in agent.tools) is accept
+            await agent.dispose()
+    assert "the client's MCP server 'fx' is left out: a configured server has that name" in capfd.readouterr().err

@@ -226,6 +226,9 @@ async def test_a_crashed_server_reconnects_and_answers_again(scripted, tmp_path)
         await s.turn("again")
         assert s.results()[-1].result.content[0].text == "echo: back"
         assert int((marks / "started").read_text()) != first and not _alive(first)
+        from dsh_core.types import RequestHeader
+
+        assert len(s.of(RequestHeader)) == 1  # the same tools again: the request's prefix never changed
 
 
 async def test_a_server_that_keeps_failing_goes_away_with_a_note_to_the_model(scripted, tmp_path):

@@ -284,9 +284,10 @@ class Agent(TurnLoop, ToolDispatch, History):
                 await child.dispose()
             except Exception as exc:
                 errors.append(exc)
-        self._sources_scope.cancel()  # its tool sources end (an MCP server's process with them)
-        with anyio.CancelScope(shield=True):
-            await self._sources_done.wait()
+        if not self._sources_done.is_set():  # its tool sources end (an MCP server's process with them)
+            self._sources_scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await self._sources_done.wait()
         await self._state.aclose()  # the session's resources (a warm process…) before its log closes
         with anyio.CancelScope(shield=True):
             await self.log.close()

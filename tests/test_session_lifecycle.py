@@ -115,13 +115,29 @@ async def test_close_while_waiting_for_permission_withdraws_the_request(acp_agen
 
 
 async def test_concurrent_closes_of_one_session_both_succeed(acp_agent, scripted):
+    """Two closes the agent reads before either is answered are one close: both succeed. (Written
+    in one write: two SDK calls in a row may reach a loaded agent after the first close is done,
+    and a close read after that is a close of an unknown session, as the test above says.)"""
     async with acp_agent(scripted(HANG), example="acp-testkit") as run:
         sid = await run.start()
         pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("hang")]))
         await wait_for(lambda: (run.cwd / "slow-started").exists())
-        await asyncio.wait_for(asyncio.gather(run.conn.close_session(session_id=sid),
-                                              run.conn.close_session(session_id=sid)), 10)
-        assert (await pending).stop_reason == "cancelled"
+        frames = b"".join(json.dumps({"jsonrpc": "2.0", "id": f"close-{x}", "method": "session/close",
+                                      "params": {"sessionId": sid}}).encode() + b"\n" for x in "ab")
+        run.proc.stdin.write(frames)
+        await run.proc.stdin.drain()
+
+        def answers() -> dict[str, dict]:
+            out = {}
+            for line in bytes(run.stdout).splitlines():
+                frame = json.loads(line)
+                if frame.get("id") in ("close-a", "close-b"):
+                    out[frame["id"]] = frame
+            return out
+
+        await wait_for(lambda: len(answers()) == 2)
+        assert [a.get("result") for a in answers().values()] == [{}, {}], answers()
+        assert (await asyncio.wait_for(pending, 10)).stop_reason == "cancelled"
 
 
 async def test_eof_during_a_close_exits_cleanly(acp_agent, scripted):

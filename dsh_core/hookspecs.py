@@ -22,7 +22,8 @@ The hooks are grouped by the phase in which they are called:
   ``dsh_session_tools``, ``dsh_history_policy``, ``dsh_code_runtime``), deciding inside its turns
   (``dsh_check_step``, ``dsh_after_tool``, ``dsh_check_approval``), and cleaning up after it
   (``dsh_session_artifacts``);
-- **observation** — see every durable event, change nothing (``dsh_session_event``);
+- **observation** — see every durable event, change nothing (``dsh_session_event``), or say
+  what a door shows a person for it (``dsh_present_event``);
 - **interception** — steer a session at fixed points of its turns, as a hook bridge does
   (``dsh_session_start``, ``dsh_prompt_submit``, ``dsh_before_tool``, ``dsh_before_stop``, and
   ``dsh_after_tool`` above), with typed decisions from ``dsh_core.interception``.
@@ -348,6 +349,21 @@ def dsh_session_event(session: Agent, event: DurableEvent) -> None:
 
     Called synchronously by the agent for each event, in order. Must not block or
     raise (an exception is logged to stderr and swallowed). Return value ignored.
+    """
+
+
+@hookspec
+def dsh_present_event(session: Agent, event: DurableEvent) -> list[Any] | None:
+    """Say what else a front door shows a person for one durable event of ``session``, beyond
+    what the door itself sends (committed text): a tool call's card, a thought, a plan.
+
+    Called by a front door that shows sessions to people, synchronously, for each event of a
+    session it serves, in order, before the door's own output for that event. Returns the
+    door's update objects — for the ACP door, session updates from ``dsh_acp.wire``
+    (``ToolCallStart``, ``ToolCallProgress``, ``ThoughtChunk``, ``PlanUpdate``) — which it
+    sends in the order returned, behind what is already queued; None for nothing. A door with
+    no implementation of this hook sends exactly what it did without it (acp-agent, ACP-6/12).
+    Must not block or raise.
     """
 
 

@@ -78,7 +78,7 @@ def installed_plugins() -> dict[str, EntryPoint]:
 # The plugins this project ships, each its own distribution ``dsh-<name>`` (tests/test_dependencies.py
 # checks this against plugins/*/pyproject.toml).
 SHIPPED_PLUGINS = frozenset({
-    "acp-transport", "agent-instructions", "attachment-store", "batch", "code-mode", "compaction",
+    "acp-presentation", "acp-transport", "agent-instructions", "attachment-store", "batch", "code-mode", "compaction",
     "deepseek-model", "guards", "hooks-claude-code", "hooks-codex", "jsonl-persistence", "mcp-client", "replay-model",
     "sandbox-tools", "scripted-model", "subagent-acp", "todo",
 })  # fmt: skip

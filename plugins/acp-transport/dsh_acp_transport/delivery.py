@@ -57,7 +57,8 @@ class Delivery:
         self._send.send_nowait((self._queued, (block, message_id, user)))
 
     def push_update(self, update: Any) -> None:
-        """Queue a non-chunk session update (``usage_update``) behind the output already queued."""
+        """Queue a non-chunk session update (``usage_update``, or one of ``dsh_present_event``)
+        behind the output already queued."""
         self._queued += 1
         self._send.send_nowait((self._queued, update))
 
@@ -96,7 +97,7 @@ class Delivery:
                     self._changed = anyio.Event()
 
     async def _deliver(self, item: Any) -> None:
-        if isinstance(item, wire.UsageUpdate):
+        if not isinstance(item, tuple):  # a session update as it is (usage, or a presentation plugin's)
             await self.peer.notify(
                 "session/update", wire.SessionNotification(session_id=self.session_id, update=item)
             )

@@ -68,9 +68,20 @@ def observer(session: Session, usage_updates: bool) -> Callable[[Agent, Any], No
     """The agent's event observer for one session: committed output to the session's delivery
     chain, and the facts settlement reads (the turn, its end, errors, usage) to the prompt's slot."""
 
+    hook = session.agent.host.pm.hook.dsh_present_event
+    present = hook if hook.get_hookimpls() else None  # none mounted (acp-agent): not even the call
+
     def observe(agent: Agent, event: Any) -> None:
         if agent is not session.agent:
             return
+        if present is not None:
+            try:
+                shown = [u for updates in present(session=agent, event=event) for u in updates or ()]
+            except Exception as exc:  # a presentation plugin's bug costs its updates, never the answer
+                log.warning(f"presenting {type(event).__name__} failed: {exc!r}")
+                shown = []
+            for update in shown:
+                session.delivery.push_update(update)
         slot = session.slot
         if isinstance(event, AssistantMessageEvent):
             _deliver(session, slot, event)

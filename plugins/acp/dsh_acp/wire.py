@@ -287,11 +287,6 @@ class UsageUpdate(_Out, tag="usage_update", tag_field="sessionUpdate"):
     size: int
 
 
-class SessionNotification(_Out):
-    session_id: str
-    update: MessageChunk | UserMessageChunk | UsageUpdate
-
-
 TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"})
 
 
@@ -307,6 +302,53 @@ class DiffOut(_Out, tag="diff", tag_field="type"):
     path: str
     old_text: str | None  # no default: sent as null for a new file
     new_text: str
+
+
+class ToolCallLocation(_Out):
+    path: str
+    line: int | UnsetType = UNSET
+
+
+class ToolCallStart(_Out, tag="tool_call", tag_field="sessionUpdate"):
+    """A tool call the model made (ACP ``ToolCall``): the card an editor shows."""
+
+    tool_call_id: str
+    title: str
+    kind: str
+    status: str
+    locations: list[ToolCallLocation] | UnsetType = UNSET
+    raw_input: Any = UNSET
+
+
+class ToolCallProgress(_Out, tag="tool_call_update", tag_field="sessionUpdate"):
+    """A change of a shown tool call (ACP ``ToolCallUpdate``): its status, then its output."""
+
+    tool_call_id: str
+    status: str | UnsetType = UNSET
+    content: list[ContentOut | DiffOut] | UnsetType = UNSET
+
+
+class ThoughtChunk(_Out, tag="agent_thought_chunk", tag_field="sessionUpdate"):
+    content: TextOut
+    message_id: str | UnsetType = UNSET
+
+
+class PlanEntry(_Out):
+    content: str
+    priority: str
+    status: str
+
+
+class PlanUpdate(_Out, tag="plan", tag_field="sessionUpdate"):
+    entries: list[PlanEntry]
+
+
+SessionUpdate = MessageChunk | UserMessageChunk | UsageUpdate | ToolCallStart | ToolCallProgress | ThoughtChunk | PlanUpdate
+
+
+class SessionNotification(_Out):
+    session_id: str
+    update: SessionUpdate
 
 
 class PermissionToolCall(_Out):

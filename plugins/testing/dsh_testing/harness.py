@@ -182,7 +182,8 @@ class Recorder:
         return [
             u.content.text
             for sid, u in self.updates
-            if (session_id is None or sid == session_id) and getattr(u.content, "type", "") == "text"
+            if (session_id is None or sid == session_id) and getattr(getattr(u, "content", None), "type", "") == "text"
+            and getattr(u, "session_update", "") != "agent_thought_chunk"
         ]
 
     # --- acp.interfaces.Client

@@ -1,0 +1,233 @@
+"""dsh plugin ``acp-presentation``: what an editor shows of a turn, projected from the session's
+durable events through ``dsh_present_event`` (the ACP door asks; nothing here imports it).
+
+- ``tool/call`` → ``tool_call`` (``pending``: kind, title such as ``bash: npm test`` or
+  ``edit src/app.py``, locations, bounded ``rawInput``) and ``tool_call_update`` ``in_progress``;
+- ``tool/result`` → ``tool_call_update`` ``completed`` or ``failed`` with the tail of the text
+  output and, for a successful ``write``/``edit`` inside the workspace, a whole-file ``diff``
+  (the file as it was when the call was made, and as it is now);
+- reasoning of a committed assistant message → ``agent_thought_chunk`` (``thoughts = false``
+  hides it);
+- a successful ``todo_write`` → ``plan`` with every entry's status.
+
+Ids are the session log's: a card's ``toolCallId`` is the call's id (so a permission request
+for the call lands on its card), a thought's ``messageId`` its message's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any
+
+from dsh_acp import wire
+from msgspec import Meta
+
+from dsh_core import hookimpl
+from dsh_core.config import PluginConfig
+from dsh_core.paths import open_inside
+from dsh_core.types import AssistantMessageEvent, ReasoningBlock, TextBlock, ToolCallEvent, ToolResultEvent
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.protocols import Agent
+
+PLUGIN = "acp-presentation"
+TITLE_MAX = 200
+RAW_STRING_MAX = 1024
+DIFF_MAX = 256 * 1024  # bytes of a file shown whole in a diff
+PLAN_STATUSES = {"pending": "pending", "in_progress": "in_progress", "completed": "completed"}
+# C0/C1 controls, DEL, and the bidirectional overrides/isolates that can reorder what is shown
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+class PresentationConfig(PluginConfig):
+    """``[config.acp-presentation]``"""
+
+    thoughts: Annotated[bool, Meta(description="send the model's committed reasoning as agent_thought_chunk")] = True
+    output_bytes: Annotated[int, Meta(ge=0, le=1 << 20, description="bytes of a tool's text output shown on its card (its tail)")] = 4000
+
+
+UNSHOWABLE = "\0unshowable"
+
+
+@dataclass
+class Shown:
+    """The session's tool calls between their card and their result (this plugin's session slot):
+    the tool and its arguments, and the text of the files the step's writes and edits touch.
+
+    A step's calls are all recorded (``tool/call``) before the first runs, and their results all
+    after the last: reading a file at either point would show a later or earlier call's work.
+    So each file is read once, when the step's first call that changes it is made, and the
+    changes are then applied here in call order, as the tools apply them (writes and edits run
+    one at a time, in order): a card's diff is exactly what its call did."""
+
+    calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    step: tuple[int, int] = (0, 0)
+    files: dict[str, str | None] = field(default_factory=dict)  # full path -> text now (None: absent)
+
+
+def _line(text: str, limit: int) -> str:
+    """One line, no control characters, at most ``limit`` characters."""
+    text = _UNSAFE.sub("", text.replace("\r\n", "\n").replace("\n", " ↵ ").replace("\t", " "))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def title_of(name: str, args: dict[str, Any]) -> str:
+    """``bash: npm test``, ``edit src/app.py``, ``grep TODO``: the tool and what it acts on."""
+    if name == "bash" and isinstance(args.get("command"), str):
+        return _line(f"bash: {args['command']}", TITLE_MAX)
+    for key in ("path", "pattern", "query", "url", "description"):
+        if isinstance(args.get(key), str) and args[key]:
+            return _line(f"{name} {args[key]}", TITLE_MAX)
+    return _line(name, TITLE_MAX)
+
+
+def _bounded(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= RAW_STRING_MAX else value[:RAW_STRING_MAX] + f"… ({len(value)} characters)"
+    if depth >= 4:
+        return "…"
+    if isinstance(value, dict):
+        return {str(k)[:64]: _bounded(v, depth + 1) for k, v in list(value.items())[:32]}
+    if isinstance(value, list):
+        return [_bounded(v, depth + 1) for v in value[:32]]
+    return value
+
+
+def _where(cwd: str, args: dict[str, Any]) -> list[wire.ToolCallLocation]:
+    path = args.get("path")
+    if not isinstance(path, str) or not path:
+        return []
+    full = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
+    offset = args.get("offset")
+    line = offset if isinstance(offset, int) and not isinstance(offset, bool) and offset > 0 else None
+    return [wire.ToolCallLocation(path=full, **({"line": line} if line else {}))]
+
+
+def _text(cwd: str, path: Any) -> tuple[bool, str | None]:
+    """(showable, text): a UTF-8 regular file inside the workspace, up to ``DIFF_MAX`` bytes
+    (``(True, None)``: it does not exist yet). Never reads outside the session's directory."""
+    if not isinstance(path, str) or not path:
+        return False, None
+    try:
+        fd = open_inside(cwd, os.path.expanduser(path))
+    except FileNotFoundError:
+        return True, None
+    except OSError:
+        return False, None
+    try:
+        data = os.read(fd, DIFF_MAX + 1)
+    except OSError:
+        return False, None
+    finally:
+        os.close(fd)
+    if len(data) > DIFF_MAX:
+        return False, None
+    try:
+        return True, data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False, None
+
+
+def _args(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _full(cwd: str, path: str) -> str:
+    return os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
+
+
+def _start(session: Agent, event: ToolCallEvent) -> list[Any]:
+    args = _args(event.arguments)
+    shown = session.state(Shown)
+    if shown.step != (event.turn, event.step):
+        shown.step, shown.files = (event.turn, event.step), {}
+    path = args.get("path")
+    if event.name in ("write", "edit") and isinstance(path, str) and path and _full(session.cwd, path) not in shown.files:
+        showable, text = _text(session.cwd, path)
+        shown.files[_full(session.cwd, path)] = text if showable else UNSHOWABLE
+    shown.calls[event.call_id] = (event.name, args)
+    tool = session.tools.get(event.name)
+    kind = tool.spec.kind if tool is not None and tool.spec.kind in wire.TOOL_KINDS else "other"
+    locations = _where(session.cwd, args)
+    return [
+        wire.ToolCallStart(tool_call_id=event.call_id, title=title_of(event.name, args), kind=kind or "other",
+                           status="pending", raw_input=_bounded(args), **({"locations": locations} if locations else {})),
+        wire.ToolCallProgress(tool_call_id=event.call_id, status="in_progress"),
+    ]
+
+
+def _diff(session: Agent, name: str, args: dict[str, Any]) -> wire.DiffOut | None:
+    """What a successful write or edit did to its file, from the text before the step and the
+    step's earlier changes (see ``Shown``)."""
+    path = args.get("path")
+    if not isinstance(path, str) or not path:
+        return None
+    shown = session.state(Shown)
+    full = _full(session.cwd, path)
+    before = shown.files.get(full, UNSHOWABLE)
+    if before == UNSHOWABLE:
+        return None
+    if name == "write" and isinstance(args.get("content"), str):
+        after: str = args["content"]
+    elif name == "edit" and before is not None and isinstance(args.get("old_string"), str) \
+            and isinstance(args.get("new_string"), str) and args["old_string"] in before:
+        count = -1 if args.get("replace_all") is True else 1
+        after = before.replace(args["old_string"], args["new_string"], count)
+    else:
+        shown.files[full] = UNSHOWABLE  # no longer known exactly
+        return None
+    shown.files[full] = after
+    if len(after.encode("utf-8", errors="replace")) > DIFF_MAX:
+        return None
+    return wire.DiffOut(path=full, old_text=before, new_text=after) if after != before else None
+
+
+def _finish(session: Agent, event: ToolResultEvent, output_bytes: int) -> list[Any]:
+    result = event.result
+    name, args = session.state(Shown).calls.pop(result.call_id, (result.name, {}))
+    content: list[wire.ContentOut | wire.DiffOut] = []
+    if name in ("write", "edit") and not result.is_error:
+        diff = _diff(session, name, args)
+        if diff is not None:
+            content.append(diff)
+    text = "\n".join(b.text for b in result.content if isinstance(b, TextBlock))
+    if text and output_bytes:
+        data = text.encode("utf-8", errors="replace")
+        if len(data) > output_bytes:
+            text = "…" + data[-output_bytes:].decode("utf-8", errors="ignore")
+        content.append(wire.ContentOut(content=wire.TextOut(text=_UNSAFE.sub("", text))))
+    updates: list[Any] = [wire.ToolCallProgress(tool_call_id=result.call_id, status="failed" if result.is_error else "completed",
+                                                **({"content": content} if content else {}))]
+    if name == "todo_write" and not result.is_error and isinstance(args.get("todos"), list):
+        entries = [wire.PlanEntry(content=_line(str(t.get("content", "")), 500), priority="medium",
+                                  status=PLAN_STATUSES.get(str(t.get("status")), "pending"))
+                   for t in args["todos"] if isinstance(t, dict)]
+        updates.append(wire.PlanUpdate(entries=entries))
+    return updates
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PresentationConfig]]:
+    return PLUGIN, PresentationConfig
+
+
+@hookimpl
+def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
+    cfg = session.host.config_for(PresentationConfig)
+    if isinstance(event, AssistantMessageEvent):
+        if not cfg.thoughts:
+            return None
+        return [wire.ThoughtChunk(content=wire.TextOut(text=b.text), message_id=event.message.id)
+                for b in event.message.content if isinstance(b, ReasoningBlock) and b.text] or None
+    if isinstance(event, ToolCallEvent):
+        return _start(session, event)
+    if isinstance(event, ToolResultEvent):
+        return _finish(session, event, cfg.output_bytes)
+    return None

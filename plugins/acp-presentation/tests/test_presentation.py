@@ -1,0 +1,98 @@
+"""acp-presentation's projection on a real in-process session, event by event: diffs stay exact
+when one step changes a file twice, nothing outside the workspace is read, titles are one
+clean line, a plugin bug never costs the door its answer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from dsh_acp import wire
+from dsh_acp_presentation import dsh_present_event, title_of
+
+from dsh_core.contracts import AgentSpec
+from dsh_core.types import TextBlock, ToolCallEvent, ToolResultEvent, ToolResultMessage
+from dsh_testing import memory_host
+
+pytestmark = pytest.mark.anyio
+
+
+def _call(turn, step, call_id, name, **args):
+    return ToolCallEvent(turn=turn, step=step, call_id=call_id, name=name, arguments=json.dumps(args))
+
+
+def _result(turn, step, call_id, name, error=False):
+    return ToolResultEvent(turn=turn, step=step, result=ToolResultMessage(
+        call_id=call_id, name=name, content=[TextBlock(text="Error: no" if error else "ok")], is_error=error))
+
+
+async def _agent(host, tmp_path, script):
+    return host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+
+
+async def test_two_edits_of_one_file_in_one_step_each_show_exactly_their_change(scripted, tmp_path):
+    script = scripted({})
+    (tmp_path / "f.txt").write_text("a\nb\nc\n")
+    async with memory_host(script, plugins=("scripted-model", "sandbox-tools", "acp-presentation")) as host:
+        agent = await _agent(host, tmp_path, script)
+        # the step's calls are recorded before any runs, their results after all ran
+        for e in (_call(1, 1, "c1", "edit", path="f.txt", old_string="a", new_string="A"),
+                  _call(1, 1, "c2", "edit", path="f.txt", old_string="b", new_string="B"),
+                  _call(1, 1, "c3", "write", path="new.txt", content="fresh\n")):
+            dsh_present_event(agent, e)
+        (tmp_path / "f.txt").write_text("A\nB\nc\n")  # what the two edits did
+        first = dsh_present_event(agent, _result(1, 1, "c1", "edit"))[0].content[0]
+        second = dsh_present_event(agent, _result(1, 1, "c2", "edit"))[0].content[0]
+        third = dsh_present_event(agent, _result(1, 1, "c3", "write"))[0].content[0]
+        assert (first.old_text, first.new_text) == ("a\nb\nc\n", "A\nb\nc\n")
+        assert (second.old_text, second.new_text) == ("A\nb\nc\n", "A\nB\nc\n")
+        assert (third.old_text, third.new_text) == (None, "fresh\n")  # a new file
+        await agent.dispose()
+
+
+async def test_a_failed_edit_shows_no_diff_and_a_file_outside_the_workspace_is_never_read(scripted, tmp_path):
+    script = scripted({})
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "secret.txt").write_text("outside\n")
+    (work / "link.txt").symlink_to(tmp_path / "secret.txt")
+    async with memory_host(script, plugins=("scripted-model", "sandbox-tools", "acp-presentation")) as host:
+        agent = await _agent(host, work, script)
+        for name, path in (("edit", "../secret.txt"), ("edit", "link.txt"), ("write", str(tmp_path / "secret.txt"))):
+            dsh_present_event(agent, _call(1, 1, f"c-{path}", name, path=path, old_string="outside", new_string="x",
+                                           content="x"))
+            (end,) = dsh_present_event(agent, _result(1, 1, f"c-{path}", name))
+            assert [type(c) for c in end.content] == [wire.ContentOut], path  # the output, no diff
+        dsh_present_event(agent, _call(1, 2, "bad", "edit", path="f.txt", old_string="zzz", new_string="y"))
+        (end,) = dsh_present_event(agent, _result(1, 2, "bad", "edit", error=True))
+        assert end.status == "failed" and [type(c) for c in end.content] == [wire.ContentOut]
+        await agent.dispose()
+
+
+def test_titles_are_one_clean_bounded_line():
+    title = title_of("bash", {"command": "echo hi\nrm -rf /\x1b[2J\u202e"})
+    assert title == "bash: echo hi ↵ rm -rf /[2J"
+    assert len(title_of("read", {"path": "x" * 500})) == 200
+    assert title_of("mcp__notes__search", {"query": "release"}) == "mcp__notes__search release"
+
+
+async def test_a_presentation_bug_costs_its_updates_never_the_answer(acp_agent, scripted, tmp_path):
+    """A plugin whose dsh_present_event raises: the door still answers with the text."""
+    from acp import text_block
+
+    examples = tmp_path / "examples" / "broken-presenter"
+    examples.mkdir(parents=True)
+    (examples / "example.toml").write_text(
+        '[example]\nfront-door = "acp-stdio"\nplugins = ["acp-transport", "scripted-model", "testkit-broken-presenter"]\n')
+    script = scripted({"default": [{"text": "still here"}]})
+    async with acp_agent(script, example="broken-presenter", env={"DSH_EXAMPLES_PATH": str(tmp_path / "examples")}) as run:
+        sid = await run.start()
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("hi")])
+        assert resp.stop_reason == "end_turn" and run.client.text(sid) == ["still here"]
+        assert await run.close_stdin() == 0
+    assert b"presenting AssistantMessageEvent failed" in bytes(run.stderr)
+
+
+def test_every_update_type_is_one_the_schema_knows():
+    for cls in (wire.ToolCallStart, wire.ToolCallProgress, wire.ThoughtChunk, wire.PlanUpdate):
+        assert cls.__struct_config__.tag in {"tool_call", "tool_call_update", "agent_thought_chunk", "plan"}

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx
 
 from dsh_core import ModelError, RouteError
 from dsh_core.types import (
@@ -35,6 +34,8 @@ from ._wire import build_body, dumps
 log = logging.getLogger("dsh.deepseek-model")
 
 if TYPE_CHECKING:  # pragma: no cover
+    import httpx
+
     from dsh_core.protocols import Host
 
 PROVIDER = "deepseek"
@@ -180,6 +181,11 @@ class DeepSeekProvider:
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
+            # httpx is imported on first use, not at start-up: where click, rich and pygments are
+            # installed (uvicorn, which the mcp SDK needs, brings them), importing httpx also loads
+            # its command line, 35-50 ms of an agent's start-up measured here (bench/startup_cpu.py)
+            import httpx
+
             s = self.settings
             self._client = httpx.AsyncClient(
                 transport=self._transport,
@@ -256,6 +262,8 @@ class DeepSeekProvider:
         client = self.client()
         call = _Call(model=model)
         clock = _Clock.starting(s, call)
+        import httpx  # loaded by client() above
+
         response: httpx.Response | None = None
         try:
             try:

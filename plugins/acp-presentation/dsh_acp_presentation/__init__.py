@@ -8,7 +8,10 @@ durable events through ``dsh_present_event`` (the ACP door asks; nothing here im
   (the file as it was when the call was made, and as it is now);
 - reasoning of a committed assistant message → ``agent_thought_chunk`` (``thoughts = false``
   hides it);
-- a successful ``todo_write`` → ``plan`` with every entry's status.
+- a successful ``todo_write`` → ``plan`` with every entry's status;
+- each model call's usage → ``usage_update`` (the context used of the route's window);
+- the end of a session's first turn → ``session_info_update`` with its title (the first
+  prompt's first line, as ``session/list`` shows it).
 
 Ids are the session log's: a card's ``toolCallId`` is the call's id (so a permission request
 for the call lands on its card), a thought's ``messageId`` its message's.
@@ -19,7 +22,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 from dsh_acp import wire
@@ -28,13 +33,23 @@ from msgspec import Meta
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.paths import open_inside
-from dsh_core.types import AssistantMessageEvent, ReasoningBlock, TextBlock, ToolCallEvent, ToolResultEvent
+from dsh_core.types import (
+    AssistantMessageEvent,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallEvent,
+    ToolResultEvent,
+    TurnEnd,
+    UserMessage,
+    UserMessageEvent,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Agent
 
 PLUGIN = "acp-presentation"
 TITLE_MAX = 200
+TITLE_CHARS = 100  # a session's title, as session/list shows it
 RAW_STRING_MAX = 1024
 DIFF_MAX = 256 * 1024  # bytes of a file shown whole in a diff
 PLAN_STATUSES = {"pending": "pending", "in_progress": "in_progress", "completed": "completed"}
@@ -47,6 +62,7 @@ class PresentationConfig(PluginConfig):
 
     thoughts: Annotated[bool, Meta(description="send the model's committed reasoning as agent_thought_chunk")] = True
     output_bytes: Annotated[int, Meta(ge=0, le=1 << 20, description="bytes of a tool's text output shown on its card (its tail)")] = 4000
+    usage: Annotated[bool, Meta(description="send usage_update (context used of the route's window) after every model call")] = True
 
 
 UNSHOWABLE = "\0unshowable"
@@ -66,6 +82,8 @@ class Shown:
     calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     step: tuple[int, int] = (0, 0)
     files: dict[str, str | None] = field(default_factory=dict)  # full path -> text now (None: absent)
+    first_prompt: str | None = None  # the session's title once its first turn ended
+    titled: bool = False
 
 
 def _line(text: str, limit: int) -> str:
@@ -218,14 +236,44 @@ def dsh_config_type() -> tuple[str, type[PresentationConfig]]:
     return PLUGIN, PresentationConfig
 
 
+def title_from(message: UserMessage) -> str | None:
+    """A session's title: its first prompt's first line, as ``session/list`` shows it (100
+    characters), on one clean line."""
+    for block in message.content:
+        if isinstance(block, TextBlock) and block.text.strip():
+            return _line(block.text.strip().splitlines()[0].strip(), TITLE_CHARS)
+    return None
+
+
+def _title(session: Agent, event: Any) -> list[Any] | None:
+    shown = session.state(Shown)
+    if isinstance(event, UserMessageEvent):
+        if shown.first_prompt is None and event.message.source == "user":
+            shown.first_prompt = title_from(event.message) or ""
+        return None
+    if shown.titled or not shown.first_prompt:
+        return None
+    shown.titled = True
+    if event.turn != 1:  # a resumed session: its title is its first prompt's, in the log (session/list)
+        return None
+    updated = datetime.fromtimestamp(event.time or time.time(), UTC).isoformat().replace("+00:00", "Z")
+    return [wire.SessionInfoUpdate(title=shown.first_prompt, updated_at=updated)]
+
+
 @hookimpl
 def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
     cfg = session.host.config_for(PresentationConfig)
+    if isinstance(event, (UserMessageEvent, TurnEnd)):
+        return _title(session, event)
     if isinstance(event, AssistantMessageEvent):
-        if not cfg.thoughts:
-            return None
-        return [wire.ThoughtChunk(content=wire.TextOut(text=b.text), message_id=event.message.id)
-                for b in event.message.content if isinstance(b, ReasoningBlock) and b.text] or None
+        updates: list[Any] = []
+        if cfg.thoughts:
+            updates += [wire.ThoughtChunk(content=wire.TextOut(text=b.text), message_id=event.message.id)
+                        for b in event.message.content if isinstance(b, ReasoningBlock) and b.text]
+        if cfg.usage and event.usage is not None:  # after every model call: the context it used of the window
+            updates.append(wire.UsageUpdate(used=event.usage.input_tokens + event.usage.output_tokens,
+                                            size=session.route.context_window))
+        return updates or None
     if isinstance(event, ToolCallEvent):
         return _start(session, event)
     if isinstance(event, ToolResultEvent):

@@ -19,8 +19,9 @@ SCRIPT = {"default": [
                {"name": "edit", "args": {"path": "notes.txt", "old_string": "two", "new_string": "2"}},
                {"name": "read", "args": {"path": "missing.txt"}}]},
     {"tool": "todo_write", "args": {"todos": [{"content": "write the notes", "status": "completed"},
-                                              {"content": "review them", "status": "in_progress"}]}},
-    {"text": "Done."},
+                                              {"content": "review them", "status": "in_progress"}]},
+     "usage": {"inputTokens": 1200, "outputTokens": 30}},
+    {"text": "Done.", "usage": {"inputTokens": 1300, "outputTokens": 5}},
 ]}
 
 
@@ -62,6 +63,11 @@ async def test_acp_editor_shows_tool_cards_diffs_thoughts_and_the_plan(acp_agent
     assert [(e.content, e.status) for e in plan.entries] == [("write the notes", "completed"), ("review them", "in_progress")]
     assert kinds.index("plan") > kinds.index("tool_call_update")
     assert run.client.text(sid) == ["Done."]
+    usage = [u for u in updates if u.session_update == "usage_update"]
+    assert [(u.used, u.size) for u in usage] == [(1230, 128000), (1305, 128000)]  # one per model call that reported usage
+    (info,) = [u for u in updates if u.session_update == "session_info_update"]
+    assert info.title == "write notes" and info.updated_at.endswith("Z")
+    assert kinds[-1] == "session_info_update"  # after the first turn's answer
 
 
 async def test_acp_agent_shows_none_of_it(acp_agent, scripted):

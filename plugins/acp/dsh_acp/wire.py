@@ -343,7 +343,13 @@ class PlanUpdate(_Out, tag="plan", tag_field="sessionUpdate"):
     entries: list[PlanEntry]
 
 
-SessionUpdate = MessageChunk | UserMessageChunk | UsageUpdate | ToolCallStart | ToolCallProgress | ThoughtChunk | PlanUpdate
+class SessionInfoUpdate(_Out, tag="session_info_update", tag_field="sessionUpdate"):
+    title: str | UnsetType = UNSET
+    updated_at: str | UnsetType = UNSET  # ISO 8601
+
+
+SessionUpdate = (MessageChunk | UserMessageChunk | UsageUpdate | ToolCallStart | ToolCallProgress | ThoughtChunk | PlanUpdate
+                 | SessionInfoUpdate)
 
 
 class SessionNotification(_Out):

@@ -87,7 +87,8 @@ _UUIDISH = re.compile(r"\b[0-9a-f]{32}\b")
 def normalize_transcript(frames: Iterable[dict[str, Any]], cwd: str | None = None) -> str:
     """One JSON line per frame; ids renumbered by first appearance (client and agent id
     spaces kept apart), session ids → {{sessionId}}, the cwd → {{cwd}}, each message id →
-    {{messageId-N}} numbered by first appearance (chunks of one message keep one number)."""
+    {{messageId-N}} numbered by first appearance (chunks of one message keep one number), an
+    update's ``updatedAt`` → {{updatedAt}}."""
     ids: dict[Any, int] = {}
     message_ids: dict[str, int] = {}
     out = []
@@ -100,6 +101,8 @@ def normalize_transcript(frames: Iterable[dict[str, Any]], cwd: str | None = Non
         if isinstance(update, dict) and isinstance(update.get("messageId"), str):
             n = message_ids.setdefault(update["messageId"], len(message_ids) + 1)
             update["messageId"] = f"{{{{messageId-{n}}}}}"
+        if isinstance(update, dict) and isinstance(update.get("updatedAt"), str):  # session_info_update: wall clock
+            update["updatedAt"] = "{{updatedAt}}"
         text = json.dumps(f, sort_keys=True)
         text = _UUIDISH.sub("{{sessionId}}", text)
         if cwd:

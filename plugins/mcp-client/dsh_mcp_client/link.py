@@ -33,6 +33,7 @@ import signal
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import anyio
@@ -404,6 +405,7 @@ class Group:
         st = os.fstat(stderr.fileno())
         self.file = (st.st_dev, st.st_ino)
         self.pgid: int | None = None
+        self.started: str | None = None  # the leader's start time (/proc/<pid>/stat field 22)
 
     def holders(self) -> list[int]:
         found = []
@@ -420,17 +422,29 @@ class Group:
         for pid in self.holders():
             with contextlib.suppress(OSError):
                 if os.getsid(pid) == pid:
-                    self.pgid = pid
+                    self.pgid, self.started = pid, _start_time(pid)
                     return
 
     def kill(self) -> None:
-        if self.pgid is not None:
+        # A group's id stays taken while any member lives; once all are gone the number may be
+        # reused by a new process leading a new group: signal it only while it is still ours
+        # (its leader the same process, or gone with members left, which keep the id ours).
+        leader = _start_time(self.pgid) if self.pgid is not None else None
+        if self.pgid is not None and (leader is None or leader == self.started):
             with contextlib.suppress(OSError):
                 os.killpg(self.pgid, signal.SIGKILL)
         for pid in self.holders():
             if pid != os.getpid():
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+
+
+def _start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot), None when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 class _Probe:

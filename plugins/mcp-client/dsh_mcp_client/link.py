@@ -75,10 +75,6 @@ def server_env(own: tuple[tuple[str, str], ...]) -> dict[str, str]:
     return env
 
 
-class Gone(Exception):
-    """The server went away (its read side ended)."""
-
-
 class McpTool:
     """One tool of one server, as the session's tool: ``mcp__<server>__<tool>``."""
 
@@ -179,7 +175,6 @@ class ServerLink:
         self.client: Client | None = None
         self.tools: list[McpTool] = []
         self.status = "connecting"
-        self.gone = False  # past its reconnect budget: no tools until the session ends
         self._relist = anyio.Event()
         self._stderr: TextIO | None = None
 
@@ -249,11 +244,10 @@ class ServerLink:
             if self.spec.transport == "stdio":
                 if self._stderr is None:
                     self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - lives as long as the link
-                    # appended to whatever our own reads did to the offset the server shares with us
+                    # O_APPEND: after a truncation the next server writes from the start, not past a hole
                     fcntl.fcntl(self._stderr.fileno(), fcntl.F_SETFL, fcntl.fcntl(self._stderr.fileno(), fcntl.F_GETFL) | os.O_APPEND)
-                else:
-                    self._stderr.seek(0)
-                    self._stderr.truncate()
+                else:  # a new server process: its predecessor's last words are no longer the news
+                    os.ftruncate(self._stderr.fileno(), 0)
                 cwd = self.spec.cwd
                 cwd = os.path.join(self.session.cwd, cwd) if cwd else self.session.cwd
                 params = StdioServerParameters(command=self.spec.command, args=list(self.spec.args),
@@ -341,7 +335,6 @@ class ServerLink:
 
     def _give_up(self, error: str, attempt: int) -> None:
         names = [t.spec.name for t in self.tools]
-        self.gone = True
         self.status = f"gone: {error}"
         self.tools = []
         self.changed()
@@ -370,14 +363,13 @@ class ServerLink:
         return f"{type(exc).__name__}: {exc}{self._stderr_tail()}"
 
     def _stderr_tail(self) -> str:
+        """The last line the server wrote to its stderr (read in place: the offset it shares is untouched)."""
         if self._stderr is None:
             return ""
         with contextlib.suppress(OSError, ValueError):
-            self._stderr.flush()
-            size = self._stderr.seek(0, os.SEEK_END)
-            self._stderr.seek(max(0, size - MAX_STDERR_TAIL))
-            tail = self._stderr.read().strip()
-            self._stderr.seek(0, os.SEEK_END)
+            fd = self._stderr.fileno()
+            size = os.fstat(fd).st_size
+            tail = os.pread(fd, MAX_STDERR_TAIL, max(0, size - MAX_STDERR_TAIL)).decode("utf-8", "replace").strip()
             if tail:
                 return f"; its stderr ends: {tail.splitlines()[-1][:500]}"
         return ""

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 from dsh_acp import wire
+from dsh_acp.display import bound_input, one_line, strip_unsafe
 from msgspec import Meta
 
 from dsh_core import hookimpl
@@ -50,11 +50,8 @@ if TYPE_CHECKING:  # pragma: no cover
 PLUGIN = "acp-presentation"
 TITLE_MAX = 200
 TITLE_CHARS = 100  # a session's title, as session/list shows it
-RAW_STRING_MAX = 1024
 DIFF_MAX = 256 * 1024  # bytes of a file shown whole in a diff
 PLAN_STATUSES = {"pending": "pending", "in_progress": "in_progress", "completed": "completed"}
-# C0/C1 controls, DEL, and the bidirectional overrides/isolates that can reorder what is shown
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 class PresentationConfig(PluginConfig):
@@ -86,32 +83,14 @@ class Shown:
     titled: bool = False
 
 
-def _line(text: str, limit: int) -> str:
-    """One line, no control characters, at most ``limit`` characters."""
-    text = _UNSAFE.sub("", text.replace("\r\n", "\n").replace("\n", " ↵ ").replace("\t", " "))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def title_of(name: str, args: dict[str, Any]) -> str:
     """``bash: npm test``, ``edit src/app.py``, ``grep TODO``: the tool and what it acts on."""
     if name == "bash" and isinstance(args.get("command"), str):
-        return _line(f"bash: {args['command']}", TITLE_MAX)
+        return one_line(f"bash: {args['command']}", TITLE_MAX)
     for key in ("path", "pattern", "query", "url", "description"):
         if isinstance(args.get(key), str) and args[key]:
-            return _line(f"{name} {args[key]}", TITLE_MAX)
-    return _line(name, TITLE_MAX)
-
-
-def _bounded(value: Any, depth: int = 0) -> Any:
-    if isinstance(value, str):
-        return value if len(value) <= RAW_STRING_MAX else value[:RAW_STRING_MAX] + f"… ({len(value)} characters)"
-    if depth >= 4:
-        return "…"
-    if isinstance(value, dict):
-        return {str(k)[:64]: _bounded(v, depth + 1) for k, v in list(value.items())[:32]}
-    if isinstance(value, list):
-        return [_bounded(v, depth + 1) for v in value[:32]]
-    return value
+            return one_line(f"{name} {args[key]}", TITLE_MAX)
+    return one_line(name, TITLE_MAX)
 
 
 def _where(cwd: str, args: dict[str, Any]) -> list[wire.ToolCallLocation]:
@@ -176,7 +155,7 @@ def _start(session: Agent, event: ToolCallEvent) -> list[Any]:
     locations = _where(session.cwd, args)
     return [
         wire.ToolCallStart(tool_call_id=event.call_id, title=title_of(event.name, args), kind=kind or "other",
-                           status="pending", raw_input=_bounded(args), **({"locations": locations} if locations else {})),
+                           status="pending", raw_input=bound_input(args), **({"locations": locations} if locations else {})),
         wire.ToolCallProgress(tool_call_id=event.call_id, status="in_progress"),
     ]
 
@@ -220,11 +199,11 @@ def _finish(session: Agent, event: ToolResultEvent, output_bytes: int) -> list[A
         data = text.encode("utf-8", errors="replace")
         if len(data) > output_bytes:
             text = "…" + data[-output_bytes:].decode("utf-8", errors="ignore")
-        content.append(wire.ContentOut(content=wire.TextOut(text=_UNSAFE.sub("", text))))
+        content.append(wire.ContentOut(content=wire.TextOut(text=strip_unsafe(text))))
     updates: list[Any] = [wire.ToolCallProgress(tool_call_id=result.call_id, status="failed" if result.is_error else "completed",
                                                 **({"content": content} if content else {}))]
     if name == "todo_write" and not result.is_error and isinstance(args.get("todos"), list):
-        entries = [wire.PlanEntry(content=_line(str(t.get("content", "")), 500), priority="medium",
+        entries = [wire.PlanEntry(content=one_line(str(t.get("content", "")), 500), priority="medium",
                                   status=PLAN_STATUSES.get(str(t.get("status")), "pending"))
                    for t in args["todos"] if isinstance(t, dict)]
         updates.append(wire.PlanUpdate(entries=entries))
@@ -241,7 +220,7 @@ def title_from(message: UserMessage) -> str | None:
     characters), on one clean line."""
     for block in message.content:
         if isinstance(block, TextBlock) and block.text.strip():
-            return _line(block.text.strip().splitlines()[0].strip(), TITLE_CHARS)
+            return one_line(block.text.strip().splitlines()[0].strip(), TITLE_CHARS)
     return None
 
 

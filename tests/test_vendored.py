@@ -36,6 +36,14 @@ def test_frame_validator_uses_the_vendored_schema():
     bad = {"jsonrpc": "2.0", "id": 0, "error": {"code": "oops", "message": "the code must be an integer"}}
     assert not list(v.iter_errors(ok))
     assert list(v.iter_errors(bad))
+    # a known method's params are checked against that method's definition, not the extension branch
+    update = {"jsonrpc": "2.0", "method": "session/update",
+              "params": {"sessionId": "s", "update": {"sessionUpdate": "tool_call", "toolCallId": "c", "title": "t"}}}
+    assert not list(v.iter_errors(update))
+    del update["params"]["update"]["toolCallId"]
+    assert list(v.iter_errors(update))
+    asked = {"jsonrpc": "2.0", "id": 1, "method": "session/request_permission", "params": {"sessionId": "s"}}
+    assert list(v.iter_errors(asked))  # no toolCall, no options
 
 
 # ------------------------------------------------------------------ the project cites only itself

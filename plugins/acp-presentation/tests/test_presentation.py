@@ -71,7 +71,7 @@ async def test_a_failed_edit_shows_no_diff_and_a_file_outside_the_workspace_is_n
 
 def test_titles_are_one_clean_bounded_line():
     title = title_of("bash", {"command": "echo hi\nrm -rf /\x1b[2J\u202e"})
-    assert title == "bash: echo hi ↵ rm -rf /[2J"
+    assert title == "bash: echo hi ↵ rm -rf /\\x1b[2J\\u202e"  # controls shown as escapes, never acted on
     assert len(title_of("read", {"path": "x" * 500})) == 200
     assert title_of("mcp__notes__search", {"query": "release"}) == "mcp__notes__search release"
 
@@ -93,6 +93,24 @@ async def test_a_presentation_bug_costs_its_updates_never_the_answer(acp_agent, 
     assert b"presenting AssistantMessageEvent failed" in bytes(run.stderr)
 
 
-def test_every_update_type_is_one_the_schema_knows():
-    for cls in (wire.ToolCallStart, wire.ToolCallProgress, wire.ThoughtChunk, wire.PlanUpdate):
-        assert cls.__struct_config__.tag in {"tool_call", "tool_call_update", "agent_thought_chunk", "plan"}
+def test_every_update_it_sends_validates_against_the_acp_schema():
+    from dsh_testing import check_frames
+
+    updates = [
+        wire.ToolCallStart(tool_call_id="c1", title="edit a.py", kind="edit", status="pending",
+                           locations=[wire.ToolCallLocation(path="/w/a.py", line=3)], raw_input={"path": "a.py"}),
+        wire.ToolCallProgress(tool_call_id="c1", status="completed", content=[
+            wire.DiffOut(path="/w/a.py", old_text=None, new_text="x\n"),
+            wire.ContentOut(content=wire.TextOut(text="ok"))]),
+        wire.ThoughtChunk(content=wire.TextOut(text="hm"), message_id="msg_1"),
+        wire.PlanUpdate(entries=[wire.PlanEntry(content="a", priority="medium", status="in_progress")]),
+        wire.UsageUpdate(used=10, size=128000),
+        wire.SessionInfoUpdate(title="t", updated_at="2026-12-02T12:00:00Z"),
+    ]
+    raw = b"".join(wire.encoder.encode(wire.Notification(method="session/update", params=wire.SessionNotification(
+        session_id="s" * 32, update=u))) + b"\n" for u in updates)
+    assert len(check_frames(raw)) == len(updates)
+    bad = (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"' + b"s" * 32
+           + b'","update":{"sessionUpdate":"tool_call","title":"no id"}}}\n')
+    with pytest.raises(AssertionError, match="violates ACP schema"):  # the check can fail
+        check_frames(bad)

@@ -40,12 +40,27 @@ def acp_schema() -> dict[str, Any]:
     return schema
 
 
+# The params of the methods an agent sends, each against its own definition. The schema's own
+# request and notification unions end in extension branches (ExtNotification, ExtMethodRequest)
+# that accept any params, so without this a malformed session/update would validate.
+METHOD_PARAMS = {
+    "session/update": "SessionNotification",
+    "session/request_permission": "RequestPermissionRequest",
+}
+
+
 @cache
 def acp_validator() -> Any:
-    """A jsonschema validator for any frame an agent may send (request, response, notification)."""
+    """A jsonschema validator for any frame an agent may send (request, response, notification);
+    a frame of a method in ``METHOD_PARAMS`` must also carry that method's params."""
     import jsonschema
 
     schema = acp_schema()
+    by_method = [
+        {"if": {"properties": {"method": {"const": method}}, "required": ["method"]},
+         "then": {"properties": {"params": {"$ref": f"#/$defs/{name}"}}, "required": ["params"]}}
+        for method, name in METHOD_PARAMS.items()
+    ]
     wrapper = {
         "$schema": schema.get("$schema", "https://json-schema.org/draft/2020-12/schema"),
         "$defs": schema["$defs"],
@@ -54,6 +69,7 @@ def acp_validator() -> Any:
             {"$ref": "#/$defs/AgentResponse"},
             {"$ref": "#/$defs/AgentNotification"},
         ],
+        "allOf": by_method,
     }
     cls = jsonschema.validators.validator_for(wrapper)
     return cls(wrapper)

@@ -38,6 +38,8 @@ from .types import (
     InboxDropped,
     ModelInfo,
     SessionHeader,
+    SessionSettings,
+    SettingsChanged,
     ToolResultMessage,
     UserMessage,
     UserMessageEvent,
@@ -88,6 +90,9 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._disposed = False
         self._wake: anyio.Event | None = None
         self._header_sent = False
+        self._header_reason = "initial"
+        self.settings = SessionSettings()
+        self._pending_context: list[str] = []  # told to the model before its next request (a settings change)
         self._state = StateSlots()  # plugin state of this session (dsh_core.state)
         self._offered: list[str] | None = None  # None: every tool is offered to the model
         self._unknown_hint = ""
@@ -169,6 +174,48 @@ class Agent(TurnLoop, ToolDispatch, History):
         """Switch the exact model of this session (the next request uses it)."""
         self.route = self.provider.resolve(model)
         self._header_sent = False
+        self._header_reason = "model"
+
+    def configure(self, *, model: str | None = None, effort: str | None = None, mode: str | None = None,
+                  by: str = "client", tell_model: str = "") -> list[str]:
+        """Change this session's settings (None: unchanged); returns the names that changed.
+
+        ``model`` must resolve on the session's provider (``RouteError`` otherwise) and ``effort``
+        be one of the (new) route's ``efforts`` (``ValueError``); ``mode`` is the permission
+        mode's name, checked by the caller (the plugin that defines modes). A change is recorded
+        (``settings/changed``, with whether the prefix cache survives) and applies from the next
+        model request; ``tell_model`` is added to the history before that request (appended:
+        the prefix stays as it was)."""
+        route = self.provider.resolve(model) if model is not None and model != self.route.model else self.route
+        new = SessionSettings(model=model if model is not None else self.settings.model,
+                              effort=effort if effort is not None else self.settings.effort,
+                              mode=mode if mode is not None else self.settings.mode)
+        if new.effort is not None and new.effort not in route.efforts:
+            if effort is not None:
+                shown = ", ".join(route.efforts) or "none: it has no reasoning effort"
+                raise ValueError(f"effort {effort!r} is not one of {route.model}'s ({shown})")
+            new.effort = None  # the new model has no such effort: its own default
+        changed = [k for k in ("model", "effort", "mode") if getattr(new, k) != getattr(self.settings, k)]
+        if not changed:
+            return []
+        thinking_before = self._thinking(self.route, self.settings.effort)
+        broken = route.model != self.route.model or self._thinking(route, new.effort) != thinking_before
+        self._apply(new, route)  # first: an observer of the event sees the new state
+        self.emit(SettingsChanged(settings=new, changed=changed, by=by, cache="broken" if broken else "kept"))
+        if tell_model:
+            self._pending_context.append(tell_model)
+        return changed
+
+    @staticmethod
+    def _thinking(route: ModelInfo, effort: str | None) -> bool:
+        return route.thinking and (effort or route.effort) != "off"
+
+    def _apply(self, settings: SessionSettings, route: ModelInfo) -> None:
+        if route.model != self.route.model:
+            self.route = route
+            self._header_sent = False
+            self._header_reason = "model"
+        self.settings = settings
 
     def offer(self, names: list[str], *, hint: str = "") -> None:
         """Offer only ``names`` (in this order) to the model. A direct call of any other tool is

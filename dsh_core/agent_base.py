@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ModelInfo,
         ModelRequest,
         SessionHeader,
+        SessionSettings,
         ToolCallBlock,
         ToolResultMessage,
         UserMessage,
@@ -61,6 +62,9 @@ class AgentBase:
     _disposed: bool
     _wake: anyio.Event | None
     _header_sent: bool
+    _header_reason: str
+    _pending_context: list[str]
+    settings: SessionSettings
     _sources_ready: anyio.Event
     _state: StateSlots
     _offered: list[str] | None
@@ -84,6 +88,9 @@ class AgentBase:
         raise NotImplementedError
 
     def splice(self, content: list[ContentBlock]) -> None:  # agent
+        raise NotImplementedError
+
+    def _apply(self, settings: SessionSettings, route: ModelInfo) -> None:  # agent
         raise NotImplementedError
 
     @property

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .agent_base import AgentBase
+from .diag import warn
 from .protocols import HistoryContext
 from .types import (
     AssistantMessage,
@@ -18,6 +19,8 @@ from .types import (
     InboxClaimed,
     InboxDropped,
     ModelRequest,
+    SessionSettings,
+    SettingsChanged,
     TextBlock,
     ToolCallBlock,
     ToolResultEvent,
@@ -34,6 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # Sources of user messages the loop itself puts into the history when it records them (not
 # through the inbox): results spliced after tool calls, and interception context.
 IMMEDIATE_SOURCES = frozenset({"tool", "hook"})
+# Modes that lift the sandbox: never taken from a log (a file), a person picks them again.
+UNRESTORED_MODES = frozenset({"full-access", "danger-full-access"})
 
 
 @dataclass
@@ -48,6 +53,7 @@ class _Replay:
     answered: set[str] = field(default_factory=set)  # call ids with a result in the open turn
     calls: list[tuple[int, int, ToolCallBlock]] = field(default_factory=list)  # (turn, step, call) of the open turn
     claimed: set[str] = field(default_factory=set)  # ids the last claim moved into the history
+    settings: SessionSettings | None = None  # the last recorded settings/changed
 
     def apply(self, ev: DurableEvent) -> None:
         self.seq = max(self.seq, ev.seq)
@@ -75,6 +81,8 @@ class _Replay:
         elif isinstance(ev, ToolResultEvent):
             self.history.append(ev.result)
             self.answered.add(ev.result.call_id)
+        elif isinstance(ev, SettingsChanged):
+            self.settings = ev.settings
         elif isinstance(ev, CompactionSummary):  # replayed exactly as the policy rewrote it
             self.history = [*self.history[:ev.covered_from], ev.message, *self.history[ev.covered_to:]]
 
@@ -109,8 +117,31 @@ class History(AgentBase):
         self._seq, self._turn = replay.seq, replay.turn
         self._history = replay.history
         self._start_source = "resume"
+        if replay.settings is not None:
+            self._restore_settings(replay.settings)
         if replay.open_turn is not None:
             self._interrupt(replay.open_turn, [c for c in replay.calls if c[2].id not in replay.answered])
+
+    def _restore_settings(self, recorded: SessionSettings) -> None:
+        """The recorded settings, where they are still safe to take from a file: a model this
+        provider lists (``models()``; an id it would pass through is not taken from a log), an
+        effort that model offers, and any mode but one that lifts the sandbox (a person chooses
+        that again, in this process)."""
+        listed = getattr(self.provider, "models", None)
+        route = self.route
+        model = None
+        if recorded.model is not None and listed is not None and recorded.model in {m.model for m in listed()}:
+            route, model = self.provider.resolve(recorded.model), recorded.model
+        elif recorded.model is not None:
+            warn(f"session {self.session_id}: recorded model {recorded.model!r} is not one "
+                 f"{self.provider.name} lists; it resumes on {self.route.model}")
+        effort = recorded.effort if recorded.effort in route.efforts else None
+        mode = recorded.mode
+        if mode in UNRESTORED_MODES:
+            warn(f"session {self.session_id}: its recorded mode {mode!r} lifts the sandbox; it resumes in the "
+                 "default mode (choose it again to run unconfined)")
+            mode = None
+        self._apply(SessionSettings(model=model, effort=effort, mode=mode), route)
 
     def _interrupt(self, open_turn: int, unanswered: list[tuple[int, int, ToolCallBlock]]) -> None:
         """Close a restored turn the process died in: an error result for each call without one,
@@ -138,6 +169,26 @@ class History(AgentBase):
             agent=self.as_agent(), turn=turn, step=step, route=request.route, system=request.system, tools=request.tools,
             history=HistoryView(self._history), metered_tokens=tokens, metered_messages=count,
         )
+
+    async def compact_history(self) -> bool:
+        """Ask the history policy to compact now (``HistoryPolicy.compact``, optional), between
+        turns: True when it rewrote the history. ``ValueError`` when a turn runs or no mounted
+        policy compacts on request."""
+        forced = getattr(self.history_policy, "compact", None)
+        if forced is None:
+            raise ValueError("no history policy that compacts on request is mounted")
+        if self._busy:
+            raise ValueError("a turn is running; compact when it has ended")
+        tools = [self.tools[n].spec for n in self.offered] if self.route.tools else []
+        tokens, count = self._metered if self._metered is not None else (None, 0)
+        ctx = HistoryContext(agent=self.as_agent(), turn=self._turn, step=0, route=self.route, system=self.system,
+                             tools=tools, history=HistoryView(self._history), metered_tokens=tokens,
+                             metered_messages=count)
+        replacement = await forced(ctx)
+        if replacement is None or self._busy:
+            return False
+        self._replace_history(replacement)
+        return True
 
     def _replace_history(self, messages: Any) -> None:
         # A new list, never an in-place edit: views handed to earlier calls stay what they were.

@@ -54,12 +54,14 @@ if TYPE_CHECKING:  # pragma: no cover
         CodeRuntime,
         CommandRegistry,
         Confinement,
+        Control,
         DoctorCheck,
         FrontDoor,
         HistoryPolicy,
         Host,
         ModelProvider,
         SessionStore,
+        SlashCommand,
         Tool,
         ToolSource,
     )
@@ -207,6 +209,28 @@ def dsh_client_mcp(host: Host) -> ClientMcp | None:
     (``-32602``, ACP-3) and ``mcpCapabilities`` stays unset. The servers a door accepts reach
     the session as ``AgentSpec.mcp_servers``, for the plugin that answered to serve them
     (``dsh_session_tools``).
+    """
+
+
+@hookspec
+def dsh_session_controls(session: Agent, host: Host) -> list[Control] | None:
+    """Offer settings of ``session`` a person may change from a front door (``protocols.Control``:
+    a model picker, a reasoning effort, a permission mode), with their current values.
+
+    Called by a front door that shows sessions to people each time it shows the settings (a
+    session opens, one changes); every implementation's list is offered, in order. A door
+    that gets none offers none (acp-agent). Must be cheap and must not block.
+    """
+
+
+@hookspec
+def dsh_slash_commands(session: Agent, host: Host) -> list[SlashCommand] | None:
+    """Contribute ``/name`` commands to ``session`` (``protocols.SlashCommand``): compaction's
+    ``/compact``, a status line, a skill.
+
+    Called by a front door configured to offer commands (ACP: ``[config.acp-transport]
+    commands``) when a session opens and when a prompt starts with ``/``; every
+    implementation's list is offered (the first of a name wins). Must not block.
     """
 
 

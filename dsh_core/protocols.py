@@ -45,6 +45,7 @@ from .types import (
     ModelRequest,
     RetryPolicy,
     SessionHeader,
+    SessionSettings,
     ToolOutput,
     ToolSpec,
     UserMessage,
@@ -69,7 +70,10 @@ class ModelProvider(Protocol):
     the loop ends. Cancellation of the calling task must close the underlying stream at once.
 
     Optional: ``forget(session_id)``, called by ``Agent.dispose``, lets a provider that keeps
-    per-session state drop it (a long-lived process closes sessions by the thousand).
+    per-session state drop it (a long-lived process closes sessions by the thousand); and
+    ``models()``, the routes a session may switch to (a model picker offers them, and a resumed
+    session takes back only a model listed there); and ``cost(model, usage, at)``, what one call
+    of ``model`` reporting ``usage`` cost at epoch time ``at`` (a ``Cost``, or None: unpriced).
     """
 
     name: str
@@ -89,7 +93,8 @@ class HistoryPolicy(Protocol):
     replacement history, or None to keep it. ``prepare`` runs before every model call of a turn
     (keep the no-op path cheap: O(messages appended since the last call));
     ``recover`` runs once per model call that failed with ``CONTEXT_WINDOW_EXCEEDED`` — a
-    replacement is retried once, None fails the turn with the provider's error. A policy
+    replacement is retried once, None fails the turn with the provider's error. Optional:
+    ``compact(ctx)``, a rewrite a person asked for between turns (``Agent.compact_history``). A policy
     records what it did as durable events (``agent.emit``); it must never leave a half-rewritten
     history (cancellation propagates, the history stays as it was).
     """
@@ -142,6 +147,22 @@ class Agent(Protocol):
         """The session's *current* exact route (a session may switch models)."""
 
     @property
+    def history(self) -> HistoryView:
+        """The model history as the next request would carry it (read-only, O(1))."""
+
+    @property
+    def settings(self) -> SessionSettings:
+        """The session's own choices (model, effort, mode; None: the composition's default)."""
+
+    def configure(self, *, model: str | None = None, effort: str | None = None, mode: str | None = None,
+                  by: str = "client", tell_model: str = "") -> list[str]:
+        """Change the session's settings (None: unchanged); returns the names that changed. A
+        ``model`` must resolve on the session's provider (``RouteError``), an ``effort`` be one of
+        the route's ``efforts`` (``ValueError``); a change is recorded (``settings/changed``) and
+        applies from the next model request, before which ``tell_model`` is appended to the
+        history (the prefix, and the provider's cache, stay as they were)."""
+
+    @property
     def tools(self) -> Mapping[str, Tool]:
         """Every tool of the agent, offered to the model or not (``call_tool`` reaches them all)."""
 
@@ -177,6 +198,10 @@ class Agent(Protocol):
 
     def splice(self, content: list[ContentBlock]) -> None:
         """Show the model ``content`` as a user message after this step's tool results."""
+
+    async def compact_history(self) -> bool:
+        """Have the history policy compact now, between turns (True: the history was rewritten);
+        ``ValueError`` while a turn runs or when no policy compacts on request."""
 
     def offer(self, names: list[str], *, hint: str = "") -> None:
         """Offer only ``names`` to the model; other tools stay callable through ``call_tool``."""
@@ -481,6 +506,53 @@ class ClientMcp:
         return transport == "stdio" or (transport == "http" and self.http) or (transport == "sse" and self.sse)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Choice:
+    """One value a ``Control`` may take."""
+
+    value: str
+    name: str
+    description: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Control:
+    """A setting of a session a person may change from a front door (``dsh_session_controls``):
+    a model picker, a reasoning effort, a permission mode. ``category`` says which (ACP's words:
+    ``model``, ``thought_level``, ``mode``; None: another). ``apply(value)`` changes the session
+    (``Agent.configure``) or raises ``ValueError`` with a message a person reads; the door then
+    asks the hook again for the new state."""
+
+    id: str
+    name: str
+    current: str
+    choices: tuple[Choice, ...]
+    apply: Callable[[str], None]
+    category: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandResult:
+    """What a slash command did: ``reply`` is shown as the answer (no model call); ``prompt``,
+    when set, is submitted as the person's prompt instead of the command (a turn runs)."""
+
+    reply: str = ""
+    prompt: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlashCommand:
+    """A ``/name`` a person may type in a front door that offers commands (``dsh_slash_commands``).
+    ``run(session, text)`` gets the text typed after the name; it may await (cancelling the
+    prompt cancels it) and raise ``ValueError`` to answer with a message instead."""
+
+    name: str
+    description: str
+    run: Callable[[Agent, str], Awaitable[CommandResult]]
+    hint: str | None = None  # what to type after the name (None: nothing)
+
+
 @runtime_checkable
 class DoctorCheck(Protocol):
     """One check ``dsh doctor`` runs (offered through ``dsh_register_doctor_checks``).
@@ -565,6 +637,7 @@ class ToolContext:
         args: dict[str, Any] | None = None,
         tier: str | None = None,
         justification: str | None = None,
+        choices: tuple[str, str] | None = None,
     ) -> ApprovalOutcome:
         """Ask the approval seam (one-shot). Returns the outcome; nothing is remembered.
         ``decided_by`` then says who decided (``"policy"``: nobody was asked).
@@ -572,7 +645,7 @@ class ToolContext:
         The keywords describe the call to whoever answers (see ``ApprovalRequest``)."""
         req = ApprovalRequest(
             agent=self.agent, tool_name=self.tool_name, call_id=self.call_id, reason=reason,
-            kind=kind, subject=subject, args=args, tier=tier, justification=justification,
+            kind=kind, subject=subject, args=args, tier=tier, justification=justification, choices=choices,
         )
         outcome = await self.host.approvals.request(req)
         self.decided_by = req.decided_by

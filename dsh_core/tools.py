@@ -52,6 +52,7 @@ class FunctionTool:
         *,
         parallel_safe: bool = False,
         output_schema: dict[str, Any] | None = None,
+        kind: str | None = None,
     ) -> None:
         self.spec = ToolSpec(
             name=name,
@@ -59,6 +60,7 @@ class FunctionTool:
             parameters=parameters,
             parallel_safe=parallel_safe,
             output_schema=output_schema,
+            kind=kind,
         )
         self._fn = fn
 

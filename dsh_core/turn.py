@@ -202,6 +202,9 @@ class TurnLoop(AgentBase):
         )
 
     def _request(self) -> ModelRequest:
+        if self._pending_context:  # a settings change the model is told of: appended, the prefix stays
+            texts, self._pending_context = self._pending_context, []
+            self._append_context(texts)
         tools = [self.tools[n].spec for n in self.offered] if self.route.tools else []
         if not self._header_sent:
             self._header_sent = True
@@ -212,8 +215,10 @@ class TurnLoop(AgentBase):
                     system=self.system,
                     tools=[{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools],
                     route=self.route,
+                    reason=self._header_reason,
                 )
             )
+            self._header_reason = "initial"
         return ModelRequest(
             route=self.route,
             system=self.system,
@@ -221,6 +226,7 @@ class TurnLoop(AgentBase):
             tools=tools,
             session_id=self.session_id,
             cwd=self.cwd,
+            effort=self.settings.effort,
         )
 
     def _append_context(self, texts: list[str]) -> None:

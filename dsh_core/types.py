@@ -62,6 +62,13 @@ class Usage(_Base, kw_only=True):
     reasoning_tokens: int = 0
 
 
+class Cost(_Base, kw_only=True):
+    """What a model call cost, as its provider prices it (``ModelProvider.cost``)."""
+
+    amount: float
+    currency: str  # ISO 4217, e.g. USD
+
+
 class UserMessage(_Base, kw_only=True):
     id: str
     content: list[ContentBlock]
@@ -370,6 +377,29 @@ class McpFailed(Event, tag="mcp/failed", kw_only=True):
     retry_in: float | None = None
 
 
+class SessionSettings(_Base, kw_only=True):
+    """A session's own choices, made after it started (by its client, or a tool a person
+    approved): ``model`` (an exact model of the session's provider), ``effort`` (the reasoning
+    effort, one of the route's ``efforts``), ``mode`` (the permission mode, as the plugin that
+    defines modes names it). None: the composition's default."""
+
+    model: str | None = None
+    effort: str | None = None
+    mode: str | None = None
+
+
+class SettingsChanged(Event, tag="settings/changed", kw_only=True):
+    """Some of a session's settings changed (``changed``: the names). ``settings`` is the
+    whole set now; ``by`` who changed it (``client``, or a tool such as ``exit_plan_mode``);
+    ``cache`` whether the provider's prefix cache survives (``kept``) or starts over
+    (``broken``: another model, or thinking switched on or off)."""
+
+    settings: SessionSettings
+    changed: list[str]
+    by: str = "client"
+    cache: Literal["kept", "broken"] = "kept"
+
+
 DurableEvent = (
     UserMessageEvent
     | InboxClaimed
@@ -394,6 +424,7 @@ DurableEvent = (
     | HookResult
     | McpConnected
     | McpFailed
+    | SettingsChanged
     | Note
 )
 
@@ -413,6 +444,8 @@ class ModelInfo(_Base, kw_only=True):
     thinking: bool = False
     image_input: bool = False
     known: bool = True  # False when the provider passed an unlisted id through
+    efforts: tuple[str, ...] = ()  # the reasoning efforts a session may pick ("off" first when thinking can be off)
+    effort: str | None = None  # the effort used when the session picked none
 
 
 class ToolSpec(_Base, kw_only=True):
@@ -487,6 +520,7 @@ class ModelRequest(_Base, kw_only=True):
     session_id: str = ""
     cwd: str = ""
     max_output: int | None = None
+    effort: str | None = None  # the session's reasoning effort (None: the route's ``effort``)
 
 
 # Streamed deltas a provider yields while answering.
@@ -585,6 +619,7 @@ class ApprovalRequest(msgspec.Struct, kw_only=True):
     args: dict[str, Any] | None = None  # the call's arguments (answerers bound what they show)
     tier: str | None = None  # the sandbox tier asked for, e.g. "danger-full-access"
     justification: str | None = None  # the model's reason for asking, in its words
+    choices: tuple[str, str] | None = None  # what the answers mean, as a person reads them: (allow, reject) labels
     decided_by: str | None = None  # set by the seam as it answers: "policy" (a dsh_check_approval verdict) or the answerer's name
 
 

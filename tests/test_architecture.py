@@ -214,6 +214,9 @@ def test_the_agent_protocol_is_what_the_doors_use_and_no_more():
         "session_id", "cwd", "spec", "host", "provider", "route", "tools", "busy", "disposed", "children",
         "submit", "cancel", "subscribe", "emit", "splice", "offer", "publish_tools", "parallel_safe", "call_tool", "restore",
         "wait_idle", "dispose", "state", "describe_state",
+        # a session's own settings (model, effort, mode) and history, for the plugins that let a person
+        # change them (session-controls) and compact on request (/compact)
+        "history", "settings", "configure", "compact_history",
     }
 
 

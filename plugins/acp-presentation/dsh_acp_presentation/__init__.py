@@ -81,6 +81,7 @@ class Shown:
     files: dict[str, str | None] = field(default_factory=dict)  # full path -> text now (None: absent)
     first_prompt: str | None = None  # the session's title once its first turn ended
     titled: bool = False
+    cost: tuple[float, str] | None = None  # the calls priced so far in this process (amount, currency)
 
 
 def title_of(name: str, args: dict[str, Any]) -> str:
@@ -239,6 +240,20 @@ def _title(session: Agent, event: Any) -> list[Any] | None:
     return [wire.SessionInfoUpdate(title=shown.first_prompt, updated_at=updated)]
 
 
+def _cost(session: Agent, event: AssistantMessageEvent) -> tuple[float, str] | None:
+    """The session's cost so far (this process's calls), as its provider prices them
+    (``ModelProvider.cost``); None when it does not, or prices a call in another currency."""
+    shown = session.state(Shown)
+    price = getattr(session.provider, "cost", None)
+    if price is None or event.usage is None:
+        return None
+    call = price(session.route.model, event.usage, event.time or time.time())
+    if call is None or (shown.cost is not None and shown.cost[1] != call.currency):
+        return shown.cost
+    shown.cost = ((shown.cost[0] if shown.cost else 0.0) + call.amount, call.currency)
+    return shown.cost
+
+
 @hookimpl
 def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
     cfg = session.host.config_for(PresentationConfig)
@@ -250,8 +265,11 @@ def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
             updates += [wire.ThoughtChunk(content=wire.TextOut(text=b.text), message_id=event.message.id)
                         for b in event.message.content if isinstance(b, ReasoningBlock) and b.text]
         if cfg.usage and event.usage is not None:  # after every model call: the context it used of the window
+            cost = _cost(session, event)
             updates.append(wire.UsageUpdate(used=event.usage.input_tokens + event.usage.output_tokens,
-                                            size=session.route.context_window))
+                                            size=session.route.context_window,
+                                            **({"cost": wire.CostOut(amount=round(cost[0], 6), currency=cost[1])}
+                                               if cost is not None else {})))
         return updates or None
     if isinstance(event, ToolCallEvent):
         return _start(session, event)

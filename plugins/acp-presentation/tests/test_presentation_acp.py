@@ -37,6 +37,8 @@ async def test_acp_editor_shows_tool_cards_diffs_thoughts_and_the_plan(acp_agent
         assert resp.stop_reason == "end_turn"
         updates = _updates(run, sid)
         assert await run.close_stdin() == 0
+    assert updates[0].session_update == "available_commands_update"  # session-controls: after session/new's answer
+    updates = updates[1:]
     kinds = [u.session_update for u in updates]
     assert kinds[0] == "agent_thought_chunk" and updates[0].content.text == "First write the notes, then look at them."
     starts = [u for u in updates if u.session_update == "tool_call"]

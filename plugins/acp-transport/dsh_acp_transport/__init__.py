@@ -9,13 +9,19 @@ Config (``[config.acp-transport]`` in an example's manifest):
 - ``usage-updates`` (bool, default false): after each turn whose model calls reported usage,
   send a ``usage_update`` session update (``used``: tokens in context, ``size``: the routed
   model's window). Off by default: the default wire carries committed text only.
+- ``commands`` (bool, default false): offer the plugins' slash commands (``dsh_slash_commands``):
+  ``available_commands_update`` after session/new, load and resume, and a prompt that starts
+  with ``/name`` runs the command. Off by default: acp-agent passes ``/…`` to the model as text.
+- ``max-tokens`` (``end_turn`` or ``max_tokens``, default ``end_turn``): the stop reason of a turn
+  the model's output limit cut (``end_turn`` keeps ACP-7's automation contract, with
+  ``_meta.dsh.turnEnd = "max-tokens"``; an editor shows ``max_tokens``).
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
 from dsh_acp.fdstream import FdReader, FdWriter
@@ -43,6 +49,9 @@ class TransportConfig(PluginConfig):
     permission_timeout: Annotated[float, Meta(
         gt=0, description="seconds before an unanswered permission request fails closed")] = 300.0
     usage_updates: Annotated[bool, Meta(description="send usage_update after each turn")] = False
+    commands: Annotated[bool, Meta(description="offer the plugins' slash commands and run /name prompts")] = False
+    max_tokens: Annotated[Literal["end_turn", "max_tokens"], Meta(
+        description="the stop reason of a turn cut by the model's output limit")] = "end_turn"
 
 
 @hookimpl
@@ -53,7 +62,8 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]]:
 def make_bridge(host: Host, reader: FdReader, writer: FdWriter) -> Bridge:
     settings = host.config_for(TransportConfig)
     peer = Peer(reader, writer, max_frame=settings.max_frame_bytes, name="acp")
-    return Bridge(host, peer, permission_timeout=settings.permission_timeout, usage_updates=settings.usage_updates)
+    return Bridge(host, peer, permission_timeout=settings.permission_timeout, usage_updates=settings.usage_updates,
+                  offer_commands=settings.commands, max_tokens_stop=settings.max_tokens)
 
 
 async def serve_bridge(bridge: Bridge) -> None:

@@ -40,9 +40,10 @@ from dsh_core.types import (
     UserMessageEvent,
 )
 
+from .controls import Controls
 from .delivery import Delivery
 from .settlement import observer
-from .state import CLOSING, BridgeState, Session
+from .state import CLOSING, Session
 
 log = logging.getLogger("dsh.acp-transport")
 
@@ -83,7 +84,7 @@ def _iso(ns: int) -> str:
 
 
 
-class Admission(BridgeState):
+class Admission(Controls):
     """``initialize`` (once, first) and the session lifecycle methods."""
 
     # ------------------------------------------------------------------ gate
@@ -147,12 +148,18 @@ class Admission(BridgeState):
                 await agent.dispose()
             self.host.forget(agent)
             raise internal_error(CLOSING + "no session was created")
-        self._publish(agent)
-        return wire.NewSessionResult(session_id=agent.session_id)
+        session = self._publish(agent)
+        self.opened(rid, session)
+        state = self.session_state(agent)
+        return wire.NewSessionResult(session_id=agent.session_id, config_options=state.get("configOptions", UNSET),
+                                     modes=state.get("modes", UNSET))
 
     def _publish(self, agent: Agent) -> Session:
         session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self.peer, self.host, agent.session_id))
-        session.unsubscribe = agent.subscribe(observer(session, self.usage_updates))
+        controlled = bool(self.host.pm.hook.dsh_session_controls.get_hookimpls())
+        session.unsubscribe = agent.subscribe(observer(
+            session, self.usage_updates,
+            on_settings=(lambda changed: self.settings_changed(session, changed)) if controlled else None))
         self.sessions[session.id] = session
         self.peer.start_soon(session.delivery.run)
         return session
@@ -214,8 +221,9 @@ class Admission(BridgeState):
         agent's configured route (a different recorded route is reported in ``_meta``, not
         obeyed), appending to the same file. Nothing is sent to the client."""
         p = decode_params(params, wire.ResumeSessionParams)
-        result, _session, _events = await self._reopen(p, "session/resume")
-        return result
+        result, session, _events = await self._reopen(p, "session/resume")
+        self.opened(rid, session)
+        return {**result, **self.session_state(session.agent)}
 
     async def load_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
         """``session/load``: re-open as ``session/resume`` does, then replay the conversation
@@ -239,7 +247,8 @@ class Admission(BridgeState):
         failure = session.delivery.take_failure()
         if failure is not None:
             log.warning(f"session/load of {p.session_id}: part of the history could not be shown: {failure}")
-        return result
+        self.opened(rid, session)
+        return {**result, **self.session_state(session.agent)}
 
     async def _reopen(self, p: wire.ResumeSessionParams, method: str) -> tuple[dict[str, Any], Session, list[Any]]:
         """The shared part of resume and load: the published session and its recorded events."""

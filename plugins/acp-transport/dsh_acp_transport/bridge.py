@@ -32,9 +32,11 @@ class Bridge(Admission, Settlement):
     name = "acp"  # recorded as ``answeredBy`` in approval/decided events
 
     def __init__(
-        self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False
+        self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False,
+        offer_commands: bool = False, max_tokens_stop: str = "end_turn",
     ) -> None:
-        BridgeState.__init__(self, host, peer, permission_timeout=permission_timeout, usage_updates=usage_updates)
+        BridgeState.__init__(self, host, peer, permission_timeout=permission_timeout, usage_updates=usage_updates,
+                             offer_commands=offer_commands, max_tokens_stop=max_tokens_stop)
         self._quiesced: anyio.Event | None = None
         self._teardown_error: BaseException | None = None
         dispatcher = peer.dispatcher
@@ -48,6 +50,8 @@ class Bridge(Admission, Settlement):
             "session/resume": self.resume_session,
             "session/load": self.load_session,
             "session/delete": self.delete_session,
+            "session/set_config_option": self.set_config_option,
+            "session/set_mode": self.set_mode,
         }.items():
             dispatcher.on_request(method, handler)
         dispatcher.on_notification("session/cancel", self.cancel)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from dsh_acp import wire
+from dsh_acp.display import one_line
 from dsh_acp.fdstream import TransportClosed
 from dsh_acp.rpc import RpcFailure, decode_params, internal_error, invalid_params, shown
 
@@ -22,6 +23,7 @@ from dsh_core.types import (
     ImageBlock,
     InboxClaimed,
     InboxDropped,
+    SettingsChanged,
     TextBlock,
     TurnEnd,
     Usage,
@@ -29,6 +31,7 @@ from dsh_core.types import (
 )
 
 from .content import PromptContent
+from .controls import Controls
 from .permission import tool_call_of
 from .state import CLOSING, Session, Slot
 
@@ -64,7 +67,8 @@ def _usage_meta(u: Usage, calls: int) -> dict[str, int]:
     }
 
 
-def observer(session: Session, usage_updates: bool) -> Callable[[Agent, Any], None]:
+def observer(session: Session, usage_updates: bool,
+             on_settings: Callable[[list[str]], None] | None = None) -> Callable[[Agent, Any], None]:
     """The agent's event observer for one session: committed output to the session's delivery
     chain, and the facts settlement reads (the turn, its end, errors, usage) to the prompt's slot."""
 
@@ -83,6 +87,8 @@ def observer(session: Session, usage_updates: bool) -> Callable[[Agent, Any], No
             for update in shown:
                 session.delivery.push_update(update)
         slot = session.slot
+        if on_settings is not None and isinstance(event, SettingsChanged):
+            on_settings(event.changed)
         if isinstance(event, AssistantMessageEvent):
             _deliver(session, slot, event)
         elif slot is not None:
@@ -126,7 +132,7 @@ def _usage_update(session: Session, slot: Slot) -> wire.UsageUpdate:
     return wire.UsageUpdate(used=slot.context, size=session.agent.route.context_window)
 
 
-class Settlement(PromptContent):
+class Settlement(PromptContent, Controls):
     """``session/prompt``, ``session/cancel``, ``$/cancel_request`` and permission requests."""
 
     def _cancel_request(self, request_id: Any, method: str) -> bool:
@@ -163,6 +169,12 @@ class Settlement(PromptContent):
         session.delivery.take_failure()
         try:
             content, images = self._admit(p.prompt)
+            if self.offer_commands:
+                ran = await self.run_command(session, slot, content)
+                if isinstance(ran, wire.PromptResult):
+                    await session.delivery.drain()
+                    return ran
+                content = ran
             if images:  # the only awaited part of admission: cancel aborts it (ACP-8)
                 with slot.admission:
                     await self._store_images(session, content, images)
@@ -205,6 +217,8 @@ class Settlement(PromptContent):
             return wire.PromptResult(stop_reason="cancelled")
         if end.reason == "max-steps":  # a step budget ran out; the answer so far is committed
             return wire.PromptResult(stop_reason="max_turn_requests")
+        if end.reason == "max-tokens" and self.max_tokens_stop == "max_tokens":  # an editor's choice
+            return wire.PromptResult(stop_reason="max_tokens")
         if end.reason == "max-tokens":  # still end_turn (ACP-7); _meta tells a client that reads it (a parent agent)
             return wire.PromptResult(stop_reason="end_turn", meta={"dsh": {"turnEnd": "max-tokens"}})
         return wire.PromptResult(stop_reason="end_turn")  # completed, hook-aborted, blocked
@@ -238,7 +252,10 @@ class Settlement(PromptContent):
         params = wire.PermissionParams(
             session_id=session.id,
             tool_call=tool_call_of(request),
-            options=wire.PERMISSION_OPTIONS,
+            options=wire.PERMISSION_OPTIONS if request.choices is None else [
+                wire.PermissionOption(option_id="allow-once", name=one_line(request.choices[0], 120), kind="allow_once"),
+                wire.PermissionOption(option_id="reject-once", name=one_line(request.choices[1], 120), kind="reject_once"),
+            ],
         )
         try:
             raw = await self.peer.request("session/request_permission", params, timeout=self.permission_timeout)

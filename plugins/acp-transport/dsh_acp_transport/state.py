@@ -53,12 +53,15 @@ class BridgeState:
     """One connection's sessions and settings, and what every topic of the bridge uses."""
 
     def __init__(
-        self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False
+        self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False,
+        offer_commands: bool = False, max_tokens_stop: str = "end_turn",
     ) -> None:
         self.host = host
         self.peer = peer
         self.permission_timeout = permission_timeout
         self.usage_updates = usage_updates
+        self.offer_commands = offer_commands
+        self.max_tokens_stop = max_tokens_stop
         self.sessions: dict[str, Session] = {}
         self.closing: dict[str, Session] = {}  # closed by the client, still being disposed
         self.initialized = False

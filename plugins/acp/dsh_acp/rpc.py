@@ -178,13 +178,14 @@ class Inbound:
     ``seq`` is its place in the one ordered stream of frames read; ``cancel_requested`` is set
     by a ``$/cancel_request`` read after it, whether or not its handler has started."""
 
-    __slots__ = ("cancel_requested", "method", "scope", "seq")
+    __slots__ = ("after", "cancel_requested", "method", "scope", "seq")
 
     def __init__(self, seq: int, method: str) -> None:
         self.seq = seq
         self.method = method
         self.scope = anyio.CancelScope()
         self.cancel_requested = False
+        self.after: list[Callable[[], None]] | None = None  # run once its success response is written
 
 
 _FRAME = msgspec.json.Decoder(Frame)
@@ -418,6 +419,15 @@ class Peer:
 
     async def wait_handlers(self) -> None:
         await self._handlers_idle.wait()
+
+    def after_reply(self, rid: Any, fn: Callable[[], None]) -> None:
+        """Run ``fn`` right after the success response to inbound request ``rid`` is written (or
+        queued behind what is already being written): what must reach the client after the answer
+        (ACP's ``available_commands_update`` after ``session/new``). Dropped when the request
+        fails or is cancelled."""
+        entry = self._inbound.get(rid)
+        if entry is not None:
+            entry.after = [*(entry.after or ()), fn]
 
     def inbound(self, rid: Any) -> Inbound | None:
         """The open inbound request with this id (registered when read, before its handler runs)."""
@@ -658,6 +668,12 @@ class Peer:
             if not written:
                 with anyio.CancelScope(shield=True):
                     await self._safe_write(reply)
+            if entry.after and isinstance(reply, Response):
+                for fn in entry.after:
+                    try:
+                        fn()
+                    except Exception as exc:
+                        self.log.warning(f"after answering {method}: {exc!r}")
         finally:
             if self._inbound.get(rid) is entry:
                 del self._inbound[rid]

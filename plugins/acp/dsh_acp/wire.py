@@ -165,8 +165,58 @@ class NewSessionParams(_In):
     additional_directories: list[Any] | None = None
 
 
+class ConfigChoice(_Out):
+    """A value of a select ``SessionConfigOption``."""
+
+    value: str
+    name: str
+    description: str | UnsetType = UNSET
+
+
+class ConfigOption(_Out, tag="select", tag_field="type"):
+    """A ``SessionConfigOption`` of type ``select`` (a dropdown: model, thought level, mode)."""
+
+    id: str
+    name: str
+    current_value: str
+    options: list[ConfigChoice]
+    description: str | UnsetType = UNSET
+    category: str | UnsetType = UNSET
+
+
+class SessionMode(_Out):
+    id: str
+    name: str
+    description: str | UnsetType = UNSET
+
+
+class SessionModeState(_Out):
+    """The legacy ``modes`` of session/new, load and resume (clients before config options)."""
+
+    current_mode_id: str
+    available_modes: list[SessionMode]
+
+
 class NewSessionResult(_Out):
     session_id: str
+    config_options: list[ConfigOption] | UnsetType = UNSET
+    modes: SessionModeState | UnsetType = UNSET
+
+
+class SetConfigOptionParams(_In):
+    session_id: str
+    config_id: str
+    value: Any = None
+    type: str | None = None
+
+
+class SetConfigOptionResult(_Out):
+    config_options: list[ConfigOption]
+
+
+class SetModeParams(_In):
+    session_id: str
+    mode_id: str
 
 
 class TextIn(_In, tag="text", tag_field="type"):
@@ -282,9 +332,15 @@ class UserMessageChunk(_Out, tag="user_message_chunk", tag_field="sessionUpdate"
     message_id: str | UnsetType = UNSET
 
 
+class CostOut(_Out):
+    amount: float
+    currency: str
+
+
 class UsageUpdate(_Out, tag="usage_update", tag_field="sessionUpdate"):
     used: int
     size: int
+    cost: CostOut | UnsetType = UNSET
 
 
 TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"})
@@ -348,8 +404,32 @@ class SessionInfoUpdate(_Out, tag="session_info_update", tag_field="sessionUpdat
     updated_at: str | UnsetType = UNSET  # ISO 8601
 
 
+class ConfigOptionUpdate(_Out, tag="config_option_update", tag_field="sessionUpdate"):
+    config_options: list[ConfigOption]
+
+
+class CurrentModeUpdate(_Out, tag="current_mode_update", tag_field="sessionUpdate"):
+    current_mode_id: str
+
+
+class CommandInput(_Out):
+    """What a command takes: the text typed after its name (ACP ``UnstructuredCommandInput``)."""
+
+    hint: str
+
+
+class AvailableCommand(_Out):
+    name: str
+    description: str
+    input: CommandInput | UnsetType = UNSET
+
+
+class AvailableCommandsUpdate(_Out, tag="available_commands_update", tag_field="sessionUpdate"):
+    available_commands: list[AvailableCommand]
+
+
 SessionUpdate = (MessageChunk | UserMessageChunk | UsageUpdate | ToolCallStart | ToolCallProgress | ThoughtChunk | PlanUpdate
-                 | SessionInfoUpdate)
+                 | SessionInfoUpdate | ConfigOptionUpdate | CurrentModeUpdate | AvailableCommandsUpdate)
 
 
 class SessionNotification(_Out):

@@ -24,6 +24,7 @@ from msgspec import Meta
 from dsh_core import ModelError, hookimpl
 from dsh_core.config import PluginConfig, decode
 from dsh_core.contracts import HistoryContext, new_id
+from dsh_core.protocols import CommandResult, SlashCommand
 from dsh_core.types import (
     AssistantMessage,
     CompactionFailed,
@@ -160,6 +161,10 @@ class Compactor:
             return None  # this call's compaction already failed: fail with the provider's error
         return await self._compact(ctx, "overflow", self.meter(ctx))
 
+    async def compact(self, ctx: HistoryContext) -> list[Any] | None:
+        """Compact because a person asked (``/compact``): whatever the pressure."""
+        return await self._compact(ctx, "manual", self.meter(ctx))
+
     def _retain(self, window: int) -> int:
         return int(self.settings.retain_ratio * window)
 
@@ -213,6 +218,22 @@ class Compactor:
                                      retained=len(tail), message=message, tokens_before=tokens, tokens_after=after,
                                      usage=usage))
         return compacted
+
+
+async def _compact_command(session: Any, text: str) -> CommandResult:
+    before = len(session.history)
+    if before == 0:
+        return CommandResult(reply="Nothing to compact: the conversation is empty.")
+    if await session.compact_history():
+        return CommandResult(reply=f"Compacted: {before} messages are now {len(session.history)} "
+                                   "(a summary of the older ones, then the most recent).")
+    return CommandResult(reply="Nothing was compacted (see the session log's compaction/failed for why).")
+
+
+@hookimpl
+def dsh_slash_commands(session: Any, host: Any) -> list[SlashCommand]:
+    return [SlashCommand(name="compact", description="Summarise the older part of the conversation now, to free context",
+                         run=_compact_command)]
 
 
 @hookimpl

@@ -43,6 +43,41 @@ CATALOGUE: dict[str, ModelCard] = {
     )
 }
 
+# The route a model picker offers (the legacy ids stay accepted, not offered).
+OFFERED = ("deepseek-flash", "deepseek-v4-pro")
+EFFORTS = ("off", "low", "high", "max")  # DeepSeek's thinking switched off, or its reasoning effort
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens, off-peak, as DeepSeek's pricing page gave them (2026-11):
+    input served from the prefix cache (hit), input not cached (miss), output (reasoning
+    included). Peak hours cost ``PEAK_FACTOR`` times as much."""
+
+    hit: float
+    miss: float
+    output: float
+    currency: str = "USD"
+
+
+PRICES: dict[str, Price] = {
+    "deepseek-flash": Price(0.003, 0.15, 0.60),
+    "deepseek-v4-flash": Price(0.003, 0.15, 0.60),
+    "deepseek-v4-flash-vision-exp": Price(0.003, 0.15, 0.60),
+    "deepseek-v4-pro": Price(0.022, 0.66, 1.98),
+}
+PEAK_FACTOR = 2.0
+PEAK_HOURS_UTC = ((1, 4), (6, 10))  # Monday to Friday, [start, end) hours
+
+
+def peak(at: float) -> bool:
+    """Whether epoch time ``at`` falls in DeepSeek's peak pricing hours (UTC, weekdays)."""
+    import time
+
+    t = time.gmtime(at)
+    return t.tm_wday < 5 and any(a <= t.tm_hour < b for a, b in PEAK_HOURS_UTC)
+
+
 RETIRED: dict[str, str] = {
     "deepseek-chat": "it was retired on 2026-07-24; use deepseek-flash with reasoning-effort = \"off\"",
     "deepseek-reasoner": "it was retired on 2026-07-24; use deepseek-flash (thinking is on by default)",

@@ -14,6 +14,8 @@ from msgspec import Meta
 from dsh_core.config import PluginConfig, convert_at, decode
 from dsh_core.types import RetryPolicy
 
+from ._catalogue import Price
+
 PLUGIN = "deepseek-model"
 DEFAULT_BASE_URL = "https://api.deepseek.com"
 KEY_ENV = "DEEPSEEK_API_KEY"
@@ -31,6 +33,7 @@ class Settings:
     dotenv: bool = True
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_retries=5, base_delay=0.5, max_delay=30.0, jitter=0.1))
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    prices: dict[str, Price] = field(default_factory=dict)  # over the catalogue's
 
     def endpoint(self) -> str:
         url = os.environ.get(BASE_URL_ENV) or self.base_url or DEFAULT_BASE_URL
@@ -59,6 +62,15 @@ class ModelCaps(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename
     image_input: bool | None = None
 
 
+class PriceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="kebab"):
+    """``prices.<id>`` of [config.deepseek-model]: per million tokens, off-peak (peak hours double it)."""
+
+    hit: Annotated[float, Meta(ge=0)]
+    miss: Annotated[float, Meta(ge=0)]
+    output: Annotated[float, Meta(ge=0)]
+    currency: Annotated[str, Meta(pattern="^[A-Z]{3}$")] = "USD"
+
+
 class DeepSeekConfig(PluginConfig):
     """[config.deepseek-model]"""
 
@@ -74,6 +86,9 @@ class DeepSeekConfig(PluginConfig):
     retry: RetryConfig = msgspec.field(default_factory=RetryConfig)
     models: Annotated[dict[str, dict[str, Any]], Meta(
         description="model id -> context-window, max-output, tools, thinking, image-input")] = (
+        msgspec.field(default_factory=dict))
+    prices: Annotated[dict[str, PriceConfig], Meta(
+        description="model id -> hit, miss, output (per million tokens, off-peak) and currency, for usage_update's cost")] = (
         msgspec.field(default_factory=dict))
 
     def __post_init__(self) -> None:
@@ -102,6 +117,7 @@ def settings_from(config: DeepSeekConfig) -> Settings:
         idle_timeout=config.idle_timeout, deadline=config.deadline, dotenv=config.dotenv,
         retry=RetryPolicy(max_retries=r.max_retries, base_delay=r.base_delay, max_delay=r.max_delay, jitter=r.jitter),
         models=models,
+        prices={m: Price(p.hit, p.miss, p.output, p.currency) for m, p in config.prices.items()},
     )
 
 

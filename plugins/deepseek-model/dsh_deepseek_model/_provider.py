@@ -14,6 +14,7 @@ import anyio
 
 from dsh_core import ModelError, RouteError
 from dsh_core.types import (
+    Cost,
     Finish,
     ModelDelta,
     ModelInfo,
@@ -175,7 +176,25 @@ class DeepSeekProvider:
             thinking=card.thinking,
             image_input=card.image_input,
             known=known,
+            efforts=_catalogue.EFFORTS if card.thinking else (),
+            effort=self.settings.reasoning_effort if card.thinking else None,
         )
+
+    def models(self) -> list[ModelInfo]:
+        """The routes a session may switch to: the catalogue's current ids, then the configured ones."""
+        ids = list(_catalogue.OFFERED) + [m for m in self.settings.models if m not in _catalogue.OFFERED]
+        return [self.resolve(m) for m in ids]
+
+    def cost(self, model: str, usage: Usage, at: float) -> Cost | None:
+        """One call's price: cached input at the hit rate, the rest of the input at the miss rate,
+        output (reasoning included) at the output rate; doubled in peak hours. None for a model
+        without a price (``[config.deepseek-model] prices`` adds or overrides them)."""
+        price = self.settings.prices.get(model) or _catalogue.PRICES.get(model)
+        if price is None:
+            return None
+        hit = min(usage.cache_hit_tokens, usage.input_tokens)
+        amount = (hit * price.hit + (usage.input_tokens - hit) * price.miss + usage.output_tokens * price.output) / 1e6
+        return Cost(amount=amount * (_catalogue.PEAK_FACTOR if _catalogue.peak(at) else 1.0), currency=price.currency)
 
     # ------------------------------------------------------------------ client
 
@@ -242,7 +261,7 @@ class DeepSeekProvider:
 
     async def _http_request(self, request: ModelRequest, key: str) -> httpx.Request:
         s = self.settings
-        body = await build_body(request, effort=s.reasoning_effort, max_tokens=s.max_tokens, read_image=self._read_image)
+        body = await build_body(request, effort=request.effort or s.reasoning_effort, max_tokens=s.max_tokens, read_image=self._read_image)
         return self.client().build_request(
             "POST",
             s.endpoint() + "/chat/completions",

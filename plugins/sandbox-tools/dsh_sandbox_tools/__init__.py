@@ -60,7 +60,7 @@ def dsh_check_approval(request: ApprovalRequest) -> Literal["deny"] | None:
     ``never`` there): nothing of this plugin escalates in that mode, and a request from elsewhere
     (a PreToolUse hook answering ``ask``) is rejected by policy, not put to the client."""
     host = getattr(request.agent, "host", None)
-    if host is not None and sandbox_for(host).settings.mode == "danger-full-access":
+    if host is not None and sandbox_for(host).mode_for(request.agent) == "danger-full-access":
         return "deny"
     return None
 

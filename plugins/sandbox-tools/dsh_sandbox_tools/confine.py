@@ -39,6 +39,19 @@ class SandboxConfinement:
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
 
+    @property
+    def default_mode(self) -> str:
+        """The tier this deployment runs sessions in when they chose none."""
+        return self.sandbox.settings.mode
+
+    async def describe(self, session: Agent) -> str:
+        """``workspace-write (landlock)``: the tier ``session``'s calls run in and the mechanism."""
+        mode = self.sandbox.mode_for(session)
+        if mode == "danger-full-access":
+            return f"{mode} (unconfined)"
+        probe = await get_runner(self.sandbox.settings.mechanism)
+        return f"{mode} ({probe.runner.name if probe.runner is not None else 'no sandbox mechanism: commands refused'})"
+
     async def confine(self, argv: list[str], *, cwd: str, mode: str | None = None) -> ConfinedCommand:
         settings = self.sandbox.settings
         mode = mode or settings.mode
@@ -62,7 +75,7 @@ class SandboxConfinement:
         self, argv: list[str], *, session: Agent, cwd: str, stdin: bytes = b"",
         env: Mapping[str, str] | None = None, timeout_s: float, output_limit: int,
     ) -> ConfinedRun:
-        mode = self.sandbox.settings.mode
+        mode = self.sandbox.mode_for(session)
         real = os.path.realpath(cwd)
         spill = spill_path_for(self.sandbox.settings.spill_root(), session.session_id, "confined")  # unused: captured
         result, _ = await self.sandbox.run_argv(

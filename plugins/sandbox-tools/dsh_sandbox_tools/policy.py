@@ -17,6 +17,9 @@ from dsh_core.hardening import is_credential_name as _is_credential_name
 
 PLUGIN = "sandbox-tools"
 MODES = ("read-only", "workspace-write", "danger-full-access")
+# A session's own mode (``Agent.settings.mode``, as an editor picks it) -> the tier it runs in
+SESSION_TIERS = {"read-only": "read-only", "plan": "read-only", "workspace-write": "workspace-write",
+                 "full-access": "danger-full-access"}
 DEFAULT_MODE: Literal["workspace-write"] = "workspace-write"
 MECHANISMS = ("auto", "bwrap", "landlock", "none")
 _RANK = {m: i for i, m in enumerate(MODES)}

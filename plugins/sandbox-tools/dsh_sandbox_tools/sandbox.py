@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from dsh_core import ToolError
 
 from .mechanisms import Runner, get_runner
-from .policy import MODES, Settings, scrubbed_env, wider, writable_roots
+from .policy import MODES, SESSION_TIERS, Settings, scrubbed_env, wider, writable_roots
 from .run import CommandResult, run_command
 from .server import CommandServer, ServerError, ServerPool, server_argv
 
@@ -37,6 +37,13 @@ class Sandbox:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.servers = ServerPool()
+
+    def mode_for(self, agent: Any) -> str:
+        """The tier ``agent``'s calls run in: the session's own mode when it chose one
+        (``Agent.configure``: ``plan`` runs read-only, ``full-access`` unconfined), else this
+        deployment's."""
+        chosen = getattr(getattr(agent, "settings", None), "mode", None)
+        return SESSION_TIERS.get(chosen, self.settings.mode) if chosen else self.settings.mode
 
     def reads(self, agent: Any) -> dict[str, int]:
         records: ReadRecords = agent.state(ReadRecords)
@@ -68,9 +75,12 @@ class Sandbox:
         """The tier this call runs with; asks the approval seam (one-shot) for a wider one."""
         target = args.get("sandbox_permissions")
         justification = args.get("justification")
-        mode = self.settings.mode
+        mode = self.mode_for(ctx.agent)
         if target is None and justification is None:
             return mode
+        if getattr(getattr(ctx.agent, "settings", None), "mode", None) == "plan":
+            raise ToolError("the session is in plan mode: only reads run until the plan is approved "
+                            "(exit_plan_mode); call again without sandbox_permissions", code="PLAN_MODE")
         if target is None or not isinstance(justification, str) or not justification.strip():
             raise ToolError(
                 "sandbox_permissions and justification go together: give both (justification must not be blank), "
@@ -180,7 +190,7 @@ class Sandbox:
         if runner is None:
             return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill, **io), None
         roots = writable_roots(mode, cwd)
-        if owner is None or mode != s.mode:
+        if owner is None or mode != self.mode_for(owner):
             argv = runner.wrap(argv, roots, cwd)
             return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill,
                                      **io), runner

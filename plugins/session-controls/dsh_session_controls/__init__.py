@@ -1,0 +1,271 @@
+"""dsh plugin ``session-controls``: what a person changes of a session from an editor, and the
+commands that need no model.
+
+Controls (``dsh_session_controls``; the ACP door shows them as config options, and the mode
+also as legacy modes):
+
+- ``model`` (category ``model``): the routes the session's provider lists (``models()``);
+  a switch to a model that cannot read images is refused while the conversation holds images.
+- ``thought_level``: the route's reasoning efforts (DeepSeek: off, low, high, max).
+- ``mode`` (category ``mode``): ``read-only``, ``workspace-write``, ``full-access`` and ``plan``
+  (``[config.session-controls] modes`` picks and orders them). The tier is sandbox-tools'
+  (``plan`` runs read-only); the model is told of a change in an appended message, so the prefix
+  and the provider's cache stay. ``full-access`` chosen here is never taken back from a log.
+
+Plan mode: only tools that read run (``read``/``search``/``fetch``/``think`` kinds, ``bash``
+and ``run_code`` confined read-only, ``todo_write``); ``exit_plan_mode {plan}`` puts the plan to
+the person (a one-shot permission request: switch to workspace-write, or keep planning).
+
+Commands (``dsh_slash_commands``): ``/status`` (route, effort, mode and sandbox, context used,
+session id: no model call) and ``/init`` (a turn that writes AGENTS.md for the workspace).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from dsh_core import FunctionTool, ToolError, hookimpl
+from dsh_core.config import PluginConfig
+from dsh_core.interception import BeforeTool
+from dsh_core.protocols import Choice, CommandResult, Control, SlashCommand
+from dsh_core.types import AssistantMessageEvent, CompactionSummary, ImageBlock
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.contracts import ToolContext
+    from dsh_core.protocols import Agent, Host
+
+PLUGIN = "session-controls"
+Mode = Literal["read-only", "workspace-write", "full-access", "plan"]
+MODES: dict[str, tuple[str, str]] = {
+    "read-only": ("Read only", "Commands and file tools read anywhere and write nowhere"),
+    "workspace-write": ("Workspace write", "Writes inside the workspace and the temporary directory"),
+    "full-access": ("Full access", "No sandbox: commands and file tools run with your rights"),
+    "plan": ("Plan", "Only reading tools run; the model proposes a plan for you to approve"),
+}
+TIER_MODE = {"read-only": "read-only", "workspace-write": "workspace-write", "danger-full-access": "full-access"}
+EFFORTS = {"off": "Off (no thinking)", "low": "Low", "high": "High", "max": "Max"}
+PLAN_KINDS = frozenset({"read", "search", "fetch", "think"})
+PLAN_TOOLS = frozenset({"bash", "run_code", "todo_write", "exit_plan_mode"})  # confined read-only, or harmless
+
+TELL = {
+    "read-only": "The person set this session's permission mode to read-only: commands and file tools may "
+                 "read anywhere and write nowhere.",
+    "workspace-write": "The person set this session's permission mode to workspace-write: commands and the "
+                       "write/edit tools may write inside the workspace and the temporary directory.",
+    "full-access": "The person set this session's permission mode to full-access: commands and file tools run "
+                   "without a sandbox, with the person's rights. Be careful with anything outside the workspace.",
+    "plan": "The person switched this session to plan mode. Only reading tools run (read, grep, glob, bash and "
+            "run_code confined read-only, todo_write): investigate, then call exit_plan_mode with the plan. "
+            "The person approves it before anything is changed.",
+}
+
+INIT = (
+    "Write AGENTS.md at the root of this workspace: the guide a coding agent reads before working here. "
+    "First look around (the README, the build and test files, the layout, how the tests run, the style the "
+    "code follows). Then write a short file (under 150 lines) with: what the project is, how to set it up, "
+    "build, run and test it (exact commands), the layout, and the conventions a change must follow. If "
+    "AGENTS.md exists, improve it rather than starting over. Do not invent commands you have not seen."
+)
+
+
+class ControlsConfig(PluginConfig):
+    """``[config.session-controls]``"""
+
+    modes: Annotated[list[Mode], Meta(min_length=1, description="the permission modes offered, in order")] = (
+        msgspec.field(default_factory=lambda: ["read-only", "workspace-write", "full-access", "plan"]))
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return PLUGIN, ControlsConfig
+
+
+# --------------------------------------------------------------------------- controls
+
+
+def default_mode(host: Host) -> str | None:
+    tier = getattr(host.confinement, "default_mode", None)
+    return TIER_MODE.get(tier) if isinstance(tier, str) else None
+
+
+def current_mode(session: Agent) -> str | None:
+    return session.settings.mode or default_mode(session.host)
+
+
+def _model(session: Agent) -> Control:
+    listed = getattr(session.provider, "models", None)
+    routes = list(listed()) if listed is not None else []
+    if all(r.model != session.route.model for r in routes):
+        routes.insert(0, session.route)
+
+    def apply(value: str) -> None:
+        route = session.provider.resolve(value)
+        if not route.image_input and any(isinstance(b, ImageBlock) for m in session.history
+                                         for b in getattr(m, "content", ())):
+            raise ValueError(f"the conversation holds images and {value} cannot read them; start a new session "
+                             "to use it")
+        session.configure(model=value)
+
+    return Control(id="model", name="Model", category="model", current=session.route.model, apply=apply,
+                   choices=tuple(Choice(value=r.model, name=r.model, description=_describe(r)) for r in routes))
+
+
+def _describe(route: Any) -> str:
+    w = route.context_window
+    window = f"{w / (1 << 20):.3g}M context" if w >= 1 << 20 else f"{w // 1000}K context"
+    return ", ".join([window, *(["reads images"] if route.image_input else []), *(["thinking"] if route.thinking else [])])
+
+
+def _effort(session: Agent) -> Control | None:
+    route = session.route
+    if not route.efforts:
+        return None
+    current = session.settings.effort or route.effort or route.efforts[-1]
+
+    def apply(value: str) -> None:
+        session.configure(effort=value)
+
+    return Control(id="thought_level", name="Thinking", category="thought_level", current=current,
+                   choices=tuple(Choice(value=e, name=EFFORTS.get(e, e)) for e in route.efforts), apply=apply,
+                   description="How much the model reasons before it answers")
+
+
+def _mode(session: Agent) -> Control | None:
+    current = current_mode(session)
+    if current is None:  # no sandbox-tools: nothing a mode would change
+        return None
+    offered: list[str] = list(session.host.config_for(ControlsConfig).modes)
+    if current not in offered:
+        offered.insert(0, current)
+
+    def apply(value: str) -> None:
+        if value not in offered:
+            raise ValueError(f"this agent offers the modes {', '.join(offered)}")
+        if value != current_mode(session):
+            session.configure(mode=value, tell_model=TELL[value])
+
+    return Control(id="mode", name="Mode", category="mode", current=current, apply=apply,
+                   choices=tuple(Choice(value=m, name=MODES[m][0], description=MODES[m][1]) for m in offered),
+                   description="What the session's tools may do")
+
+
+@hookimpl
+def dsh_session_controls(session: Agent, host: Host) -> list[Control]:
+    return [c for c in (_model(session), _effort(session), _mode(session)) if c is not None]
+
+
+# --------------------------------------------------------------------------- plan mode
+
+
+@hookimpl
+def dsh_before_tool(session: Agent, name: str, args: dict[str, Any], call_id: str, turn: int,
+                    step: int) -> BeforeTool | None:
+    if session.settings.mode != "plan" or name in PLAN_TOOLS:
+        return None
+    tool = session.tools.get(name)
+    if tool is not None and tool.spec.kind in PLAN_KINDS:
+        return None
+    return BeforeTool(decision="deny", reason=f"the session is in plan mode: {name} does not run until the person "
+                                              "approves a plan (call exit_plan_mode with it)")
+
+
+async def _exit_plan_mode(args: dict[str, Any], ctx: ToolContext) -> str:
+    plan = args.get("plan")
+    if not isinstance(plan, str) or not plan.strip():
+        raise ToolError("plan must be the plan, as Markdown text", code="INVALID_ARGUMENTS")
+    session = ctx.agent
+    if session.settings.mode != "plan":
+        raise ToolError(f"the session is not in plan mode (it is {current_mode(session)}); carry on",
+                        code="NOT_IN_PLAN_MODE")
+    outcome = await ctx.approve(
+        "switch to workspace-write and carry out this plan", kind="switch_mode", subject="approve the plan",
+        args={"plan": plan}, justification=plan.strip(), choices=("Switch to workspace-write", "Keep planning"))
+    if outcome == "allowed-once":
+        session.configure(mode="workspace-write", by="exit_plan_mode")
+        return ("The person approved the plan; the session is now in workspace-write mode (writes inside the "
+                "workspace are allowed). Carry out the plan.")
+    if outcome == "rejected":
+        return "The person chose to keep planning: the session stays in plan mode. Ask what to change, or refine the plan."
+    raise ToolError(f"the plan could not be put to the person ({outcome}); the session stays in plan mode",
+                    code="APPROVAL_UNAVAILABLE")
+
+
+def make_exit_plan_mode() -> FunctionTool:
+    return FunctionTool(
+        "exit_plan_mode",
+        "In plan mode, present your plan to the person for approval. If they approve, the session switches to "
+        "workspace-write and you carry it out; otherwise keep planning. Call it only when the plan is complete.",
+        {"type": "object",
+         "properties": {"plan": {"type": "string", "description": "The plan, in Markdown: the steps, the files "
+                                                                  "each one changes, how to check the result."}},
+         "required": ["plan"], "additionalProperties": False},
+        _exit_plan_mode, kind="switch_mode",
+    )
+
+
+@hookimpl(trylast=True)  # after the workspace tools: the tool list only grows at its end
+def dsh_register_tools(register: Any, host: Host) -> None:
+    if "plan" in host.config_for(ControlsConfig).modes:
+        register(make_exit_plan_mode())
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def context_used(session: Agent) -> int | None:
+    """Tokens in context after the session's last model call (its prompt plus its answer), or as
+    compaction counted them after it rewrote the history."""
+    return session.state(_Metered).tokens
+
+
+class _Metered:
+    def __init__(self) -> None:
+        self.tokens: int | None = None
+
+
+@hookimpl
+def dsh_session_event(session: Agent, event: Any) -> None:
+    if isinstance(event, AssistantMessageEvent) and event.usage is not None:
+        session.state(_Metered).tokens = event.usage.input_tokens + event.usage.output_tokens
+    elif isinstance(event, CompactionSummary):  # the policy's own count of what is left
+        session.state(_Metered).tokens = event.tokens_after
+
+
+async def _status(session: Agent, text: str) -> CommandResult:
+    route = session.route
+    describe = getattr(session.host.confinement, "describe", None)
+    sandbox = await describe(session) if describe is not None else "no sandbox plugin"
+    used = context_used(session)
+    window = route.context_window
+    context = (f"{used:,} of {window:,} tokens ({used / window:.0%})" if used is not None
+               else f"no model call yet (window {window:,} tokens)")
+    effort = session.settings.effort or route.effort
+    lines = [
+        f"Session: {session.session_id}",
+        f"Workspace: {session.cwd}",
+        f"Route: {route.provider}/{route.model}" + (f" (thinking: {effort})" if effort else ""),
+        f"Mode: {current_mode(session) or 'none'} — sandbox {sandbox}",
+        f"Context: {context}",
+        f"Tools: {len(session.tools)}",
+    ]
+    return CommandResult(reply="\n".join(lines))
+
+
+async def _init(session: Agent, text: str) -> CommandResult:
+    return CommandResult(prompt=INIT + (f"\n\nAlso: {text}" if text else ""))
+
+
+@hookimpl
+def dsh_slash_commands(session: Agent, host: Host) -> list[SlashCommand]:
+    return [
+        SlashCommand(name="status", description="Show the route, mode, sandbox, context used and session id",
+                     run=_status),
+        SlashCommand(name="init", description="Write AGENTS.md for this workspace (a turn of the model)",
+                     run=_init, hint="anything the guide should cover"),
+    ]
+
+
+__all__ = ["ControlsConfig", "current_mode", "make_exit_plan_mode"]

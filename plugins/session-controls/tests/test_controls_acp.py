@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 from acp import RequestError, text_block
+from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
 from dsh_testing import REPO, Recorder
 
@@ -184,3 +185,33 @@ async def test_acp_agent_offers_no_settings_and_no_commands(acp_agent, scripted)
         assert run.client.text(new.session_id) == ["the model answered: /status"]
         assert [u.session_update for u in _mine(run, new.session_id)] == ["agent_message_chunk"]
         assert await run.close_stdin() == 0
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("mode", ["plan", "read-only"])
+async def test_a_narrower_mode_confines_commands_on_every_mechanism(acp_agent, scripted, mechanism, mode):
+    """The tier of a chosen mode is the sandbox's, not a promise: a command that writes fails under
+    bubblewrap and under Landlock alone, and in plan mode even an escalation is refused unasked."""
+    require_mechanism(mechanism)
+    script = scripted({"rules": [{"when": "^touch", "steps": [
+        {"tool": "bash", "args": {"command": "touch made.txt; echo > made-too.txt; ls"}},
+        {"tool": "bash", "args": {"command": "touch escalated.txt", "sandbox_permissions": "danger-full-access",
+                                  "justification": "needs to write"}},
+        {"text": "done"}]}]})
+    client = Recorder(permission_answers=["reject-once"])
+    env = {**EXAMPLES, "DSH_SANDBOX_MECHANISM": mechanism}
+    async with acp_agent(script, example="acp-editor", env=env, client=client) as run:
+        await run.conn.initialize(protocol_version=1)
+        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        await run.conn.set_session_mode(session_id=sid, mode_id=mode)
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("touch")])
+        assert resp.stop_reason == "end_turn"
+        assert await run.close_stdin() == 0
+    assert not any((run.cwd / name).exists() for name in ("made.txt", "made-too.txt", "escalated.txt"))
+    results = [e["result"] for e in _log(acp_agent.home, sid) if e["type"] == "tool/result"]
+    assert len(results) == 2
+    if mode == "plan":
+        assert client.permission_requests == []  # refused before anyone is asked
+        assert "plan mode" in results[1]["content"][0]["text"]
+    else:
+        assert len(client.permission_requests) == 1  # read-only may ask for one wider call; the person said no

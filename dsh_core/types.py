@@ -400,6 +400,14 @@ class SettingsChanged(Event, tag="settings/changed", kw_only=True):
     cache: Literal["kept", "broken"] = "kept"
 
 
+class SessionTitled(Event, tag="session/titled", kw_only=True):
+    """The session's title, as lists show it: written by a short model call on the session's
+    route (``by: model``) or taken from the first prompt's first line (``by: prompt``)."""
+
+    title: str
+    by: Literal["model", "prompt"] = "model"
+
+
 DurableEvent = (
     UserMessageEvent
     | InboxClaimed
@@ -425,6 +433,7 @@ DurableEvent = (
     | McpConnected
     | McpFailed
     | SettingsChanged
+    | SessionTitled
     | Note
 )
 

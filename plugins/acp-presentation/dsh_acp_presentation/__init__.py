@@ -10,8 +10,8 @@ durable events through ``dsh_present_event`` (the ACP door asks; nothing here im
   hides it);
 - a successful ``todo_write`` → ``plan`` with every entry's status;
 - each model call's usage → ``usage_update`` (the context used of the route's window);
-- the end of a session's first turn → ``session_info_update`` with its title (the first
-  prompt's first line, as ``session/list`` shows it).
+- ``session/titled`` (a titler such as session-controls writes it after a new session's first
+  turn) → ``session_info_update`` with the title, as ``session/list`` shows it.
 
 Ids are the session log's: a card's ``toolCallId`` is the call's id (so a permission request
 for the call lands on its card), a thought's ``messageId`` its message's.
@@ -36,12 +36,10 @@ from dsh_core.paths import open_inside
 from dsh_core.types import (
     AssistantMessageEvent,
     ReasoningBlock,
+    SessionTitled,
     TextBlock,
     ToolCallEvent,
     ToolResultEvent,
-    TurnEnd,
-    UserMessage,
-    UserMessageEvent,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,8 +77,6 @@ class Shown:
     calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     step: tuple[int, int] = (0, 0)
     files: dict[str, str | None] = field(default_factory=dict)  # full path -> text now (None: absent)
-    first_prompt: str | None = None  # the session's title once its first turn ended
-    titled: bool = False
     cost: tuple[float, str] | None = None  # the calls priced so far in this process (amount, currency)
 
 
@@ -216,28 +212,9 @@ def dsh_config_type() -> tuple[str, type[PresentationConfig]]:
     return PLUGIN, PresentationConfig
 
 
-def title_from(message: UserMessage) -> str | None:
-    """A session's title: its first prompt's first line, as ``session/list`` shows it (100
-    characters), on one clean line."""
-    for block in message.content:
-        if isinstance(block, TextBlock) and block.text.strip():
-            return one_line(block.text.strip().splitlines()[0].strip(), TITLE_CHARS)
-    return None
-
-
-def _title(session: Agent, event: Any) -> list[Any] | None:
-    shown = session.state(Shown)
-    if isinstance(event, UserMessageEvent):
-        if shown.first_prompt is None and event.message.source == "user":
-            shown.first_prompt = title_from(event.message) or ""
-        return None
-    if shown.titled or not shown.first_prompt:
-        return None
-    shown.titled = True
-    if event.turn != 1:  # a resumed session: its title is its first prompt's, in the log (session/list)
-        return None
+def _title(event: SessionTitled) -> list[Any]:
     updated = datetime.fromtimestamp(event.time or time.time(), UTC).isoformat().replace("+00:00", "Z")
-    return [wire.SessionInfoUpdate(title=shown.first_prompt, updated_at=updated)]
+    return [wire.SessionInfoUpdate(title=one_line(event.title, TITLE_CHARS), updated_at=updated)]
 
 
 def _cost(session: Agent, event: AssistantMessageEvent) -> tuple[float, str] | None:
@@ -257,8 +234,8 @@ def _cost(session: Agent, event: AssistantMessageEvent) -> tuple[float, str] | N
 @hookimpl
 def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
     cfg = session.host.config_for(PresentationConfig)
-    if isinstance(event, (UserMessageEvent, TurnEnd)):
-        return _title(session, event)
+    if isinstance(event, SessionTitled):
+        return _title(event)
     if isinstance(event, AssistantMessageEvent):
         updates: list[Any] = []
         if cfg.thoughts:

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import anyio
 import msgspec
@@ -370,9 +371,35 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float
 
 
-def _title_of(f: object) -> str | None:
+TITLED = b'"type":"session/titled"'
+TITLED_WITHIN = 1 << 20  # bytes of a log searched for a written title, from the first prompt on
+
+
+def _title_of(f: BinaryIO) -> str | None:
+    """The session's title: the last ``session/titled`` written within ``TITLED_WITHIN`` bytes
+    after the first prompt (a titler writes it at the end of the first turn), else the first
+    prompt's first line (bounded). Searching a bounded window keeps ``session/list`` at ~0.1 ms
+    a log however long its sessions grew (bytes.find over 1 MiB, measured on the 2-core box)."""
+    first = _first_prompt_line(f)
+    window = f.read(TITLED_WITHIN)
+    at = window.rfind(TITLED)
+    if at < 0:
+        return first
+    start = window.rfind(b"\n", 0, at) + 1
+    end = window.find(b"\n", at)
+    if end < 0:
+        return first
+    try:
+        record = log_decoder.decode(window[start:end + 1])
+    except (msgspec.DecodeError, RecursionError):
+        return first
+    title = getattr(record, "title", None)
+    return title if isinstance(title, str) and title.strip() else first
+
+
+def _first_prompt_line(f: BinaryIO) -> str | None:
     """The first user prompt's first line (bounded), read line by line from an open log."""
-    for line in f:  # type: ignore[attr-defined]
+    for line in f:
         if b'"user/message"' not in line or not line.endswith(b"\n"):
             continue
         try:

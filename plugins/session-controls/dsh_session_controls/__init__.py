@@ -22,20 +22,38 @@ session id: no model call) and ``/init`` (a turn that writes AGENTS.md for the w
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import anyio
 import msgspec
 from msgspec import Meta
 
-from dsh_core import FunctionTool, ToolError, hookimpl
+from dsh_core import FunctionTool, ModelError, ToolError, hookimpl
 from dsh_core.config import PluginConfig
+from dsh_core.contracts import new_id
 from dsh_core.interception import BeforeTool
 from dsh_core.protocols import Choice, CommandResult, Control, SlashCommand
-from dsh_core.types import AssistantMessageEvent, CompactionSummary, ImageBlock
+from dsh_core.types import (
+    AssistantMessageEvent,
+    CompactionSummary,
+    ImageBlock,
+    ModelRequest,
+    SessionTitled,
+    TextBlock,
+    TextDelta,
+    TurnEnd,
+    UserMessage,
+    UserMessageEvent,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
     from dsh_core.protocols import Agent, Host
+
+log = logging.getLogger("dsh.session-controls")
 
 PLUGIN = "session-controls"
 Mode = Literal["read-only", "workspace-write", "full-access", "plan"]
@@ -74,6 +92,8 @@ INIT = (
 class ControlsConfig(PluginConfig):
     """``[config.session-controls]``"""
 
+    titles: Annotated[Literal["model", "prompt"], Meta(
+        description="a new session's title: a short model call on its route, or its first prompt's first line")] = "model"
     modes: Annotated[list[Mode], Meta(min_length=1, description="the permission modes offered, in order")] = (
         msgspec.field(default_factory=lambda: ["read-only", "workspace-write", "full-access", "plan"]))
 
@@ -212,6 +232,87 @@ def dsh_register_tools(register: Any, host: Host) -> None:
         register(make_exit_plan_mode())
 
 
+# --------------------------------------------------------------------------- titles
+
+TITLE_CHARS = 100  # as session/list shows a title
+TITLE_ASK_CHARS = 4000  # of the first prompt, sent to the title call
+TITLE_SYSTEM = ("You name conversations. Reply with a title of at most eight words for the request you are "
+                "given: plain words, no quotes, no punctuation at the end, no markdown. Nothing else.")
+UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean_title(text: str) -> str:
+    """One short line a list can show: the first non-empty line, control and bidirectional
+    characters dropped, quotes and markdown marks trimmed, at most ``TITLE_CHARS`` characters."""
+    line = next((ln for ln in text.strip().splitlines() if ln.strip()), "")
+    line = " ".join(UNSAFE.sub(" ", line).split()).strip("\"'`*#_ ").rstrip(".")
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
+
+
+class _Titler:
+    """A new session's title (its state slot): the first prompt, and the title call's task."""
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+        self.scope: anyio.CancelScope | None = None
+        self.done = anyio.Event()
+
+    async def aclose(self) -> None:  # the session is disposed: its title call ends with it
+        if self.scope is not None:
+            self.scope.cancel()
+            await self.done.wait()
+
+
+def _title_event(session: Agent, event: Any) -> None:
+    titler = session.state(_Titler)
+    if isinstance(event, UserMessageEvent):
+        if titler.first is None and event.message.source == "user":
+            titler.first = "\n".join(b.text for b in event.message.content if isinstance(b, TextBlock))
+        return
+    if event.turn != 1 or titler.first is None or titler.scope is not None:
+        return  # a resumed session keeps the title its log has
+    titler.scope = anyio.CancelScope()
+    session.host.task_group.start_soon(_write_title, session, titler, name=f"title {session.session_id[:8]}")
+
+
+async def _write_title(session: Agent, titler: _Titler) -> None:
+    first = titler.first or ""
+    fallback = clean_title(first)
+    try:
+        title, by = fallback, "prompt"
+        assert titler.scope is not None
+        with titler.scope:
+            if session.host.config_for(ControlsConfig).titles == "model" and first.strip():
+                asked = await _ask_title(session, first)
+                if asked:
+                    title, by = asked, "model"
+        if title and not session.disposed and not titler.scope.cancelled_caught:
+            session.emit(SessionTitled(title=title, by=by))  # type: ignore[arg-type]
+    finally:
+        titler.done.set()
+
+
+async def _ask_title(session: Agent, first: str) -> str:
+    """A short call on the session's route: no tools, thinking off where the route allows it, 40
+    tokens. Any failure leaves the first line as the title (logged on stderr, never raised)."""
+    route = session.route
+    request = ModelRequest(
+        route=route, system=TITLE_SYSTEM, tools=[], session_id=f"{session.session_id}:title", cwd=session.cwd,
+        messages=[UserMessage(id=new_id("msg_"), content=[TextBlock(text=first[:TITLE_ASK_CHARS])])],
+        max_output=40, effort="off" if "off" in route.efforts else None)
+    pieces: list[str] = []
+    try:
+        with anyio.fail_after(30):
+            async with contextlib.aclosing(session.provider.stream(request)) as deltas:
+                async for delta in deltas:
+                    if isinstance(delta, TextDelta):
+                        pieces.append(delta.text)
+    except (ModelError, TimeoutError) as exc:
+        log.warning(f"session {session.session_id}: the title call failed ({exc}); the first prompt names it")
+        return ""
+    return clean_title("".join(pieces))
+
+
 # --------------------------------------------------------------------------- commands
 
 
@@ -228,7 +329,9 @@ class _Metered:
 
 @hookimpl
 def dsh_session_event(session: Agent, event: Any) -> None:
-    if isinstance(event, AssistantMessageEvent) and event.usage is not None:
+    if isinstance(event, (UserMessageEvent, TurnEnd)):
+        _title_event(session, event)
+    elif isinstance(event, AssistantMessageEvent) and event.usage is not None:
         session.state(_Metered).tokens = event.usage.input_tokens + event.usage.output_tokens
     elif isinstance(event, CompactionSummary):  # the policy's own count of what is left
         session.state(_Metered).tokens = event.tokens_after

@@ -6,6 +6,9 @@ session takes back, and the slash commands. acp-agent offers none of it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -215,3 +218,24 @@ async def test_a_narrower_mode_confines_commands_on_every_mechanism(acp_agent, s
         assert "plan mode" in results[1]["content"][0]["text"]
     else:
         assert len(client.permission_requests) == 1  # read-only may ask for one wider call; the person said no
+
+
+async def test_a_new_session_is_titled_by_a_short_model_call_everywhere_it_is_listed(acp_agent, scripted):
+    script = scripted({"rules": [{"when": "^fix the login", "steps": [{"text": "\"Login bug fix.\"\nsecond line"}]}]})
+    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+        await run.conn.initialize(protocol_version=1)
+        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        await run.conn.prompt(session_id=sid, prompt=[text_block("fix the login bug please\nit fails on empty passwords")])
+        await _until(lambda: any(u.session_update == "session_info_update" for u in _mine(run, sid)))
+        (info,) = [u for u in _mine(run, sid) if u.session_update == "session_info_update"]
+        assert info.title == "Login bug fix"  # one clean line: quotes, the full stop and the rest dropped
+        await run.conn.prompt(session_id=sid, prompt=[text_block("fix the login again")])
+        listed = await run.conn.list_sessions(cwd=str(run.cwd))
+        assert [(s.session_id, s.title) for s in listed.sessions] == [(sid, "Login bug fix")]
+        assert len([u for u in _mine(run, sid) if u.session_update == "session_info_update"]) == 1  # the first turn only
+        assert await run.close_stdin() == 0
+    (titled,) = [e for e in _log(acp_agent.home, sid) if e["type"] == "session/titled"]
+    assert titled["title"] == "Login bug fix" and titled.get("by", "model") == "model"
+    shown = subprocess.run([sys.executable, "-m", "dsh_core.cli", "sessions", "list"], capture_output=True, text=True,
+                           env={**os.environ, "DSH_HOME": str(acp_agent.home)}, check=True).stdout
+    assert f"{sid}\t" in shown and shown.rstrip().endswith("\tLogin bug fix")

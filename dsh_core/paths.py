@@ -21,6 +21,20 @@ def data_home() -> Path:
     return base.expanduser().absolute()
 
 
+def config_home() -> Path:
+    """``$DSH_CONFIG_HOME`` when set (tests, overrides), else platformdirs' per-user config dir."""
+    env = os.environ.get("DSH_CONFIG_HOME")
+    base = Path(env) if env else Path(platformdirs.user_config_dir("dsh"))
+    return base.expanduser().absolute()
+
+
+def credentials_home() -> Path:
+    """Where a provider's login keeps a credential when no OS keyring is available (files only
+    the user can read). Sandboxed commands must not read it: sandbox-tools hides it where the
+    mechanism can (bubblewrap)."""
+    return config_home() / "credentials"
+
+
 def open_inside(root: str | os.PathLike[str], path: str | os.PathLike[str], flags: int = os.O_RDONLY,
                 mode: int = 0o600) -> int:
     """Open ``path`` (relative to ``root``, or absolute) as a regular file that lies inside

@@ -72,8 +72,11 @@ class ModelProvider(Protocol):
     Optional: ``forget(session_id)``, called by ``Agent.dispose``, lets a provider that keeps
     per-session state drop it (a long-lived process closes sessions by the thousand); and
     ``models()``, the routes a session may switch to (a model picker offers them, and a resumed
-    session takes back only a model listed there); and ``cost(model, usage, at)``, what one call
-    of ``model`` reporting ``usage`` cost at epoch time ``at`` (a ``Cost``, or None: unpriced).
+    session takes back only a model listed there); ``cost(model, usage, at)``, what one call
+    of ``model`` reporting ``usage`` cost at epoch time ``at`` (a ``Cost``, or None: unpriced);
+    and the login a front door may offer: ``credential_problem()`` (None when the provider has
+    its credential, else what a person should do), ``auth_methods()`` (``AuthMethod``s) and
+    ``login()`` (interactive, on the terminal ``dsh run --login`` runs in; returns an exit code).
     """
 
     name: str
@@ -504,6 +507,18 @@ class ClientMcp:
 
     def accepts(self, transport: str) -> bool:
         return transport == "stdio" or (transport == "http" and self.http) or (transport == "sse" and self.sse)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuthMethod:
+    """How a person gives a provider its credential (``ModelProvider.auth_methods``): ``args``
+    appended to the agent's own command line start an interactive login in a terminal (ACP
+    terminal auth; ``dsh run … --login``)."""
+
+    id: str
+    name: str
+    description: str = ""
+    args: tuple[str, ...] = ("--login",)
 
 
 @dataclass(frozen=True, kw_only=True)

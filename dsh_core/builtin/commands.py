@@ -35,6 +35,8 @@ def _setup_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--example", "-e", default="acp-agent", help="example to serve (default: acp-agent)")
     p.add_argument("--provider", help="model provider of the exact route (env DSH_PROVIDER)")
     p.add_argument("--model", help="model id of the exact route (env DSH_MODEL); for scripted: a script path")
+    p.add_argument("--login", action="store_true",
+                   help="log in to the route's provider in this terminal, then exit (an editor's terminal login runs this)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -45,6 +47,8 @@ def _run(args: argparse.Namespace) -> int:
     from ..host import open_host
     from ..stdio import claim_stdio
 
+    if args.login:
+        return _login(args)
     claim_stdio()  # before any plugin is imported: nothing may reach the protocol fd but frames
     composition = load_composition(args.example)
 
@@ -63,6 +67,30 @@ def _run(args: argparse.Namespace) -> int:
 
     anyio.run(serve)
     return 0
+
+
+def _login(args: argparse.Namespace) -> int:
+    """``dsh run --login``: the route provider's interactive login, on this terminal."""
+    import anyio
+
+    from ..compose import load_composition
+    from ..host import open_host
+
+    composition = load_composition(args.example)
+
+    async def login() -> int:
+        async with open_host(composition, provider=args.provider, model=args.model, pm=plugin_manager()) as host:
+            name, _ = host.check_route()
+            provider = host.provider(name)
+            run = getattr(provider, "login", None)
+            if run is None:
+                print(f"dsh: the {name} provider has no login (it needs no credential, or takes it from the "
+                      "environment)", file=sys.stderr)
+                return 2
+            code: int = await anyio.to_thread.run_sync(run)
+            return code
+
+    return anyio.run(login)
 
 
 def _setup_plugins(p: argparse.ArgumentParser) -> None:

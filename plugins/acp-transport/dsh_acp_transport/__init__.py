@@ -15,6 +15,10 @@ Config (``[config.acp-transport]`` in an example's manifest):
 - ``max-tokens`` (``end_turn`` or ``max_tokens``, default ``end_turn``): the stop reason of a turn
   the model's output limit cut (``end_turn`` keeps ACP-7's automation contract, with
   ``_meta.dsh.turnEnd = "max-tokens"``; an editor shows ``max_tokens``).
+- ``login`` (bool, default false): offer the route provider's login (``authMethods``: a terminal
+  login when the client can run one, else one ``authenticate`` re-checks) and answer session/new,
+  load and resume with ACP's auth-required error (-32000) while it has no credential, so an
+  editor shows its login button. Off: ``authMethods`` is empty and a missing key fails the prompt.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class TransportConfig(PluginConfig):
     commands: Annotated[bool, Meta(description="offer the plugins' slash commands and run /name prompts")] = False
     max_tokens: Annotated[Literal["end_turn", "max_tokens"], Meta(
         description="the stop reason of a turn cut by the model's output limit")] = "end_turn"
+    login: Annotated[bool, Meta(description="offer the provider's login; auth-required while it has no credential")] = False
 
 
 @hookimpl
@@ -63,7 +68,7 @@ def make_bridge(host: Host, reader: FdReader, writer: FdWriter) -> Bridge:
     settings = host.config_for(TransportConfig)
     peer = Peer(reader, writer, max_frame=settings.max_frame_bytes, name="acp")
     return Bridge(host, peer, permission_timeout=settings.permission_timeout, usage_updates=settings.usage_updates,
-                  offer_commands=settings.commands, max_tokens_stop=settings.max_tokens)
+                  offer_commands=settings.commands, max_tokens_stop=settings.max_tokens, login=settings.login)
 
 
 async def serve_bridge(bridge: Bridge) -> None:

@@ -16,6 +16,7 @@ import anyio
 import msgspec
 from dsh_acp import wire
 from dsh_acp.rpc import (
+    AUTH_REQUIRED,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     RpcFailure,
@@ -101,8 +102,9 @@ class Admission(Controls):
     # ------------------------------------------------------------------ initialize, capabilities (ACP-2)
 
     async def initialize(self, rid: Any, params: msgspec.Raw | None) -> Any:
-        decode_params(params, wire.InitializeParams)
+        p = decode_params(params, wire.InitializeParams)
         self.initialized = True
+        self.client_capabilities = p.client_capabilities if isinstance(p.client_capabilities, dict) else {}
         mcp = self.host.pm.hook.dsh_client_mcp(host=self.host)
         return wire.InitializeResult(
             protocol_version=wire.PROTOCOL_VERSION,
@@ -116,10 +118,50 @@ class Admission(Controls):
                 mcp_capabilities=wire.McpCapabilities(http=mcp.http, sse=mcp.sse) if mcp is not None else UNSET,
             ),
             agent_info=agent_info(),
-            auth_methods=[],
+            auth_methods=self._auth_methods() if self.login else [],
         )
 
+    # ------------------------------------------------------------------ login (the editor's; off in acp-agent)
+
+    def _route_provider(self) -> Any:
+        try:
+            return self.host.provider(self.host.check_route()[0])
+        except Exception:
+            return None
+
+    def _auth_methods(self) -> list[wire.AuthMethodOut]:
+        methods = getattr(self._route_provider(), "auth_methods", None)
+        if methods is None:
+            return []
+        auth = self.client_capabilities.get("auth")
+        terminal = isinstance(auth, dict) and auth.get("terminal") is True  # only then may we offer one (ACP)
+        out = []
+        for m in methods():
+            method = wire.AuthMethodOut(id=m.id, name=m.name)
+            if m.description:
+                method.description = m.description
+            if terminal:
+                method.type, method.args = "terminal", list(m.args)
+            out.append(method)
+        return out
+
+    def _require_credential(self) -> None:
+        """ACP's auth-required (-32000) while the route's provider has no credential: the client
+        shows its login, instead of a session whose every prompt fails."""
+        if not self.login:
+            return
+        check = getattr(self._route_provider(), "credential_problem", None)
+        problem = check() if check is not None else None
+        if problem is not None:
+            raise RpcFailure(AUTH_REQUIRED, "Authentication required", details=problem)
+
     async def authenticate(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        if self.login:
+            p = decode_params(params, wire.AuthenticateParams)
+            known = [m.id for m in self._auth_methods()]
+            if p.method_id not in known:
+                raise invalid_params(f"unknown auth method {shown(p.method_id)} (offered: {', '.join(known) or 'none'})")
+            self._require_credential()
         return {}
 
     # ------------------------------------------------------------------ session/new (ACP-3)
@@ -135,6 +177,7 @@ class Admission(Controls):
             raise invalid_params("additionalDirectories is not supported")
         if not osp.isdir(p.cwd):
             raise invalid_params(f"cwd is not a directory: {p.cwd}")
+        self._require_credential()
         try:
             provider, model = self.host.check_route()
             agent = self.host.create_agent(
@@ -257,6 +300,7 @@ class Admission(Controls):
             raise internal_error(CLOSING + "the session was not resumed")
         servers = _check_resume_params(p, self.host.pm.hook.dsh_client_mcp(host=self.host))
         self._recorded(store, p.session_id)
+        self._require_credential()
         if self._open_here(p.session_id):
             raise invalid_params(f"session {p.session_id} is already open in this agent process")
         try:

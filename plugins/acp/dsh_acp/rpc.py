@@ -48,6 +48,7 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 REQUEST_CANCELLED = -32800
+AUTH_REQUIRED = -32000  # ACP: the agent needs a credential first (authMethods)
 
 
 class RpcFailure(Exception):

@@ -88,6 +88,10 @@ class InitializeParams(_In):
     client_info: dict[str, Any] | None = None
 
 
+class AuthenticateParams(_In):
+    method_id: str
+
+
 class PromptCapabilities(msgspec.Struct, rename="camel", kw_only=True):
     """Sent in full: every capability is stated, true or false."""
 
@@ -163,6 +167,17 @@ class NewSessionParams(_In):
     cwd: str
     mcp_servers: list[Any] | None = None
     additional_directories: list[Any] | None = None
+
+
+class AuthMethodOut(_Out):
+    """An ``authMethods`` entry: ``type`` ``terminal`` (the client runs the agent's command with
+    ``args`` in a terminal) or unset (``agent``: the client calls ``authenticate``)."""
+
+    id: str
+    name: str
+    description: str | UnsetType = UNSET
+    type: str | UnsetType = UNSET
+    args: list[str] | UnsetType = UNSET
 
 
 class ConfigChoice(_Out):

@@ -63,6 +63,36 @@ def dsh_lifespan(host: Host) -> Any:
     return pooled_client()
 
 
+def _setup_auth(p: Any) -> None:
+    sub = p.add_subparsers(dest="auth_command", metavar="ACTION", required=True)
+    login = sub.add_parser("login", help="store your DeepSeek API key (read without echo) in the OS keyring",
+                           description="Read the key without echo, check it against DeepSeek (GET /models), store it "
+                                       "in the OS keyring, or else in a 0600 file in your config directory.")
+    login.add_argument("--stdin", action="store_true", help="read the key from standard input (scripts)")
+    login.add_argument("--no-check", action="store_true", help="store the key without asking DeepSeek first")
+    sub.add_parser("logout", help="remove the stored key")
+    sub.add_parser("status", help="say where a key is found (never the key)")
+
+
+def _auth(args: Any) -> int:
+    from . import _login
+
+    if args.auth_command == "login":
+        return _login.login(stdin=args.stdin, check=not args.no_check)
+    if args.auth_command == "logout":
+        return _login.logout()
+    return _login.status()
+
+
+@hookimpl
+def dsh_register_commands(commands: Any) -> None:
+    commands.add("auth", help="log in to DeepSeek: store, remove or locate your API key (login, logout, status)",
+                 description="Keep your DeepSeek API key in the OS keyring (or a file only you can read), so "
+                             "editors and dsh run find it without DEEPSEEK_API_KEY. The key never goes to a log, "
+                             "a frame or a process environment.",
+                 setup=_setup_auth, run=_auth)
+
+
 @hookimpl
 def dsh_register_doctor_checks(register: Callable[[Any], None], host: Host) -> None:
     from ._doctor import key_check

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dsh_core import ModelError, RouteError
+from dsh_core.protocols import AuthMethod
 from dsh_core.types import (
     Cost,
     Finish,
@@ -146,6 +148,7 @@ class DeepSeekProvider:
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._warned: set[str] = set()
+        self._stored_key: str | None = None  # what `dsh auth login` stored ("": nothing), read on first need
 
     # ------------------------------------------------------------------ catalogue
 
@@ -224,6 +227,37 @@ class DeepSeekProvider:
 
     # ------------------------------------------------------------------ streaming
 
+    def _stored(self) -> str | None:
+        """The key ``dsh auth login`` stored, read once per process (a keyring call may cost
+        milliseconds; requests are many); a 401 forgets it, so a new login is read again."""
+        if self._stored_key is None:
+            from ._login import stored_key
+
+            self._stored_key = stored_key()[0] or ""
+        return self._stored_key or None
+
+    def credential_problem(self) -> str | None:
+        """None when a key is at hand (environment, ``dsh auth login``, a ``.env``), else what to do."""
+        self._stored_key = None  # asked before a session opens: read the store again
+        if os.environ.get(KEY_ENV, "").strip() or self._stored() or find_api_key(dotenv=self.settings.dotenv):
+            return None
+        return (f"no DeepSeek API key: log in with `dsh auth login` in a terminal (the key goes to the OS keyring), "
+                f"or set {KEY_ENV}")
+
+    def auth_methods(self) -> list[AuthMethod]:
+        return [AuthMethod(
+            id="deepseek-api-key", name="DeepSeek API key",
+            description="Paste your DeepSeek API key (from platform.deepseek.com) in a terminal: `dsh auth login`. "
+                        "It is kept in the OS keyring, or else in a file only you can read.",
+            args=("--login",))]
+
+    def login(self) -> int:
+        """``dsh run --login``: the terminal login an editor runs (ACP terminal auth)."""
+        from ._login import login
+
+        self._stored_key = None
+        return login(base_url=self.settings.base_url)
+
     def _missing_key(self) -> ModelError:
         if not self.settings.dotenv:  # .env files are not read: do not send the user to write one
             return ModelError(f"deepseek: no API key: set {KEY_ENV} in the environment "
@@ -248,7 +282,7 @@ class DeepSeekProvider:
         return await store.read_image(block)
 
     def _api_key(self) -> str:
-        key = find_api_key(dotenv=self.settings.dotenv)
+        key = os.environ.get(KEY_ENV, "").strip() or self._stored() or find_api_key(dotenv=self.settings.dotenv)
         if not key:
             raise self._missing_key()
         if not _HEADER_SAFE.fullmatch(key):  # httpx would fail it deep in the send, as a crash or a retried transport error

@@ -28,8 +28,17 @@ def _options(options: list) -> dict[str, tuple[str, list[str]]]:
 
 
 def _env(fake: FakeDeepSeek, home: Path) -> dict[str, str]:
+    """acp-editor as shipped, but titled from the first prompt: the fake answers requests in
+    order, and a title call running beside the turn would take an answer meant for the turn
+    (test_deepseek_login.py's titled test is the one with a title call)."""
+    examples = home.parent / "examples"
+    (examples / "acp-editor").mkdir(parents=True, exist_ok=True)
+    (examples / "acp-editor" / "example.toml").write_text(
+        (REPO / "examples" / "acp-editor" / "example.toml").read_text() + '\n[config.session-controls]\ntitles = "prompt"\n')
+    (examples / "acp-agent").mkdir(exist_ok=True)
+    (examples / "acp-agent" / "example.toml").write_text((REPO / "examples" / "acp-agent" / "example.toml").read_text())
     return {"DSH_HOME": str(home), "DEEPSEEK_BASE_URL": fake.base_url, "DEEPSEEK_API_KEY": fake.api_key,
-            "DSH_EXAMPLES_PATH": str(REPO / "examples")}
+            "DSH_EXAMPLES_PATH": str(examples)}
 
 
 async def test_the_model_and_thinking_pickers_drive_the_requests_and_survive_a_resume(fake: FakeDeepSeek,
@@ -107,3 +116,22 @@ async def test_a_turn_cut_by_the_output_limit_answers_max_tokens_in_the_editor_o
             assert resp.stop_reason == expected, example
             assert run.client.text(sid) == ["a long answer that was cut"]
             assert await run.close_stdin() == 0
+
+
+async def test_the_title_is_a_short_call_on_the_sessions_route(fake: FakeDeepSeek, tmp_path: Path):
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    fake.push(Turn(content="Login bug fix"), Turn(content="Login bug fix"))  # the turn and the title, in either order
+    env = {"DSH_HOME": str(home), "DEEPSEEK_BASE_URL": fake.base_url, "DEEPSEEK_API_KEY": fake.api_key,
+           "DSH_EXAMPLES_PATH": str(REPO / "examples")}
+    async with spawn_acp(None, cwd=work, env=env, example="acp-editor") as run:
+        sid = await run.start()
+        await run.conn.prompt(session_id=sid, prompt=[acp.text_block("the login fails on empty passwords")])
+        assert await run.close_stdin() == 0
+    (titled,) = [e for e in _log(home, sid) if e["type"] == "session/titled"]
+    assert titled["title"] == "Login bug fix" and titled.get("by", "model") == "model"
+    (title_call,) = [r.body for r in fake.chat_requests if not r.body.get("tools")]
+    assert title_call["thinking"] == {"type": "disabled"} and title_call["max_tokens"] == 40
+    assert title_call["messages"][-1]["content"] == "the login fails on empty passwords"
+    kinds = [e["type"] for e in _log(home, sid)]
+    assert kinds.index("session/titled") < kinds.index("turn/end")  # written before the first turn ends

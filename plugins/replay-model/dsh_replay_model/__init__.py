@@ -69,6 +69,7 @@ PROVIDER = "replay"
 OVERRIDE_FILE = "replay.override.json"
 _HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
 _NUMBERED = re.compile(r"\{\{id:\d+\}\}")  # a committed scenario's numbered id placeholder
+_TITLE = ":title"  # session-controls' title call (its session id's suffix)
 _COMPACTION = ":compaction"
 
 
@@ -449,6 +450,8 @@ class ReplayProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelDelta, None]:
         sid = request.session_id
+        if sid.endswith(_TITLE):  # a session-title call is not part of a recording: its caller falls back
+            raise ModelError("replay: title calls are not recorded", code="REPLAY_UNRECORDED")
         compaction = sid.endswith(_COMPACTION)
         base = sid.removesuffix(_COMPACTION) if compaction else sid
         if compaction and base not in self._bound:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import anyio
 
+from dsh_core.paths import credentials_home
+
 from . import _landlock_exec
 
 PARTIAL_NOTICE = _landlock_exec.PARTIAL_NOTICE
@@ -47,6 +49,9 @@ def bwrap_argv(argv: list[str], roots: list[str], cwd: str) -> list[str]:
     # Parents before children, so a nested root is bound on top of its parent's bind.
     for r in sorted(roots, key=lambda p: (p.count("/"), p)):
         out += ["--bind", r, r]
+    secrets = str(credentials_home())
+    if os.path.isdir(secrets):  # a login's stored key: an empty directory in its place, over any bind
+        out += ["--tmpfs", secrets]  # (Landlock alone cannot do this: it only grants, and reads are granted)
     out += ["--chdir", cwd, "--", *argv]
     return out
 

@@ -31,7 +31,7 @@ import anyio
 import msgspec
 from msgspec import Meta
 
-from dsh_core import FunctionTool, ModelError, ToolError, hookimpl
+from dsh_core import FunctionTool, ToolError, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.contracts import new_id
 from dsh_core.interception import BeforeTool
@@ -44,7 +44,6 @@ from dsh_core.types import (
     SessionTitled,
     TextBlock,
     TextDelta,
-    TurnEnd,
     UserMessage,
     UserMessageEvent,
 )
@@ -236,6 +235,7 @@ def dsh_register_tools(register: Any, host: Host) -> None:
 
 TITLE_CHARS = 100  # as session/list shows a title
 TITLE_ASK_CHARS = 4000  # of the first prompt, sent to the title call
+TITLE_WAIT = 10.0  # seconds the first completed turn waits for a title call still running (then the first line)
 TITLE_SYSTEM = ("You name conversations. Reply with a title of at most eight words for the request you are "
                 "given: plain words, no quotes, no punctuation at the end, no markdown. Nothing else.")
 UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
@@ -250,12 +250,17 @@ def clean_title(text: str) -> str:
 
 
 class _Titler:
-    """A new session's title (its state slot): the first prompt, and the title call's task."""
+    """A new session's title (its state slot): the first prompt, and the title call's task. The
+    call starts with the first turn and runs beside it; the first turn that completes waits for it
+    (``dsh_before_stop``) and records the title, so the title is in the log, and on the wire, in
+    the same place every run: before that turn's end."""
 
     def __init__(self) -> None:
         self.first: str | None = None
         self.scope: anyio.CancelScope | None = None
+        self.title: tuple[str, str] | None = None  # (title, by) once the call ended
         self.done = anyio.Event()
+        self.written = False
 
     async def aclose(self) -> None:  # the session is disposed: its title call ends with it
         if self.scope is not None:
@@ -264,32 +269,54 @@ class _Titler:
 
 
 def _title_event(session: Agent, event: Any) -> None:
-    titler = session.state(_Titler)
-    if isinstance(event, UserMessageEvent):
-        if titler.first is None and event.message.source == "user":
-            titler.first = "\n".join(b.text for b in event.message.content if isinstance(b, TextBlock))
+    if not isinstance(event, UserMessageEvent) or event.message.source != "user":
         return
-    if event.turn != 1 or titler.first is None or titler.scope is not None:
-        return  # a resumed session keeps the title its log has
+    titler = session.state(_Titler)
+    if titler.first is not None or len(session.history) > 0:
+        return  # titled already, or a resumed session (its log has its title)
+    titler.first = "\n".join(b.text for b in event.message.content if isinstance(b, TextBlock))
     titler.scope = anyio.CancelScope()
-    session.host.task_group.start_soon(_write_title, session, titler, name=f"title {session.session_id[:8]}")
+    session.host.task_group.start_soon(_call_title, session, titler, name=f"title {session.session_id[:8]}")
 
 
-async def _write_title(session: Agent, titler: _Titler) -> None:
+async def _call_title(session: Agent, titler: _Titler) -> None:
     first = titler.first or ""
-    fallback = clean_title(first)
     try:
-        title, by = fallback, "prompt"
         assert titler.scope is not None
         with titler.scope:
+            asked = ""
             if session.host.config_for(ControlsConfig).titles == "model" and first.strip():
                 asked = await _ask_title(session, first)
-                if asked:
-                    title, by = asked, "model"
-        if title and not session.disposed and not titler.scope.cancelled_caught:
-            session.emit(SessionTitled(title=title, by=by))  # type: ignore[arg-type]
+            titler.title = (asked, "model") if asked else (clean_title(first), "prompt")
     finally:
         titler.done.set()
+
+
+class _WriteTitle:
+    """``dsh_before_stop``'s answer on the first completed turn: wait for the title call (it has
+    had the whole turn), record the title, let the turn end."""
+
+    def __init__(self, session: Agent, titler: _Titler) -> None:
+        self.session, self.titler = session, titler
+
+    async def decide(self) -> None:
+        titler = self.titler
+        with anyio.move_on_after(TITLE_WAIT):
+            await titler.done.wait()
+        if titler.written:
+            return
+        titler.written = True
+        title, by = titler.title or (clean_title(titler.first or ""), "prompt")
+        if title:
+            self.session.emit(SessionTitled(title=title, by=by))  # type: ignore[arg-type]
+
+
+@hookimpl
+def dsh_before_stop(session: Agent, turn: int, step: int, continued: int) -> _WriteTitle | None:
+    titler = session.state(_Titler)
+    if titler.scope is None or titler.written:
+        return None
+    return _WriteTitle(session, titler)
 
 
 async def _ask_title(session: Agent, first: str) -> str:
@@ -302,13 +329,13 @@ async def _ask_title(session: Agent, first: str) -> str:
         max_output=40, effort="off" if "off" in route.efforts else None)
     pieces: list[str] = []
     try:
-        with anyio.fail_after(30):
+        with anyio.fail_after(60):
             async with contextlib.aclosing(session.provider.stream(request)) as deltas:
                 async for delta in deltas:
                     if isinstance(delta, TextDelta):
                         pieces.append(delta.text)
-    except (ModelError, TimeoutError) as exc:
-        log.warning(f"session {session.session_id}: the title call failed ({exc}); the first prompt names it")
+    except Exception as exc:  # a provider's failure or bug costs the title, never the session
+        log.warning(f"session {session.session_id}: the title call failed ({exc!r}); the first prompt names it")
         return ""
     return clean_title("".join(pieces))
 
@@ -329,7 +356,7 @@ class _Metered:
 
 @hookimpl
 def dsh_session_event(session: Agent, event: Any) -> None:
-    if isinstance(event, (UserMessageEvent, TurnEnd)):
+    if isinstance(event, UserMessageEvent):
         _title_event(session, event)
     elif isinstance(event, AssistantMessageEvent) and event.usage is not None:
         session.state(_Metered).tokens = event.usage.input_tokens + event.usage.output_tokens

@@ -97,6 +97,9 @@ def dsh_home(request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: p
         roots.append(base)
     home = tmp_path / "dsh-home"
     monkeypatch.setenv("DSH_HOME", str(home))
+    # and its own config dir: a key the developer stored with `dsh auth login` never reaches a test
+    monkeypatch.setenv("DSH_CONFIG_HOME", str(tmp_path / "dsh-config"))
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")  # nor the OS keyring's
     return home
 
 

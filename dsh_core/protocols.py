@@ -509,6 +509,21 @@ class ClientMcp:
         return transport == "stdio" or (transport == "http" and self.http) or (transport == "sse" and self.sse)
 
 
+@runtime_checkable
+class EditorBuffers(Protocol):
+    """The files a person has open in their editor (ACP ``fs/read_text_file`` and
+    ``fs/write_text_file``), when the front door has them (``AgentSpec.buffers``). Only for files
+    inside the session's workspace; the sandbox decides first and the editor never widens it.
+
+    ``read`` gives the editor's text of ``path`` (unsaved edits included), or None: then read the
+    disk. ``wrote`` tells the editor a tool wrote ``text`` to ``path`` (after the write succeeded on
+    disk), so it shows the change (Zed's review list). Neither raises."""
+
+    async def read(self, path: str) -> str | None: ...
+
+    async def wrote(self, path: str, text: str) -> None: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class AuthMethod:
     """How a person gives a provider its credential (``ModelProvider.auth_methods``): ``args``
@@ -607,6 +622,7 @@ class AgentSpec:
     origin: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     mcp_servers: tuple[McpServer, ...] = ()  # what the client handed the session (``ClientMcp``)
+    buffers: EditorBuffers | None = None  # the editor's open files, when the front door has them
 
     @property
     def depth(self) -> int:

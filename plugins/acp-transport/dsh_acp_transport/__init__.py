@@ -19,6 +19,10 @@ Config (``[config.acp-transport]`` in an example's manifest):
   login when the client can run one, else one ``authenticate`` re-checks) and answer session/new,
   load and resume with ACP's auth-required error (-32000) while it has no credential, so an
   editor shows its login button. Off: ``authMethods`` is empty and a missing key fails the prompt.
+- ``buffers`` (bool, default false): when the client advertises ``fs.readTextFile`` /
+  ``fs.writeTextFile``, the file tools read workspace files from the editor (unsaved edits
+  included; the disk still decides that the file exists) and mirror completed writes and edits to
+  it (``AgentSpec.buffers``). Commands never run through the client's terminal.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class TransportConfig(PluginConfig):
     max_tokens: Annotated[Literal["end_turn", "max_tokens"], Meta(
         description="the stop reason of a turn cut by the model's output limit")] = "end_turn"
     login: Annotated[bool, Meta(description="offer the provider's login; auth-required while it has no credential")] = False
+    buffers: Annotated[bool, Meta(description="read and mirror workspace files through the editor (fs/*)")] = False
 
 
 @hookimpl
@@ -68,7 +73,8 @@ def make_bridge(host: Host, reader: FdReader, writer: FdWriter) -> Bridge:
     settings = host.config_for(TransportConfig)
     peer = Peer(reader, writer, max_frame=settings.max_frame_bytes, name="acp")
     return Bridge(host, peer, permission_timeout=settings.permission_timeout, usage_updates=settings.usage_updates,
-                  offer_commands=settings.commands, max_tokens_stop=settings.max_tokens, login=settings.login)
+                  offer_commands=settings.commands, max_tokens_stop=settings.max_tokens, login=settings.login,
+                  buffers=settings.buffers)
 
 
 async def serve_bridge(bridge: Bridge) -> None:

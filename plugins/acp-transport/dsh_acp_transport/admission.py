@@ -28,7 +28,7 @@ from dsh_acp.rpc import (
 from msgspec import UNSET
 
 from dsh_core import RouteError
-from dsh_core.contracts import AgentSpec
+from dsh_core.contracts import AgentSpec, new_id
 from dsh_core.errors import DshError
 from dsh_core.types import (
     AssistantMessageEvent,
@@ -41,6 +41,7 @@ from dsh_core.types import (
     UserMessageEvent,
 )
 
+from .buffers import ClientBuffers, client_buffers
 from .controls import Controls
 from .delivery import Delivery
 from .settlement import observer
@@ -181,7 +182,8 @@ class Admission(Controls):
         try:
             provider, model = self.host.check_route()
             agent = self.host.create_agent(
-                AgentSpec(cwd=osp.normpath(p.cwd), provider=provider, model=model, mcp_servers=servers))
+                AgentSpec(cwd=osp.normpath(p.cwd), provider=provider, model=model, mcp_servers=servers,
+                          session_id=(sid := new_id()), buffers=self._buffers(sid, osp.normpath(p.cwd))))
         except RouteError as exc:
             raise internal_error(str(exc)) from None
         except DshError as exc:  # the session store could not create the log
@@ -196,6 +198,10 @@ class Admission(Controls):
         state = self.session_state(agent)
         return wire.NewSessionResult(session_id=agent.session_id, config_options=state.get("configOptions", UNSET),
                                      modes=state.get("modes", UNSET))
+
+    def _buffers(self, session_id: str, cwd: str) -> ClientBuffers | None:
+        """The editor's open files, when this composition uses them and the client offers them."""
+        return client_buffers(self.client_capabilities, self.peer, session_id, cwd) if self.buffers else None
 
     def _publish(self, agent: Agent) -> Session:
         session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self.peer, self.host, agent.session_id))
@@ -319,7 +325,7 @@ class Admission(Controls):
             provider, model = self.host.check_route()
             agent = self.host.create_agent(
                 AgentSpec(cwd=cwd, provider=provider, model=model, session_id=header.id, origin=header.origin,
-                          mcp_servers=servers)
+                          mcp_servers=servers, buffers=self._buffers(header.id, cwd))
             )
         except RouteError as exc:
             raise internal_error(f"no model route to resume on: {exc}") from None

@@ -54,7 +54,7 @@ class BridgeState:
 
     def __init__(
         self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False,
-        offer_commands: bool = False, max_tokens_stop: str = "end_turn", login: bool = False,
+        offer_commands: bool = False, max_tokens_stop: str = "end_turn", login: bool = False, buffers: bool = False,
     ) -> None:
         self.host = host
         self.peer = peer
@@ -63,6 +63,7 @@ class BridgeState:
         self.offer_commands = offer_commands
         self.max_tokens_stop = max_tokens_stop
         self.login = login
+        self.buffers = buffers
         self.client_capabilities: dict[str, Any] = {}
         self.sessions: dict[str, Session] = {}
         self.closing: dict[str, Session] = {}  # closed by the client, still being disposed

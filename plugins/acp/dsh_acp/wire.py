@@ -88,6 +88,21 @@ class InitializeParams(_In):
     client_info: dict[str, Any] | None = None
 
 
+class ReadTextFileParams(_Out):
+    session_id: str
+    path: str
+
+
+class ReadTextFileResult(_In):
+    content: str
+
+
+class WriteTextFileParams(_Out):
+    session_id: str
+    path: str
+    content: str
+
+
 class AuthenticateParams(_In):
     method_id: str
 

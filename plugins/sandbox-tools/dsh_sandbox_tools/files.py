@@ -7,6 +7,7 @@ session has read (or written), unchanged since (the Sandbox keeps the per-agent 
 
 from __future__ import annotations
 
+import io
 import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -44,9 +45,11 @@ READ_IMAGE_OUTPUT = out_schema({"path": STR, "mime": STR, "bytes": INT,
                                 "width": OPT_INT, "height": OPT_INT})
 
 
-def _read_window(path: str, offset: int, limit: int, exact: list[str] | None = None) -> tuple[str, int, int, int, int]:
-    """(numbered text, first line, last line, total lines, mtime_ns) of a text file; the window's
-    exact lines are appended to ``exact`` when given."""
+def _read_window(path: str, offset: int, limit: int, exact: list[str] | None = None,
+                 buffered: str | None = None) -> tuple[str, int, int, int, int]:
+    """(numbered text, first line, last line, total lines, mtime_ns) of a text file — of
+    ``buffered`` instead of its bytes when given (the editor's text of it), the file still deciding
+    that it exists, is readable and is text; the window's exact lines are appended to ``exact``."""
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
         head = f.read(8192)
@@ -56,9 +59,10 @@ def _read_window(path: str, offset: int, limit: int, exact: list[str] | None = N
                 code="BINARY_FILE",
             )
         f.seek(0)
+        source = f if buffered is None else io.BytesIO(buffered.encode("utf-8"))
         out: list[str] = []
         n = 0
-        for n, raw in enumerate(f, start=1):
+        for n, raw in enumerate(source, start=1):
             if offset <= n < offset + limit:
                 if exact is not None:
                     exact.append(raw.decode("utf-8", errors="replace"))
@@ -94,9 +98,12 @@ class ReadTool(SandboxTool):
         path = absolute(raw, ctx.cwd)
         if os.path.isdir(path):
             raise ToolError(f"{raw} is a directory; use glob to list it", code="IS_DIRECTORY")
+        buffers = ctx.agent.spec.buffers
+        buffered = await buffers.read(os.path.realpath(path)) if buffers is not None else None
         try:
             exact: list[str] = []
-            text, first, last, total, mtime = await anyio.to_thread.run_sync(_read_window, path, offset, limit, exact)
+            text, first, last, total, mtime = await anyio.to_thread.run_sync(
+                _read_window, path, offset, limit, exact, buffered)
         except FileNotFoundError:
             raise ToolError(f"{raw} does not exist (paths are relative to {ctx.cwd})", code="NOT_FOUND") from None
         except PermissionError:
@@ -170,6 +177,8 @@ class WriteTool(SandboxTool):
         except OSError as exc:
             raise ToolError(f"cannot write {raw}: {exc.strerror}", code="WRITE_FAILED") from None
         self.sb.reads(ctx.agent)[os.path.realpath(path)] = mtime
+        if ctx.agent.spec.buffers is not None:  # after the sandbox let the write happen: the editor shows it
+            await ctx.agent.spec.buffers.wrote(os.path.realpath(path), content)
         verb = "overwrote" if existed else "created"
         out = ToolOutput.text(f"{verb} {raw} ({len(data)} bytes)")
         out.structured = {"path": raw, "created": not existed, "bytes": len(data)}
@@ -216,6 +225,10 @@ class EditTool(SandboxTool):
             raise ToolError(f"{raw} is not UTF-8 text; edit it with bash", code="BINARY_FILE") from None
         if st.st_mtime_ns != reads[real]:
             raise ToolError(f"{raw} changed since you read it; read it again, then edit", code="STALE_READ")
+        buffers = ctx.agent.spec.buffers
+        buffered = await buffers.read(real) if buffers is not None else None
+        if buffered is not None:  # the text the model read: the editor's, unsaved edits included
+            text = buffered
         count = text.count(old)
         if count == 0:
             raise ToolError(f"old_string was not found in {raw}; read the file and copy the text exactly",
@@ -238,6 +251,8 @@ class EditTool(SandboxTool):
         except OSError as exc:
             raise ToolError(f"cannot write {raw}: {exc.strerror}", code="WRITE_FAILED") from None
         reads[real] = mtime
+        if buffers is not None:
+            await buffers.wrote(real, updated)
         n = count if replace_all else 1
         out = ToolOutput.text(f"edited {raw}: replaced {n} occurrence{'s' if n != 1 else ''}")
         out.structured = {"path": raw, "replacements": n}

@@ -1,0 +1,59 @@
+"""The editor's open files (``protocols.EditorBuffers``) over ACP's ``fs/read_text_file`` and
+``fs/write_text_file``, for a session whose client advertised them, when the composition asks
+(``[config.acp-transport] buffers``). Only paths inside the session's workspace go to the client;
+commands never run through it (that would bypass the sandbox)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import msgspec
+from dsh_acp import wire
+from dsh_acp.fdstream import TransportClosed
+from dsh_acp.rpc import Peer, RpcFailure
+
+log = logging.getLogger("dsh.acp")
+
+TIMEOUT = 10.0  # seconds an editor has to answer a read or a write before the disk is used alone
+
+
+class ClientBuffers:
+    def __init__(self, peer: Peer, session_id: str, cwd: str, *, read: bool, write: bool) -> None:
+        self.peer, self.session_id = peer, session_id
+        self.root = os.path.realpath(cwd)
+        self.can_read, self.can_write = read, write
+
+    def _inside(self, path: str) -> bool:
+        return os.path.commonpath([self.root, path]) == self.root if os.path.isabs(path) else False
+
+    async def read(self, path: str) -> str | None:
+        if not self.can_read or not self._inside(path):
+            return None
+        try:
+            raw = await self.peer.request("fs/read_text_file",
+                                          wire.ReadTextFileParams(session_id=self.session_id, path=path),
+                                          timeout=TIMEOUT)
+            return msgspec.json.decode(raw, type=wire.ReadTextFileResult).content
+        except (RpcFailure, TransportClosed, TimeoutError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.debug(f"fs/read_text_file {path}: {exc!r}; reading the disk")
+            return None
+
+    async def wrote(self, path: str, text: str) -> None:
+        if not self.can_write or not self._inside(path):
+            return
+        try:
+            await self.peer.request("fs/write_text_file",
+                                    wire.WriteTextFileParams(session_id=self.session_id, path=path, content=text),
+                                    timeout=TIMEOUT)
+        except (RpcFailure, TransportClosed, TimeoutError) as exc:
+            log.warning(f"the editor did not take the write of {path} ({exc!r}); the file on disk is written")
+
+
+def client_buffers(capabilities: dict[str, Any], peer: Peer, session_id: str, cwd: str) -> ClientBuffers | None:
+    fs = capabilities.get("fs")
+    if not isinstance(fs, dict):
+        return None
+    read, write = fs.get("readTextFile") is True, fs.get("writeTextFile") is True
+    return ClientBuffers(peer, session_id, cwd, read=read, write=write) if read or write else None

@@ -524,6 +524,17 @@ class EditorBuffers(Protocol):
     async def wrote(self, path: str, text: str) -> None: ...
 
 
+@runtime_checkable
+class PersonQuestions(Protocol):
+    """Asking the person in front of the editor (ACP ``elicitation/create``, form mode), when the
+    front door can (``AgentSpec.questions``). ``schema`` is a flat JSON Schema object whose
+    properties are strings (an ``enum``/``oneOf`` makes a choice), numbers, booleans or arrays
+    of strings (a multiple choice). Returns ``("accept", answers)``, ``("decline", {})`` or
+    ``("cancel", {})``; never raises (an editor that fails to answer is a ``cancel``)."""
+
+    async def ask(self, message: str, schema: dict[str, Any], *, call_id: str | None = None) -> tuple[str, dict[str, Any]]: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class AuthMethod:
     """How a person gives a provider its credential (``ModelProvider.auth_methods``): ``args``
@@ -623,6 +634,7 @@ class AgentSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     mcp_servers: tuple[McpServer, ...] = ()  # what the client handed the session (``ClientMcp``)
     buffers: EditorBuffers | None = None  # the editor's open files, when the front door has them
+    questions: PersonQuestions | None = None  # asking the person, when the front door can
 
     @property
     def depth(self) -> int:

@@ -23,6 +23,9 @@ Config (``[config.acp-transport]`` in an example's manifest):
   ``fs.writeTextFile``, the file tools read workspace files from the editor (unsaved edits
   included; the disk still decides that the file exists) and mirror completed writes and edits to
   it (``AgentSpec.buffers``). Commands never run through the client's terminal.
+- ``questions`` (bool, default false): when the client advertises ``elicitation.form``, tools may
+  ask the person through ``elicitation/create`` (``AgentSpec.questions``; session-controls'
+  ``ask_user_question``). Without it no tool can ask.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class TransportConfig(PluginConfig):
         description="the stop reason of a turn cut by the model's output limit")] = "end_turn"
     login: Annotated[bool, Meta(description="offer the provider's login; auth-required while it has no credential")] = False
     buffers: Annotated[bool, Meta(description="read and mirror workspace files through the editor (fs/*)")] = False
+    questions: Annotated[bool, Meta(description="let tools ask the person through the editor (elicitation/create)")] = False
 
 
 @hookimpl
@@ -74,7 +78,7 @@ def make_bridge(host: Host, reader: FdReader, writer: FdWriter) -> Bridge:
     peer = Peer(reader, writer, max_frame=settings.max_frame_bytes, name="acp")
     return Bridge(host, peer, permission_timeout=settings.permission_timeout, usage_updates=settings.usage_updates,
                   offer_commands=settings.commands, max_tokens_stop=settings.max_tokens, login=settings.login,
-                  buffers=settings.buffers)
+                  buffers=settings.buffers, questions=settings.questions)
 
 
 async def serve_bridge(bridge: Bridge) -> None:

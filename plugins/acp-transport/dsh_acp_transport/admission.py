@@ -41,7 +41,7 @@ from dsh_core.types import (
     UserMessageEvent,
 )
 
-from .buffers import ClientBuffers, client_buffers
+from .buffers import ClientBuffers, ClientQuestions, client_buffers, client_questions
 from .controls import Controls
 from .delivery import Delivery
 from .settlement import observer
@@ -183,7 +183,8 @@ class Admission(Controls):
             provider, model = self.host.check_route()
             agent = self.host.create_agent(
                 AgentSpec(cwd=osp.normpath(p.cwd), provider=provider, model=model, mcp_servers=servers,
-                          session_id=(sid := new_id()), buffers=self._buffers(sid, osp.normpath(p.cwd))))
+                          session_id=(sid := new_id()), buffers=self._buffers(sid, osp.normpath(p.cwd)),
+                          questions=self._questions(sid)))
         except RouteError as exc:
             raise internal_error(str(exc)) from None
         except DshError as exc:  # the session store could not create the log
@@ -202,6 +203,12 @@ class Admission(Controls):
     def _buffers(self, session_id: str, cwd: str) -> ClientBuffers | None:
         """The editor's open files, when this composition uses them and the client offers them."""
         return client_buffers(self.client_capabilities, self.peer, session_id, cwd) if self.buffers else None
+
+    def _questions(self, session_id: str) -> ClientQuestions | None:
+        """Asking the person, when this composition lets tools ask and the client offers forms."""
+        if not self.questions:
+            return None
+        return client_questions(self.client_capabilities, self.peer, session_id, self.permission_timeout)
 
     def _publish(self, agent: Agent) -> Session:
         session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self.peer, self.host, agent.session_id))
@@ -325,7 +332,8 @@ class Admission(Controls):
             provider, model = self.host.check_route()
             agent = self.host.create_agent(
                 AgentSpec(cwd=cwd, provider=provider, model=model, session_id=header.id, origin=header.origin,
-                          mcp_servers=servers, buffers=self._buffers(header.id, cwd))
+                          mcp_servers=servers, buffers=self._buffers(header.id, cwd),
+                          questions=self._questions(header.id))
             )
         except RouteError as exc:
             raise internal_error(f"no model route to resume on: {exc}") from None

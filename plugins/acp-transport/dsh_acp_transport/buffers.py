@@ -57,3 +57,33 @@ def client_buffers(capabilities: dict[str, Any], peer: Peer, session_id: str, cw
         return None
     read, write = fs.get("readTextFile") is True, fs.get("writeTextFile") is True
     return ClientBuffers(peer, session_id, cwd, read=read, write=write) if read or write else None
+
+
+class ClientQuestions:
+    """``protocols.PersonQuestions`` over ACP's ``elicitation/create`` (form mode), for a client
+    that advertised ``elicitation.form`` (``[config.acp-transport] questions``)."""
+
+    def __init__(self, peer: Peer, session_id: str, timeout: float) -> None:
+        self.peer, self.session_id, self.timeout = peer, session_id, timeout
+
+    async def ask(self, message: str, schema: dict[str, Any], *, call_id: str | None = None) -> tuple[str, dict[str, Any]]:
+        params = wire.ElicitationParams(session_id=self.session_id, mode="form", message=message,
+                                         requested_schema=schema)
+        if call_id:
+            params.tool_call_id = call_id
+        try:
+            raw = await self.peer.request("elicitation/create", params, timeout=self.timeout)
+            answer = msgspec.json.decode(raw, type=wire.ElicitationResult)
+        except (RpcFailure, TransportClosed, TimeoutError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.warning(f"elicitation/create failed: {exc!r}; the question counts as cancelled")
+            return "cancel", {}
+        if answer.action == "accept":
+            return "accept", answer.content if isinstance(answer.content, dict) else {}
+        return ("decline", {}) if answer.action == "decline" else ("cancel", {})
+
+
+def client_questions(capabilities: dict[str, Any], peer: Peer, session_id: str, timeout: float) -> ClientQuestions | None:
+    elicitation = capabilities.get("elicitation")
+    if isinstance(elicitation, dict) and isinstance(elicitation.get("form"), dict):
+        return ClientQuestions(peer, session_id, timeout)
+    return None

@@ -55,6 +55,7 @@ class BridgeState:
     def __init__(
         self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False,
         offer_commands: bool = False, max_tokens_stop: str = "end_turn", login: bool = False, buffers: bool = False,
+        questions: bool = False,
     ) -> None:
         self.host = host
         self.peer = peer
@@ -64,6 +65,7 @@ class BridgeState:
         self.max_tokens_stop = max_tokens_stop
         self.login = login
         self.buffers = buffers
+        self.questions = questions
         self.client_capabilities: dict[str, Any] = {}
         self.sessions: dict[str, Session] = {}
         self.closing: dict[str, Session] = {}  # closed by the client, still being disposed

@@ -103,6 +103,21 @@ class WriteTextFileParams(_Out):
     content: str
 
 
+class ElicitationParams(_Out):
+    """``elicitation/create`` in form mode, scoped to a session (and a tool call)."""
+
+    session_id: str
+    mode: str  # "form" (no default: omitted defaults would drop it, and clients require it)
+    message: str
+    requested_schema: dict[str, Any]
+    tool_call_id: str | UnsetType = UNSET
+
+
+class ElicitationResult(_In):
+    action: str
+    content: dict[str, Any] | None = None
+
+
 class AuthenticateParams(_In):
     method_id: str
 

@@ -340,6 +340,111 @@ async def _ask_title(session: Agent, first: str) -> str:
     return clean_title("".join(pieces))
 
 
+# --------------------------------------------------------------------------- questions to the person
+
+MAX_QUESTIONS = 4
+QUESTIONS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"questions": {
+        "type": "array", "minItems": 1, "maxItems": MAX_QUESTIONS,
+        "description": "One to four questions, asked together in one form.",
+        "items": {"type": "object", "properties": {
+            "question": {"type": "string", "description": "The whole question, as the person should read it."},
+            "header": {"type": "string", "description": "A very short label for it (at most 12 characters)."},
+            "options": {"type": "array", "minItems": 2, "maxItems": 6, "description": "Choices, when the answer is one "
+                        "of a few (leave out for a free answer).",
+                        "items": {"type": "object", "properties": {
+                            "label": {"type": "string", "description": "The choice, in a few words."},
+                            "description": {"type": "string", "description": "What choosing it means."}},
+                            "required": ["label"], "additionalProperties": False}},
+            "multi_select": {"type": "boolean", "description": "The person may pick several options."}},
+            "required": ["question"], "additionalProperties": False}}},
+    "required": ["questions"], "additionalProperties": False,
+}
+
+
+def form_of(questions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The elicitation form for ``questions``: one field each (``q1``…), a choice when it has
+    options (several when ``multi_select``), else free text; every field required."""
+    properties: dict[str, Any] = {}
+    for i, q in enumerate(questions, start=1):
+        field: dict[str, Any] = {"title": q.get("header") or q["question"], "description": q["question"]}
+        labels = [o["label"] for o in q.get("options") or []]
+        if labels and q.get("multi_select"):
+            field |= {"type": "array", "items": {"type": "string", "enum": labels}, "minItems": 1}
+        elif labels:
+            field |= {"type": "string", "oneOf": [
+                {"const": o["label"], "title": o["label"], **({"description": o["description"]} if o.get("description") else {})}
+                for o in q["options"]]}
+        else:
+            field |= {"type": "string"}
+        properties[f"q{i}"] = field
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def _questions(args: dict[str, Any]) -> list[dict[str, Any]]:
+    qs = args.get("questions")
+    if not isinstance(qs, list) or not 1 <= len(qs) <= MAX_QUESTIONS:
+        raise ToolError(f"questions must be a list of 1 to {MAX_QUESTIONS} questions", code="INVALID_ARGUMENTS")
+    for i, q in enumerate(qs):
+        if not isinstance(q, dict) or not isinstance(q.get("question"), str) or not q["question"].strip():
+            raise ToolError(f"questions[{i}].question must be the question's text", code="INVALID_ARGUMENTS")
+        options = q.get("options") or []
+        if not isinstance(options, list) or not all(isinstance(o, dict) and isinstance(o.get("label"), str)
+                                                    and o["label"].strip() for o in options):
+            raise ToolError(f"questions[{i}].options must be objects with a label", code="INVALID_ARGUMENTS")
+        if len({o["label"] for o in options}) != len(options):
+            raise ToolError(f"questions[{i}].options has two options with one label", code="INVALID_ARGUMENTS")
+    return qs
+
+
+async def _ask_user_question(args: dict[str, Any], ctx: ToolContext) -> str:
+    questions = _questions(args)
+    asker = ctx.agent.spec.questions
+    if asker is None:  # the tool is published only with an asker; a stale call after it went away
+        raise ToolError("no person can be asked here", code="UNAVAILABLE")
+    message = questions[0]["question"] if len(questions) == 1 else f"{len(questions)} questions from the agent"
+    action, answers = await asker.ask(message, form_of(questions), call_id=ctx.call_id)
+    if action == "decline":
+        return "The person declined to answer. Do not ask again; go on with your best judgement, or stop and say why."
+    if action != "accept":
+        return "The question was dismissed without an answer (cancelled). Go on with your best judgement, or stop."
+    lines = []
+    for i, q in enumerate(questions, start=1):
+        answer = answers.get(f"q{i}")
+        shown = ", ".join(map(str, answer)) if isinstance(answer, list) else ("(no answer)" if answer in (None, "")
+                                                                            else str(answer))
+        lines.append(f"- {q['question']}\n  → {shown}")
+    return "The person answered:\n" + "\n".join(lines)
+
+
+ASK_TOOL = FunctionTool(
+    "ask_user_question",
+    "Ask the person one to four questions in a form their editor shows, and wait for the answers. Use it when a "
+    "choice is theirs to make (an approach, a name, a trade-off) or a requirement is unclear; give options when "
+    "the answer is one of a few. Do not use it for permission to run a tool (that is asked for you).",
+    QUESTIONS_SCHEMA, _ask_user_question, kind="think",
+)
+
+
+class _AskSource:
+    """``ask_user_question`` for a session whose front door can ask its person (``AgentSpec.questions``)."""
+
+    name = "session-controls"
+
+    async def serve(self, session: Agent, ready: Any) -> None:
+        session.publish_tools(self.name, [ASK_TOOL])
+        ready()
+
+
+@hookimpl
+def dsh_session_tools(session: Agent, host: Host) -> _AskSource | None:
+    # a subagent never asks the person directly (the original's user-questions guard): its parent does
+    if session.spec.questions is None or session.spec.parent is not None:
+        return None
+    return _AskSource()
+
+
 # --------------------------------------------------------------------------- commands
 
 

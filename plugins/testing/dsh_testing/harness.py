@@ -46,6 +46,9 @@ def acp_schema() -> dict[str, Any]:
 METHOD_PARAMS = {
     "session/update": "SessionNotification",
     "session/request_permission": "RequestPermissionRequest",
+    "elicitation/create": "CreateElicitationRequest",
+    "fs/read_text_file": "ReadTextFileRequest",
+    "fs/write_text_file": "WriteTextFileRequest",
 }
 
 
@@ -262,13 +265,15 @@ async def spawn_acp(
     check: bool = True,
     dsh: tuple[str, ...] = (),
     provider: str = "scripted",
+    unstable: bool = False,
 ) -> AsyncIterator[AcpRun]:
     """Spawn ``dsh run`` and connect the official SDK client to it through a byte tap.
 
     ``script`` is the ``--model`` of ``provider`` (a scripted-model script by default; a recorded
     session log for ``provider="replay"``; a model id for ``deepseek``); None: the example's route.
     ``dsh`` is the command that runs dsh (default: this interpreter's ``-m dsh_core.cli``),
-    e.g. ``("/venv/bin/dsh",)`` to drive another installation."""
+    e.g. ``("/venv/bin/dsh",)`` to drive another installation. ``unstable`` lets the SDK client
+    take the protocol's unstable methods (``elicitation/create``)."""
     from acp import connect_to_agent
 
     client = client or Recorder()
@@ -306,7 +311,7 @@ async def spawn_acp(
 
     tasks = [asyncio.create_task(tap()), asyncio.create_task(drain_stderr())]
     sdk_client: Any = client  # a Recorder answers what a run needs; the SDK answers the rest method-not-found
-    conn = connect_to_agent(sdk_client, proc.stdin, tapped)
+    conn = connect_to_agent(sdk_client, proc.stdin, tapped, use_unstable_protocol=unstable)
     run = AcpRun(conn=conn, proc=proc, client=client, cwd=cwd, stdout=raw, stderr=err)
     try:
         yield run

@@ -20,7 +20,7 @@ module), and nothing outside ``dsh_core`` imports it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -36,6 +36,7 @@ from .types import (
     ContentBlock,
     DurableEvent,
     InboxDropped,
+    LiveText,
     ModelInfo,
     SessionHeader,
     SessionSettings,
@@ -78,6 +79,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         self.children: list[protocols.Agent] = []
         self.log_error: Exception | None = None  # the first failure of the durable log, if any
         self._observers: list[Observer] = []
+        self._watchers: list[Callable[[Any, LiveText], None]] = []
         self._seq = 0
         self._turn = 0
         self._inbox: list[UserMessage] = []
@@ -125,6 +127,24 @@ class Agent(TurnLoop, ToolDispatch, History):
                 self._observers.remove(observer)
 
         return unsubscribe
+
+    def watch(self, listener: Callable[[Any, LiveText], None]) -> Callable[[], None]:
+        """Call ``listener(agent, piece)`` for each piece of text the model writes, as it writes
+        it (``LiveText``, never durable); returns the unwatch function."""
+        self._watchers.append(listener)
+
+        def unwatch() -> None:
+            if listener in self._watchers:
+                self._watchers.remove(listener)
+
+        return unwatch
+
+    def _live(self, piece: LiveText) -> None:
+        for listener in list(self._watchers):
+            try:
+                listener(self, piece)
+            except Exception as exc:  # a watcher's bug costs its view, never the turn
+                warn(f"a live-text watcher of session {self.session_id} failed: {exc!r}")
 
     def emit(self, event: DurableEvent) -> None:
         self._seq += 1

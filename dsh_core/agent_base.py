@@ -51,6 +51,7 @@ class AgentBase:
     log_error: Exception | None
     history_policy: Any
     _observers: list[Observer]
+    _watchers: list[Any]
     _seq: int
     _turn: int
     _inbox: list[UserMessage]
@@ -78,6 +79,9 @@ class AgentBase:
     # (each is implemented by exactly one part; these stubs only give the others its signature)
 
     def emit(self, event: DurableEvent) -> None:  # agent
+        raise NotImplementedError
+
+    def _live(self, piece: Any) -> None:  # agent
         raise NotImplementedError
 
     def _log_failure(self) -> str:  # agent

@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
         Tool,
         ToolSource,
     )
-    from .types import AfterTool, ApprovalRequest, DurableEvent, ToolCallBlock, ToolOutput
+    from .types import AfterTool, ApprovalRequest, DurableEvent, LiveText, ToolCallBlock, ToolOutput
 
 PROJECT = "dsh"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -388,6 +388,17 @@ def dsh_present_event(session: Agent, event: DurableEvent) -> list[Any] | None:
     sends in the order returned, behind what is already queued; None for nothing. A door with
     no implementation of this hook sends exactly what it did without it (acp-agent, ACP-6/12).
     Must not block or raise.
+    """
+
+
+@hookspec
+def dsh_present_live(session: Agent, piece: LiveText) -> list[Any] | None:
+    """Say what a front door that streams live text (ACP: ``[config.acp-transport] stream =
+    "live"``) shows of a piece of the model's *thinking* as it is written (``piece.reasoning``;
+    the door sends the answer's text itself). Returns the door's update objects (ACP:
+    ``ThoughtChunk``) or None. Called synchronously, in order; must not block or raise. An
+    implementation that shows a message's thinking live should not show it again when the message
+    commits (``dsh_present_event``).
     """
 
 

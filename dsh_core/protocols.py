@@ -39,6 +39,7 @@ from .types import (
     DurableEvent,
     HistoryView,
     ImageBlock,
+    LiveText,
     McpServer,
     ModelDelta,
     ModelInfo,
@@ -195,6 +196,10 @@ class Agent(Protocol):
 
     def subscribe(self, observer: Observer) -> Callable[[], None]:
         """Observe every durable event; returns the unsubscribe function."""
+
+    def watch(self, listener: Callable[[Any, LiveText], None]) -> Callable[[], None]:
+        """See the model's text as it is written (``LiveText``: not durable, may still be cut,
+        cancelled or retried); returns the unwatch function. Costs nothing while none watches."""
 
     def emit(self, event: DurableEvent) -> None:
         """Record a durable event (a tool's or policy's own, e.g. compaction) and publish it."""

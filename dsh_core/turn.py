@@ -33,6 +33,7 @@ from .types import (
     ImageBlock,
     ImageDelta,
     InboxClaimed,
+    LiveText,
     ModelCallFailed,
     ModelRequest,
     Note,
@@ -87,6 +88,7 @@ class _Partial:
     """Accumulates one model call's deltas into content blocks in arrival order."""
 
     def __init__(self) -> None:
+        self.id = new_id("msg_")  # the committed message's id, known while it streams (live text)
         self.blocks: list[_Text | _ToolSlot | ImageBlock] = []
         self.tool_slots: dict[int, _ToolSlot] = {}
         self.usage: Usage | None = None
@@ -302,7 +304,7 @@ class TurnLoop(AgentBase):
             truncated = partial.finish == "max-tokens"
             content = partial.content(keep_tools=not truncated)
             message = AssistantMessage(
-                id=new_id("msg_"), content=content, provider=self.route.provider, model=self.route.model
+                id=partial.id, content=content, provider=self.route.provider, model=self.route.model
             )
             calls = [b for b in content if isinstance(b, ToolCallBlock)]
             if content:  # a cut that left nothing is logged (usage, finish) but is no turn of the conversation
@@ -343,6 +345,9 @@ class TurnLoop(AgentBase):
                 async with contextlib.aclosing(self.provider.stream(request)) as deltas:
                     async for delta in deltas:
                         partial.apply(delta)
+                        if self._watchers and isinstance(delta, (TextDelta, ReasoningDelta)):
+                            self._live(LiveText(turn=turn, step=step, message_id=partial.id, text=delta.text,
+                                                reasoning=isinstance(delta, ReasoningDelta)))
                 if partial.usage is not None and partial.usage.input_tokens:
                     self._metered = (partial.usage.input_tokens, len(request.messages))
                 return partial
@@ -384,7 +389,7 @@ class TurnLoop(AgentBase):
             except anyio.get_cancelled_exc_class():
                 if partial.has_visible:
                     message = AssistantMessage(
-                        id=new_id("msg_"),
+                        id=partial.id,
                         content=partial.content(keep_tools=False),
                         provider=self.route.provider,
                         model=self.route.model,

@@ -532,6 +532,18 @@ class ModelRequest(_Base, kw_only=True):
     effort: str | None = None  # the session's reasoning effort (None: the route's ``effort``)
 
 
+class LiveText(_Base, kw_only=True):
+    """A piece of an assistant message while the model writes it (``Agent.watch``): not durable,
+    not yet committed — the message may still be cut, cancelled or retried. ``message_id`` is the
+    id the message has once committed; ``reasoning`` marks the model's thinking."""
+
+    turn: int
+    step: int
+    message_id: str
+    text: str
+    reasoning: bool = False
+
+
 # Streamed deltas a provider yields while answering.
 class TextDelta(_Base, tag="text", tag_field="kind", kw_only=True):
     text: str

@@ -217,6 +217,8 @@ def test_the_agent_protocol_is_what_the_doors_use_and_no_more():
         # a session's own settings (model, effort, mode) and history, for the plugins that let a person
         # change them (session-controls) and compact on request (/compact)
         "history", "settings", "configure", "compact_history",
+        # the model's text as it is written, for a door that streams it live (stream = "live")
+        "watch",
     }
 
 

@@ -35,6 +35,7 @@ from dsh_core.config import PluginConfig
 from dsh_core.paths import open_inside
 from dsh_core.types import (
     AssistantMessageEvent,
+    LiveText,
     ReasoningBlock,
     SessionTitled,
     TextBlock,
@@ -78,6 +79,7 @@ class Shown:
     step: tuple[int, int] = (0, 0)
     files: dict[str, str | None] = field(default_factory=dict)  # full path -> text now (None: absent)
     cost: tuple[float, str] | None = None  # the calls priced so far in this process (amount, currency)
+    live_thoughts: set[str] = field(default_factory=set)  # messages whose thinking went out live
 
 
 def title_of(name: str, args: dict[str, Any]) -> str:
@@ -232,15 +234,26 @@ def _cost(session: Agent, event: AssistantMessageEvent) -> tuple[float, str] | N
 
 
 @hookimpl
+def dsh_present_live(session: Agent, piece: LiveText) -> list[Any] | None:
+    """With live text (the door's ``stream = "live"``): the model's thinking as it is written."""
+    if not piece.reasoning or not session.host.config_for(PresentationConfig).thoughts:
+        return None
+    session.state(Shown).live_thoughts.add(piece.message_id)
+    return [wire.ThoughtChunk(content=wire.TextOut(text=piece.text), message_id=piece.message_id)]
+
+
+@hookimpl
 def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
     cfg = session.host.config_for(PresentationConfig)
     if isinstance(event, SessionTitled):
         return _title(event)
     if isinstance(event, AssistantMessageEvent):
         updates: list[Any] = []
-        if cfg.thoughts:
+        live = session.state(Shown).live_thoughts
+        if cfg.thoughts and event.message.id not in live:
             updates += [wire.ThoughtChunk(content=wire.TextOut(text=b.text), message_id=event.message.id)
                         for b in event.message.content if isinstance(b, ReasoningBlock) and b.text]
+        live.discard(event.message.id)
         if cfg.usage and event.usage is not None:  # after every model call: the context it used of the window
             cost = _cost(session, event)
             updates.append(wire.UsageUpdate(used=event.usage.input_tokens + event.usage.output_tokens,

@@ -26,6 +26,12 @@ Config (``[config.acp-transport]`` in an example's manifest):
 - ``questions`` (bool, default false): when the client advertises ``elicitation.form``, tools may
   ask the person through ``elicitation/create`` (``AgentSpec.questions``; session-controls'
   ``ask_user_question``). Without it no tool can ask.
+- ``stream`` (``committed`` or ``live``, default ``committed``): ``live`` sends an assistant
+  message's text as the model writes it (the same ``messageId`` as the committed message; the
+  committed text is then not sent again). What changes on cancel: text written before the cancel
+  was already shown, and it is what the log commits as the interrupted message; a model call that
+  fails and is retried may have shown text the log never holds (the retry is a new message).
+  The default keeps ACP-6: committed output only.
 """
 
 from __future__ import annotations
@@ -66,6 +72,9 @@ class TransportConfig(PluginConfig):
     login: Annotated[bool, Meta(description="offer the provider's login; auth-required while it has no credential")] = False
     buffers: Annotated[bool, Meta(description="read and mirror workspace files through the editor (fs/*)")] = False
     questions: Annotated[bool, Meta(description="let tools ask the person through the editor (elicitation/create)")] = False
+    stream: Annotated[Literal["committed", "live"], Meta(
+        description="committed: each assistant message once it is committed (ACP-6); live: its text as it is written")] = (
+        "committed")
 
 
 @hookimpl
@@ -78,7 +87,7 @@ def make_bridge(host: Host, reader: FdReader, writer: FdWriter) -> Bridge:
     peer = Peer(reader, writer, max_frame=settings.max_frame_bytes, name="acp")
     return Bridge(host, peer, permission_timeout=settings.permission_timeout, usage_updates=settings.usage_updates,
                   offer_commands=settings.commands, max_tokens_stop=settings.max_tokens, login=settings.login,
-                  buffers=settings.buffers, questions=settings.questions)
+                  buffers=settings.buffers, questions=settings.questions, live=settings.stream == "live")
 
 
 async def serve_bridge(bridge: Bridge) -> None:

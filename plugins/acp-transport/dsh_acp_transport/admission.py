@@ -44,7 +44,7 @@ from dsh_core.types import (
 from .buffers import ClientBuffers, ClientQuestions, client_buffers, client_questions
 from .controls import Controls
 from .delivery import Delivery
-from .settlement import observer
+from .settlement import live_observer, observer
 from .state import CLOSING, Session
 
 log = logging.getLogger("dsh.acp-transport")
@@ -213,9 +213,19 @@ class Admission(Controls):
     def _publish(self, agent: Agent) -> Session:
         session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self.peer, self.host, agent.session_id))
         controlled = bool(self.host.pm.hook.dsh_session_controls.get_hookimpls())
-        session.unsubscribe = agent.subscribe(observer(
+        unsubscribe = agent.subscribe(observer(
             session, self.usage_updates,
             on_settings=(lambda changed: self.settings_changed(session, changed)) if controlled else None))
+        if self.live:
+            unwatch = agent.watch(live_observer(session))
+
+            def unsubscribe_both() -> None:
+                unsubscribe()
+                unwatch()
+
+            session.unsubscribe = unsubscribe_both
+        else:
+            session.unsubscribe = unsubscribe
         self.sessions[session.id] = session
         self.peer.start_soon(session.delivery.run)
         return session

@@ -23,6 +23,7 @@ from dsh_core.types import (
     ImageBlock,
     InboxClaimed,
     InboxDropped,
+    LiveText,
     SettingsChanged,
     TextBlock,
     TurnEnd,
@@ -91,17 +92,47 @@ def observer(session: Session, usage_updates: bool,
             on_settings(event.changed)
         if isinstance(event, AssistantMessageEvent):
             _deliver(session, slot, event)
-        elif slot is not None:
+        elif isinstance(event, TurnEnd) and session.streamed:
+            session.streamed.clear()  # a call that failed and was retried never commits what it showed
+        if slot is not None and not isinstance(event, AssistantMessageEvent):
             _track(session, slot, event, usage_updates)
 
     return observe
 
 
+def live_observer(session: Session) -> Callable[[Agent, LiveText], None]:
+    """``stream = "live"``: the model's text down the delivery chain as it is written (the
+    committed message then sends only what did not go out live: its images); its thinking to
+    the presentation plugins (``dsh_present_live``)."""
+    hook = session.agent.host.pm.hook.dsh_present_live
+    present = hook if hook.get_hookimpls() else None
+
+    def watch(agent: Agent, piece: LiveText) -> None:
+        if agent is not session.agent or not piece.text:
+            return
+        if not piece.reasoning:
+            session.streamed.add(piece.message_id)
+            session.delivery.push(TextBlock(text=piece.text), piece.message_id)
+        elif present is not None:
+            try:
+                shown = [u for updates in present(session=agent, piece=piece) for u in updates or ()]
+            except Exception as exc:
+                log.warning(f"presenting live thinking failed: {exc!r}")
+                shown = []
+            for update in shown:
+                session.delivery.push_update(update)
+
+    return watch
+
+
 def _deliver(session: Session, slot: Slot | None, event: AssistantMessageEvent) -> None:
-    """A committed assistant message: its visible blocks down the delivery chain, its usage to the
-    prompt's slot when the message belongs to the prompt's turn."""
+    """A committed assistant message: its visible blocks down the delivery chain (text that went
+    out live is not sent again), its usage to the prompt's slot when the message belongs to the
+    prompt's turn."""
+    live = event.message.id in session.streamed
+    session.streamed.discard(event.message.id)
     for block in event.message.content:
-        if (isinstance(block, TextBlock) and block.text) or isinstance(block, ImageBlock):
+        if (isinstance(block, TextBlock) and block.text and not live) or isinstance(block, ImageBlock):
             session.delivery.push(block, event.message.id)
     if slot is not None and event.usage is not None and event.turn == slot.turn:
         slot.usage = _add_usage(slot.usage, event.usage)

@@ -47,6 +47,7 @@ class Session:
     permissions: set[int] = field(default_factory=set)
     cancel_seq: int = 0  # read order of the last session/cancel: it applies to every prompt read before it
     closed: anyio.Event | None = None  # set by session/close; fires when the session is disposed
+    streamed: set[str] = field(default_factory=set)  # messages whose text went out live (stream = "live")
 
 
 class BridgeState:
@@ -55,7 +56,7 @@ class BridgeState:
     def __init__(
         self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False,
         offer_commands: bool = False, max_tokens_stop: str = "end_turn", login: bool = False, buffers: bool = False,
-        questions: bool = False,
+        questions: bool = False, live: bool = False,
     ) -> None:
         self.host = host
         self.peer = peer
@@ -66,6 +67,7 @@ class BridgeState:
         self.login = login
         self.buffers = buffers
         self.questions = questions
+        self.live = live
         self.client_capabilities: dict[str, Any] = {}
         self.sessions: dict[str, Session] = {}
         self.closing: dict[str, Session] = {}  # closed by the client, still being disposed

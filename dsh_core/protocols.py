@@ -29,6 +29,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 import anyio
 import anyio.abc
 import pluggy
+import msgspec
 
 from .config import PluginConfig
 from .types import (
@@ -540,8 +541,7 @@ class PersonQuestions(Protocol):
     async def ask(self, message: str, schema: dict[str, Any], *, call_id: str | None = None) -> tuple[str, dict[str, Any]]: ...
 
 
-@dataclass(frozen=True, kw_only=True)
-class AuthMethod:
+class AuthMethod(msgspec.Struct, frozen=True, kw_only=True):
     """How a person gives a provider its credential (``ModelProvider.auth_methods``): ``args``
     appended to the agent's own command line start an interactive login in a terminal (ACP
     terminal auth; ``dsh run … --login``)."""
@@ -552,8 +552,7 @@ class AuthMethod:
     args: tuple[str, ...] = ("--login",)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Choice:
+class Choice(msgspec.Struct, frozen=True, kw_only=True):
     """One value a ``Control`` may take."""
 
     value: str
@@ -561,8 +560,7 @@ class Choice:
     description: str = ""
 
 
-@dataclass(frozen=True, kw_only=True)
-class Control:
+class Control(msgspec.Struct, frozen=True, kw_only=True):
     """A setting of a session a person may change from a front door (``dsh_session_controls``):
     a model picker, a reasoning effort, a permission mode. ``category`` says which (ACP's words:
     ``model``, ``thought_level``, ``mode``; None: another). ``apply(value)`` changes the session
@@ -578,8 +576,7 @@ class Control:
     description: str = ""
 
 
-@dataclass(frozen=True, kw_only=True)
-class CommandResult:
+class CommandResult(msgspec.Struct, frozen=True, kw_only=True):
     """What a slash command did: ``reply`` is shown as the answer (no model call); ``prompt``,
     when set, is submitted as the person's prompt instead of the command (a turn runs)."""
 
@@ -587,8 +584,7 @@ class CommandResult:
     prompt: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class SlashCommand:
+class SlashCommand(msgspec.Struct, frozen=True, kw_only=True):
     """A ``/name`` a person may type in a front door that offers commands (``dsh_slash_commands``).
     ``run(session, text)`` gets the text typed after the name; it may await (cancelling the
     prompt cancels it) and raise ``ValueError`` to answer with a message instead."""

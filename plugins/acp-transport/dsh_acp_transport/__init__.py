@@ -26,6 +26,9 @@ Config (``[config.acp-transport]`` in an example's manifest):
 - ``questions`` (bool, default false): when the client advertises ``elicitation.form``, tools may
   ask the person through ``elicitation/create`` (``AgentSpec.questions``; session-controls'
   ``ask_user_question``). Without it no tool can ask.
+- ``prompt-usage`` (bool, default false): the prompt response also carries ACP's ``usage``
+  (``totalTokens``, ``inputTokens``, ``outputTokens``, ``thoughtTokens``, ``cachedReadTokens`` of
+  the turn's model calls), beside ``_meta.usage``. ACP marks the field unstable.
 - ``stream`` (``committed`` or ``live``, default ``committed``): ``live`` sends an assistant
   message's text as the model writes it (the same ``messageId`` as the committed message; the
   committed text is then not sent again). What changes on cancel: text written before the cancel
@@ -72,6 +75,7 @@ class TransportConfig(PluginConfig):
     login: Annotated[bool, Meta(description="offer the provider's login; auth-required while it has no credential")] = False
     buffers: Annotated[bool, Meta(description="read and mirror workspace files through the editor (fs/*)")] = False
     questions: Annotated[bool, Meta(description="let tools ask the person through the editor (elicitation/create)")] = False
+    prompt_usage: Annotated[bool, Meta(description="put the turn's tokens in the prompt response's usage")] = False
     stream: Annotated[Literal["committed", "live"], Meta(
         description="committed: each assistant message once it is committed (ACP-6); live: its text as it is written")] = (
         "committed")
@@ -87,7 +91,8 @@ def make_bridge(host: Host, reader: FdReader, writer: FdWriter) -> Bridge:
     peer = Peer(reader, writer, max_frame=settings.max_frame_bytes, name="acp")
     return Bridge(host, peer, permission_timeout=settings.permission_timeout, usage_updates=settings.usage_updates,
                   offer_commands=settings.commands, max_tokens_stop=settings.max_tokens, login=settings.login,
-                  buffers=settings.buffers, questions=settings.questions, live=settings.stream == "live")
+                  buffers=settings.buffers, questions=settings.questions, live=settings.stream == "live",
+                  prompt_usage=settings.prompt_usage)
 
 
 async def serve_bridge(bridge: Bridge) -> None:

@@ -34,11 +34,12 @@ class Bridge(Admission, Settlement):
     def __init__(
         self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False,
         offer_commands: bool = False, max_tokens_stop: str = "end_turn", login: bool = False, buffers: bool = False,
-        questions: bool = False, live: bool = False,
+        questions: bool = False, live: bool = False, prompt_usage: bool = False,
     ) -> None:
         BridgeState.__init__(self, host, peer, permission_timeout=permission_timeout, usage_updates=usage_updates,
                              offer_commands=offer_commands, max_tokens_stop=max_tokens_stop, login=login,
-                             buffers=buffers, questions=questions, live=live)
+                             buffers=buffers, questions=questions, live=live,
+                             prompt_usage=prompt_usage)
         self._quiesced: anyio.Event | None = None
         self._teardown_error: BaseException | None = None
         dispatcher = peer.dispatcher

@@ -225,6 +225,12 @@ class Settlement(PromptContent, Controls):
             result = self._settle(session, slot)
             if slot.usage is not None:
                 result.meta = {"usage": _usage_meta(slot.usage, slot.calls)}
+                if self.prompt_usage:
+                    u = slot.usage
+                    result.usage = wire.TokenUsage(
+                        total_tokens=u.input_tokens + u.output_tokens, input_tokens=u.input_tokens,
+                        output_tokens=u.output_tokens, thought_tokens=u.reasoning_tokens,
+                        cached_read_tokens=u.cache_hit_tokens)
             return result
         finally:
             session.slot = None

@@ -56,7 +56,7 @@ class BridgeState:
     def __init__(
         self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False,
         offer_commands: bool = False, max_tokens_stop: str = "end_turn", login: bool = False, buffers: bool = False,
-        questions: bool = False, live: bool = False,
+        questions: bool = False, live: bool = False, prompt_usage: bool = False,
     ) -> None:
         self.host = host
         self.peer = peer
@@ -68,6 +68,7 @@ class BridgeState:
         self.buffers = buffers
         self.questions = questions
         self.live = live
+        self.prompt_usage = prompt_usage
         self.client_capabilities: dict[str, Any] = {}
         self.sessions: dict[str, Session] = {}
         self.closing: dict[str, Session] = {}  # closed by the client, still being disposed

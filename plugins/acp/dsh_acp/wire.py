@@ -348,8 +348,19 @@ StopReason = Literal["end_turn", "cancelled", "max_turn_requests"]
 """The stop reasons the door answers with; other agents also send max_tokens, refusal, …"""
 
 
+class TokenUsage(_Out):
+    """ACP's ``PromptResponse.usage`` (End-Turn Token Usage, unstable in v1.21): the turn's tokens."""
+
+    total_tokens: int
+    input_tokens: int
+    output_tokens: int
+    thought_tokens: int | UnsetType = UNSET
+    cached_read_tokens: int | UnsetType = UNSET
+
+
 class PromptResult(_Out):
     stop_reason: str  # a StopReason from the door; any string from another agent
+    usage: TokenUsage | UnsetType = UNSET  # acp-editor ([config.acp-transport] prompt-usage)
     meta: dict[str, Any] | UnsetType = msgspec.field(default=UNSET, name="_meta")
 
 

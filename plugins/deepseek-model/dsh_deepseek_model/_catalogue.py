@@ -9,6 +9,7 @@ with the replacement named.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 CONTEXT_WINDOW = 1_048_576
 MAX_OUTPUT = 393_216
@@ -48,8 +49,7 @@ OFFERED = ("deepseek-flash", "deepseek-v4-pro")
 EFFORTS = ("off", "low", "high", "max")  # DeepSeek's thinking switched off, or its reasoning effort
 
 
-@dataclass(frozen=True)
-class Price:
+class Price(NamedTuple):
     """USD per million tokens, off-peak, as DeepSeek's pricing page gave them (2026-11):
     input served from the prefix cache (hit), input not cached (miss), output (reasoning
     included). Peak hours cost ``PEAK_FACTOR`` times as much."""

@@ -61,6 +61,9 @@ async def test_the_model_and_thinking_pickers_drive_the_requests_and_survive_a_r
 
         resp = await run.conn.prompt(session_id=sid, prompt=[acp.text_block("hi")])
         assert resp.stop_reason == "end_turn"
+        u = resp.usage  # the standard field, beside _meta.usage
+        assert u.input_tokens > 0 and u.output_tokens > 0 and u.total_tokens == u.input_tokens + u.output_tokens
+        assert resp.field_meta["usage"]["inputTokens"] == u.input_tokens
         first = fake.chat_requests[-1].body
         assert first["model"] == "deepseek-flash" and first["thinking"] == {"type": "enabled"}
         assert first["reasoning_effort"] == "high"
@@ -114,6 +117,7 @@ async def test_a_turn_cut_by_the_output_limit_answers_max_tokens_in_the_editor_o
             sid = await run.start()
             resp = await run.conn.prompt(session_id=sid, prompt=[acp.text_block("write a lot")])
             assert resp.stop_reason == expected, example
+            assert (resp.usage is None) == (example == "acp-agent")  # acp-agent: _meta.usage only, as always
             assert run.client.text(sid) == ["a long answer that was cut"]
             assert await run.close_stdin() == 0
 

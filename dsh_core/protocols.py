@@ -28,8 +28,8 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.abc
-import pluggy
 import msgspec
+import pluggy
 
 from .config import PluginConfig
 from .types import (

@@ -215,7 +215,8 @@ class Admission(Controls):
         controlled = bool(self.host.pm.hook.dsh_session_controls.get_hookimpls())
         unsubscribe = agent.subscribe(observer(
             session, self.usage_updates,
-            on_settings=(lambda changed: self.settings_changed(session, changed)) if controlled else None))
+            on_settings=(lambda changed: self.settings_changed(session, changed)) if controlled else None,
+            on_turn_end=(lambda: self.turn_ended(session)) if self.offer_commands else None))
         if self.live:
             unwatch = agent.watch(live_observer(session))
 

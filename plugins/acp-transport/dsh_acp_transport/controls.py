@@ -88,16 +88,27 @@ class Controls(BridgeState):
         modes = modes_of(controls)
         return {"configOptions": config_options(controls), **({"modes": modes} if modes is not None else {})}
 
+    def _commands_update(self, session: Session) -> wire.AvailableCommandsUpdate | None:
+        """The session's commands as an update, when they differ from what it was last sent."""
+        listed = [wire.AvailableCommand(name=c.name, description=one_line(c.description, 200),
+                                        **({"input": wire.CommandInput(hint=c.hint)} if c.hint else {}))
+                  for c in self.commands(session.agent)]
+        if listed == session.commands_sent:
+            return None
+        session.commands_sent = listed
+        return wire.AvailableCommandsUpdate(available_commands=listed)
+
     def opened(self, rid: Any, session: Session) -> None:
         """After the answer that opened ``session``: the commands it offers."""
-        commands = self.commands(session.agent)
-        if commands:
-            update = wire.AvailableCommandsUpdate(available_commands=[
-                wire.AvailableCommand(name=c.name, description=one_line(c.description, 200),
-                                      **({"input": wire.CommandInput(hint=c.hint)} if c.hint else {}))
-                for c in commands
-            ])
+        update = self._commands_update(session) if self.offer_commands else None
+        if update is not None and update.available_commands:
             self.peer.after_reply(rid, lambda: session.delivery.push_update(update))
+
+    def turn_ended(self, session: Session) -> None:
+        """After each turn: the commands again, if the set changed (a plugin added or dropped one)."""
+        update = self._commands_update(session)
+        if update is not None:
+            session.delivery.push_update(update)
 
     def settings_changed(self, session: Session, changed: list[str]) -> None:
         """Every change of a session's settings, whoever made it: ``config_option_update`` with the

@@ -69,7 +69,8 @@ def _usage_meta(u: Usage, calls: int) -> dict[str, int]:
 
 
 def observer(session: Session, usage_updates: bool,
-             on_settings: Callable[[list[str]], None] | None = None) -> Callable[[Agent, Any], None]:
+             on_settings: Callable[[list[str]], None] | None = None,
+             on_turn_end: Callable[[], None] | None = None) -> Callable[[Agent, Any], None]:
     """The agent's event observer for one session: committed output to the session's delivery
     chain, and the facts settlement reads (the turn, its end, errors, usage) to the prompt's slot."""
 
@@ -92,8 +93,10 @@ def observer(session: Session, usage_updates: bool,
             on_settings(event.changed)
         if isinstance(event, AssistantMessageEvent):
             _deliver(session, slot, event)
-        elif isinstance(event, TurnEnd) and session.streamed:
+        elif isinstance(event, TurnEnd):
             session.streamed.clear()  # a call that failed and was retried never commits what it showed
+            if on_turn_end is not None:
+                on_turn_end()
         if slot is not None and not isinstance(event, AssistantMessageEvent):
             _track(session, slot, event, usage_updates)
 

@@ -48,6 +48,7 @@ class Session:
     cancel_seq: int = 0  # read order of the last session/cancel: it applies to every prompt read before it
     closed: anyio.Event | None = None  # set by session/close; fires when the session is disposed
     streamed: set[str] = field(default_factory=set)  # messages whose text went out live (stream = "live")
+    commands_sent: list[Any] = field(default_factory=list)  # the slash commands the client was last told of
 
 
 class BridgeState:

@@ -6,6 +6,7 @@ Every frame is validated against ACP's schema when the run closes."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -139,3 +140,23 @@ async def test_the_title_is_a_short_call_on_the_sessions_route(fake: FakeDeepSee
     assert title_call["messages"][-1]["content"] == "the login fails on empty passwords"
     kinds = [e["type"] for e in _log(home, sid)]
     assert kinds.index("session/titled") < kinds.index("turn/end")  # written before the first turn ends
+
+
+async def test_a_switch_to_a_model_that_cannot_read_the_conversations_images_is_refused(fake: FakeDeepSeek,
+                                                                                      tmp_path: Path):
+    from dsh_testing import make_png
+
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    fake.push(Turn(content="a red square"))
+    async with spawn_acp(None, cwd=work, env=_env(fake, home), example="acp-editor") as run:
+        sid = await run.start()
+        image = acp.image_block(base64.b64encode(make_png()).decode(), "image/png")
+        resp = await run.conn.prompt(session_id=sid, prompt=[acp.text_block("what is this?"), image])
+        assert resp.stop_reason == "end_turn"
+        with pytest.raises(acp.RequestError) as refused:
+            await run.conn.set_config_option(config_id="model", session_id=sid, value="deepseek-v4-pro")
+        assert refused.value.code == -32602 and "holds images" in str(refused.value.data)
+        changed = await run.conn.set_config_option(config_id="thought_level", session_id=sid, value="low")
+        assert _options(changed.config_options)["model"][0] == "deepseek-flash"  # still the model that reads them
+        assert await run.close_stdin() == 0

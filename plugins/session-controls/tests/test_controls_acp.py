@@ -239,3 +239,21 @@ async def test_a_new_session_is_titled_by_a_short_model_call_everywhere_it_is_li
     shown = subprocess.run([sys.executable, "-m", "dsh_core.cli", "sessions", "list"], capture_output=True, text=True,
                            env={**os.environ, "DSH_HOME": str(acp_agent.home)}, check=True).stdout
     assert f"{sid}\t" in shown and shown.rstrip().endswith("\tLogin bug fix")
+
+
+async def test_the_commands_are_sent_again_when_the_set_changes(acp_agent, scripted, tmp_path):
+    root = tmp_path / "examples" / "editor-commands"
+    root.mkdir(parents=True)
+    text = (REPO / "examples" / "acp-editor" / "example.toml").read_text()
+    (root / "example.toml").write_text(text.replace('"session-controls"]', '"session-controls", "testkit-commands"]'))
+    async with acp_agent(scripted(SCRIPT), example="editor-commands", env={"DSH_EXAMPLES_PATH": str(root.parent)}) as run:
+        await run.conn.initialize(protocol_version=1)
+        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        await run.conn.prompt(session_id=sid, prompt=[text_block("hello")])  # now /turns exists
+        await run.conn.prompt(session_id=sid, prompt=[text_block("hello again")])  # no change: not sent again
+        await _until(lambda: len([u for u in _mine(run, sid) if u.session_update == "available_commands_update"]) >= 2)
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("/turns")])
+        assert resp.stop_reason == "end_turn" and run.client.text(sid)[-1] == "4 messages so far"
+        assert await run.close_stdin() == 0
+    sent = [[c.name for c in u.available_commands] for u in _mine(run, sid) if u.session_update == "available_commands_update"]
+    assert sent == [["compact", "status", "init"], ["compact", "status", "init", "turns"]]

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import msgspec
 from dsh_acp import wire
 from dsh_acp.display import one_line
@@ -297,6 +298,8 @@ class Settlement(PromptContent, Controls):
                 wire.PermissionOption(option_id="reject-once", name=one_line(request.choices[1], 120), kind="reject_once"),
             ],
         )
+        with anyio.move_on_after(self.permission_timeout):
+            await session.delivery.drain()  # what is queued (the call's card) reaches the client before the question
         try:
             raw = await self.peer.request("session/request_permission", params, timeout=self.permission_timeout)
         except (RpcFailure, TransportClosed, TimeoutError) as exc:

@@ -49,6 +49,7 @@ from dsh_core.types import (
     RetryEvent,
     RetryPolicy,
     SessionHeader,
+    SessionTitled,
     TextBlock,
     TextDelta,
     ToolCallBlock,
@@ -69,7 +70,7 @@ PROVIDER = "replay"
 OVERRIDE_FILE = "replay.override.json"
 _HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
 _NUMBERED = re.compile(r"\{\{id:\d+\}\}")  # a committed scenario's numbered id placeholder
-_TITLE = ":title"  # session-controls' title call (its session id's suffix)
+_TITLE = ":title"  # session-controls' title call (its session id's suffix); replayed from session/titled
 _COMPACTION = ":compaction"
 
 
@@ -141,6 +142,7 @@ class Recording:
     calls: list[Call]
     summaries: list[Call]  # the compactor's calls (session id "<id>:compaction")
     max_retries: int
+    title: str | None = None  # what the title call answered (session id "<id>:title"), when a model wrote it
 
 
 def _entry_call(entry: Entry, where: str) -> Call:
@@ -181,7 +183,7 @@ def derive(path: Path) -> Recording:
     max_retries = max(d.retries) if d.retries else (max(d.final_attempts) if d.final_attempts else 5)
     route = d.route or ModelInfo(provider=header.provider, model=header.model)
     return Recording(path=path, header=header, route=route, calls=d.calls, summaries=d.summaries,
-                     max_retries=max_retries)
+                     max_retries=max_retries, title=d.title)
 
 
 def _read_log(path: Path) -> tuple[SessionHeader, list[Any]]:
@@ -224,6 +226,7 @@ class _Derivation:
     in_flight: bool = False
     aborted_tool: bool = False
     where: str = ""
+    title: str | None = None
 
     def apply(self, ev: Any) -> None:
         if isinstance(ev, RequestHeader) and self.route is None:
@@ -254,6 +257,8 @@ class _Derivation:
                                        blocks=[TextBlock(text=_summary_text(ev.message))], usage=ev.usage))
         elif isinstance(ev, CompactionFailed):
             self._compaction_failed(ev)
+        elif isinstance(ev, SessionTitled) and ev.by == "model":
+            self.title = ev.title
 
     def _answered(self, ev: AssistantMessageEvent) -> None:
         self.in_flight = self.aborted_tool = False
@@ -450,8 +455,14 @@ class ReplayProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelDelta, None]:
         sid = request.session_id
-        if sid.endswith(_TITLE):  # a session-title call is not part of a recording: its caller falls back
-            raise ModelError("replay: title calls are not recorded", code="REPLAY_UNRECORDED")
+        if sid.endswith(_TITLE):  # the title call: its answer is the title the recording's model wrote
+            title = self._bind(request, sid.removesuffix(_TITLE)).rec.title
+            if title is None:
+                raise ModelError("replay: the recording's title was not written by a model call",
+                                 code="REPLAY_UNRECORDED")
+            yield TextDelta(text=title)
+            yield Finish(reason="stop")
+            return
         compaction = sid.endswith(_COMPACTION)
         base = sid.removesuffix(_COMPACTION) if compaction else sid
         if compaction and base not in self._bound:

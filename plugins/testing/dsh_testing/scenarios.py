@@ -52,6 +52,8 @@ Steps (``session`` is the index of a session this client opened, default 0):
     {"op": "promptAndCancel", "text": "…", "after": {"event": "turn/start"} | {"file": "started.txt"},
      "delayMs": 50}
     {"op": "cancel"}
+    {"op": "setConfigOption", "configId": "mode", "value": "plan", "expectError": false}
+    {"op": "setMode", "modeId": "read-only", "expectError": false}
     {"op": "permission", "answers": ["allow-once", "reject-once"]}   # queued for the next requests
     {"op": "wait", "ms": 50} | {"op": "wait", "event": "tool/call"} | {"op": "wait", "file": "x"}
     {"op": "checkFiles", "files": {"out.txt": "exact text\n", "made": true, "gone.txt": null}}
@@ -305,6 +307,26 @@ class _Driver:
     async def cancel(self, step: dict[str, Any], n: int) -> None:
         await self.run.conn.cancel(session_id=self.session(step))
 
+    async def _settle(self, step: dict[str, Any], n: int, call: Awaitable[Any]) -> None:
+        from acp import RequestError
+
+        try:
+            await call
+        except RequestError:
+            if not step.get("expectError"):
+                raise
+        else:
+            if step.get("expectError"):
+                raise ScenarioError(f"step {n} ({step.get('op')}): expected an error")
+        await asyncio.sleep(0.05)  # the updates that follow the answer (config_option_update…) arrive
+
+    async def set_config_option(self, step: dict[str, Any], n: int) -> None:
+        await self._settle(step, n, self.run.conn.set_config_option(
+            config_id=step["configId"], session_id=self.session(step), value=step["value"]))
+
+    async def set_mode(self, step: dict[str, Any], n: int) -> None:
+        await self._settle(step, n, self.run.conn.set_session_mode(session_id=self.session(step), mode_id=step["modeId"]))
+
     async def permission(self, step: dict[str, Any], n: int) -> None:
         self.run.client.permission_answers.extend(step["answers"])
 
@@ -328,6 +350,8 @@ _STEP_OPS: dict[str, Callable[[_Driver, dict[str, Any], int], Awaitable[None]]] 
     "promptAndCancel": _Driver.prompt_and_cancel,
     "cancel": _Driver.cancel,
     "permission": _Driver.permission,
+    "setConfigOption": _Driver.set_config_option,
+    "setMode": _Driver.set_mode,
     "wait": _Driver.wait,
     "checkFiles": _Driver.check_files,
 }

@@ -363,19 +363,33 @@ QUESTIONS_SCHEMA: dict[str, Any] = {
 }
 
 
+SHOWN_UNSAFE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(text: str, limit: int = 2000) -> str:
+    """Model-written text as a form shows it to a person: control and bidirectional characters
+    (which could make a question read differently from what it says) become spaces; bounded."""
+    text = SHOWN_UNSAFE.sub(" ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def form_of(questions: list[dict[str, Any]]) -> dict[str, Any]:
     """The elicitation form for ``questions``: one field each (``q1``…), a choice when it has
-    options (several when ``multi_select``), else free text; every field required."""
+    options (several when ``multi_select``), else free text; every field required. What the model
+    wrote is shown through ``shown`` (an option's label is also its value)."""
     properties: dict[str, Any] = {}
     for i, q in enumerate(questions, start=1):
-        field: dict[str, Any] = {"title": q.get("header") or q["question"], "description": q["question"]}
-        labels = [o["label"] for o in q.get("options") or []]
+        field: dict[str, Any] = {"title": shown(q.get("header") or q["question"], 200),
+                                 "description": shown(q["question"])}
+        options = q.get("options") or []
+        labels = [shown(o["label"], 200) for o in options]
         if labels and q.get("multi_select"):
             field |= {"type": "array", "items": {"type": "string", "enum": labels}, "minItems": 1}
         elif labels:
             field |= {"type": "string", "oneOf": [
-                {"const": o["label"], "title": o["label"], **({"description": o["description"]} if o.get("description") else {})}
-                for o in q["options"]]}
+                {"const": label, "title": label, **({"description": shown(o["description"], 500)}
+                                                     if isinstance(o.get("description"), str) and o["description"] else {})}
+                for label, o in zip(labels, options, strict=True)]}
         else:
             field |= {"type": "string"}
         properties[f"q{i}"] = field
@@ -393,7 +407,7 @@ def _questions(args: dict[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(options, list) or not all(isinstance(o, dict) and isinstance(o.get("label"), str)
                                                     and o["label"].strip() for o in options):
             raise ToolError(f"questions[{i}].options must be objects with a label", code="INVALID_ARGUMENTS")
-        if len({o["label"] for o in options}) != len(options):
+        if len({shown(o["label"], 200) for o in options}) != len(options):
             raise ToolError(f"questions[{i}].options has two options with one label", code="INVALID_ARGUMENTS")
     return qs
 
@@ -403,7 +417,7 @@ async def _ask_user_question(args: dict[str, Any], ctx: ToolContext) -> str:
     asker = ctx.agent.spec.questions
     if asker is None:  # the tool is published only with an asker; a stale call after it went away
         raise ToolError("no person can be asked here", code="UNAVAILABLE")
-    message = questions[0]["question"] if len(questions) == 1 else f"{len(questions)} questions from the agent"
+    message = shown(questions[0]["question"]) if len(questions) == 1 else f"{len(questions)} questions from the agent"
     action, answers = await asker.ask(message, form_of(questions), call_id=ctx.call_id)
     if action == "decline":
         return "The person declined to answer. Do not ask again; go on with your best judgement, or stop and say why."

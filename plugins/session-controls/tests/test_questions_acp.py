@@ -96,3 +96,15 @@ async def test_without_a_form_capable_editor_there_is_no_such_tool(acp_agent, sc
     (result,) = [e["result"] for e in _log(acp_agent.home, sid) if e["type"] == "tool/result"]
     assert result["isError"]  # an unknown tool
 
+
+
+def test_what_the_model_wrote_is_shown_without_controls_or_direction_marks():
+    from dsh_session_controls import form_of
+
+    form = form_of([{"question": "Delete\u202e the \x1b[2Jbranch?\nReally?", "header": "x" * 500,
+                     "options": [{"label": "yes\u2066", "description": "d\x07"}, {"label": "no"}]}])
+    field = form["properties"]["q1"]
+    assert field["description"] == "Delete  the  [2Jbranch?\nReally?"  # newlines kept, the rest blanked
+    assert len(field["title"]) == 200
+    assert [(o["const"], o["description"] if "description" in o else None) for o in field["oneOf"]] == [
+        ("yes", "d"), ("no", None)]

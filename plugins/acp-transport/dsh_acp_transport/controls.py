@@ -11,9 +11,11 @@ prompt that starts with ``/name`` runs the command (an unknown name is answered 
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import msgspec
 from dsh_acp import wire
 from dsh_acp.display import one_line
@@ -26,6 +28,8 @@ from .state import BridgeState, Session, Slot
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Agent, Control, SlashCommand
+
+log = logging.getLogger("dsh.acp")
 
 # ``/name`` then a space or the end: ``/usr/bin is slow`` is a prompt, not a command.
 COMMAND = re.compile(r"/([A-Za-z][\w-]{0,63})(?:\s+|$)")
@@ -177,8 +181,12 @@ class Controls(BridgeState):
                 result = await command.run(session.agent, rest.strip())
         except ValueError as exc:
             return self._answer(session, slot, f"/{name}: {exc}")
+        except Exception as exc:  # a plugin's bug: said to the person, logged, the session goes on
+            log.warning(f"/{name} failed: {exc!r}")
+            return self._answer(session, slot, f"/{name} failed: {exc}")
         if slot.admission.cancelled_caught or slot.cancelled:
             return wire.PromptResult(stop_reason="cancelled")
+        slot.admission = anyio.CancelScope()  # the rest of the admission (saving images) in a scope of its own
         if result.prompt is not None:
             return [TextBlock(text=result.prompt), *content[1:]]
         return self._answer(session, slot, result.reply or f"/{name}: done")

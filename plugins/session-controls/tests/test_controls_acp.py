@@ -257,3 +257,24 @@ async def test_the_commands_are_sent_again_when_the_set_changes(acp_agent, scrip
         assert await run.close_stdin() == 0
     sent = [[c.name for c in u.available_commands] for u in _mine(run, sid) if u.session_update == "available_commands_update"]
     assert sent == [["compact", "status", "init"], ["compact", "status", "init", "turns"]]
+
+
+async def test_a_command_that_becomes_a_prompt_keeps_the_prompts_images(acp_agent, scripted):
+    import base64
+
+    from acp import image_block
+
+    from dsh_testing import make_png
+
+    script = scripted({**SCRIPT, "capabilities": {"image_input": True}})
+    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+        await run.conn.initialize(protocol_version=1)
+        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        image = image_block(base64.b64encode(make_png()).decode(), "image/png")
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("/init"), image])
+        assert resp.stop_reason == "end_turn" and run.client.text(sid)[-1] == "init ran"
+        assert await run.close_stdin() == 0
+    (prompt,) = [e["message"] for e in _log(acp_agent.home, sid) if e["type"] == "user/message"
+                 and e["message"].get("source", "user") == "user"]
+    assert [b["type"] for b in prompt["content"]] == ["text", "image"]
+    assert prompt["content"][0]["text"].startswith("Write AGENTS.md")

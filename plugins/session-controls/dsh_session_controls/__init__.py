@@ -426,9 +426,9 @@ async def _ask_user_question(args: dict[str, Any], ctx: ToolContext) -> str:
     lines = []
     for i, q in enumerate(questions, start=1):
         answer = answers.get(f"q{i}")
-        shown = ", ".join(map(str, answer)) if isinstance(answer, list) else ("(no answer)" if answer in (None, "")
-                                                                            else str(answer))
-        lines.append(f"- {q['question']}\n  → {shown}")
+        said = ", ".join(map(str, answer)) if isinstance(answer, list) else ("(no answer)" if answer in (None, "")
+                                                                           else str(answer))
+        lines.append(f"- {q['question']}\n  → {said}")
     return "The person answered:\n" + "\n".join(lines)
 
 

@@ -71,6 +71,19 @@ async def test_the_person_answers_a_form_in_the_editor(acp_agent, scripted):
     assert "→ keep it small" in answer
 
 
+async def test_one_question_is_the_forms_message(acp_agent, scripted):
+    one = {"default": [{"tool": "ask_user_question", "args": {"questions": [{"question": "Tabs or spaces?"}]}},
+                       {"text": "{tool_result}"}]}
+    person = Person(answer=AcceptElicitationResponse(action="accept", content={"q1": "spaces"}))
+    async with acp_agent(scripted(one), example="acp-editor", env=EXAMPLES, client=person, unstable=True) as run:
+        await run.conn.initialize(protocol_version=1, client_capabilities=FORMS)
+        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        await run.conn.prompt(session_id=sid, prompt=[text_block("format the code")])
+        assert await run.close_stdin() == 0
+    assert [m for m, _ in person.asked] == ["Tabs or spaces?"]
+    assert run.client.text(sid)[-1] == "The person answered:\n- Tabs or spaces?\n  → spaces"
+
+
 async def test_a_declined_question_is_an_answer_the_model_reads(acp_agent, scripted):
     person = Person(answer=DeclineElicitationResponse(action="decline"))
     async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES, client=person, unstable=True) as run:
@@ -106,5 +119,5 @@ def test_what_the_model_wrote_is_shown_without_controls_or_direction_marks():
     field = form["properties"]["q1"]
     assert field["description"] == "Delete  the  [2Jbranch?\nReally?"  # newlines kept, the rest blanked
     assert len(field["title"]) == 200
-    assert [(o["const"], o["description"] if "description" in o else None) for o in field["oneOf"]] == [
+    assert [(o["const"], o.get("description")) for o in field["oneOf"]] == [
         ("yes", "d"), ("no", None)]

@@ -151,3 +151,15 @@ def test_doctor_reports_the_isolation_each_mechanism_gives(tmp_path):
         _, out, _ = doctor(tmp_path, "--json")
         iso = checks(out)["sandbox-isolation"]
         assert iso["status"] == "ok" and iso["detail"].startswith("pid namespace")
+
+
+def test_a_key_stored_by_login_is_reported_by_where_it_is(tmp_path):
+    creds = tmp_path / "config" / "credentials"
+    creds.mkdir(parents=True, mode=0o700)
+    (creds / "deepseek-api-key").write_text(SECRET + "\n")
+    (creds / "deepseek-api-key").chmod(0o600)
+    code, out, err = doctor(tmp_path, "--json", DSH_CONFIG_HOME=str(tmp_path / "config"),
+                            PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring")
+    key = checks(out)["deepseek key"]
+    assert code == 0 and key["status"] == "ok" and str(creds / "deepseek-api-key") in key["detail"]
+    assert SECRET not in out + err

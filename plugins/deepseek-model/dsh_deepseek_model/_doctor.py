@@ -26,6 +26,10 @@ class KeyCheck:
         via = f" (base URL from {BASE_URL_ENV})" if os.environ.get(BASE_URL_ENV) else ""
         if os.environ.get(KEY_ENV, "").strip():
             return Finding(self.name, "ok", f"{KEY_ENV} is set; requests go to {endpoint}{via}")
+        stored = _stored_where()
+        if stored:
+            return Finding(self.name, "ok", f"a key stored by `dsh auth login` is in {stored}; requests go to "
+                                            f"{endpoint}{via}")
         if self.settings.dotenv and find_api_key(dotenv=True):
             return Finding(self.name, "ok", f"{KEY_ENV} found in a .env file; requests go to {endpoint}{via}")
         provider, model = self.route
@@ -34,7 +38,7 @@ class KeyCheck:
         return Finding(
             self.name, "warn",
             f"{KEY_ENV} is not set: the example serves, but every prompt on its route {provider} / {model} fails",
-            f"export {KEY_ENV}=… (keyless demo: dsh ask --provider scripted --model demo.json ping)",
+            f"dsh auth login (or export {KEY_ENV}=…; keyless demo: dsh ask --provider scripted --model demo.json ping)",
         )
 
 
@@ -42,3 +46,11 @@ def key_check(host: Any) -> KeyCheck:
     provider = host.models.get(PROVIDER)
     settings = getattr(provider, "settings", None) or Settings()
     return KeyCheck(settings, host.default_provider, host.default_model)
+
+
+def _stored_where() -> str:
+    """Where ``dsh auth login`` stored a key ("" when it did not): never the key itself."""
+    from ._login import stored_key
+
+    key, where = stored_key()
+    return where if key else ""

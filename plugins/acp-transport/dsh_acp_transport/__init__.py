@@ -41,18 +41,17 @@ from __future__ import annotations
 
 import logging
 import signal
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from dsh_acp.fdstream import FdReader, FdWriter
-from dsh_acp.rpc import DEFAULT_MAX_FRAME, Peer
-from msgspec import Meta
+from dsh_acp.rpc import Peer
 
 from dsh_core import hookimpl
-from dsh_core.config import PluginConfig
 from dsh_core.stdio import claim_stdio
 
 from .bridge import Bridge
+from .config import TransportConfig
 
 log = logging.getLogger("dsh.acp")
 
@@ -62,37 +61,15 @@ if TYPE_CHECKING:  # pragma: no cover
 NAME = "acp-transport"
 
 
-class TransportConfig(PluginConfig):
-    """[config.acp-transport]"""
-
-    max_frame_bytes: Annotated[int, Meta(gt=0, description="the longest inbound line, in bytes")] = DEFAULT_MAX_FRAME
-    permission_timeout: Annotated[float, Meta(
-        gt=0, description="seconds before an unanswered permission request fails closed")] = 300.0
-    usage_updates: Annotated[bool, Meta(description="send usage_update after each turn")] = False
-    commands: Annotated[bool, Meta(description="offer the plugins' slash commands and run /name prompts")] = False
-    max_tokens: Annotated[Literal["end_turn", "max_tokens"], Meta(
-        description="the stop reason of a turn cut by the model's output limit")] = "end_turn"
-    login: Annotated[bool, Meta(description="offer the provider's login; auth-required while it has no credential")] = False
-    buffers: Annotated[bool, Meta(description="read and mirror workspace files through the editor (fs/*)")] = False
-    questions: Annotated[bool, Meta(description="let tools ask the person through the editor (elicitation/create)")] = False
-    prompt_usage: Annotated[bool, Meta(description="put the turn's tokens in the prompt response's usage")] = False
-    stream: Annotated[Literal["committed", "live"], Meta(
-        description="committed: each assistant message once it is committed (ACP-6); live: its text as it is written")] = (
-        "committed")
-
-
 @hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+def dsh_config_type() -> tuple[str, type[TransportConfig]]:
     return NAME, TransportConfig
 
 
 def make_bridge(host: Host, reader: FdReader, writer: FdWriter) -> Bridge:
     settings = host.config_for(TransportConfig)
     peer = Peer(reader, writer, max_frame=settings.max_frame_bytes, name="acp")
-    return Bridge(host, peer, permission_timeout=settings.permission_timeout, usage_updates=settings.usage_updates,
-                  offer_commands=settings.commands, max_tokens_stop=settings.max_tokens, login=settings.login,
-                  buffers=settings.buffers, questions=settings.questions, live=settings.stream == "live",
-                  prompt_usage=settings.prompt_usage)
+    return Bridge(host, peer, settings)
 
 
 async def serve_bridge(bridge: Bridge) -> None:

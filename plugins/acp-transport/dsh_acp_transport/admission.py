@@ -119,7 +119,7 @@ class Admission(Controls):
                 mcp_capabilities=wire.McpCapabilities(http=mcp.http, sse=mcp.sse) if mcp is not None else UNSET,
             ),
             agent_info=agent_info(),
-            auth_methods=self._auth_methods() if self.login else [],
+            auth_methods=self._auth_methods() if self.settings.login else [],
         )
 
     # ------------------------------------------------------------------ login (the editor's; off in acp-agent)
@@ -149,7 +149,7 @@ class Admission(Controls):
     def _require_credential(self) -> None:
         """ACP's auth-required (-32000) while the route's provider has no credential: the client
         shows its login, instead of a session whose every prompt fails."""
-        if not self.login:
+        if not self.settings.login:
             return
         check = getattr(self._route_provider(), "credential_problem", None)
         problem = check() if check is not None else None
@@ -157,7 +157,7 @@ class Admission(Controls):
             raise RpcFailure(AUTH_REQUIRED, "Authentication required", details=problem)
 
     async def authenticate(self, rid: Any, params: msgspec.Raw | None) -> Any:
-        if self.login:
+        if self.settings.login:
             p = decode_params(params, wire.AuthenticateParams)
             known = [m.id for m in self._auth_methods()]
             if p.method_id not in known:
@@ -202,22 +202,22 @@ class Admission(Controls):
 
     def _buffers(self, session_id: str, cwd: str) -> ClientBuffers | None:
         """The editor's open files, when this composition uses them and the client offers them."""
-        return client_buffers(self.client_capabilities, self.peer, session_id, cwd) if self.buffers else None
+        return client_buffers(self.client_capabilities, self.peer, session_id, cwd) if self.settings.buffers else None
 
     def _questions(self, session_id: str) -> ClientQuestions | None:
         """Asking the person, when this composition lets tools ask and the client offers forms."""
-        if not self.questions:
+        if not self.settings.questions:
             return None
-        return client_questions(self.client_capabilities, self.peer, session_id, self.permission_timeout)
+        return client_questions(self.client_capabilities, self.peer, session_id, self.settings.permission_timeout)
 
     def _publish(self, agent: Agent) -> Session:
         session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self.peer, self.host, agent.session_id))
         controlled = bool(self.host.pm.hook.dsh_session_controls.get_hookimpls())
         unsubscribe = agent.subscribe(observer(
-            session, self.usage_updates,
+            session, self.settings.usage_updates,
             on_settings=(lambda changed: self.settings_changed(session, changed)) if controlled else None,
-            on_turn_end=(lambda: self.turn_ended(session)) if self.offer_commands else None))
-        if self.live:
+            on_turn_end=(lambda: self.turn_ended(session)) if self.settings.commands else None))
+        if self.settings.stream == "live":
             unwatch = agent.watch(live_observer(session))
 
             def unsubscribe_both() -> None:

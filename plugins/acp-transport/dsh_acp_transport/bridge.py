@@ -17,6 +17,7 @@ import anyio
 from dsh_acp.rpc import Peer
 
 from .admission import Admission
+from .config import TransportConfig
 from .settlement import Settlement
 from .state import BridgeState, Session
 
@@ -31,15 +32,8 @@ class Bridge(Admission, Settlement):
 
     name = "acp"  # recorded as ``answeredBy`` in approval/decided events
 
-    def __init__(
-        self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False,
-        offer_commands: bool = False, max_tokens_stop: str = "end_turn", login: bool = False, buffers: bool = False,
-        questions: bool = False, live: bool = False, prompt_usage: bool = False,
-    ) -> None:
-        BridgeState.__init__(self, host, peer, permission_timeout=permission_timeout, usage_updates=usage_updates,
-                             offer_commands=offer_commands, max_tokens_stop=max_tokens_stop, login=login,
-                             buffers=buffers, questions=questions, live=live,
-                             prompt_usage=prompt_usage)
+    def __init__(self, host: Host, peer: Peer, settings: TransportConfig | None = None) -> None:
+        BridgeState.__init__(self, host, peer, settings)
         self._quiesced: anyio.Event | None = None
         self._teardown_error: BaseException | None = None
         dispatcher = peer.dispatcher

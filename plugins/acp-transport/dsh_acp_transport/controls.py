@@ -70,7 +70,7 @@ class Controls(BridgeState):
                 for c in found]
 
     def commands(self, agent: Agent) -> list[SlashCommand]:
-        if not self.offer_commands:
+        if not self.settings.commands:
             return []
         seen: dict[str, SlashCommand] = {}
         for found in reversed(self.host.pm.hook.dsh_slash_commands(session=agent, host=self.host)):
@@ -104,7 +104,7 @@ class Controls(BridgeState):
 
     def opened(self, rid: Any, session: Session) -> None:
         """After the answer that opened ``session``: the commands it offers."""
-        update = self._commands_update(session) if self.offer_commands else None
+        update = self._commands_update(session) if self.settings.commands else None
         if update is not None and update.available_commands:
             self.peer.after_reply(rid, lambda: session.delivery.push_update(update))
 

@@ -204,7 +204,7 @@ class Settlement(PromptContent, Controls):
         session.delivery.take_failure()
         try:
             content, images = self._admit(p.prompt)
-            if self.offer_commands:
+            if self.settings.commands:
                 ran = await self.run_command(session, slot, content)
                 if isinstance(ran, wire.PromptResult):
                     await session.delivery.drain()
@@ -229,7 +229,7 @@ class Settlement(PromptContent, Controls):
             result = self._settle(session, slot)
             if slot.usage is not None:
                 result.meta = {"usage": _usage_meta(slot.usage, slot.calls)}
-                if self.prompt_usage:
+                if self.settings.prompt_usage:
                     u = slot.usage
                     result.usage = wire.TokenUsage(
                         total_tokens=u.input_tokens + u.output_tokens, input_tokens=u.input_tokens,
@@ -258,7 +258,7 @@ class Settlement(PromptContent, Controls):
             return wire.PromptResult(stop_reason="cancelled")
         if end.reason == "max-steps":  # a step budget ran out; the answer so far is committed
             return wire.PromptResult(stop_reason="max_turn_requests")
-        if end.reason == "max-tokens" and self.max_tokens_stop == "max_tokens":  # an editor's choice
+        if end.reason == "max-tokens" and self.settings.max_tokens == "max_tokens":  # an editor's choice
             return wire.PromptResult(stop_reason="max_tokens")
         if end.reason == "max-tokens":  # still end_turn (ACP-7); _meta tells a client that reads it (a parent agent)
             return wire.PromptResult(stop_reason="end_turn", meta={"dsh": {"turnEnd": "max-tokens"}})
@@ -298,10 +298,10 @@ class Settlement(PromptContent, Controls):
                 wire.PermissionOption(option_id="reject-once", name=one_line(request.choices[1], 120), kind="reject_once"),
             ],
         )
-        with anyio.move_on_after(self.permission_timeout):
+        with anyio.move_on_after(self.settings.permission_timeout):
             await session.delivery.drain()  # what is queued (the call's card) reaches the client before the question
         try:
-            raw = await self.peer.request("session/request_permission", params, timeout=self.permission_timeout)
+            raw = await self.peer.request("session/request_permission", params, timeout=self.settings.permission_timeout)
         except (RpcFailure, TransportClosed, TimeoutError) as exc:
             log.warning(f"permission request failed closed: {exc!r}")
             return "unavailable"

@@ -10,6 +10,7 @@ from dsh_acp.rpc import Peer
 
 from dsh_core.types import TurnEnd, Usage
 
+from .config import TransportConfig
 from .delivery import Delivery
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,22 +55,10 @@ class Session:
 class BridgeState:
     """One connection's sessions and settings, and what every topic of the bridge uses."""
 
-    def __init__(
-        self, host: Host, peer: Peer, *, permission_timeout: float = 300.0, usage_updates: bool = False,
-        offer_commands: bool = False, max_tokens_stop: str = "end_turn", login: bool = False, buffers: bool = False,
-        questions: bool = False, live: bool = False, prompt_usage: bool = False,
-    ) -> None:
+    def __init__(self, host: Host, peer: Peer, settings: TransportConfig | None = None) -> None:
         self.host = host
         self.peer = peer
-        self.permission_timeout = permission_timeout
-        self.usage_updates = usage_updates
-        self.offer_commands = offer_commands
-        self.max_tokens_stop = max_tokens_stop
-        self.login = login
-        self.buffers = buffers
-        self.questions = questions
-        self.live = live
-        self.prompt_usage = prompt_usage
+        self.settings = settings or TransportConfig()
         self.client_capabilities: dict[str, Any] = {}
         self.sessions: dict[str, Session] = {}
         self.closing: dict[str, Session] = {}  # closed by the client, still being disposed

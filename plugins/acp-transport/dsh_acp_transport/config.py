@@ -1,0 +1,30 @@
+"""``[config.acp-transport]``: what the door does beyond ACP-1…13, each off for acp-agent (see
+the package docstring and README.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from dsh_acp.rpc import DEFAULT_MAX_FRAME
+from msgspec import Meta
+
+from dsh_core.config import PluginConfig
+
+
+class TransportConfig(PluginConfig):
+    """[config.acp-transport]"""
+
+    max_frame_bytes: Annotated[int, Meta(gt=0, description="the longest inbound line, in bytes")] = DEFAULT_MAX_FRAME
+    permission_timeout: Annotated[float, Meta(
+        gt=0, description="seconds before an unanswered permission request fails closed")] = 300.0
+    usage_updates: Annotated[bool, Meta(description="send usage_update after each turn")] = False
+    commands: Annotated[bool, Meta(description="offer the plugins' slash commands and run /name prompts")] = False
+    max_tokens: Annotated[Literal["end_turn", "max_tokens"], Meta(
+        description="the stop reason of a turn cut by the model's output limit")] = "end_turn"
+    login: Annotated[bool, Meta(description="offer the provider's login; auth-required while it has no credential")] = False
+    buffers: Annotated[bool, Meta(description="read and mirror workspace files through the editor (fs/*)")] = False
+    questions: Annotated[bool, Meta(description="let tools ask the person through the editor (elicitation/create)")] = False
+    prompt_usage: Annotated[bool, Meta(description="put the turn's tokens in the prompt response's usage")] = False
+    stream: Annotated[Literal["committed", "live"], Meta(
+        description="committed: each assistant message once it is committed (ACP-6); live: its text as it is written")] = (
+        "committed")

@@ -6,13 +6,12 @@ it commits; a cancel leaves exactly what was shown in the log. The default stays
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO
+from dsh_testing import REPO, session_log, until
 
 pytestmark = pytest.mark.anyio
 
@@ -25,20 +24,10 @@ def _live_examples(tmp_path: Path) -> dict[str, str]:
     return {"DSH_EXAMPLES_PATH": str(root.parent)}
 
 
-def _log(home: Path, sid: str) -> list[dict]:
-    return [json.loads(line) for line in (home / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
-
 
 def _chunks(run, sid, kind="agent_message_chunk"):
     return [u for s, u in run.client.updates if s == sid and u.session_update == kind]
 
-
-async def _until(predicate, timeout=10.0):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < end, "timed out"
-        await asyncio.sleep(0.01)
 
 
 async def test_live_text_goes_out_as_it_is_written_under_the_committed_id(acp_agent, scripted, tmp_path):
@@ -47,14 +36,14 @@ async def test_live_text_goes_out_as_it_is_written_under_the_committed_id(acp_ag
     async with acp_agent(script, example="acp-editor-live", env=_live_examples(tmp_path)) as run:
         sid = await run.start()
         prompt = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("greet")]))
-        await _until(lambda: _chunks(run, sid))
+        await until(lambda: _chunks(run, sid))
         assert not prompt.done()  # shown while the model is still writing
         assert _chunks(run, sid)[0].content.text == "Hello, "
         assert (await prompt).stop_reason == "end_turn"
         assert await run.close_stdin() == 0
     chunks = _chunks(run, sid)
     assert [c.content.text for c in chunks] == ["Hello, ", "world."]  # each piece once, none again at commit
-    (committed,) = [e for e in _log(acp_agent.home, sid) if e["type"] == "assistant/message"]
+    (committed,) = [e for e in session_log(acp_agent.home, sid) if e["type"] == "assistant/message"]
     assert {c.message_id for c in chunks} == {committed["message"]["id"]}
     (thought,) = _chunks(run, sid, "agent_thought_chunk")  # live, and not again when the message committed
     assert thought.content.text == "then finish the greeting" and thought.message_id == committed["message"]["id"]
@@ -65,12 +54,12 @@ async def test_a_cancel_leaves_in_the_log_what_the_editor_was_shown(acp_agent, s
     async with acp_agent(script, example="acp-editor-live", env=_live_examples(tmp_path)) as run:
         sid = await run.start()
         prompt = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("answer slowly")]))
-        await _until(lambda: _chunks(run, sid))
+        await until(lambda: _chunks(run, sid))
         await run.conn.cancel(session_id=sid)
         assert (await prompt).stop_reason == "cancelled"
         assert await run.close_stdin() == 0
     assert [c.content.text for c in _chunks(run, sid)] == ["Half an ans"]
-    (kept,) = [e for e in _log(acp_agent.home, sid) if e["type"] == "assistant/message"]
+    (kept,) = [e for e in session_log(acp_agent.home, sid) if e["type"] == "assistant/message"]
     assert kept["message"]["content"][0]["text"] == "Half an ans"
 
 
@@ -79,7 +68,7 @@ async def test_the_default_editor_stream_is_committed_only(acp_agent, scripted):
     async with acp_agent(script, example="acp-editor", env={"DSH_EXAMPLES_PATH": str(REPO / "examples")}) as run:
         sid = await run.start()
         prompt = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("greet")]))
-        await _until(lambda: (run.cwd / "streamed").exists())
+        await until(lambda: (run.cwd / "streamed").exists())
         await asyncio.sleep(0.2)
         assert _chunks(run, sid) == [] and not prompt.done()  # nothing before the message commits
         assert (await prompt).stop_reason == "end_turn"

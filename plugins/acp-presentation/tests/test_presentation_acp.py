@@ -4,11 +4,10 @@ harness. acp-agent, which does not mount the plugin, sends none of it."""
 
 from __future__ import annotations
 
-import anyio
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO
+from dsh_testing import REPO, until
 
 pytestmark = pytest.mark.anyio
 
@@ -36,9 +35,7 @@ async def test_acp_editor_shows_tool_cards_diffs_thoughts_and_the_plan(acp_agent
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("write notes")])
         assert resp.stop_reason == "end_turn"
-        with anyio.fail_after(10):  # the title is written after the first turn, by session-controls
-            while not any(u.session_update == "session_info_update" for u in _updates(run, sid)):
-                await anyio.sleep(0.01)
+        await until(lambda: any(u.session_update == "session_info_update" for u in _updates(run, sid)))
         updates = _updates(run, sid)
         assert await run.close_stdin() == 0
     assert updates[0].session_update == "available_commands_update"  # session-controls: after session/new's answer

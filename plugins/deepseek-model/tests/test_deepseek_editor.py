@@ -7,21 +7,16 @@ Every frame is validated against ACP's schema when the run closes."""
 from __future__ import annotations
 
 import base64
-import json
 from pathlib import Path
 
 import pytest
 from fake_deepseek import FakeDeepSeek, Turn
 
-from dsh_testing import REPO, spawn_acp
+from dsh_testing import REPO, session_log, spawn_acp
 
 acp = pytest.importorskip("acp")
 
 pytestmark = pytest.mark.anyio
-
-
-def _log(home: Path, session_id: str) -> list[dict]:
-    return [json.loads(line) for line in (home / "sessions" / f"{session_id}.jsonl").read_text().splitlines()]
 
 
 def _options(options: list) -> dict[str, tuple[str, list[str]]]:
@@ -91,10 +86,10 @@ async def test_the_model_and_thinking_pickers_drive_the_requests_and_survive_a_r
         assert usage[-1].cost.amount > usage[0].cost.amount  # cumulative over the session
         assert await run.close_stdin() == 0
 
-    changes = [e for e in _log(home, sid) if e["type"] == "settings/changed"]
+    changes = [e for e in session_log(home, sid) if e["type"] == "settings/changed"]
     assert [(c["changed"], c.get("cache", "kept"), c.get("by", "client")) for c in changes] == [
         (["model"], "broken", "client"), (["effort"], "broken", "client")]
-    headers = [e for e in _log(home, sid) if e["type"] == "request/header"]
+    headers = [e for e in session_log(home, sid) if e["type"] == "request/header"]
     assert [h["model"] for h in headers] == ["deepseek-flash", "deepseek-v4-pro"] and headers[1].get("reason") == "model"
 
     async with spawn_acp(None, cwd=work, env=_env(fake, home), example="acp-editor") as run:
@@ -133,12 +128,12 @@ async def test_the_title_is_a_short_call_on_the_sessions_route(fake: FakeDeepSee
         sid = await run.start()
         await run.conn.prompt(session_id=sid, prompt=[acp.text_block("the login fails on empty passwords")])
         assert await run.close_stdin() == 0
-    (titled,) = [e for e in _log(home, sid) if e["type"] == "session/titled"]
+    (titled,) = [e for e in session_log(home, sid) if e["type"] == "session/titled"]
     assert titled["title"] == "Login bug fix" and titled.get("by", "model") == "model"
     (title_call,) = [r.body for r in fake.chat_requests if not r.body.get("tools")]
     assert title_call["thinking"] == {"type": "disabled"} and title_call["max_tokens"] == 40
     assert title_call["messages"][-1]["content"] == "the login fails on empty passwords"
-    kinds = [e["type"] for e in _log(home, sid)]
+    kinds = [e["type"] for e in session_log(home, sid)]
     assert kinds.index("session/titled") < kinds.index("turn/end")  # written before the first turn ends
 
 

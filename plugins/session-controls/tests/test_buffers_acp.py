@@ -52,7 +52,7 @@ async def test_the_editor_buffers_are_read_and_written_inside_the_workspace(acp_
     work = acp_agent.work
     (work / "notes.txt").write_text("line one\nthe saved text\n")
     editor = Editor(buffers={str(work / "notes.txt"): "line one\nthe unsaved text\n"})
-    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES, client=editor) as run:
+    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES, client=editor, client_fs=True) as run:
         await run.conn.initialize(protocol_version=1, client_capabilities=FS)
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("tidy the notes")])

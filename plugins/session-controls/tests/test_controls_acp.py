@@ -5,18 +5,15 @@ session takes back, and the slash commands. acp-agent offers none of it."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-import anyio
 import pytest
 from acp import RequestError, text_block
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
-from dsh_testing import REPO, Recorder
+from dsh_testing import REPO, Recorder, session_log, until
 
 pytestmark = pytest.mark.anyio
 
@@ -42,15 +39,6 @@ def _mine(run, sid):
     return [u for s, u in run.client.updates if s == sid]
 
 
-async def _until(predicate, timeout: float = 10.0) -> None:
-    """Notifications follow the answer they belong to: the client reads them a moment later."""
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.01)
-
-
-def _log(home: Path, sid: str) -> list[dict]:
-    return [json.loads(line) for line in (home / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
 
 
 def _mode(options) -> str:
@@ -64,7 +52,7 @@ async def test_a_mode_change_applies_to_the_tools_tells_the_model_and_is_shown(a
         sid = new.session_id
         assert _mode(new.config_options) == new.modes.current_mode_id == "workspace-write"
         assert await run.conn.set_session_mode(session_id=sid, mode_id="read-only") is not None
-        await _until(lambda: any(u.session_update == "current_mode_update" for u in _mine(run, sid)))
+        await until(lambda: any(u.session_update == "current_mode_update" for u in _mine(run, sid)))
         kinds = [u.session_update for u in _mine(run, sid)]
         assert "current_mode_update" in kinds and "config_option_update" in kinds
         (mode,) = [u for u in _mine(run, sid) if u.session_update == "current_mode_update"]
@@ -76,7 +64,7 @@ async def test_a_mode_change_applies_to_the_tools_tells_the_model_and_is_shown(a
             await run.conn.set_session_mode(session_id=sid, mode_id="yolo")
         assert bad.value.code == -32602
         assert await run.close_stdin() == 0
-    events = _log(acp_agent.home, sid)
+    events = session_log(acp_agent.home, sid)
     told = [e for e in events if e["type"] == "user/message" and e["message"].get("source") == "hook"]
     assert len(told) == 1 and "read-only" in told[0]["message"]["content"][0]["text"]
     first_request = next(i for i, e in enumerate(events) if e["type"] == "assistant/message")
@@ -109,7 +97,7 @@ async def test_plan_mode_runs_only_reads_until_the_person_approves_the_plan(acp_
             assert not (run.cwd / "b.txt").exists()  # both writes were refused: still planning
             assert "plan mode" in run.client.text(sid)[-1]
         assert await run.close_stdin() == 0
-    results = [e["result"] for e in _log(acp_agent.home, sid) if e["type"] == "tool/result"]
+    results = [e["result"] for e in session_log(acp_agent.home, sid) if e["type"] == "tool/result"]
     assert results[0]["isError"] and "plan mode" in results[0]["content"][0]["text"]  # the first write, refused
 
 
@@ -137,7 +125,7 @@ async def test_slash_commands_are_offered_after_the_session_opens_and_run(acp_ag
     async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1)
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
-        await _until(lambda: _mine(run, sid))
+        await until(lambda: _mine(run, sid))
         first = _mine(run, sid)[0]
         assert first.session_update == "available_commands_update"
         names = [c.name for c in first.available_commands]
@@ -166,10 +154,10 @@ async def test_slash_commands_are_offered_after_the_session_opens_and_run(acp_ag
         assert "Context: 3,010 of 40,000 tokens (8%)" not in status  # counted again after the compaction
         assert "Context: " in status and "of 40,000 tokens" in status
         assert await run.close_stdin() == 0
-    users = [e["message"] for e in _log(acp_agent.home, sid) if e["type"] == "user/message"]
+    users = [e["message"] for e in session_log(acp_agent.home, sid) if e["type"] == "user/message"]
     texts = [m["content"][0]["text"] for m in users if m.get("source", "user") == "user"]
     assert texts[0] == "/usr/bin is slow" and texts[1].startswith("Write AGENTS.md")  # commands are not prompts
-    (summary,) = [e for e in _log(acp_agent.home, sid) if e["type"] == "compaction/summary"]
+    (summary,) = [e for e in session_log(acp_agent.home, sid) if e["type"] == "compaction/summary"]
     assert summary["reason"] == "manual" and summary["message"]["content"][0]["text"].endswith("The person sent long notes.")
 
 
@@ -211,7 +199,7 @@ async def test_a_narrower_mode_confines_commands_on_every_mechanism(acp_agent, s
         assert resp.stop_reason == "end_turn"
         assert await run.close_stdin() == 0
     assert not any((run.cwd / name).exists() for name in ("made.txt", "made-too.txt", "escalated.txt"))
-    results = [e["result"] for e in _log(acp_agent.home, sid) if e["type"] == "tool/result"]
+    results = [e["result"] for e in session_log(acp_agent.home, sid) if e["type"] == "tool/result"]
     assert len(results) == 2
     if mode == "plan":
         assert client.permission_requests == []  # refused before anyone is asked
@@ -226,7 +214,7 @@ async def test_a_new_session_is_titled_by_a_short_model_call_everywhere_it_is_li
         await run.conn.initialize(protocol_version=1)
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         await run.conn.prompt(session_id=sid, prompt=[text_block("fix the login bug please\nit fails on empty passwords")])
-        await _until(lambda: any(u.session_update == "session_info_update" for u in _mine(run, sid)))
+        await until(lambda: any(u.session_update == "session_info_update" for u in _mine(run, sid)))
         (info,) = [u for u in _mine(run, sid) if u.session_update == "session_info_update"]
         assert info.title == "Login bug fix"  # one clean line: quotes, the full stop and the rest dropped
         await run.conn.prompt(session_id=sid, prompt=[text_block("fix the login again")])
@@ -234,7 +222,7 @@ async def test_a_new_session_is_titled_by_a_short_model_call_everywhere_it_is_li
         assert [(s.session_id, s.title) for s in listed.sessions] == [(sid, "Login bug fix")]
         assert len([u for u in _mine(run, sid) if u.session_update == "session_info_update"]) == 1  # the first turn only
         assert await run.close_stdin() == 0
-    (titled,) = [e for e in _log(acp_agent.home, sid) if e["type"] == "session/titled"]
+    (titled,) = [e for e in session_log(acp_agent.home, sid) if e["type"] == "session/titled"]
     assert titled["title"] == "Login bug fix" and titled.get("by", "model") == "model"
     shown = subprocess.run([sys.executable, "-m", "dsh_core.cli", "sessions", "list"], capture_output=True, text=True,
                            env={**os.environ, "DSH_HOME": str(acp_agent.home)}, check=True).stdout
@@ -251,7 +239,7 @@ async def test_the_commands_are_sent_again_when_the_set_changes(acp_agent, scrip
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         await run.conn.prompt(session_id=sid, prompt=[text_block("hello")])  # now /turns exists
         await run.conn.prompt(session_id=sid, prompt=[text_block("hello again")])  # no change: not sent again
-        await _until(lambda: len([u for u in _mine(run, sid) if u.session_update == "available_commands_update"]) >= 2)
+        await until(lambda: len([u for u in _mine(run, sid) if u.session_update == "available_commands_update"]) >= 2)
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("/turns")])
         assert resp.stop_reason == "end_turn" and run.client.text(sid)[-1] == "4 messages so far"
         assert await run.close_stdin() == 0
@@ -274,7 +262,7 @@ async def test_a_command_that_becomes_a_prompt_keeps_the_prompts_images(acp_agen
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("/init"), image])
         assert resp.stop_reason == "end_turn" and run.client.text(sid)[-1] == "init ran"
         assert await run.close_stdin() == 0
-    (prompt,) = [e["message"] for e in _log(acp_agent.home, sid) if e["type"] == "user/message"
+    (prompt,) = [e["message"] for e in session_log(acp_agent.home, sid) if e["type"] == "user/message"
                  and e["message"].get("source", "user") == "user"]
     assert [b["type"] for b in prompt["content"]] == ["text", "image"]
     assert prompt["content"][0]["text"].startswith("Write AGENTS.md")

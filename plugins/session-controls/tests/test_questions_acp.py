@@ -4,9 +4,7 @@ with the official SDK client over a real ``dsh run`` on stdio; absent without th
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +17,7 @@ from acp.schema import (
     ElicitationFormCapabilities,
 )
 
-from dsh_testing import REPO, Recorder
+from dsh_testing import REPO, Recorder, session_log
 
 pytestmark = pytest.mark.anyio
 
@@ -44,9 +42,6 @@ class Person(Recorder):
         self.asked.append((message, mode))
         return self.answer
 
-
-def _log(home: Path, sid: str) -> list[dict]:
-    return [json.loads(line) for line in (home / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
 
 
 async def test_the_person_answers_a_form_in_the_editor(acp_agent, scripted):
@@ -104,9 +99,9 @@ async def test_without_a_form_capable_editor_there_is_no_such_tool(acp_agent, sc
         await run.conn.prompt(session_id=sid, prompt=[text_block("set up the service")])
         assert await run.close_stdin() == 0
     assert person.asked == []
-    headers = [e for e in _log(acp_agent.home, sid) if e["type"] == "request/header"]
+    headers = [e for e in session_log(acp_agent.home, sid) if e["type"] == "request/header"]
     assert all(t["name"] != "ask_user_question" for h in headers for t in h["tools"])
-    (result,) = [e["result"] for e in _log(acp_agent.home, sid) if e["type"] == "tool/result"]
+    (result,) = [e["result"] for e in session_log(acp_agent.home, sid) if e["type"] == "tool/result"]
     assert result["isError"]  # an unknown tool
 
 

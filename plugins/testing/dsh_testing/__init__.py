@@ -68,10 +68,16 @@ from .harness import (
     normalize_transcript as normalize_transcript,
 )
 from .harness import (
+    session_log as session_log,
+)
+from .harness import (
     spawn_acp as spawn_acp,
 )
 from .harness import (
     streaming as streaming,
+)
+from .harness import (
+    until as until,
 )
 
 # ---------------------------------------------------------------- test isolation: DSH_HOME per test

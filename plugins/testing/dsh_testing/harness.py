@@ -195,6 +195,22 @@ def minimal_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def session_log(home: Path, session_id: str) -> list[dict[str, Any]]:
+    """The records of a session's JSONL log under ``home`` (a test's ``DSH_HOME``), header first."""
+    return [json.loads(line) for line in (home / "sessions" / f"{session_id}.jsonl").read_text().splitlines()]
+
+
+async def until(predicate: Any, timeout: float = 10.0) -> None:
+    """Wait until ``predicate()`` holds (polled every 10 ms): what follows an answer, a session
+    update the client reads a moment after the response, is waited for instead of slept on."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        if loop.time() > end:
+            raise AssertionError(f"waited {timeout:.0f} s in vain for {getattr(predicate, '__name__', predicate)}")
+        await asyncio.sleep(0.01)
+
+
 @dataclass
 class Recorder:
     """An SDK ``Client`` that records updates and answers permission requests from a queue."""
@@ -266,6 +282,7 @@ async def spawn_acp(
     dsh: tuple[str, ...] = (),
     provider: str = "scripted",
     unstable: bool = False,
+    client_fs: bool = False,
 ) -> AsyncIterator[AcpRun]:
     """Spawn ``dsh run`` and connect the official SDK client to it through a byte tap.
 
@@ -273,7 +290,9 @@ async def spawn_acp(
     session log for ``provider="replay"``; a model id for ``deepseek``); None: the example's route.
     ``dsh`` is the command that runs dsh (default: this interpreter's ``-m dsh_core.cli``),
     e.g. ``("/venv/bin/dsh",)`` to drive another installation. ``unstable`` lets the SDK client
-    take the protocol's unstable methods (``elicitation/create``)."""
+    take the protocol's unstable methods (``elicitation/create``). ``client_fs``: the client
+    advertises ``fs.*`` and the agent may call it (acp-editor's buffers); without it any ``fs/*``
+    call fails the run (ACP-12), as any ``terminal/*`` call always does."""
     from acp import connect_to_agent
 
     client = client or Recorder()
@@ -328,4 +347,4 @@ async def spawn_acp(
         with suppress(Exception):
             await conn.close()
         if check:
-            run.frames = check_frames(bytes(raw), client_fs=example == "acp-editor")
+            run.frames = check_frames(bytes(raw), client_fs=client_fs)

@@ -1,4 +1,5 @@
-"""Text an ACP client shows a person (titles, tool input, tool output), made safe to show.
+"""Text an ACP client shows a person (titles, tool input, tool output), made safe to show: the
+spine's ``dsh_core.display`` functions, and ``bound_input`` for a tool call's ``rawInput``.
 
 A client shows a title on one line and may render ``rawInput`` in full: neither may carry
 terminal control sequences or bidirectional overrides that could disguise what is shown,
@@ -8,41 +9,19 @@ plugins' tool-call cards alike.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
+
+from dsh_core.display import UNSAFE, cut, one_line, strip_unsafe, visible
+
+__all__ = ["UNSAFE", "bound_input", "cut", "one_line", "strip_unsafe", "visible"]
 
 RAW_STRING_MAX = 1024  # characters per string in rawInput (then shrunk until the whole fits)
 RAW_MAX_BYTES = 8 * 1024  # the encoded rawInput
 RAW_ITEMS_MAX = 32  # entries per object or array
 RAW_DEPTH_MAX = 4
 KEY_MAX = 64
-
-# C0/C1 controls (not tab or newline), DEL, and the bidirectional overrides/isolates that can
-# reorder what is shown.
-UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def visible(text: str) -> str:
-    """One line, no control characters: newlines become ``↵``, tabs spaces, controls ``\\xNN``."""
-    text = text.replace("\r\n", "\n").replace("\n", " ↵ ").replace("\t", " ")
-    return UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}" if ord(m.group()) > 0xFF else f"\\x{ord(m.group()):02x}", text)
-
-
-def cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
-
-
-def one_line(text: str, limit: int) -> str:
-    """``visible`` and at most ``limit`` characters: a title."""
-    return cut(visible(text), limit)
-
-
-def strip_unsafe(text: str) -> str:
-    """Multi-line text (a tool's output, a reason) without the characters that disguise it."""
-    return UNSAFE.sub("", text)
-
 
 def bound_input(raw: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[str, Any]:
     """A tool call's arguments as ``rawInput``: strings shortened (1024 characters, then less)

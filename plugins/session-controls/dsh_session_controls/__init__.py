@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
@@ -34,6 +33,7 @@ from msgspec import Meta
 from dsh_core import FunctionTool, ToolError, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.contracts import new_id
+from dsh_core.display import cut, strip_unsafe
 from dsh_core.interception import BeforeTool
 from dsh_core.protocols import Choice, CommandResult, Control, SlashCommand
 from dsh_core.types import (
@@ -238,15 +238,11 @@ TITLE_ASK_CHARS = 4000  # of the first prompt, sent to the title call
 TITLE_WAIT = 10.0  # seconds the first completed turn waits for a title call still running (then the first line)
 TITLE_SYSTEM = ("You name conversations. Reply with a title of at most eight words for the request you are "
                 "given: plain words, no quotes, no punctuation at the end, no markdown. Nothing else.")
-UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 def clean_title(text: str) -> str:
     """One short line a list can show: the first non-empty line, control and bidirectional
     characters dropped, quotes and markdown marks trimmed, at most ``TITLE_CHARS`` characters."""
     line = next((ln for ln in text.strip().splitlines() if ln.strip()), "")
-    line = " ".join(UNSAFE.sub(" ", line).split()).strip("\"'`*#_ ").rstrip(".")
-    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
+    return cut(" ".join(strip_unsafe(line, " ").split()).strip("\"'`*#_ ").rstrip("."), TITLE_CHARS)
 
 
 class _Titler:
@@ -363,14 +359,10 @@ QUESTIONS_SCHEMA: dict[str, Any] = {
 }
 
 
-SHOWN_UNSAFE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 def shown(text: str, limit: int = 2000) -> str:
     """Model-written text as a form shows it to a person: control and bidirectional characters
     (which could make a question read differently from what it says) become spaces; bounded."""
-    text = SHOWN_UNSAFE.sub(" ", text).strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return cut(strip_unsafe(text, " ").strip(), limit)
 
 
 def form_of(questions: list[dict[str, Any]]) -> dict[str, Any]:

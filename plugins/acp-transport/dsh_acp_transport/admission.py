@@ -41,9 +41,9 @@ from dsh_core.types import (
     UserMessageEvent,
 )
 
-from .buffers import ClientBuffers, ClientQuestions, client_buffers, client_questions
 from .controls import Controls
 from .delivery import Delivery
+from .editor import ClientBuffers, ClientQuestions, client_buffers, client_questions
 from .settlement import live_observer, observer
 from .state import CLOSING, Session
 

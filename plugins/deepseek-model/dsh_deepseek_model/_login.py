@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import logging
 import os
 import stat
 import sys
@@ -20,6 +21,8 @@ from typing import Any, TextIO
 from dsh_core.paths import credentials_home
 
 from ._config import BASE_URL_ENV, DEFAULT_BASE_URL, KEY_ENV
+
+log = logging.getLogger("dsh.deepseek-model")  # read in an agent process too: stderr through logging, never stdout
 
 SERVICE = "dsh"
 ACCOUNT = "deepseek-api-key"
@@ -65,7 +68,7 @@ def stored_key() -> tuple[str | None, str]:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077 or st.st_uid != os.getuid():
-            print(f"dsh: ignoring {path}: it must be a regular file only you can read (chmod 600)", file=sys.stderr)
+            log.warning(f"ignoring {path}: it must be a regular file only you can read (chmod 600)")
             return None, ""
         key = os.read(fd, 4096).decode("utf-8", "replace").strip()
     finally:

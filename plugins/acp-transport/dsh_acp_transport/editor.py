@@ -1,7 +1,8 @@
-"""The editor's open files (``protocols.EditorBuffers``) over ACP's ``fs/read_text_file`` and
-``fs/write_text_file``, for a session whose client advertised them, when the composition asks
-(``[config.acp-transport] buffers``). Only paths inside the session's workspace go to the client;
-commands never run through it (that would bypass the sandbox)."""
+"""What the door lends a session from the person's editor, when the client advertised it and the
+composition asks: the open files (``protocols.EditorBuffers`` over ``fs/read_text_file`` and
+``fs/write_text_file``, ``[config.acp-transport] buffers``; only paths inside the session's
+workspace, and commands never run through the client: that would bypass the sandbox), and the
+person's answers (``protocols.PersonQuestions`` over ``elicitation/create``, ``questions``)."""
 
 from __future__ import annotations
 

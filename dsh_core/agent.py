@@ -35,12 +35,15 @@ from .types import (
     AssistantMessage,
     ContentBlock,
     DurableEvent,
+    HistoryForked,
     InboxDropped,
     LiveText,
     ModelInfo,
     SessionHeader,
     SessionSettings,
     SettingsChanged,
+    TextBlock,
+    ToolCallBlock,
     ToolResultMessage,
     UserMessage,
     UserMessageEvent,
@@ -66,12 +69,15 @@ class Agent(TurnLoop, ToolDispatch, History):
         self.route: ModelInfo = self.provider.resolve(spec.model)
         self.tools: dict[str, Tool] = dict(host.tools)
         self.system: str = host.system_prompt(spec)
+        if spec.persona:
+            self.system = f"{self.system}\n\n{spec.persona}" if self.system else spec.persona
         self.header = SessionHeader(
             id=spec.session_id,
             cwd=spec.cwd,
             provider=spec.provider,
             model=spec.model,
             parent_session=spec.parent.session_id if spec.parent else None,
+            parent_call=spec.parent_call,
             delegation_depth=spec.depth,
             origin=spec.origin,
         )
@@ -95,6 +101,8 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._header_reason = "initial"
         self.settings = SessionSettings()
         self._pending_context: list[str] = []  # told to the model before its next request (a settings change)
+        self._notices: list[UserMessage] = []  # user-role messages for the next request (``notify``)
+        self._claimed_ids: frozenset[str] = frozenset()  # the running turn's prompt messages
         self._state = StateSlots()  # plugin state of this session (dsh_core.state)
         self._offered: list[str] | None = None  # None: every tool is offered to the model
         self._unknown_hint = ""
@@ -104,12 +112,15 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._halted: str | None = None  # the interception point that stopped the running turn
         if spec.parent is not None:
             spec.parent.children.append(self)
+        if spec.fork and spec.parent is not None:
+            self._fork_from(spec.parent)
         self.history_policy = host.pm.hook.dsh_history_policy(session=self, host=host)
         self._published: dict[str, list[str]] = {}  # tool source -> the names it holds in self.tools
         self._sources_ready = anyio.Event()  # every source published its first set (or failed)
         self._sources_done = anyio.Event()
         self._sources_scope = anyio.CancelScope()
-        sources = [s for s in host.pm.hook.dsh_session_tools(session=self, host=host) if s is not None]
+        # A fork calls the parent's tools (its session's too): it serves no sources of its own.
+        sources = [] if spec.fork else [s for s in host.pm.hook.dsh_session_tools(session=self, host=host) if s is not None]
         if sources:
             host.task_group.start_soon(self._serve_sources, sources, name=f"tool sources {self.session_id[:8]}")
         else:
@@ -296,6 +307,38 @@ class Agent(TurnLoop, ToolDispatch, History):
     @property
     def offered(self) -> list[str]:
         return list(self.tools) if self._offered is None else list(self._offered)
+
+    def _fork_from(self, parent: protocols.Agent) -> None:
+        """Start where the parent's last completed turn ended, with its system prompt, tools and
+        settings, so this child's first request is the parent's cached prefix plus its prompt."""
+        self.system = getattr(parent, "system", self.system)
+        self.tools = dict(parent.tools)
+        offered = getattr(parent, "_offered", None)
+        self._offered = None if offered is None else list(offered)
+        self.settings = parent.settings
+        self.route = parent.route
+        self._history = list(parent.completed_history())
+        self.emit(HistoryForked.of(parent.session_id, list(self._history)))
+
+    def completed_history(self) -> list[UserMessage | AssistantMessage | ToolResultMessage]:
+        """The history up to the last completed turn: while a turn runs, what came before its prompt."""
+        history = list(self._history)
+        if not self._busy or not self._claimed_ids:
+            return history
+        for i, message in enumerate(history):
+            if isinstance(message, UserMessage) and message.id in self._claimed_ids:
+                return history[:i]
+        # The running turn's prompt was compacted away: cut before the message whose calls run now.
+        for i in range(len(history) - 1, -1, -1):
+            message = history[i]
+            if isinstance(message, AssistantMessage) and any(isinstance(b, ToolCallBlock) for b in message.content):
+                return history[:i]
+        return history
+
+    def notify(self, text: str, *, source: str = "notice") -> None:
+        """Queue ``text`` as a user-role message for the next model request (never starts a turn)."""
+        if text and not self._disposed:
+            self._notices.append(UserMessage(id=new_id("msg_"), content=[TextBlock(text=text)], source=source))
 
     def splice(self, content: list[ContentBlock]) -> None:
         """Queue a user message (source ``tool``) for the history after the current step's tool results."""

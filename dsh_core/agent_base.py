@@ -65,6 +65,8 @@ class AgentBase:
     _header_sent: bool
     _header_reason: str
     _pending_context: list[str]
+    _notices: list[UserMessage]
+    _claimed_ids: frozenset[str]
     settings: SessionSettings
     _sources_ready: anyio.Event
     _state: StateSlots

@@ -15,6 +15,7 @@ from .types import (
     AssistantMessageEvent,
     CompactionSummary,
     DurableEvent,
+    HistoryForked,
     HistoryView,
     InboxClaimed,
     InboxDropped,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # Sources of user messages the loop itself puts into the history when it records them (not
 # through the inbox): results spliced after tool calls, and interception context.
-IMMEDIATE_SOURCES = frozenset({"tool", "hook"})
+IMMEDIATE_SOURCES = frozenset({"tool", "hook", "notice"})
 # Modes that lift the sandbox: never taken from a log (a file), a person picks them again.
 UNRESTORED_MODES = frozenset({"full-access", "danger-full-access"})
 
@@ -83,6 +84,8 @@ class _Replay:
             self.answered.add(ev.result.call_id)
         elif isinstance(ev, SettingsChanged):
             self.settings = ev.settings
+        elif isinstance(ev, HistoryForked):  # a fork's inherited history, as it was at birth
+            self.history = ev.history()
         elif isinstance(ev, CompactionSummary):  # replayed exactly as the policy rewrote it
             self.history = [*self.history[:ev.covered_from], ev.message, *self.history[ev.covered_to:]]
 

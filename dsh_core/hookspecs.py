@@ -13,7 +13,8 @@ None means "no opinion", ``*_event`` observes.
 The hooks are grouped by the phase in which they are called:
 
 - **registration** — once per host at start-up (``dsh_addhooks``, ``dsh_configure``,
-  ``dsh_register_models``, ``dsh_register_tools``, ``dsh_register_front_doors``), or by the
+  ``dsh_register_models``, ``dsh_register_tools``, ``dsh_register_subagent_providers``,
+  ``dsh_register_front_doors``), or by the
   CLI and ``dsh doctor`` (``dsh_register_commands``, ``dsh_register_doctor_checks``);
 - **composition** — once per host, pick the one object that fills a seam or lives as long
   as the host (``dsh_session_store``, ``dsh_attachment_store``, ``dsh_confinement``,
@@ -62,6 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ModelProvider,
         SessionStore,
         SlashCommand,
+        SubagentProvider,
         Tool,
         ToolSource,
     )
@@ -129,6 +131,17 @@ def dsh_register_tools(register: Callable[[Tool], None], host: Host) -> None:
     Called once by the host at start-up, after ``dsh_configure``. Call ``register(tool)``; tool names are
     unique, and the model sees them in registration order (stable, for prefix
     caching). Return value ignored.
+    """
+
+
+@hookspec
+def dsh_register_subagent_providers(register: Callable[[SubagentProvider], None], host: Host) -> None:
+    """Offer subagent providers by name (``spawn``, ``fork``, ``acp``…): what starts a child
+    agent for a delegating tool (``protocols.SubagentProvider``).
+
+    Called once by the host at start-up, after ``dsh_register_tools``. Call ``register(provider)``;
+    two providers with one name are an error. The tools that delegate find them in
+    ``host.subagent_providers``. Return value ignored.
     """
 
 

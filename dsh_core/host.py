@@ -40,6 +40,7 @@ from .protocols import (
     FrontDoor,
     ModelProvider,
     SessionStore,
+    SubagentProvider,
     Tool,
     new_id,
 )
@@ -227,6 +228,7 @@ class Host:
         self.models: dict[str, ModelProvider] = {}
         self.tools: dict[str, Tool] = {}
         self.front_doors: dict[str, FrontDoor] = {}
+        self.subagent_providers: dict[str, SubagentProvider] = {}
         self.approvals = ApprovalService(pm)
         self.agents: set[Agent] = set()
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -245,6 +247,7 @@ class Host:
         pm.hook.dsh_configure.call_historic(kwargs={"config": self.config, "host": self})
         pm.hook.dsh_register_models(register=self._add_model, host=self)
         pm.hook.dsh_register_tools(register=self._add_tool, host=self)
+        pm.hook.dsh_register_subagent_providers(register=self._add_subagent_provider, host=self)
         pm.hook.dsh_register_front_doors(register=self._add_door, host=self)
         self.session_store: SessionStore = pm.hook.dsh_session_store(host=self)
         # Checked once: with no dsh_session_event implementation, emitting skips the hook call.
@@ -263,6 +266,11 @@ class Host:
         if tool.spec.name in self.tools:
             raise CompositionError(f"two plugins register the tool {tool.spec.name!r}")
         self.tools[tool.spec.name] = tool
+
+    def _add_subagent_provider(self, provider: SubagentProvider) -> None:
+        if provider.name in self.subagent_providers:
+            raise CompositionError(f"two plugins register the subagent provider {provider.name!r}")
+        self.subagent_providers[provider.name] = provider
 
     def _add_door(self, door: FrontDoor) -> None:
         self.front_doors[door.name] = door

@@ -48,6 +48,7 @@ from .types import (
     RetryPolicy,
     SessionHeader,
     SessionSettings,
+    SubagentResult,
     ToolOutput,
     ToolSpec,
     UserMessage,
@@ -208,6 +209,13 @@ class Agent(Protocol):
     def splice(self, content: list[ContentBlock]) -> None:
         """Show the model ``content`` as a user message after this step's tool results."""
 
+    def notify(self, text: str, *, source: str = "notice") -> None:
+        """Tell the model ``text`` as a user-role message (``source``) appended before its next
+        request, in this turn or the next one; it never starts a turn (a subagent's settlement)."""
+
+    def completed_history(self) -> list[Any]:
+        """The committed history up to the last completed turn (what a fork starts from)."""
+
     async def compact_history(self) -> bool:
         """Have the history policy compact now, between turns (True: the history was rewritten);
         ``ValueError`` while a turn runs or when no policy compacts on request."""
@@ -293,6 +301,10 @@ class Host(Protocol):
 
     @property
     def attachment_store(self) -> AttachmentStore | None: ...
+
+    @property
+    def subagent_providers(self) -> Mapping[str, SubagentProvider]:
+        """The subagent providers by name (``dsh_register_subagent_providers``)."""
 
     @property
     def confinement(self) -> Confinement | None:
@@ -623,6 +635,65 @@ class Finding:
 
 
 @dataclass(kw_only=True)
+class SubagentRequest:
+    """What a subagent provider is asked to start. ``cwd`` is the parent's or inside it and
+    ``depth`` the child's (the parent's + 1); the caller has checked both, and the caps."""
+
+    prompt: str
+    description: str
+    parent: Agent
+    cwd: str
+    depth: int
+    call_id: str | None = None
+    continuable: bool = False  # follow-ups after the first turn (``SubagentRun.follow_up``)
+    route: tuple[str, str] | None = None  # (provider, model); None: the parent's route
+    tools: tuple[str, ...] | None = None  # the tools offered to the child; None: the parent's
+    persona: str | None = None  # a section added to the child's system prompt
+    on_settled: Callable[[SubagentRun, SubagentResult], None] | None = None  # each ended turn, at once
+
+
+@runtime_checkable
+class SubagentRun(Protocol):
+    """One started child. ``result`` waits for its current turn to end (a continuable child
+    settles once per turn); ``cancel`` aborts that turn; ``dispose`` ends the child for good."""
+
+    id: str
+    description: str
+    session_id: str | None  # the child's session (None: a child that keeps no log here)
+
+    @property
+    def status(self) -> Literal["running", "idle", "ready"]:
+        """``running`` a turn; ``idle`` between turns (continuable); ``ready`` ended or resumable."""
+
+    async def result(self) -> SubagentResult: ...
+
+    def cancel(self) -> None: ...
+
+    async def dispose(self) -> None: ...
+
+
+@runtime_checkable
+class ContinuableRun(SubagentRun, Protocol):
+    """A child that takes more turns: ``follow_up`` queues a message for its next turn (FIFO),
+    ``interrupt`` aborts the current turn only (False: none ran)."""
+
+    def follow_up(self, message: str) -> None: ...
+
+    def interrupt(self) -> bool: ...
+
+
+@runtime_checkable
+class SubagentProvider(Protocol):
+    """Starts children of one kind, registered by name (``dsh_register_subagent_providers``):
+    ``spawn`` (a fresh in-process agent), ``fork`` (one that starts from the parent's
+    history), ``acp`` (another ACP agent's process)."""
+
+    name: str
+
+    async def start(self, request: SubagentRequest) -> SubagentRun: ...
+
+
+@dataclass(kw_only=True)
 class AgentSpec:
     """What a new agent is pinned to."""
 
@@ -636,6 +707,9 @@ class AgentSpec:
     mcp_servers: tuple[McpServer, ...] = ()  # what the client handed the session (``ClientMcp``)
     buffers: EditorBuffers | None = None  # the editor's open files, when the front door has them
     questions: PersonQuestions | None = None  # asking the person, when the front door can
+    parent_call: str | None = None  # the parent's tool call that started this child
+    persona: str | None = None  # a section after the system prompt's (a subagent's role)
+    fork: bool = False  # a child that starts from the parent's completed history, system prompt and tools
 
     @property
     def depth(self) -> int:

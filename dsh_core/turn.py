@@ -168,6 +168,7 @@ class TurnLoop(AgentBase):
         self._turn += 1
         turn = self._turn
         claimed, self._inbox = self._inbox, []
+        self._claimed_ids = frozenset(m.id for m in claimed)
         self.emit(InboxClaimed(turn=turn, message_ids=[m.id for m in claimed]))
         self._history.extend(claimed)
         self.emit(TurnStart(turn=turn))
@@ -207,6 +208,11 @@ class TurnLoop(AgentBase):
         if self._pending_context:  # a settings change the model is told of: appended, the prefix stays
             texts, self._pending_context = self._pending_context, []
             self._append_context(texts)
+        if self._notices:  # what happened meanwhile (a subagent settled): after what the model saw
+            notices, self._notices = self._notices, []
+            for message in notices:
+                self._history.append(message)
+                self.emit(UserMessageEvent(message=message))
         tools = [self.tools[n].spec for n in self.offered] if self.route.tools else []
         if not self._header_sent:
             self._header_sent = True

@@ -102,6 +102,7 @@ class SessionHeader(_Base, tag="session", tag_field="type", kw_only=True):
     provider: str = ""
     model: str = ""
     parent_session: str | None = None
+    parent_call: str | None = None  # the parent's tool call that started this session (a subagent)
     delegation_depth: int = 0
     origin: str | None = None
 
@@ -408,6 +409,68 @@ class SessionTitled(Event, tag="session/titled", kw_only=True):
     by: Literal["model", "prompt"] = "model"
 
 
+class _ForkedUser(_Base, tag="user", tag_field="role", kw_only=True):
+    message: UserMessage
+
+
+class _ForkedAssistant(_Base, tag="assistant", tag_field="role", kw_only=True):
+    message: AssistantMessage
+
+
+class _ForkedResult(_Base, tag="tool", tag_field="role", kw_only=True):
+    message: ToolResultMessage
+
+
+class HistoryForked(Event, tag="history/forked", kw_only=True):
+    """A forked session's history at birth: the parent's committed history up to its last
+    completed turn, so its first request shares the parent's cached prefix. ``messages`` holds
+    each one with its role (``HistoryForked.of`` / ``.history``)."""
+
+    parent_session: str
+    messages: list[_ForkedUser | _ForkedAssistant | _ForkedResult]
+
+    @classmethod
+    def of(cls, parent_session: str, history: list[UserMessage | AssistantMessage | ToolResultMessage]) -> HistoryForked:
+        wrap = {UserMessage: _ForkedUser, AssistantMessage: _ForkedAssistant, ToolResultMessage: _ForkedResult}
+        return cls(parent_session=parent_session, messages=[wrap[type(m)](message=m) for m in history])  # type: ignore[misc]
+
+    def history(self) -> list[UserMessage | AssistantMessage | ToolResultMessage]:
+        return [m.message for m in self.messages]
+
+
+class SubagentStarted(Event, tag="subagent/started", kw_only=True):
+    """A child agent this session started (in the parent's log): ``id`` the handle the model
+    uses, ``provider`` the subagent provider, ``session`` the child's own session id (None for
+    a child that keeps no log here), ``background`` whether the call returned at once."""
+
+    id: str
+    provider: str
+    description: str
+    call_id: str | None = None
+    session: str | None = None
+    background: bool = False
+
+
+class SubagentProgress(Event, tag="subagent/progress", kw_only=True):
+    """What a child has said so far (bounded, its latest committed text), for a door that
+    shows the delegation as it works."""
+
+    id: str
+    call_id: str | None = None
+    text: str
+
+
+class SubagentSettled(Event, tag="subagent/settled", kw_only=True):
+    """A child's turn ended: ``stop`` (completed, max-tokens, aborted, error, refusal), its
+    final text (bounded) and why it failed, if it did."""
+
+    id: str
+    call_id: str | None = None
+    stop: str
+    text: str = ""
+    diagnostic: str | None = None
+
+
 DurableEvent = (
     UserMessageEvent
     | InboxClaimed
@@ -434,6 +497,10 @@ DurableEvent = (
     | McpFailed
     | SettingsChanged
     | SessionTitled
+    | HistoryForked
+    | SubagentStarted
+    | SubagentProgress
+    | SubagentSettled
     | Note
 )
 
@@ -641,6 +708,7 @@ class ApprovalRequest(msgspec.Struct, kw_only=True):
     tier: str | None = None  # the sandbox tier asked for, e.g. "danger-full-access"
     justification: str | None = None  # the model's reason for asking, in its words
     choices: tuple[str, str] | None = None  # what the answers mean, as a person reads them: (allow, reject) labels
+    delegate: str | None = None  # asked for a subagent: its description (the agent above asks its person)
     decided_by: str | None = None  # set by the seam as it answers: "policy" (a dsh_check_approval verdict) or the answerer's name
 
 
@@ -666,3 +734,20 @@ def now() -> float:
 
 log_encoder = msgspec.json.Encoder()
 log_decoder = msgspec.json.Decoder(LogLine)
+
+
+# --------------------------------------------------------------------------- subagents
+
+
+class SubagentResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How a child's turn ended. ``stop``: ``completed`` | ``max-tokens`` | ``aborted`` |
+    ``error`` | ``refusal``; ``text`` its final message (``completed``) or what it had said
+    (otherwise: the partial text); ``diagnostic`` why it failed, in words for the model."""
+
+    stop: str
+    text: str = ""
+    diagnostic: str | None = None
+
+    @property
+    def completed(self) -> bool:
+        return self.stop == "completed"

@@ -27,9 +27,11 @@ def kind_of(request: ApprovalRequest) -> str:
 
 
 def title_of(request: ApprovalRequest) -> str:
-    """``bash: rm -rf build → danger-full-access``: tool, what it acts on, the tier asked for.
-    The tier is never cut off; a long subject is."""
+    """``bash: rm -rf build → danger-full-access``: tool, what it acts on, the tier asked for
+    (``[fix the tests] bash: …`` when a subagent asks). The tier is never cut off; a long subject is."""
     head = cut(visible(request.tool_name), 40)
+    if request.delegate:
+        head = f"[{cut(visible(request.delegate), 60)}] {head}"
     tail = f" → {cut(visible(request.tier), 40)}" if request.tier else ""
     subject = request.subject if request.subject else request.reason
     room = TITLE_MAX - len(head) - len(tail) - 2

@@ -54,7 +54,9 @@ ERRORS: dict[str, tuple[str, str, bool, int]] = {
     ),
 }
 
-_SUBST = re.compile(r"\{(prompt|tool_result|cwd)\}")
+_SUBST = re.compile(r"\{(prompt|tool_result|cwd|started_id)\}")
+# What a tool result says when something keeps running after it (a background subagent, a job).
+_STARTED = re.compile(r"\b(?:started subagent|job id) ([A-Za-z0-9_.:-]+)")
 
 
 class Step(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -151,9 +153,10 @@ def _validate(script: Script, path: Path) -> list[re.Pattern[str]]:
 def _is_prompt(message: Any) -> bool:
     """A message that asks something: the user's (or a parent agent's) prompt, or a stop hook's
     reason to go on (source "hook", plain text; a script may answer it). Not one the harness
-    added beside a prompt: a tool's splice, a compaction summary, or a hook's context (source
-    "hook", every block a ``<system-reminder>``), which a rule's ``when`` never sees."""
-    if not isinstance(message, UserMessage) or message.source in ("tool", "compaction"):
+    added beside a prompt: a tool's splice, a compaction summary, a notice (a subagent settled),
+    or a hook's context (source "hook", every block a ``<system-reminder>``), which a rule's
+    ``when`` never sees."""
+    if not isinstance(message, UserMessage) or message.source in ("tool", "compaction", "notice"):
         return False
     return message.source != "hook" or not all(
         isinstance(b, TextBlock) and b.text.startswith("<system-reminder>") for b in message.content
@@ -169,6 +172,16 @@ def _substitute(value: Any, values: Mapping[str, str]) -> Any:
     if isinstance(value, dict):
         return {k: _substitute(v, values) for k, v in value.items()}
     return value
+
+
+def _started_id(messages: Any) -> str:
+    """The id the latest ``started subagent <id>`` (or ``job id <id>``) tool result named; "" for none."""
+    for m in reversed(messages):
+        if isinstance(m, ToolResultMessage):
+            found = _STARTED.search(_flatten(m.content))
+            if found:
+                return found.group(1)
+    return ""
 
 
 def _flatten(blocks: list[Any]) -> str:
@@ -277,7 +290,8 @@ class ScriptedProvider:
             cursor.index = 0
         step = cursor.steps[cursor.index]
         cursor.index += 1
-        values = {"prompt": prompt, "tool_result": tool_result, "cwd": request.cwd}
+        values = {"prompt": prompt, "tool_result": tool_result, "cwd": request.cwd,
+                  "started_id": _started_id(request.messages)}
 
         def sub(value: Any) -> Any:
             return _substitute(value, values)

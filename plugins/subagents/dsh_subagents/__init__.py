@@ -1,0 +1,141 @@
+"""subagents: in-process children for a dsh agent — the ``spawn`` and ``fork`` providers on the
+spine's subagent seam (``dsh_register_subagent_providers``) and the delegation tools
+``subagent``, ``subagent_fork``, ``send_message``, ``interrupt_agent``, ``list_agents`` and,
+inside a continuable child, ``report``.
+
+A child is an ``Agent`` of the same host with its own durable session linked to its parent
+(parent session, call and depth in its log's header). It never gets more than its parent:
+its cwd is the parent's or inside it, it takes the parent's permission mode, the same
+host's sandbox, hooks and guards apply, and its permission requests go to the parent's
+client, titled with its description. Background children outlive the turn that started
+them but not their parent's session. See README.md."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from msgspec import Meta
+
+from dsh_core import hookimpl
+from dsh_core.config import PluginConfig
+from dsh_core.protocols import Agent, Host
+from dsh_core.types import ApprovalOutcome, ApprovalRequest
+
+from .providers import InProcessProvider
+from .runs import Registry
+from .tools import (
+    INTERRUPT_AGENT,
+    LIST_AGENTS,
+    REPORT,
+    SEND_MESSAGE,
+    Delegate,
+    fork_tool,
+    registry_of,
+    subagent_tool,
+)
+
+log = logging.getLogger("dsh.subagents")
+
+NAME = "subagents"
+CONTINUABLE = "subagents.continuable"  # AgentSpec.extra key: this child takes follow-ups
+
+
+class SubagentsConfig(PluginConfig):
+    """[config.subagents]"""
+
+    max_depth: Annotated[int, Meta(ge=0, description="deepest delegation (1: children, no grandchildren)")] = 1
+    max_live: Annotated[int, Meta(ge=1, description="live children in this process (running or idle)")] = 16
+    provider: Annotated[str, Meta(min_length=1, description="the provider behind `subagent` (spawn, or acp)")] = (
+        "spawn")
+    background: Annotated[bool, Meta(description="`subagent` returns at once unless run_in_background is false")] = (
+        True)
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return NAME, SubagentsConfig
+
+
+@hookimpl
+def dsh_register_tools(register: Any, host: Host) -> None:
+    config = host.config_for(SubagentsConfig)
+    caps = {"max_depth": config.max_depth, "max_live": config.max_live}
+    register(subagent_tool(Delegate(provider=config.provider, continuable=True, background_default=config.background,
+                                    allow_background=True, **caps)))
+    register(fork_tool(Delegate(provider="fork", continuable=False, background_default=False,
+                                allow_background=False, **caps)))
+    register(SEND_MESSAGE)
+    register(INTERRUPT_AGENT)
+    register(LIST_AGENTS)
+
+
+@hookimpl
+def dsh_register_subagent_providers(register: Any, host: Host) -> None:
+    registry = registry_of(host)
+    register(InProcessProvider("spawn", host, registry, fork=False))
+    register(InProcessProvider("fork", host, registry, fork=True))
+
+
+class _ReportSource:
+    """``report`` for a continuable child alone."""
+
+    name = NAME
+
+    async def serve(self, session: Agent, ready: Any) -> None:
+        session.publish_tools(self.name, [REPORT])
+        ready()
+
+
+@hookimpl
+def dsh_session_tools(session: Agent, host: Host) -> _ReportSource | None:
+    return _ReportSource() if session.spec.extra.get(CONTINUABLE) else None
+
+
+class ChildApprovals:
+    """A child's permission request goes up: asked again for its parent (whose front door asks
+    its person, or whose own parent does), about the parent's delegating call, titled with the
+    child's description. Nobody above answering means no (the seam fails closed)."""
+
+    name = "subagents"
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    async def answer(self, request: ApprovalRequest) -> ApprovalOutcome | None:
+        entry = registry_of(self.host).of_agent(request.agent)
+        if entry is None:
+            return None  # not one of our children: the next answerer decides
+        args = dict(request.args) if isinstance(request.args, dict) else None
+        if args is not None and isinstance(args.get("path"), str):  # the parent's client sees where, exactly
+            args["path"] = os.path.normpath(os.path.join(request.agent.cwd, os.path.expanduser(args["path"])))
+        upward = ApprovalRequest(
+            agent=entry.parent, tool_name=request.tool_name, call_id=entry.call_id, reason=request.reason,
+            kind=request.kind, subject=request.subject, args=args, tier=request.tier,
+            justification=request.justification, choices=request.choices,
+            delegate=entry.description if request.delegate is None else f"{entry.description} / {request.delegate}",
+        )
+        outcome: ApprovalOutcome = await self.host.approvals.request(upward)
+        return outcome
+
+
+@asynccontextmanager
+async def _lifespan(host: Host) -> AsyncIterator[None]:
+    remove = host.approvals.add_answerer(ChildApprovals(host))
+    try:
+        yield
+    finally:
+        remove()
+
+
+@hookimpl
+def dsh_lifespan(host: Host) -> Any:
+    return _lifespan(host)
+
+
+@hookimpl
+def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
+    host.state(Registry)  # the host's slot: closed (every child disposed) when the host closes

@@ -1,0 +1,218 @@
+"""A started child and the places that keep it: ``InProcessRun`` (a child ``Agent`` of this
+host, for the ``spawn`` and ``fork`` providers), ``Delegations`` (the children one session
+started, its state slot: disposed with it) and ``Registry`` (every live child of the host, for
+the cap, the lookup by id and teardown).
+
+A run learns how each of its child's turns ended from the child's durable events (``turn/end``
+and the assistant messages before it), synchronously, in the child's own task: no task of its
+own, so 100 idle children cost 100 objects and nothing that runs."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+
+from dsh_core.protocols import Agent, SubagentRequest, SubagentRun, new_id
+from dsh_core.types import (
+    AssistantMessageEvent,
+    DurableEvent,
+    SubagentProgress,
+    SubagentResult,
+    TextBlock,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+)
+
+log = logging.getLogger("dsh.subagents")
+
+PROGRESS_CHARS = 2000  # of a child's latest text in a subagent/progress event
+
+# turn/end reason → how the run stopped; anything else is an error with the reason said
+STOPS = {"completed": "completed", "max-tokens": "max-tokens", "aborted": "aborted"}
+WHY = {
+    "max-steps": "the subagent reached its step limit",
+    "blocked": "a hook blocked the subagent's prompt",
+    "stopped": "a hook stopped the subagent's turn",
+}
+
+Settled = Callable[["SubagentRun", SubagentResult], None]
+
+
+def run_id(taken: Any) -> str:
+    """A short id the model can copy (``agent_`` + 8 hex digits), unique in this host."""
+    while True:
+        rid = f"agent_{secrets.token_hex(4)}"
+        if rid not in taken:
+            return rid
+
+
+class InProcessRun:
+    """A child ``Agent`` in this host: its turns end as its events say; ``follow_up`` submits."""
+
+    def __init__(self, rid: str, provider: str, request: SubagentRequest, agent: Agent) -> None:
+        self.id = rid
+        self.provider = provider
+        self.description = request.description
+        self.parent = request.parent
+        self.call_id = request.call_id
+        self.continuable = request.continuable
+        self.agent = agent
+        self.session_id: str | None = agent.session_id
+        self.turns = 0  # ended turns
+        self._text = ""  # the child's latest committed text in the running turn
+        self._done = anyio.Event()
+        self._last: SubagentResult | None = None
+        self._callbacks: list[Settled] = [request.on_settled] if request.on_settled is not None else []
+        self._disposed = False
+        self._unsubscribe = agent.subscribe(self._on_event)
+
+    # ------------------------------------------------------------------ what the child does
+
+    def _on_event(self, agent: Any, event: DurableEvent) -> None:
+        if isinstance(event, TurnStart):
+            self._text = ""
+            if self._done.is_set():
+                self._done = anyio.Event()
+        elif isinstance(event, AssistantMessageEvent):
+            text = "".join(b.text for b in event.message.content if isinstance(b, TextBlock))
+            if text:
+                self._text = text
+                if not self.parent.disposed:
+                    self.parent.emit(SubagentProgress(id=self.id, call_id=self.call_id, text=text[-PROGRESS_CHARS:]))
+        elif isinstance(event, TurnEnd):
+            self.turns += 1
+            stop = STOPS.get(event.reason, "error")
+            diagnostic = event.error if stop == "error" else None
+            if stop == "error" and not diagnostic:
+                diagnostic = WHY.get(event.reason, f"the subagent's turn ended {event.reason}")
+            if stop == "aborted":
+                diagnostic = f"the subagent's turn was cancelled ({event.abort_kind or 'user'})"
+            if stop == "max-tokens":
+                diagnostic = "the subagent's answer was cut at its output limit"
+            self._last = SubagentResult(stop=stop, text=self._text, diagnostic=diagnostic)
+            self._done.set()
+            for callback in list(self._callbacks):
+                try:
+                    callback(self, self._last)
+                except Exception as exc:  # one observer's bug never stops the child's loop
+                    log.warning(f"settling {self.id} failed: {exc!r}")
+
+    # ------------------------------------------------------------------ the handle
+
+    @property
+    def status(self) -> Literal["running", "idle", "ready"]:
+        if self._disposed or self.agent.disposed:
+            return "ready"
+        if self.agent.busy:
+            return "running"
+        return "idle" if self.continuable else "ready"
+
+    def begin(self, prompt: str) -> None:
+        self.agent.submit(UserMessage(id=_msg_id(), content=[TextBlock(text=prompt)], source="delegation"))
+
+    async def result(self) -> SubagentResult:
+        """How the child's current turn ends (the last one's, when it is idle)."""
+        while not self._done.is_set():
+            await self._done.wait()
+        assert self._last is not None
+        return self._last
+
+    def follow_up(self, message: str) -> None:
+        self.begin(message)
+
+    def interrupt(self) -> bool:
+        if not self.agent.busy:
+            return False
+        self.agent.cancel("interrupt")
+        return True
+
+    def cancel(self) -> None:
+        self.agent.cancel("parent")
+
+    async def dispose(self) -> None:
+        if self._disposed:
+            return
+        self._disposed = True
+        try:
+            await self.agent.dispose()
+        finally:
+            self._unsubscribe()
+            self.agent.host.forget(self.agent)
+            self._callbacks.clear()
+
+
+def _msg_id() -> str:
+    return new_id("msg_")
+
+
+@dataclass(eq=False)
+class Entry:
+    """One delegation: the run and what the tools need to know of it."""
+
+    run: Any  # a SubagentRun
+    parent: Agent
+    provider: str
+    description: str
+    call_id: str | None
+    continuable: bool
+    background: bool
+    awaited: bool = False  # a tool call is waiting for this turn's result (no notice then)
+
+    @property
+    def agent(self) -> Agent | None:
+        """The child's Agent, for an in-process run."""
+        return getattr(self.run, "agent", None)
+
+
+@dataclass(eq=False)
+class Registry:
+    """Every live child of one host (its state slot): ids, the cap, teardown."""
+
+    runs: dict[str, Entry] = field(default_factory=dict)  # id -> entry
+    reserved: int = 0  # starts under way (counted before their first await, for the cap)
+    closed: bool = False
+
+    @property
+    def live(self) -> int:
+        return len(self.runs) + self.reserved
+
+    async def aclose(self) -> None:
+        self.closed = True
+        for entry in list(self.runs.values()):
+            await _dispose(entry.run)
+        self.runs.clear()
+
+    def of_agent(self, agent: Any) -> Entry | None:
+        """The delegation whose child is ``agent`` (object identity), if any."""
+        for entry in self.runs.values():
+            if entry.agent is agent:
+                return entry
+        return None
+
+
+@dataclass(eq=False)
+class Delegations:
+    """The children one session started (its state slot): disposed when the session is."""
+
+    registry: Registry
+    runs: dict[str, Entry] = field(default_factory=dict)  # id -> entry, in start order
+
+    async def aclose(self) -> None:
+        for rid, entry in reversed(list(self.runs.items())):
+            await _dispose(entry.run)
+            self.registry.runs.pop(rid, None)
+        self.runs.clear()
+
+
+async def _dispose(run: Any) -> None:
+    with anyio.CancelScope(shield=True):
+        try:
+            await run.dispose()
+        except Exception as exc:
+            log.warning(f"disposing subagent {getattr(run, 'id', '?')} failed: {exc!r}")

@@ -1,0 +1,359 @@
+"""The delegation tools, with the original harness's names and argument shapes:
+
+- ``subagent {description, prompt, run_in_background?, cwd?}`` — a fresh child (the configured
+  provider, ``spawn`` by default), continuable; in the background by default: the call answers
+  ``started subagent <id>`` at once and the child's outcome reaches this agent as one notice in
+  its next request. ``run_in_background: false`` waits and answers the child's final text.
+- ``subagent_fork {description, prompt}`` — a child that starts from this conversation
+  (``fork``), in the foreground, one-shot.
+- ``send_message {subagent_id, message}``, ``interrupt_agent {agent_id}``,
+  ``list_agents {scope}`` — steer and see this agent's own children and their descendants.
+- ``report {message}`` — offered only inside a continuable child: tell the parent now.
+
+A child that did not complete is an error result with its stop reason, the diagnostic and
+the partial text; never partial output passed off as an answer."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+
+from dsh_core.display import one_line
+from dsh_core.protocols import Agent, SubagentRequest, ToolContext
+from dsh_core.tools import FunctionTool
+from dsh_core.types import SubagentResult, SubagentSettled, SubagentStarted, ToolOutput
+
+from .runs import Delegations, Entry, Registry
+
+log = logging.getLogger("dsh.subagents")
+
+CANCEL_GRACE = 2.0  # seconds a cancelled foreground child gets to settle (its partial text)
+CODES = {"aborted": "ABORTED", "max-tokens": "SUBAGENT_MAX_TOKENS"}
+
+
+def registry_of(host: Any) -> Registry:
+    registry: Registry = host.state(Registry)
+    return registry
+
+
+def delegations_of(agent: Agent) -> Delegations:
+    registry = registry_of(agent.host)
+    found: Delegations = agent.state(Delegations, lambda: Delegations(registry))
+    return found
+
+
+def descendants(agent: Agent, *, deep: bool) -> Iterator[tuple[int, Entry]]:
+    """(depth below ``agent``, entry) of the children ``agent`` started, and theirs when ``deep``."""
+    for entry in list(delegations_of(agent).runs.values()):
+        yield 1, entry
+        child = entry.agent
+        if deep and child is not None and not child.disposed:
+            for depth, below in descendants(child, deep=True):
+                yield depth + 1, below
+
+
+def find(agent: Agent, rid: Any) -> Entry | None:
+    """The run ``rid`` if ``agent`` is its ancestor (a sibling's or a stranger's child is not found)."""
+    if not isinstance(rid, str):
+        return None
+    return next((e for _, e in descendants(agent, deep=True) if e.run.id == rid), None)
+
+
+def label(entry: Entry) -> str:
+    return f'{entry.run.id} "{one_line(entry.description, 80)}"'
+
+
+def outcome_text(result: SubagentResult) -> str:
+    """A failed run as the model reads it: stop reason, why, and what it had said."""
+    head = f"[subagent {result.stop}]" + (f" {result.diagnostic}" if result.diagnostic else "")
+    return f"{head}\npartial output:\n{result.text or '(none)'}"
+
+
+def notice_text(entry: Entry, result: SubagentResult) -> str:
+    head = f"[subagent {label(entry)} {result.stop}]"
+    if result.completed:
+        return f"{head}\n{result.text or '(no output)'}"
+    return f"{head} {result.diagnostic or ''}".rstrip() + f"\npartial output:\n{result.text or '(none)'}"
+
+
+def as_output(result: SubagentResult) -> ToolOutput:
+    if result.completed:
+        return ToolOutput.text(result.text or "(the subagent gave no answer)")
+    return ToolOutput.text(outcome_text(result), is_error=True, code=CODES.get(result.stop, "SUBAGENT_FAILED"))
+
+
+def error(message: str, code: str) -> ToolOutput:
+    return ToolOutput.text(f"Error: {message}", is_error=True, code=code)
+
+
+def resolve_cwd(requested: Any, parent_cwd: str) -> str:
+    """The child's cwd: the parent's, or a directory inside it (never outside its workspace)."""
+    base = os.path.realpath(parent_cwd)
+    if requested is None or requested == "":
+        return base
+    if not isinstance(requested, str):
+        raise ValueError("cwd must be a string")
+    target = os.path.realpath(os.path.join(base, requested))
+    if os.path.commonpath([base, target]) != base:
+        raise ValueError(f"cwd {requested!r} is outside the working directory {base}")
+    if not os.path.isdir(target):
+        raise ValueError(f"cwd {requested!r} is not a directory")
+    return target
+
+
+class Delegate:
+    """What ``subagent`` and ``subagent_fork`` share: checks, caps, start, settle, wait."""
+
+    def __init__(self, *, provider: str, continuable: bool, background_default: bool, allow_background: bool,
+                 max_depth: int, max_live: int) -> None:
+        self.provider = provider
+        self.continuable = continuable
+        self.background_default = background_default
+        self.allow_background = allow_background
+        self.max_depth = max_depth
+        self.max_live = max_live
+
+    async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        parent = ctx.agent
+        prompt, description = args.get("prompt"), args.get("description")
+        if not isinstance(prompt, str) or not prompt.strip():
+            return error("`prompt` must be a non-empty string.", "INVALID_ARGUMENTS")
+        if not isinstance(description, str) or not description.strip():
+            description = prompt.strip().splitlines()[0]
+        background = args.get("run_in_background", self.background_default) if self.allow_background else False
+        if not isinstance(background, bool):
+            return error("`run_in_background` must be true or false.", "INVALID_ARGUMENTS")
+        try:
+            cwd = resolve_cwd(args.get("cwd"), parent.cwd)
+        except ValueError as exc:
+            return error(f"{exc}.", "INVALID_ARGUMENTS")
+        depth = parent.spec.depth + 1
+        if depth > self.max_depth:
+            return error(f"subagent depth limit reached (this agent is at depth {parent.spec.depth}, the limit is "
+                         f"{self.max_depth}); do the task yourself.", "DEPTH_LIMIT")
+        registry = registry_of(ctx.host)
+        if registry.closed:
+            return error("the host is shutting down.", "SUBAGENT_FAILED")
+        if registry.live >= self.max_live:
+            return error(f"{registry.live} subagents are live in this process (the cap is {self.max_live}); wait for "
+                         "one to finish, or do the task yourself.", "SUBAGENT_LIMIT")
+        provider = ctx.host.subagent_providers.get(self.provider)
+        if provider is None:
+            return error(f"no subagent provider {self.provider!r} is mounted.", "SUBAGENT_FAILED")
+        mine = delegations_of(parent)
+        entry: Entry | None = None
+
+        def settled(run: Any, result: SubagentResult) -> None:
+            current = registry.runs.get(run.id)
+            if current is None or parent.disposed:
+                return
+            parent.emit(SubagentSettled(id=run.id, call_id=current.call_id, stop=result.stop,
+                                        text=result.text[-4000:], diagnostic=result.diagnostic))
+            if current.awaited:
+                current.awaited = False  # the waiting call answers with it
+            else:
+                parent.notify(notice_text(current, result))
+
+        request = SubagentRequest(prompt=prompt, description=description, parent=parent, cwd=cwd, depth=depth,
+                                  call_id=ctx.call_id, continuable=self.continuable, on_settled=settled)
+        registry.reserved += 1
+        try:
+            run = await provider.start(request)
+        except Exception as exc:
+            log.warning(f"starting a {self.provider} subagent failed: {exc!r}")
+            return error(f"the subagent did not start: {exc}", "SUBAGENT_FAILED")
+        finally:
+            registry.reserved -= 1
+        entry = Entry(run=run, parent=parent, provider=self.provider, description=description, call_id=ctx.call_id,
+                      continuable=self.continuable, background=background, awaited=not background)
+        registry.runs[run.id] = entry
+        mine.runs[run.id] = entry
+        parent.emit(SubagentStarted(id=run.id, provider=self.provider, description=description, call_id=ctx.call_id,
+                                    session=run.session_id, background=background))
+        if background:
+            return ToolOutput.text(
+                f"started subagent {run.id}. It works in the background; when its turn ends you get its outcome "
+                "as a notice. send_message gives it more to do, interrupt_agent stops its turn, list_agents "
+                "shows it.")
+        return await self._wait(entry, registry, mine)
+
+    async def _wait(self, entry: Entry, registry: Registry, mine: Delegations) -> ToolOutput:
+        run = entry.run
+        try:
+            result = await run.result()
+        except anyio.get_cancelled_exc_class():
+            # The parent's turn was cancelled: so is the child's; its partial text still answers the call.
+            with anyio.CancelScope(shield=True):
+                run.cancel()
+                with anyio.move_on_after(CANCEL_GRACE):
+                    result = await run.result()
+                    entry.awaited = False
+                    return as_output(result)
+                entry.awaited = False
+                return as_output(SubagentResult(stop="aborted", diagnostic="the subagent did not settle in time"))
+        if not self.continuable:  # one-shot: it ends with its answer
+            registry.runs.pop(run.id, None)
+            mine.runs.pop(run.id, None)
+            with anyio.CancelScope(shield=True):
+                await run.dispose()
+        return as_output(result)
+
+
+SUBAGENT_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "description": {"type": "string", "description": "A short (3-5 word) description of the task."},
+        "prompt": {
+            "type": "string",
+            "description": "The complete task for the subagent. It does not see this conversation: say everything "
+                           "it needs.",
+        },
+        "run_in_background": {
+            "type": "boolean",
+            "description": "true (the default): return at once with the subagent's id; its outcome arrives as a "
+                           "notice. false: wait for its answer.",
+        },
+        "cwd": {"type": "string", "description": "Its working directory, inside yours (default: yours)."},
+    },
+    "required": ["description", "prompt"],
+    "additionalProperties": False,
+}
+
+FORK_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "description": {"type": "string", "description": "A short (3-5 word) description of the task."},
+        "prompt": {
+            "type": "string",
+            "description": "What the fork should do. It starts from this conversation as it stood before your "
+                           "current turn, so it knows what you know.",
+        },
+    },
+    "required": ["description", "prompt"],
+    "additionalProperties": False,
+}
+
+
+def subagent_tool(delegate: Delegate, *, name: str = "subagent") -> FunctionTool:
+    return FunctionTool(
+        name,
+        "Start a subagent: a fresh agent with its own context that works on a self-contained task with the same "
+        "tools, workspace and permissions as you. By default it runs in the background and you get its result "
+        "as a notice when it finishes; set run_in_background to false to wait for its answer. Several calls in "
+        "one message run side by side.",
+        SUBAGENT_PARAMETERS, delegate, parallel_safe=True, kind="think",
+    )
+
+
+def fork_tool(delegate: Delegate) -> FunctionTool:
+    return FunctionTool(
+        "subagent_fork",
+        "Fork yourself: a subagent that starts from this conversation (before your current turn) and works on "
+        "`prompt`; you wait for its answer. Cheaper than subagent for work that needs what you already know.",
+        FORK_PARAMETERS, delegate, parallel_safe=True, kind="think",
+    )
+
+
+async def send_message(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    rid, message = args.get("subagent_id"), args.get("message")
+    if not isinstance(message, str) or not message.strip():
+        return error("`message` must be a non-empty string.", "INVALID_ARGUMENTS")
+    entry = find(ctx.agent, rid)
+    if entry is None:
+        return error(f"no subagent {rid!r} of yours is live; list_agents shows the ones you can reach.",
+                     "NOT_RESUMABLE")
+    follow_up = getattr(entry.run, "follow_up", None)
+    if not entry.continuable or follow_up is None:
+        return error(f"subagent {entry.run.id} takes no more messages (it was one-shot).", "NOT_RESUMABLE")
+    if entry.run.status == "ready":
+        return error(f"subagent {entry.run.id} has ended.", "NOT_RESUMABLE")
+    running = entry.run.status == "running"
+    try:
+        follow_up(message)
+    except Exception as exc:
+        return error(f"subagent {entry.run.id} did not take the message: {exc}", "NOT_RESUMABLE")
+    entry.awaited = False
+    if running:
+        return ToolOutput.text(f"queued for {label(entry)}: it takes the message when its current turn ends; its "
+                               "outcome arrives as a notice.")
+    return ToolOutput.text(f"sent to {label(entry)}; it is working on it and its outcome arrives as a notice.")
+
+
+async def interrupt_agent(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    rid = args.get("agent_id")
+    entry = find(ctx.agent, rid)
+    if entry is None:
+        return error(f"no subagent {rid!r} of yours is live; list_agents shows the ones you can reach.",
+                     "NOT_FOUND")
+    interrupt = getattr(entry.run, "interrupt", None)
+    if interrupt is not None:
+        stopped = interrupt()
+    elif entry.run.status == "running":
+        entry.run.cancel()
+        stopped = True
+    else:
+        stopped = False
+    if not stopped:
+        return ToolOutput.text(f"{label(entry)} was not running; nothing to interrupt.")
+    return ToolOutput.text(f"interrupted {label(entry)}'s current turn; it stays available for send_message.")
+
+
+async def list_agents(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    scope = args.get("scope", "children")
+    if scope not in ("children", "descendants"):
+        return error("`scope` must be \"children\" or \"descendants\".", "INVALID_ARGUMENTS")
+    lines = [f"{'  ' * (depth - 1)}{e.run.id}  {e.run.status}  {e.provider}  \"{one_line(e.description, 80)}\""
+             for depth, e in descendants(ctx.agent, deep=scope == "descendants")]
+    return ToolOutput.text("\n".join(lines) if lines else "no subagents")
+
+
+async def report(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    message = args.get("message")
+    if not isinstance(message, str) or not message.strip():
+        return error("`message` must be a non-empty string.", "INVALID_ARGUMENTS")
+    entry = registry_of(ctx.host).of_agent(ctx.agent)
+    if entry is None or entry.parent.disposed:
+        return error("there is no parent agent to report to.", "NOT_FOUND")
+    entry.parent.notify(f"[report from subagent {label(entry)}]\n{message}")
+    return ToolOutput.text("reported to your parent agent (it reads it before its next step).")
+
+
+SEND_MESSAGE = FunctionTool(
+    "send_message",
+    "Give one of your continuable subagents more to do: the message becomes its next turn (queued if it is busy). "
+    "Its outcome arrives as a notice.",
+    {"type": "object", "properties": {
+        "subagent_id": {"type": "string", "description": "The id `subagent` returned."},
+        "message": {"type": "string", "description": "What it should do next."},
+    }, "required": ["subagent_id", "message"], "additionalProperties": False},
+    send_message, parallel_safe=True, kind="think",
+)
+INTERRUPT_AGENT = FunctionTool(
+    "interrupt_agent",
+    "Stop the current turn of one of your subagents (or theirs). It stays available for send_message.",
+    {"type": "object", "properties": {
+        "agent_id": {"type": "string", "description": "The subagent's id."},
+    }, "required": ["agent_id"], "additionalProperties": False},
+    interrupt_agent, parallel_safe=True, kind="think",
+)
+LIST_AGENTS = FunctionTool(
+    "list_agents",
+    "List your subagents (scope \"children\", the default) or every agent below you (\"descendants\"), each "
+    "running, idle (waiting for send_message) or ready (ended).",
+    {"type": "object", "properties": {
+        "scope": {"type": "string", "enum": ["children", "descendants"]},
+    }, "additionalProperties": False},
+    list_agents, parallel_safe=True, kind="read",
+)
+REPORT = FunctionTool(
+    "report",
+    "Tell the agent that started you something now, before your turn ends (progress, a finding, a question).",
+    {"type": "object", "properties": {
+        "message": {"type": "string", "description": "What to tell it."},
+    }, "required": ["message"], "additionalProperties": False},
+    report, parallel_safe=True, kind="think",
+)

@@ -432,7 +432,7 @@ class HistoryForked(Event, tag="history/forked", kw_only=True):
     @classmethod
     def of(cls, parent_session: str, history: list[UserMessage | AssistantMessage | ToolResultMessage]) -> HistoryForked:
         wrap = {UserMessage: _ForkedUser, AssistantMessage: _ForkedAssistant, ToolResultMessage: _ForkedResult}
-        return cls(parent_session=parent_session, messages=[wrap[type(m)](message=m) for m in history])  # type: ignore[misc]
+        return cls(parent_session=parent_session, messages=[wrap[type(m)](message=m) for m in history])
 
     def history(self) -> list[UserMessage | AssistantMessage | ToolResultMessage]:
         return [m.message for m in self.messages]

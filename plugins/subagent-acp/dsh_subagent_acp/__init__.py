@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shlex
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -35,7 +36,8 @@ from msgspec import Meta
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig, decode
 from dsh_core.contracts import new_id
-from dsh_core.types import ApprovalDecided, ApprovalRequest, ToolOutput, ToolSpec
+from dsh_core.protocols import SubagentRequest
+from dsh_core.types import ApprovalDecided, ApprovalRequest, SubagentResult, ToolOutput, ToolSpec
 
 log = logging.getLogger("dsh.subagent-acp")
 
@@ -156,13 +158,13 @@ def ambient_depth() -> tuple[int, int | None]:
     return depth, cap
 
 
-def child_command(settings: Settings, ctx: ToolContext) -> list[str]:
+def child_command(settings: Settings, agent: Any) -> list[str]:
     override = os.environ.get(ENV_COMMAND, "").strip()
     if override:
         return shlex.split(override)
     if settings.command is not None:
         return list(settings.command)
-    route = ctx.agent.spec
+    route = agent.spec
     return [
         sys.executable, "-m", "dsh_core.cli", "run", "--example", settings.example,
         "--provider", route.provider, "--model", route.model,
@@ -260,91 +262,204 @@ class SubagentAcpTool:
                 is_error=True,
                 code="SUBAGENT_LIMIT",
             )
-        argv = child_command(settings, ctx)
-        env = scrub_env(
-            inherit=settings.inherit_env,
-            extra={**settings.env, ENV_DEPTH: str(depth + 1), ENV_MAX_DEPTH: str(max_depth)},
-        )
-        forward = None
-        if settings.forward_stderr:
-            def forward(chunk: bytes) -> None:
-                sys.stderr.buffer.write(chunk)
-                sys.stderr.flush()
+        return _as_output(await exchange(Caller(ctx.agent, ctx.tool_name, ctx.call_id), state, task, cwd, depth,
+                                         max_depth))
 
-        client: AcpClient | None = None
-        state.running += 1
-        try:
-            async with open_client(
-                argv,
-                cwd=cwd,
-                env=env,
-                on_permission=self._policy(ctx, settings),
-                on_stderr=forward,
-                eof_grace=settings.eof_grace,
-                term_grace=settings.term_grace,
-            ) as client:
-                state.live.add(client)
-                try:
-                    with anyio.fail_after(settings.start_timeout):
-                        await client.start(timeout=None)
-                    result = await client.prompt(task, cancel_grace=settings.cancel_grace)
-                finally:
-                    state.live.discard(client)
-        except anyio.get_cancelled_exc_class():
-            # The parent's turn was cancelled: the child got session/cancel and a grace to
-            # settle, and is now shut down. The result still reaches the history (the loop
-            # re-raises the cancellation at its next checkpoint).
-            return _result("aborted", client.text if client is not None else "")
-        except (AcpClientError, TimeoutError) as exc:
-            message = str(exc) or f"the child did not start within {settings.start_timeout} s"
-            log.warning(f"child run failed: {message}")
-            return _result("error", client.text if client is not None else "", error=message)
-        finally:
-            state.running -= 1
-        if result.stop_reason == "error":
-            log.warning(f"child run failed: {result.error}")
-            return _result("error", result.text, error=result.error)
-        status = STOPS.get(result.stop_reason, "error")
-        turn_end = ((result.meta or {}).get("dsh") or {}).get("turnEnd")
-        if status == "completed" and turn_end == "max-tokens":  # a dsh child says why its end_turn came
-            return _result(STOPS["max_tokens"], result.text, stop="max_tokens")
-        return _result(status, result.text, stop=result.stop_reason,
-                       error=None if status != "error" else f"stop reason {result.stop_reason!r}")
+@dataclass(frozen=True)
+class Caller:
+    """Who delegates: the agent, and the tool call the child's permission requests are about."""
 
-    def _policy(self, ctx: ToolContext, settings: Settings) -> Any:
-        """The child's permission request → the parent's approval seam (one-shot).
+    agent: Any
+    tool_name: str
+    call_id: str | None
 
-        ``unavailable`` with nobody answering (no channel in the parent) → the static
-        ``permission`` fallback; ``unavailable`` from a channel that failed → reject."""
 
-        async def policy(ask: PermissionAsk) -> str:
-            req = ApprovalRequest(
-                agent=ctx.agent,
-                tool_name=ctx.tool_name,
-                call_id=ctx.call_id,
-                reason=f"subagent (ACP) asks to run {ask.describe()}",
-            )
-            req.id = new_id("appr_")
-            answered: list[str | None] = []
+@dataclass(frozen=True)
+class Outcome:
+    """How a child's prompt ended: ``status`` as the tool result says it (``STOPS``), the text,
+    an error message, the ACP stop reason."""
 
-            def watch(agent: Any, event: Any) -> None:
-                if isinstance(event, ApprovalDecided) and event.id == req.id:
-                    answered.append(event.answered_by)
+    status: str
+    text: str
+    error: str | None = None
+    stop: str | None = None
 
-            unsubscribe = ctx.agent.subscribe(watch)
+
+def _as_output(outcome: Outcome) -> ToolOutput:
+    return _result(outcome.status, outcome.text, error=outcome.error, stop=outcome.stop)
+
+
+async def exchange(caller: Caller, state: Children, task: str, cwd: str, depth: int, max_depth: int) -> Outcome:
+    """One child process, one prompt: spawn, initialize, session/new, prompt, shut down."""
+    settings = state.settings
+    argv = child_command(settings, caller.agent)
+    env = scrub_env(
+        inherit=settings.inherit_env,
+        extra={**settings.env, ENV_DEPTH: str(depth + 1), ENV_MAX_DEPTH: str(max_depth)},
+    )
+    forward = None
+    if settings.forward_stderr:
+        def forward(chunk: bytes) -> None:
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.flush()
+
+    client: AcpClient | None = None
+    state.running += 1
+    try:
+        async with open_client(
+            argv,
+            cwd=cwd,
+            env=env,
+            on_permission=policy_for(caller, settings),
+            on_stderr=forward,
+            eof_grace=settings.eof_grace,
+            term_grace=settings.term_grace,
+        ) as client:
+            state.live.add(client)
             try:
-                outcome = await ctx.host.approvals.request(req)
+                with anyio.fail_after(settings.start_timeout):
+                    await client.start(timeout=None)
+                result = await client.prompt(task, cancel_grace=settings.cancel_grace)
             finally:
-                unsubscribe()
-            if outcome == "allowed-once":
-                return "allow"
-            if outcome == "cancelled":
-                return "cancelled"
-            if outcome == "unavailable" and answered and answered[-1] is None:
-                return settings.permission  # nobody in the parent can answer: the static policy
-            return "reject"
+                state.live.discard(client)
+    except anyio.get_cancelled_exc_class():
+        # The parent's turn was cancelled: the child got session/cancel and a grace to
+        # settle, and is now shut down. The result still reaches the history (the loop
+        # re-raises the cancellation at its next checkpoint).
+        return Outcome("aborted", client.text if client is not None else "")
+    except (AcpClientError, TimeoutError) as exc:
+        message = str(exc) or f"the child did not start within {settings.start_timeout} s"
+        log.warning(f"child run failed: {message}")
+        return Outcome("error", client.text if client is not None else "", error=message)
+    finally:
+        state.running -= 1
+    if result.stop_reason == "error":
+        log.warning(f"child run failed: {result.error}")
+        return Outcome("error", result.text, error=result.error)
+    status = STOPS.get(result.stop_reason, "error")
+    turn_end = ((result.meta or {}).get("dsh") or {}).get("turnEnd")
+    if status == "completed" and turn_end == "max-tokens":  # a dsh child says why its end_turn came
+        return Outcome(STOPS["max_tokens"], result.text, stop="max_tokens")
+    return Outcome(status, result.text, stop=result.stop_reason,
+                   error=None if status != "error" else f"stop reason {result.stop_reason!r}")
 
-        return policy
+
+def policy_for(ctx: Caller, settings: Settings) -> Any:
+    """The child's permission request → the parent's approval seam (one-shot).
+
+    ``unavailable`` with nobody answering (no channel in the parent) → the static
+    ``permission`` fallback; ``unavailable`` from a channel that failed → reject."""
+
+    async def policy(ask: PermissionAsk) -> str:
+        req = ApprovalRequest(
+            agent=ctx.agent,
+            tool_name=ctx.tool_name,
+            call_id=ctx.call_id,
+            reason=f"subagent (ACP) asks to run {ask.describe()}",
+        )
+        req.id = new_id("appr_")
+        answered: list[str | None] = []
+
+        def watch(agent: Any, event: Any) -> None:
+            if isinstance(event, ApprovalDecided) and event.id == req.id:
+                answered.append(event.answered_by)
+
+        unsubscribe = ctx.agent.subscribe(watch)
+        try:
+            outcome = await ctx.agent.host.approvals.request(req)
+        finally:
+            unsubscribe()
+        if outcome == "allowed-once":
+            return "allow"
+        if outcome == "cancelled":
+            return "cancelled"
+        if outcome == "unavailable" and answered and answered[-1] is None:
+            return settings.permission  # nobody in the parent can answer: the static policy
+        return "reject"
+
+    return policy
+
+
+# --------------------------------------------------------------------------- the `acp` provider
+
+# the tool result's status → the seam's stop
+SEAM_STOPS = {"completed": "completed", STOPS["max_tokens"]: "max-tokens", "refusal": "refusal", "aborted": "aborted"}
+
+
+class AcpRun:
+    """One child process on the subagent seam (one-shot: one prompt). The exchange is a task of
+    the host's task group; ``cancel`` sends the child ``session/cancel`` (its partial text is
+    the result), ``dispose`` waits until the process tree is gone."""
+
+    def __init__(self, rid: str, request: SubagentRequest, state: Children, depth: int, max_depth: int) -> None:
+        self.id = rid
+        self.description = request.description
+        self.session_id: str | None = None  # the child keeps its own log, in its own process
+        self.request = request
+        self._scope = anyio.CancelScope()
+        self._done = anyio.Event()
+        self._result: SubagentResult | None = None
+        request.parent.host.task_group.start_soon(self._main, state, depth, max_depth, name=f"subagent {rid}")
+
+    async def _main(self, state: Children, depth: int, max_depth: int) -> None:
+        caller = Caller(self.request.parent, "subagent", self.request.call_id)
+        outcome = Outcome("aborted", "")
+        try:
+            with self._scope:
+                outcome = await exchange(caller, state, self.request.prompt, self.request.cwd, depth, max_depth)
+        finally:
+            stop = SEAM_STOPS.get(outcome.status, "error")
+            diagnostic = outcome.error if stop == "error" else (
+                None if stop == "completed" else f"the ACP subagent stopped: {outcome.status}")
+            self._result = SubagentResult(stop=stop, text=outcome.text, diagnostic=diagnostic)
+            self._done.set()
+            if self.request.on_settled is not None:
+                try:
+                    self.request.on_settled(self, self._result)
+                except Exception as exc:
+                    log.warning(f"settling {self.id} failed: {exc!r}")
+
+    @property
+    def status(self) -> Literal["running", "idle", "ready"]:
+        return "ready" if self._done.is_set() else "running"
+
+    async def result(self) -> SubagentResult:
+        await self._done.wait()
+        assert self._result is not None
+        return self._result
+
+    def cancel(self) -> None:
+        self._scope.cancel()
+
+    async def dispose(self) -> None:
+        self._scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await self._done.wait()
+
+
+class AcpProvider:
+    """``acp``: the child is another ACP agent's process (by default ``dsh run --example
+    acp-agent`` on the parent's route), with this plugin's scrubbed environment, permission
+    routing, caps and process-tree teardown."""
+
+    name = "acp"
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    async def start(self, request: SubagentRequest) -> AcpRun:
+        state = children_of(self.host)
+        ambient, imposed = ambient_depth()
+        settings = state.settings
+        max_depth = settings.max_depth if imposed is None else min(settings.max_depth, imposed)
+        depth = ambient + request.depth - 1  # the parent's depth: the child's env says depth + 1
+        if depth + 1 > max_depth:
+            raise ValueError(f"subagent depth limit reached (the limit is {max_depth})")
+        if state.closed:
+            raise ValueError("the host is shutting down")
+        if state.running >= settings.max_live:
+            raise ValueError(f"{state.running} ACP subagents are already running (the cap is {settings.max_live})")
+        return AcpRun(f"agent_{secrets.token_hex(4)}", request, state, depth, max_depth)
 
 
 # --------------------------------------------------------------------------- teardown
@@ -382,6 +497,11 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
 @hookimpl
 def dsh_register_tools(register: Any, host: Any) -> None:
     register(SubagentAcpTool(host))
+
+
+@hookimpl
+def dsh_register_subagent_providers(register: Any, host: Any) -> None:
+    register(AcpProvider(host))
 
 
 @hookimpl

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from dsh_subagents.tools import registry_of
 
+from dsh_core import hookimpl
 from dsh_core.contracts import AgentSpec
 from dsh_core.types import (
     HistoryForked,
+    SubagentResult,
     SubagentSettled,
     SubagentStarted,
     TextBlock,
@@ -17,7 +20,7 @@ from dsh_core.types import (
     UserMessage,
     UserMessageEvent,
 )
-from dsh_testing import memory_host, streaming
+from dsh_testing import memory_host
 
 pytestmark = pytest.mark.anyio
 
@@ -73,6 +76,7 @@ async def test_a_background_child_settles_as_one_notice_in_the_next_request(scri
         text = result.result.content[0].text
         assert text.startswith("started subagent agent_")
         (child,) = parent.children
+        assert child.spec.extra["subagents.continuable"] and "report" in child.tools
         with anyio.fail_after(10):
             while not any(isinstance(e, SubagentSettled) for e in events):
                 await anyio.sleep(0.01)
@@ -110,6 +114,13 @@ async def test_a_fork_starts_from_the_parents_completed_history(scripted, tmp_pa
         assert texts[:2] == ["remember the codeword BLUE", "remembered"] and texts[2] == "what was the codeword?"
         assert first.system == parent.system and [t.name for t in first.tools] == [t.name for t in seen[0].tools]
         assert not parent.children  # one-shot: disposed with its answer
+        header, logged = await host.session_store.read(first.session_id)
+        assert header.parent_session == parent.session_id and header.delegation_depth == 1
+        (forked,) = [e for e in logged if isinstance(e, HistoryForked)]
+        assert [m.content[0].text for m in forked.history()[:2]] == ["remember the codeword BLUE", "remembered"]
+        again = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        again.restore(logged)  # a resumed fork has the history it was born with, then its own turn
+        assert [m.content[0].text for m in again.history][:3] == texts[:3]
 
 
 async def test_depth_and_live_caps_refuse_before_anything_starts(scripted, tmp_path):
@@ -132,3 +143,204 @@ async def test_depth_and_live_caps_refuse_before_anything_starts(scripted, tmp_p
         assert "got: Error: 1 subagents are live in this process (the cap is 1)" in result.result.content[0].text
         (child,) = parent.children
         assert not child.children  # nothing started over the cap
+
+
+class _Blocking:
+    """A test tool that waits until cancelled (a child busy in a tool call)."""
+
+    def __init__(self) -> None:
+        from dsh_core.types import ToolSpec
+
+        self.spec = ToolSpec(name="block", description="wait", parameters={"type": "object"})
+        self.entered = anyio.Event()
+
+    async def run(self, args, ctx):
+        self.entered.set()
+        await anyio.sleep_forever()
+
+
+class _BlockingPlugin:
+    def __init__(self) -> None:
+        self.tool = _Blocking()
+
+    @hookimpl
+    def dsh_register_tools(self, register, host):
+        register(self.tool)
+
+
+async def test_cancelling_the_parent_during_a_childs_tool_call_aborts_both_with_the_partial_text(scripted, tmp_path):
+    script = scripted({"rules": [
+        {"when": "^delegate", "steps": [
+            {"tool": "subagent", "args": {"description": "slow", "prompt": "child: block", "run_in_background": False}},
+            {"text": "unreachable"}]},
+        {"when": "^child:", "steps": [{"text": "WORKING", "tool": "block", "args": {}}, {"text": "unreachable"}]},
+    ]})
+    plugin = _BlockingPlugin()
+    async with memory_host(script, plugin, plugins=PLUGINS) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        events = _events(parent)
+        parent.submit(UserMessage(id="u1", content=[TextBlock(text="delegate")]))
+        with anyio.fail_after(10):
+            await plugin.tool.entered.wait()
+        (child,) = parent.children
+        child_events = _events(child)
+        parent.cancel()
+        with anyio.fail_after(10):
+            await parent.wait_idle()
+        (result,) = [e for e in events if isinstance(e, ToolResultEvent)]
+        text = result.result.content[0].text
+        assert result.result.is_error and result.code == "ABORTED"
+        assert text.startswith("[subagent aborted]") and text.endswith("partial output:\nWORKING")
+        assert [e.reason for e in child_events if isinstance(e, TurnEnd)] == ["aborted"]
+        assert [e.reason for e in events if isinstance(e, TurnEnd)] == ["aborted"]
+
+
+async def test_cancelling_the_parent_while_a_child_starts_leaves_nothing_behind(scripted, tmp_path):
+    gate = anyio.Event()
+    started = anyio.Event()
+
+    class SlowProvider:
+        name = "slow"
+
+        async def start(self, request):
+            started.set()
+            await gate.wait()  # never set: the parent is cancelled first
+            raise AssertionError("unreachable")
+
+    class Plugin:
+        @hookimpl
+        def dsh_register_subagent_providers(self, register, host):
+            register(SlowProvider())
+
+    script = scripted({"rules": [{"when": "^delegate", "steps": [
+        {"tool": "subagent", "args": {"description": "d", "prompt": "p", "run_in_background": False}}]}]})
+    async with memory_host(script, Plugin(), plugins=PLUGINS, config={"subagents": {"provider": "slow"}}) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        events = _events(parent)
+        parent.submit(UserMessage(id="u1", content=[TextBlock(text="delegate")]))
+        with anyio.fail_after(10):
+            await started.wait()
+        parent.cancel()
+        with anyio.fail_after(10):
+            await parent.wait_idle()
+        (result,) = [e for e in events if isinstance(e, ToolResultEvent)]
+        assert result.result.is_error
+        registry = registry_of(host)
+        assert registry.live == 0 and not registry.runs and not parent.children
+
+
+async def test_a_fake_provider_on_the_seam_non_completed_is_an_error_and_background_settles_once(scripted, tmp_path):
+    class FakeRun:
+        def __init__(self, request, stop):
+            self.id, self.description, self.session_id = f"agent_fake{stop[:3]}", request.description, None
+            self.request, self.stop, self.disposed = request, stop, False
+            self.done = anyio.Event()
+
+        @property
+        def status(self):
+            return "ready" if self.done.is_set() else "running"
+
+        def finish(self):
+            self.result_ = SubagentResult(stop=self.stop, text="half an answer", diagnostic="cut at the limit")
+            self.done.set()
+            self.request.on_settled(self, self.result_)
+
+        async def result(self):
+            await self.done.wait()
+            return self.result_
+
+        def cancel(self):
+            pass
+
+        async def dispose(self):
+            self.disposed = True
+
+    runs = []
+
+    class FakeProvider:
+        name = "fake"
+
+        async def start(self, request):
+            run = FakeRun(request, "max-tokens")
+            runs.append(run)
+            host.task_group.start_soon(_later, run)
+            return run
+
+    async def _later(run):
+        await anyio.sleep(0.01)
+        run.finish()
+
+    class Plugin:
+        @hookimpl
+        def dsh_register_subagent_providers(self, register, host):
+            register(FakeProvider())
+
+    script = scripted({"rules": [
+        {"when": "^fg", "steps": [{"tool": "subagent", "args": {"description": "d", "prompt": "p",
+                                                                "run_in_background": False}}, {"text": "ok"}]},
+        {"when": "^bg", "steps": [{"tool": "subagent", "args": {"description": "d", "prompt": "p"}}, {"text": "ok"}]},
+        {"when": "^then", "steps": [{"text": "then"}]},
+    ]})
+    async with memory_host(script, Plugin(), plugins=PLUGINS, config={"subagents": {"provider": "fake"}}) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        events = _events(parent)
+        (fg,) = await _turn(parent, "fg", events)
+        assert fg.result.is_error and fg.code == "SUBAGENT_MAX_TOKENS"
+        assert fg.result.content[0].text == "[subagent max-tokens] cut at the limit\npartial output:\nhalf an answer"
+        results = await _turn(parent, "bg", events)
+        assert results[-1].result.content[0].text.startswith(f"started subagent {runs[1].id}")
+        with anyio.fail_after(5):
+            await runs[1].done.wait()
+        await _turn(parent, "then", events)
+        notices = [e.message.content[0].text for e in events
+                   if isinstance(e, UserMessageEvent) and e.message.source == "notice"]
+        assert notices == [f'[subagent {runs[1].id} "d" max-tokens] cut at the limit\npartial output:\nhalf an answer']
+        await parent.dispose()
+        assert runs[1].disposed  # the session's children go with it
+
+
+async def test_only_an_ancestor_may_steer_a_child(scripted, tmp_path):
+    script = scripted({"rules": [
+        {"when": "^start", "steps": [{"tool": "subagent", "args": {"description": "bg", "prompt": "child: wait"}},
+                                     {"text": "ok"}]},
+        {"when": "^child:", "steps": [{"partial": "waiting", "delay_ms": 60000}]},
+    ]})
+    async with memory_host(script, plugins=PLUGINS) as host:
+        owner = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        stranger = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        events = _events(owner)
+        await _turn(owner, "start", events)
+        rid = next(e.id for e in events if isinstance(e, SubagentStarted))
+        for name, args in (("send_message", {"subagent_id": rid, "message": "hi"}), ("interrupt_agent", {"agent_id": rid})):
+            out = await stranger.call_tool(name, args, call_id="x1", turn=1, step=1)
+            assert out.is_error and "no subagent" in out.content[0].text, name
+        listing = await owner.call_tool("list_agents", {}, call_id="x2", turn=1, step=1)
+        assert listing.content[0].text == f'{rid}  running  spawn  "bg"'
+        out = await owner.call_tool("interrupt_agent", {"agent_id": rid}, call_id="x3", turn=1, step=1)
+        assert out.content[0].text.startswith(f'interrupted {rid} "bg"')
+        (child,) = owner.children
+        with anyio.fail_after(5):
+            await child.wait_idle()
+        listing = await owner.call_tool("list_agents", {}, call_id="x4", turn=1, step=1)
+        assert listing.content[0].text == f'{rid}  idle  spawn  "bg"'
+        out = await owner.call_tool("interrupt_agent", {"agent_id": rid}, call_id="x5", turn=1, step=1)
+        assert "was not running; nothing to interrupt" in out.content[0].text and not out.is_error
+
+
+async def test_disposing_the_parent_ends_its_background_children(scripted, tmp_path):
+    script = scripted({"rules": [
+        {"when": "^start", "steps": [{"tools": [
+            {"name": "subagent", "args": {"description": "a", "prompt": "child: wait"}},
+            {"name": "subagent", "args": {"description": "b", "prompt": "child: wait"}}]}, {"text": "ok"}]},
+        {"when": "^child:", "steps": [{"partial": "waiting", "delay_ms": 60000}]},
+    ]})
+    async with memory_host(script, plugins=PLUGINS) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        events = _events(parent)
+        await _turn(parent, "start", events)
+        children = list(parent.children)
+        assert len(children) == 2 and all(c.busy for c in children)
+        with anyio.fail_after(10):
+            await parent.dispose()
+        assert all(c.disposed for c in children) and registry_of(host).live == 0
+        assert not [a for a in host.agents if not a.disposed and a is not parent]

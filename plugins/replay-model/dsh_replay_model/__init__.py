@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ import anyio
 import msgspec
 
 from dsh_core import ModelError, RouteError, hookimpl
+from dsh_core.paths import open_inside
 from dsh_core.types import (
     AssistantMessage,
     AssistantMessageEvent,
@@ -108,6 +110,10 @@ class Patch(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=
     session: int = 0  # 0: session.jsonl, n: session.n.jsonl
     replace: Entry | None = None
     insert: Entry | None = None  # played before recorded call ``call`` (call = recorded + 1: after the last)
+    # Ordering sessions that run side by side (a background subagent and its parent): before it
+    # answers, the call creates ``mark`` in the cwd, then waits for ``wait_for`` to exist there.
+    mark: str | None = None
+    wait_for: str | None = None
 
 
 class Overrides(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -132,6 +138,8 @@ class Call:
     crash: str | None = None  # a provider bug (compaction INTERNAL): raise a plain exception
     hang: bool = False
     expect: Expect | None = None  # None: not checked (inserted by an override)
+    mark: str | None = None  # created in the cwd before the call answers (an override's ordering)
+    wait_for: str | None = None  # waited for in the cwd (at most WAIT_FOR_S) before the call answers
 
 
 @dataclass
@@ -295,9 +303,13 @@ class _Derivation:
 
 def _apply(rec: Recording, patches: list[Patch], source: Path) -> None:
     inserts: dict[int, list[Call]] = {}
+    ordering = [p for p in patches if p.replace is None and p.insert is None and (p.mark or p.wait_for)]
     for p in patches:
+        if p in ordering:
+            continue
         if (p.replace is None) == (p.insert is None):
-            raise RouteError(f"replay: {source}: a patch needs exactly one of replace/insert (call {p.call})")
+            raise RouteError(f"replay: {source}: a patch needs exactly one of replace/insert, or mark/waitFor "
+                             f"(call {p.call})")
         where = f"override of call {p.call}"
         if p.replace is not None:
             if not 1 <= p.call <= len(rec.calls):
@@ -314,6 +326,12 @@ def _apply(rec: Recording, patches: list[Patch], source: Path) -> None:
             inserts.setdefault(p.call, []).append(_entry_call(p.insert, where))
     for at in sorted(inserts, reverse=True):
         rec.calls[at - 1:at - 1] = inserts[at]
+    for p in ordering:  # on the calls as played (after inserts)
+        if not 1 <= p.call <= len(rec.calls):
+            raise RouteError(f"replay: {source}: call {p.call} is not recorded in {rec.path.name} "
+                             f"({len(rec.calls)} calls)")
+        rec.calls[p.call - 1].mark = p.mark
+        rec.calls[p.call - 1].wait_for = p.wait_for
 
 
 def load(primary: Path) -> list[Recording]:
@@ -342,6 +360,26 @@ def load(primary: Path) -> list[Recording]:
 
 # ----------------------------------------------------------------------------- the provider
 
+WAIT_FOR_S = 30.0  # the longest a call waits for an override's ``waitFor`` file
+
+
+def _touch(cwd: str, name: str) -> None:
+    """Create ``name`` inside ``cwd`` (never outside it: ``open_inside``)."""
+    try:
+        os.close(open_inside(cwd or ".", name, os.O_WRONLY | os.O_CREAT, 0o644))
+    except OSError as exc:
+        raise ModelError(f"replay: mark {name!r} is not a path inside the session's cwd ({exc.strerror})",
+                         code="REPLAY_DIVERGED", retryable=False) from None
+
+
+def _exists(cwd: str, name: str) -> bool:
+    try:
+        os.close(open_inside(cwd or ".", name, os.O_RDONLY))
+    except OSError:
+        return False
+    return True
+
+
 
 @dataclass
 class _Bound:
@@ -351,8 +389,9 @@ class _Bound:
 
 
 # User messages the run itself produces again on replay (tool output spliced in, a compaction
-# summary, interception context from hooks that run again): never part of the recorded prompt.
-_NOT_PROMPTS = frozenset({"tool", "compaction", "hook"})
+# summary, interception context from hooks that run again, a subagent's settlement notice):
+# never part of the recorded prompt.
+_NOT_PROMPTS = frozenset({"tool", "compaction", "hook", "notice"})
 
 
 def _live_tail(request: ModelRequest) -> tuple[list[str], list[tuple[str, str, bool]]]:
@@ -494,6 +533,12 @@ class ReplayProvider:
         def sub(text: str) -> str:
             return text.replace("{{cwd}}", cwd) if cwd else text
 
+        if call.mark is not None:
+            _touch(cwd, call.mark)
+        if call.wait_for is not None:
+            with anyio.move_on_after(WAIT_FOR_S):
+                while not _exists(cwd, call.wait_for):
+                    await anyio.sleep(0.005)
         if call.error is not None:
             e = call.error
             raise ModelError(sub(e.message), code=e.code, retryable=e.retryable, status=e.status,

@@ -56,7 +56,7 @@ ERRORS: dict[str, tuple[str, str, bool, int]] = {
 
 _SUBST = re.compile(r"\{(prompt|tool_result|cwd|started_id)\}")
 # What a tool result says when something keeps running after it (a background subagent, a job).
-_STARTED = re.compile(r"\b(?:started subagent|job id) ([A-Za-z0-9_.:-]+)")
+_STARTED = re.compile(r"\b(?:started subagent|job id) ([A-Za-z0-9_:-]*[A-Za-z0-9])")
 
 
 class Step(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -70,6 +70,7 @@ class Step(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     partial: str | None = None
     delay_ms: int = 0
     mark: str | None = None  # created (relative to the cwd) once `partial` is out, before the wait
+    wait_for: str | None = None  # a file (relative to the cwd) the step waits for, after its mark and delay
     reasoning: str | None = None
     usage: dict[str, int] | None = None
 
@@ -81,6 +82,22 @@ async def _pause(step: Step, cwd: str, sub: Callable[[Any], Any]) -> None:
         _touch_inside(cwd or ".", sub(step.mark))  # one small local file operation
     if step.delay_ms:
         await anyio.sleep(step.delay_ms / 1000)
+    if step.wait_for is not None:
+        target = sub(step.wait_for)
+        with anyio.move_on_after(WAIT_FOR_S):
+            while not _inside_exists(cwd or ".", target):
+                await anyio.sleep(0.005)
+
+
+WAIT_FOR_S = 30.0  # the longest a step waits for its file; then it answers anyway
+
+
+def _inside_exists(cwd: str, name: str) -> bool:
+    try:
+        os.close(open_inside(cwd, name, os.O_RDONLY))
+    except OSError:
+        return False
+    return True
 
 
 def _touch_inside(cwd: str, mark: str) -> None:

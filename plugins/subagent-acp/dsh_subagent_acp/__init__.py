@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import shlex
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -136,6 +135,7 @@ class Children:
     settings: Settings
     live: set[AcpClient] = field(default_factory=set)
     running: int = 0  # reserved before the first await, so concurrent calls respect the cap
+    started: int = 0  # runs the `acp` provider started (their ids: acp_1, acp_2…)
     closed: bool = False
 
 
@@ -459,7 +459,8 @@ class AcpProvider:
             raise ValueError("the host is shutting down")
         if state.running >= settings.max_live:
             raise ValueError(f"{state.running} ACP subagents are already running (the cap is {settings.max_live})")
-        return AcpRun(f"agent_{secrets.token_hex(4)}", request, state, depth, max_depth)
+        state.started += 1
+        return AcpRun(f"acp_{state.started}", request, state, depth, max_depth)
 
 
 # --------------------------------------------------------------------------- teardown

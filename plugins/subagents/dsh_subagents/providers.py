@@ -24,8 +24,10 @@ class InProcessProvider:
 
     async def start(self, request: SubagentRequest) -> InProcessRun:
         parent = request.parent
-        provider, model = request.route if request.route and not self.fork else (
-            parent.route.provider, parent.route.model)
+        # The parent's route as its session names it (a provider may serve a route under another
+        # name, as the replay provider serves a recording's), with the model it switched to, if any.
+        own = (parent.provider.name, parent.settings.model or parent.spec.model)
+        provider, model = request.route if request.route and not self.fork else own
         spec = AgentSpec(
             cwd=parent.cwd if self.fork else request.cwd,
             provider=provider,
@@ -42,12 +44,12 @@ class InProcessProvider:
         try:
             if not self.fork:  # a fork took the parent's settings whole
                 inherited = parent.settings
-                same_route = (provider, model) == (parent.route.provider, parent.route.model)
+                same_route = (provider, model) == own
                 agent.configure(mode=inherited.mode, effort=inherited.effort if same_route else None,
                                 by="delegation")
                 if request.tools is not None:
                     agent.offer([n for n in request.tools if n in agent.tools])
-            run = InProcessRun(run_id(self.registry.runs), self.name, request, agent)
+            run = InProcessRun(run_id(self.registry), self.name, request, agent)
             run.begin(request.prompt)
         except BaseException:
             await agent.dispose()

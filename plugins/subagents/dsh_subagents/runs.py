@@ -10,7 +10,6 @@ own, so 100 idle children cost 100 objects and nothing that runs."""
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -44,12 +43,11 @@ WHY = {
 Settled = Callable[["SubagentRun", SubagentResult], None]
 
 
-def run_id(taken: Any) -> str:
-    """A short id the model can copy (``agent_`` + 8 hex digits), unique in this host."""
-    while True:
-        rid = f"agent_{secrets.token_hex(4)}"
-        if rid not in taken:
-            return rid
+def run_id(registry: Registry) -> str:
+    """A short id the model can copy: ``agent_1``, ``agent_2``… in the order this host started
+    them (stable from run to run, so a recorded session replays the same ids)."""
+    registry.started += 1
+    return f"agent_{registry.started}"
 
 
 class InProcessRun:
@@ -176,6 +174,7 @@ class Registry:
 
     runs: dict[str, Entry] = field(default_factory=dict)  # id -> entry
     reserved: int = 0  # starts under way (counted before their first await, for the cap)
+    started: int = 0  # ids handed out (``run_id``)
     closed: bool = False
 
     @property

@@ -92,9 +92,9 @@ def error(message: str, code: str) -> ToolOutput:
 
 def resolve_cwd(requested: Any, parent_cwd: str) -> str:
     """The child's cwd: the parent's, or a directory inside it (never outside its workspace)."""
-    base = os.path.realpath(parent_cwd)
     if requested is None or requested == "":
-        return base
+        return parent_cwd  # as the parent names it (a log shows one cwd for both)
+    base = os.path.realpath(parent_cwd)
     if not isinstance(requested, str):
         raise ValueError("cwd must be a string")
     target = os.path.realpath(os.path.join(base, requested))

@@ -55,7 +55,8 @@ Steps (``session`` is the index of a session this client opened, default 0):
     {"op": "setConfigOption", "configId": "mode", "value": "plan", "expectError": false}
     {"op": "setMode", "modeId": "read-only", "expectError": false}
     {"op": "permission", "answers": ["allow-once", "reject-once"]}   # queued for the next requests
-    {"op": "wait", "ms": 50} | {"op": "wait", "event": "tool/call"} | {"op": "wait", "file": "x"}
+    {"op": "wait", "ms": 50} | {"op": "wait", "event": "tool/call", "count": 1} | {"op": "wait", "file": "x"}
+                                        # an event in the session's log (at least `count` of them)
     {"op": "checkFiles", "files": {"out.txt": "exact text\n", "made": true, "gone.txt": null}}
                                         # the workspace now: a file's text, exists, does not exist
 
@@ -228,7 +229,9 @@ async def _wait_for(cond: dict[str, Any], cwd: Path, home: Path, sid: str | None
             return
         if "event" in cond and sid is not None:
             log = home / "sessions" / f"{sid}.jsonl"
-            if log.exists() and f'"type":"{cond["event"]}"' in log.read_text(errors="replace").replace(" ", ""):
+            seen = log.read_text(errors="replace").replace(" ", "").count(f'"type":"{cond["event"]}"') if (
+                log.exists()) else 0
+            if seen >= int(cond.get("count", 1)):
                 return
         await asyncio.sleep(0.01)
     raise ScenarioError(f"waited {timeout:.0f} s for {cond} in vain")

@@ -10,6 +10,8 @@ durable events through ``dsh_present_event`` (the ACP door asks; nothing here im
   hides it);
 - a successful ``todo_write`` → ``plan`` with every entry's status;
 - each model call's usage → ``usage_update`` (the context used of the route's window);
+- ``subagent/progress`` (a delegation's child committed text) → ``tool_call_update`` of the
+  delegating call's card with the child's latest text, while the call runs;
 - ``session/titled`` (a titler such as session-controls writes it after a new session's first
   turn) → ``session_info_update`` with the title, as ``session/list`` shows it.
 
@@ -38,6 +40,7 @@ from dsh_core.types import (
     LiveText,
     ReasoningBlock,
     SessionTitled,
+    SubagentProgress,
     TextBlock,
     ToolCallEvent,
     ToolResultEvent,
@@ -265,4 +268,17 @@ def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
         return _start(session, event)
     if isinstance(event, ToolResultEvent):
         return _finish(session, event, cfg.output_bytes)
+    if isinstance(event, SubagentProgress):
+        return _progress(session, event, cfg.output_bytes)
     return None
+
+
+def _progress(session: Agent, event: SubagentProgress, output_bytes: int) -> list[Any] | None:
+    """A delegation's card shows its child's latest text while the call runs (a background
+    child's card closed when the call returned; its outcome comes as a notice)."""
+    if event.call_id is None or event.call_id not in session.state(Shown).calls or not output_bytes:
+        return None
+    data = event.text.encode("utf-8", errors="replace")
+    text = "…" + data[-output_bytes:].decode("utf-8", errors="ignore") if len(data) > output_bytes else event.text
+    return [wire.ToolCallProgress(tool_call_id=event.call_id, status="in_progress",
+                                  content=[wire.ContentOut(content=wire.TextOut(text=strip_unsafe(text)))])]

@@ -29,8 +29,10 @@ def setup(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="sessions_command", metavar="ACTION")
     ls = sub.add_parser("list", help="list recorded sessions, newest first",
                         description="List recorded sessions, newest first, as `dsh ask --session-list` does: "
-                                    "id, updated (UTC), cwd, title (the first prompt's first line).")
-    ls.add_argument("--json", action="store_true", help="print one JSON array (sessionId, cwd, updatedAt, title)")
+                                    "id, updated (UTC), cwd, title (the first prompt's first line); each "
+                                    "session's subagents indented below it.")
+    ls.add_argument("--json", action="store_true",
+                    help="print one JSON array (sessionId, cwd, updatedAt, title, and children: the subagents')")
     show = sub.add_parser("show", help="print one session's log", description="Print one session's log.")
     show.add_argument("id", metavar="ID", help="session id (a unique prefix is enough)")
     show.add_argument("--json", action="store_true", help="print the raw JSONL lines as stored")
@@ -55,10 +57,22 @@ def _iso(ns: int) -> str:
 
 
 def _list(store: JsonlStore, as_json: bool) -> int:
-    """The recorded top-level sessions exactly as ACP ``session/list`` shows them (and so
-    ``dsh ask --session-list``): newest first, the same four fields, the same line format."""
-    rows = [{"sessionId": r.id, "cwd": r.cwd, "updatedAt": _iso(r.updated_ns), **({"title": r.title} if r.title else {})}
-            for r in store.summaries_sync()]
+    """The recorded top-level sessions as ACP ``session/list`` shows them (and so ``dsh ask
+    --session-list``): newest first, the same four fields, the same line format; each one's
+    subagents below it (indented; in JSON a ``children`` array), oldest first."""
+    every = store.summaries_sync(children=True)
+    known = {r.id for r in every}
+    below: dict[str, list[Any]] = {}
+    for r in sorted(every, key=lambda r: (r.created_at, r.id)):
+        if r.parent is not None and r.parent in known:
+            below.setdefault(r.parent, []).append(r)
+
+    def row(r: Any, seen: frozenset[str]) -> dict[str, Any]:
+        out = {"sessionId": r.id, "cwd": r.cwd, "updatedAt": _iso(r.updated_ns), **({"title": r.title} if r.title else {})}
+        kids = [row(c, seen | {c.id}) for c in below.get(r.id, []) if c.id not in seen]  # a cycle in tampered logs ends
+        return {**out, "children": kids} if kids else out
+
+    rows = [row(r, frozenset({r.id})) for r in every if r.parent is None]
     out = sys.stdout
     if as_json:
         out.write(json.dumps(rows) + "\n")
@@ -66,9 +80,16 @@ def _list(store: JsonlStore, as_json: bool) -> int:
     if not rows:
         print(f"no sessions in {store.root}", file=sys.stderr)
         return 0
-    for r in rows:
+
+    def write(r: dict[str, Any], depth: int) -> None:
         title = r.get("title", "").replace("\t", " ")
-        out.write(f"{r['sessionId']}\t{r['updatedAt']}\t{r['cwd']}\t{title}\n")
+        lead = "  " * (depth - 1) + "└ " if depth else ""
+        out.write(f"{lead}{r['sessionId']}\t{r['updatedAt']}\t{r['cwd']}\t{title}\n")
+        for child in r.get("children", []):
+            write(child, depth + 1)
+
+    for r in rows:
+        write(r, 0)
     return 0
 
 

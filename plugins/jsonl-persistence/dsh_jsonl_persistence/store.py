@@ -369,6 +369,7 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     title: str | None
     updated_ns: int  # the log's mtime
     created_at: float
+    parent: str | None = None  # a subagent's parent session
 
 
 TITLED = b'"type":"session/titled"'
@@ -522,8 +523,9 @@ class JsonlStore:
         headers.sort(key=lambda h: (h.created_at, h.id))
         return headers
 
-    def summaries_sync(self, *, cwd: str | None = None) -> list[SessionSummary]:
-        """Top-level recorded sessions (subagent logs excluded), newest first (mtime, then id)."""
+    def summaries_sync(self, *, cwd: str | None = None, children: bool = False) -> list[SessionSummary]:
+        """Top-level recorded sessions (subagent logs too with ``children``: ``parent`` names
+        theirs), newest first (mtime, then id)."""
         out: list[SessionSummary] = []
         for path in self._files():
             try:
@@ -535,7 +537,7 @@ class JsonlStore:
                         header = log_decoder.decode(first)
                     except (msgspec.DecodeError, RecursionError):
                         continue
-                    if not isinstance(header, SessionHeader) or header.parent_session is not None:
+                    if not isinstance(header, SessionHeader) or (header.parent_session is not None and not children):
                         continue
                     if cwd is not None and header.cwd != cwd:
                         continue
@@ -544,7 +546,7 @@ class JsonlStore:
             except OSError:
                 continue
             out.append(SessionSummary(id=header.id, cwd=header.cwd, title=title, updated_ns=mtime,
-                                      created_at=header.created_at))
+                                      created_at=header.created_at, parent=header.parent_session))
         out.sort(key=lambda s: (-s.updated_ns, s.id))
         return out
 

@@ -315,6 +315,35 @@ def test_cli_list_and_show(home: Path) -> None:
     assert out.stdout.encode() == path.read_bytes()
 
 
+def test_cli_list_shows_subagents_under_their_parent(home: Path) -> None:
+    """Children (and theirs) indented under their parent, oldest first; a child whose parent's log is
+    gone is not listed at the top (it is a subagent); ACP session/list still shows parents only."""
+    d = home / "sessions"
+    d.mkdir(parents=True)
+
+    def log(sid: str, created: float, parent: str | None, prompt: str) -> None:
+        h = SessionHeader(id=sid, cwd="/work", created_at=created, parent_session=parent,
+                          delegation_depth=0 if parent is None else 1)
+        msg = UserMessageEvent(seq=1, time=created, message=UserMessage(id="m", content=[TextBlock(text=prompt)]))
+        (d / f"{sid}.jsonl").write_bytes(msgspec.json.encode(h) + b"\n" + msgspec.json.encode(msg) + b"\n")
+
+    log("top", 1.0, None, "the task")
+    log("kid2", 3.0, "top", "second child")
+    log("kid1", 2.0, "top", "first child")
+    log("grand", 4.0, "kid1", "grandchild")
+    log("orphan", 5.0, "gone", "no parent log")
+    out = dsh(home, "sessions", "list")
+    assert out.returncode == 0, out.stderr
+    shape = [(line.split("\t")[0], line.split("\t")[-1]) for line in out.stdout.splitlines()]
+    assert shape == [("top", "the task"), ("└ kid1", "first child"), ("  └ grand", "grandchild"),
+                     ("└ kid2", "second child")]
+    rows = json.loads(dsh(home, "sessions", "list", "--json").stdout)
+    assert [r["sessionId"] for r in rows] == ["top"]
+    assert [(c["sessionId"], [g["sessionId"] for g in c.get("children", [])]) for c in rows[0]["children"]] == [
+        ("kid1", ["grand"]), ("kid2", [])]
+    assert [s.id for s in JsonlStore().summaries_sync()] == ["top"]
+
+
 def test_cli_show_renders_each_model_call(home: Path) -> None:
     """Per model call: reasoning, text, tool calls with their arguments, finish, usage; a failed call
     with its error class."""

@@ -56,3 +56,21 @@ class InProcessProvider:
             self.host.forget(agent)
             raise
         return run
+
+    async def revive(self, request: SubagentRequest, rid: str, session_id: str, events: list[Any]) -> InProcessRun:
+        """A recorded child back under its id: its log reopened and its history restored (idle)."""
+        parent = request.parent
+        spec = AgentSpec(cwd=request.cwd, provider=parent.provider.name, model=parent.settings.model or parent.spec.model,
+                         session_id=session_id, parent=parent, parent_call=request.call_id,
+                         origin=f"subagent:{self.name}", buffers=parent.spec.buffers,
+                         extra={"subagents.continuable": True})
+        agent = self.host.create_agent(spec)
+        try:
+            agent.restore(events)
+            if parent.settings.mode is not None:  # never more than the parent has now
+                agent.configure(mode=parent.settings.mode, by="delegation")
+        except BaseException:
+            await agent.dispose()
+            self.host.forget(agent)
+            raise
+        return InProcessRun(rid, self.name, request, agent)

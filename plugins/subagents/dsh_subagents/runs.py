@@ -170,26 +170,27 @@ class Entry:
 
 @dataclass(eq=False)
 class Registry:
-    """Every live child of one host (its state slot): ids, the cap, teardown."""
+    """Every live child of one host (its state slot): the cap, teardown, ids. Ids are unique in
+    a lineage (a parent's descendants), which is where the tools look them up."""
 
-    runs: dict[str, Entry] = field(default_factory=dict)  # id -> entry
+    entries: set[Entry] = field(default_factory=set)  # live (started in this process)
     reserved: int = 0  # starts under way (counted before their first await, for the cap)
-    started: int = 0  # ids handed out (``run_id``)
+    started: int = 0  # ids handed out (``run_id``); raised past the ids a resumed session's log names
     closed: bool = False
 
     @property
     def live(self) -> int:
-        return len(self.runs) + self.reserved
+        return len(self.entries) + self.reserved
 
     async def aclose(self) -> None:
         self.closed = True
-        for entry in list(self.runs.values()):
+        for entry in list(self.entries):
             await _dispose(entry.run)
-        self.runs.clear()
+        self.entries.clear()
 
     def of_agent(self, agent: Any) -> Entry | None:
         """The delegation whose child is ``agent`` (object identity), if any."""
-        for entry in self.runs.values():
+        for entry in self.entries:
             if entry.agent is agent:
                 return entry
         return None
@@ -201,12 +202,37 @@ class Delegations:
 
     registry: Registry
     runs: dict[str, Entry] = field(default_factory=dict)  # id -> entry, in start order
+    loaded: bool = False  # the children a resumed log names are listed (``tools.recall``)
 
     async def aclose(self) -> None:
-        for rid, entry in reversed(list(self.runs.items())):
+        for entry in reversed(list(self.runs.values())):
             await _dispose(entry.run)
-            self.registry.runs.pop(rid, None)
+            self.registry.entries.discard(entry)
         self.runs.clear()
+
+
+class RecordedRun:
+    """A continuable child a resumed parent's log names, not running in this process: ``ready``.
+    ``send_message`` brings it back from its own log (``tools.resume``)."""
+
+    def __init__(self, rid: str, description: str, session_id: str, last: SubagentResult | None) -> None:
+        self.id = rid
+        self.description = description
+        self.session_id: str | None = session_id
+        self._last = last or SubagentResult(stop="completed")
+
+    @property
+    def status(self) -> Literal["running", "idle", "ready"]:
+        return "ready"
+
+    async def result(self) -> SubagentResult:
+        return self._last
+
+    def cancel(self) -> None:
+        pass
+
+    async def dispose(self) -> None:
+        pass
 
 
 async def _dispose(run: Any) -> None:

@@ -27,7 +27,7 @@ from dsh_core.protocols import Agent, SubagentRequest, ToolContext
 from dsh_core.tools import FunctionTool
 from dsh_core.types import SubagentResult, SubagentSettled, SubagentStarted, ToolOutput
 
-from .runs import Delegations, Entry, Registry
+from .runs import Delegations, Entry, RecordedRun, Registry
 
 log = logging.getLogger("dsh.subagents")
 
@@ -44,6 +44,59 @@ def delegations_of(agent: Agent) -> Delegations:
     registry = registry_of(agent.host)
     found: Delegations = agent.state(Delegations, lambda: Delegations(registry))
     return found
+
+
+async def recall(agent: Agent) -> Delegations:
+    """The session's children, with those its log names from before a restart (continuable
+    spawns, listed ``ready``: ``send_message`` brings one back). Read once per session object."""
+    mine = delegations_of(agent)
+    if mine.loaded:
+        return mine
+    mine.loaded = True
+    try:
+        _, events = await agent.host.session_store.read(agent.session_id)
+    except Exception as exc:  # a store that cannot read back: nothing to recall
+        log.debug(f"no recorded children for {agent.session_id}: {exc!r}")
+        return mine
+    started: dict[str, SubagentStarted] = {}
+    last: dict[str, SubagentResult] = {}
+    for ev in events:
+        if isinstance(ev, SubagentStarted) and ev.provider == "spawn" and ev.session:
+            started[ev.id] = ev
+        elif isinstance(ev, SubagentSettled):
+            last[ev.id] = SubagentResult(stop=ev.stop, text=ev.text, diagnostic=ev.diagnostic)
+    recalled = {rid: Entry(run=RecordedRun(rid, ev.description, ev.session or "", last.get(rid)), parent=agent,
+                           provider=ev.provider, description=ev.description, call_id=ev.call_id, continuable=True,
+                           background=True)
+                for rid, ev in started.items() if rid not in mine.runs}
+    mine.runs = {**recalled, **mine.runs}
+    for rid in recalled:  # new ids never repeat one the lineage has used
+        number = rid.rpartition("_")[2]
+        if number.isdigit():
+            mine.registry.started = max(mine.registry.started, int(number))
+    return mine
+
+
+async def resume(entry: Entry, registry: Registry) -> None:
+    """Bring a recorded child back from its own log, as a live continuable run under the same id.
+    Its log must name this parent and a cwd inside the parent's (a log is a file: it never widens
+    what the child may touch)."""
+    parent = entry.parent
+    recorded = entry.run
+    header, events = await parent.host.session_store.read(recorded.session_id)
+    if header.parent_session != parent.session_id:
+        raise ValueError("its log names another parent")
+    resolve_cwd(os.path.relpath(os.path.realpath(header.cwd), os.path.realpath(parent.cwd)), parent.cwd)
+    provider = parent.host.subagent_providers.get("spawn")
+    if provider is None or not hasattr(provider, "revive"):
+        raise ValueError("no spawn provider is mounted to resume it")
+    holder = Holder()
+    request = SubagentRequest(prompt="", description=entry.description, parent=parent, cwd=header.cwd,
+                              depth=parent.spec.depth + 1, call_id=entry.call_id, continuable=True,
+                              on_settled=holder.settled)
+    entry.run = await provider.revive(request, entry.run.id, header.id, events)
+    registry.entries.add(entry)
+    holder.bind(entry)
 
 
 def descendants(agent: Agent, *, deep: bool) -> Iterator[tuple[int, Entry]]:
@@ -105,6 +158,36 @@ def resolve_cwd(requested: Any, parent_cwd: str) -> str:
     return target
 
 
+class Holder:
+    """Settles a run's turns for its parent: one ``subagent/settled`` each, and a notice unless a
+    tool call is waiting for that turn. A turn that ends before the entry is bound waits for it."""
+
+    def __init__(self) -> None:
+        self.entry: Entry | None = None
+        self.early: list[SubagentResult] = []
+
+    def bind(self, entry: Entry) -> None:
+        self.entry = entry
+        early, self.early = self.early, []
+        for result in early:
+            self.settled(entry.run, result)
+
+    def settled(self, run: Any, result: SubagentResult) -> None:
+        entry = self.entry
+        if entry is None:
+            self.early.append(result)
+            return
+        parent = entry.parent
+        if parent.disposed:
+            return
+        parent.emit(SubagentSettled(id=entry.run.id, call_id=entry.call_id, stop=result.stop,
+                                    text=result.text[-4000:], diagnostic=result.diagnostic))
+        if entry.awaited:
+            entry.awaited = False  # the waiting call answers with it
+        else:
+            parent.notify(notice_text(entry, result))
+
+
 class Delegate:
     """What ``subagent`` and ``subagent_fork`` share: checks, caps, start, settle, wait."""
 
@@ -144,22 +227,10 @@ class Delegate:
         provider = ctx.host.subagent_providers.get(self.provider)
         if provider is None:
             return error(f"no subagent provider {self.provider!r} is mounted.", "SUBAGENT_FAILED")
-        mine = delegations_of(parent)
-        entry: Entry | None = None
-
-        def settled(run: Any, result: SubagentResult) -> None:
-            current = registry.runs.get(run.id)
-            if current is None or parent.disposed:
-                return
-            parent.emit(SubagentSettled(id=run.id, call_id=current.call_id, stop=result.stop,
-                                        text=result.text[-4000:], diagnostic=result.diagnostic))
-            if current.awaited:
-                current.awaited = False  # the waiting call answers with it
-            else:
-                parent.notify(notice_text(current, result))
-
+        mine = await recall(parent)
+        holder = Holder()
         request = SubagentRequest(prompt=prompt, description=description, parent=parent, cwd=cwd, depth=depth,
-                                  call_id=ctx.call_id, continuable=self.continuable, on_settled=settled)
+                                  call_id=ctx.call_id, continuable=self.continuable, on_settled=holder.settled)
         registry.reserved += 1
         try:
             run = await provider.start(request)
@@ -170,10 +241,11 @@ class Delegate:
             registry.reserved -= 1
         entry = Entry(run=run, parent=parent, provider=self.provider, description=description, call_id=ctx.call_id,
                       continuable=self.continuable, background=background, awaited=not background)
-        registry.runs[run.id] = entry
+        registry.entries.add(entry)
         mine.runs[run.id] = entry
         parent.emit(SubagentStarted(id=run.id, provider=self.provider, description=description, call_id=ctx.call_id,
                                     session=run.session_id, background=background))
+        holder.bind(entry)
         if background:
             return ToolOutput.text(
                 f"started subagent {run.id}. It works in the background; when its turn ends you get its outcome "
@@ -196,7 +268,7 @@ class Delegate:
                 entry.awaited = False
                 return as_output(SubagentResult(stop="aborted", diagnostic="the subagent did not settle in time"))
         if not self.continuable:  # one-shot: it ends with its answer
-            registry.runs.pop(run.id, None)
+            registry.entries.discard(entry)
             mine.runs.pop(run.id, None)
             with anyio.CancelScope(shield=True):
                 await run.dispose()
@@ -262,14 +334,23 @@ async def send_message(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     rid, message = args.get("subagent_id"), args.get("message")
     if not isinstance(message, str) or not message.strip():
         return error("`message` must be a non-empty string.", "INVALID_ARGUMENTS")
+    await recall(ctx.agent)
     entry = find(ctx.agent, rid)
     if entry is None:
         return error(f"no subagent {rid!r} of yours is live; list_agents shows the ones you can reach.",
                      "NOT_RESUMABLE")
+    if isinstance(entry.run, RecordedRun):
+        try:
+            await resume(entry, registry_of(ctx.host))
+        except Exception as exc:
+            log.warning(f"resuming subagent {entry.run.id} failed: {exc!r}")
+            return error(f"subagent {entry.run.id} cannot be resumed from its log: {exc}", "NOT_RESUMABLE")
     follow_up = getattr(entry.run, "follow_up", None)
     if not entry.continuable or follow_up is None:
         return error(f"subagent {entry.run.id} takes no more messages (it was one-shot).", "NOT_RESUMABLE")
     if entry.run.status == "ready":
+        return error(f"subagent {entry.run.id} has ended.", "NOT_RESUMABLE")
+    if entry.agent is not None and entry.agent.disposed:
         return error(f"subagent {entry.run.id} has ended.", "NOT_RESUMABLE")
     running = entry.run.status == "running"
     try:
@@ -285,6 +366,7 @@ async def send_message(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
 async def interrupt_agent(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     rid = args.get("agent_id")
+    await recall(ctx.agent)
     entry = find(ctx.agent, rid)
     if entry is None:
         return error(f"no subagent {rid!r} of yours is live; list_agents shows the ones you can reach.",
@@ -306,6 +388,7 @@ async def list_agents(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     scope = args.get("scope", "children")
     if scope not in ("children", "descendants"):
         return error("`scope` must be \"children\" or \"descendants\".", "INVALID_ARGUMENTS")
+    await recall(ctx.agent)
     lines = [f"{'  ' * (depth - 1)}{e.run.id}  {e.run.status}  {e.provider}  \"{one_line(e.description, 80)}\""
              for depth, e in descendants(ctx.agent, deep=scope == "descendants")]
     return ToolOutput.text("\n".join(lines) if lines else "no subagents")

@@ -102,3 +102,44 @@ async def test_stdin_eof_ends_a_background_child_with_the_session(acp_agent, scr
         assert await run.close_stdin() == 0  # the process exits promptly: the child did not keep it
         ends = [e for e in session_log(acp_agent.home, child) if e["type"] == "turn/end"]
         assert [(e["reason"], e.get("abortKind")) for e in ends] == [("aborted", "disposed")]
+
+
+RESTART = {
+    "rules": [
+        {"when": "^background quick", "steps": [
+            {"tool": "subagent", "args": {"description": "quick", "prompt": "child: quick"}}, {"text": "started"}]},
+        {"when": "^list them", "steps": [{"tool": "list_agents", "args": {}}, {"text": "{tool_result}"}]},
+        {"when": "^more please", "steps": [
+            {"tool": "send_message", "args": {"subagent_id": "{started_id}", "message": "child: again"}},
+            {"text": "{tool_result}"}]},
+        {"when": "^child: quick", "steps": [{"text": "QUICK_DONE"}]},
+        {"when": "^child: again", "steps": [{"text": "AGAIN_DONE after {prompt}"}]},
+        {"when": "^news", "steps": [{"text": "read the news"}]},
+    ],
+}
+
+
+async def test_after_a_restart_a_resumed_parent_lists_its_child_ready_and_send_message_resumes_it(acp_agent, scripted):
+    script = scripted(RESTART)
+    async with acp_agent(script, env=EXAMPLES) as run:
+        sid = await run.start()
+        await run.conn.prompt(session_id=sid, prompt=[text_block("background quick")])
+        await until(lambda: any(e["type"] == "subagent/settled" for e in session_log(acp_agent.home, sid)))
+        (child,) = _children(acp_agent.home, sid)
+        assert await run.close_stdin() == 0
+    async with acp_agent(script, env=EXAMPLES) as run:
+        await run.conn.initialize(protocol_version=1)
+        await run.conn.resume_session(session_id=sid, cwd=str(run.cwd))
+        await run.conn.prompt(session_id=sid, prompt=[text_block("list them")])
+        assert run.client.text(sid)[-1] == 'agent_1  ready  spawn  "quick"'
+        await run.conn.prompt(session_id=sid, prompt=[text_block("more please")])
+        assert run.client.text(sid)[-1].startswith('sent to agent_1 "quick"')
+        await until(lambda: [e["type"] for e in session_log(acp_agent.home, child)].count("turn/end") == 2)
+        assert _children(acp_agent.home, sid) == [child]  # the same child, its log continued
+        turns = [e for e in session_log(acp_agent.home, child) if e["type"] == "assistant/message"]
+        assert [t["message"]["content"][0]["text"] for t in turns] == ["QUICK_DONE", "AGAIN_DONE after child: again"]
+        await until(lambda: [e["type"] for e in session_log(acp_agent.home, sid)].count("subagent/settled") == 2)
+        await run.conn.prompt(session_id=sid, prompt=[text_block("news")])
+        notices = [e["message"]["content"][0]["text"] for e in session_log(acp_agent.home, sid)
+                   if e["type"] == "user/message" and e["message"].get("source") == "notice"]
+        assert notices[-1] == '[subagent agent_1 "quick" completed]\nAGAIN_DONE after child: again'

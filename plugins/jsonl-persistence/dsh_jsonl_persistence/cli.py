@@ -88,8 +88,8 @@ def _list(store: JsonlStore, as_json: bool) -> int:
         for child in r.get("children", []):
             write(child, depth + 1)
 
-    for r in rows:
-        write(r, 0)
+    for top in rows:
+        write(top, 0)
     return 0
 
 

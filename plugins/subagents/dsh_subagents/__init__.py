@@ -33,7 +33,9 @@ from .tools import (
     REPORT,
     SEND_MESSAGE,
     Delegate,
+    delegations_of,
     fork_tool,
+    recall,
     registry_of,
     subagent_tool,
 )
@@ -93,6 +95,25 @@ class _ReportSource:
 @hookimpl
 def dsh_session_tools(session: Agent, host: Host) -> _ReportSource | None:
     return _ReportSource() if session.spec.extra.get(CONTINUABLE) else None
+
+
+class _Recall:
+    """A resumed session lists the children its log names before its first turn runs (the
+    log is read once, before any tool call: siblings started in one message stay in order)."""
+
+    def __init__(self, session: Agent) -> None:
+        self.session = session
+
+    async def decide(self) -> None:
+        await recall(self.session)
+
+
+@hookimpl
+def dsh_session_start(session: Agent, source: str, turn: int) -> _Recall | None:
+    if source == "resume":
+        return _Recall(session)
+    delegations_of(session).loaded = True  # a new session: its log names no children yet
+    return None
 
 
 class ChildApprovals:

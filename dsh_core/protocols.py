@@ -433,9 +433,12 @@ class Confinement(Protocol):
     (``SANDBOX_UNAVAILABLE``), never runs unconfined.
     """
 
-    async def confine(self, argv: list[str], *, cwd: str, mode: str | None = None) -> ConfinedCommand:
+    async def confine(self, argv: list[str], *, cwd: str, mode: str | None = None,
+                      session: Agent | None = None) -> ConfinedCommand:
         """``argv`` wrapped to start confined (for a long-lived process the caller spawns and owns,
-        in its own process group, killed with it)."""
+        in its own process group, killed with it). With ``session``: that session's tier (the mode
+        it chose, e.g. plan → read-only, else the deployment's), narrowed to ``mode`` if that is
+        narrower, never widened by it; without one: ``mode``, else the deployment's."""
 
     async def run(
         self, argv: list[str], *, session: Agent, cwd: str, stdin: bytes = b"",
@@ -487,7 +490,9 @@ class CodeRuntime(Protocol):
     ``return`` — with ``bindings`` as its tool API, and returns a ``CodeRunResult`` (output
     lines, return value, or an error with its kind). Setting ``cancel`` aborts the program
     (error kind ``abort``); cancelling the calling task aborts it too and propagates. Either
-    way nothing the program started may survive ``run``.
+    way nothing the program started may survive ``run``. A runtime confines programs in the
+    session's tier; one that can narrow it offers ``confined_to(mode) -> CodeRuntime`` (optional:
+    the workflow tool runs its scripts ``read-only`` and refuses a runtime without it).
     """
 
     language: str

@@ -85,24 +85,34 @@ class PythonRuntime:
     """``CodeRuntime`` for Python: each run a fresh fork of the session's warm confined process.
 
     With ``session``, the warm process lives in the session's ``WarmSlot`` (started by the
-    first run, replaced when the confinement changes or it died, closed with the session);
-    without one, each run starts and ends a warm process of its own.
+    first run, replaced when the confinement changes or it died, closed with the session) and
+    runs in the session's tier (the mode it chose: plan and read-only sessions run programs
+    read-only); without one, each run starts and ends a warm process of its own. ``mode``
+    narrows the tier further (``confined_to``), never widens it.
     """
 
     language = "python"
 
-    def __init__(self, host: Any, cwd: str, limits: Limits | None = None, *, session: Any = None) -> None:
+    def __init__(self, host: Any, cwd: str, limits: Limits | None = None, *, session: Any = None,
+                 mode: str | None = None, owner: Any = None) -> None:
         self.host = host
         self.cwd = cwd
         self.limits = limits or Limits()
         self.session = session
+        self.mode = mode
+        self.owner = owner if owner is not None else session  # whose tier applies
+
+    def confined_to(self, mode: str) -> PythonRuntime:
+        """This runtime narrowed to ``mode`` (e.g. ``read-only`` for a workflow script), in a warm
+        process of its own per run (the session's stays as it is)."""
+        return PythonRuntime(self.host, self.cwd, self.limits, mode=mode, owner=self.owner)
 
     async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
         confinement = self.host.confinement
         if confinement is None:  # never unconfined: the spine's Confinement seam is required
             raise ToolError("run_code needs a plugin that provides confinement (mount sandbox-tools); "
                             "it never runs a program unconfined", code="SANDBOX_UNAVAILABLE")
-        confined = await confinement.confine(warm_argv(), cwd=self.cwd)
+        confined = await confinement.confine(warm_argv(), cwd=self.cwd, mode=self.mode, session=self.owner)
         where = Where(argv=tuple(confined.argv), env=tuple(sorted(confined.env.items())),
                       cwd=os.path.realpath(self.cwd), max_processes=self.limits.max_processes,
                       confined=confined.mechanism is not None)

@@ -131,3 +131,42 @@ async def test_nothing_outside_the_writable_roots_changes(code_host, workspace, 
     finally:
         home_file.unlink(missing_ok=True)
         Path(f"/tmp/dsh-code-escape-{token}").unlink(missing_ok=True)
+
+
+WRITE = '''
+import os
+try:
+    with open("written-by-program.txt", "w") as f:
+        f.write("pwned")
+    return "wrote"
+except OSError as exc:
+    return type(exc).__name__
+'''
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("session_mode", ["read-only", "plan"])
+async def test_a_program_runs_in_the_sessions_own_mode(tmp_path, workspace, mechanism, session_mode):
+    """A session that chose a narrower mode (a person's read-only, plan mode) runs its programs in
+    it: the warm runtime is confined like bash is for that session, not like the deployment."""
+    require_mechanism(mechanism)
+    from dsh_core.contracts import AgentSpec
+    from dsh_core.types import TextBlock, UserMessage
+    from dsh_testing import memory_host
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"default": [run(WRITE), {"text": "{tool_result}"}], "repeat_default": True}))
+    config = {"code-mode": {"mode": "both"}, "sandbox-tools": {"mechanism": mechanism}}
+    plugins = ("scripted-model", "sandbox-tools", "code-mode")
+    async with memory_host(script, plugins=plugins, config=config) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(workspace), provider="scripted", model=str(script)))
+        answers = []
+        for mode in (session_mode, "workspace-write"):
+            agent.configure(mode=mode)
+            agent.submit(UserMessage(id=f"u-{mode}", content=[TextBlock(text="go")]))
+            await agent.wait_idle()
+            answers.append(agent.history[-1].content[0].text)
+            if mode == session_mode:
+                assert not (workspace / "written-by-program.txt").exists()
+    assert answers[0] in ("OSError", "PermissionError"), answers  # read-only file system, or permission denied
+    assert answers[1] == "wrote" and (workspace / "written-by-program.txt").read_text() == "pwned"

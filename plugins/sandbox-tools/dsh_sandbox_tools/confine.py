@@ -24,7 +24,7 @@ from dsh_core.contracts import ConfinedCommand, ConfinedRun
 from dsh_core.spill import spill_path_for
 
 from .mechanisms import get_runner
-from .policy import scrubbed_env, writable_roots
+from .policy import scrubbed_env, wider, writable_roots
 from .sandbox import Sandbox, sandbox_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,8 +52,12 @@ class SandboxConfinement:
         probe = await get_runner(self.sandbox.settings.mechanism)
         return f"{mode} ({probe.runner.name if probe.runner is not None else 'no sandbox mechanism: commands refused'})"
 
-    async def confine(self, argv: list[str], *, cwd: str, mode: str | None = None) -> ConfinedCommand:
+    async def confine(self, argv: list[str], *, cwd: str, mode: str | None = None,
+                      session: Agent | None = None) -> ConfinedCommand:
         settings = self.sandbox.settings
+        if session is not None:  # the session's tier; an asked-for mode only narrows it
+            tier = self.sandbox.mode_for(session)
+            mode = mode if mode is not None and wider(tier, mode) else tier
         mode = mode or settings.mode
         real = os.path.realpath(cwd)
         env = scrubbed_env(mode=mode)
@@ -86,6 +90,7 @@ class SandboxConfinement:
                            timed_out=result.timed_out)
 
 
-async def confine(argv: list[str], *, host: Any, cwd: str, mode: str | None = None) -> ConfinedCommand:
+async def confine(argv: list[str], *, host: Any, cwd: str, mode: str | None = None,
+                  session: Any = None) -> ConfinedCommand:
     """``host``'s confinement of ``argv`` (see ``SandboxConfinement.confine``)."""
-    return await SandboxConfinement(sandbox_for(host)).confine(argv, cwd=cwd, mode=mode)
+    return await SandboxConfinement(sandbox_for(host)).confine(argv, cwd=cwd, mode=mode, session=session)

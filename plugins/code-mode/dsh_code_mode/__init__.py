@@ -6,7 +6,8 @@ set (``await tools.read(path="a.py")``), each call a real tool call through the 
 path (approvals included). Only the program's output returns to the model.
 
 ``[config.code-mode] mode``: ``code`` (only ``run_code`` is offered; the system prompt
-carries the typed API) or ``both`` (the native tools and ``run_code``).
+carries the typed API), ``both`` (the native tools and ``run_code``) or ``runtime`` (no
+``run_code``: only the confined runtime, for plugins such as workflow).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Limits", "PythonRuntime", "RunCodeTool", "Settings", "outer_result", "render"]
 
 PLUGIN = "code-mode"
-MODES = ("code", "both")
+MODES = ("code", "both", "runtime")
 UNKNOWN_HINT = "Tools are called from programs in this session: call run_code and use `await tools.<name>(...)` inside it."
 
 _LIMIT_KEYS = {
@@ -53,8 +54,9 @@ Positive = Annotated[int, Meta(gt=0)]
 class CodeModeConfig(PluginConfig):
     """[config.code-mode]"""
 
-    mode: Annotated[Literal["code", "both"], Meta(
-        description="code: run_code is the only tool the model sees; both: the native tools too")] = "code"
+    mode: Annotated[Literal["code", "both", "runtime"], Meta(
+        description="code: run_code is the only tool the model sees; both: the native tools too; runtime: no "
+                    "run_code, only the confined runtime other plugins use (workflow)")] = "code"
     max_parallel_sub_calls: Annotated[Positive, Meta(description="tool calls of one program running at once")] = 10
     compute_seconds: Annotated[Positive, Meta(description="CPU seconds of the program's process")] = (
         Limits.compute_seconds)
@@ -109,7 +111,8 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
 
 @hookimpl(trylast=True)  # after the native tools, so run_code comes last in the list the model sees
 def dsh_register_tools(register: Callable[[Any], None], host: Host) -> None:
-    register(RunCodeTool(settings_for(host)))
+    if settings_for(host).mode != "runtime":
+        register(RunCodeTool(settings_for(host)))
 
 
 @hookimpl(wrapper=True)
@@ -151,8 +154,8 @@ def prompt_section(host: Host) -> str:
 
 
 @hookimpl
-def dsh_system_prompt(spec: AgentSpec, host: Host) -> str:
-    return prompt_section(host)
+def dsh_system_prompt(spec: AgentSpec, host: Host) -> str | None:
+    return None if settings_for(host).mode == "runtime" else prompt_section(host)
 
 
 @dataclass
@@ -169,6 +172,8 @@ def dsh_prompt_submit(session: Agent, messages: list[Any], turn: int) -> PromptS
     """At the start of a turn, the ``tools`` API of the session's own tools that the model has not
     seen yet (or that changed), and the names of those that went away: appended after the
     prompt, so the system prompt, and the provider's prefix cache, stay as they were."""
+    if settings_for(session.host).mode == "runtime":
+        return None
     own = {n: t.spec for n, t in session.tools.items() if n not in session.host.tools and callable_name(n)}
     api = session.state(SessionApi)
     added = [spec for n, spec in own.items() if api.shown.get(n) != spec]

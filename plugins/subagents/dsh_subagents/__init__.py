@@ -22,7 +22,7 @@ from msgspec import Meta
 
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig
-from dsh_core.protocols import Agent, Host
+from dsh_core.protocols import Agent, AgentSpec, Host
 from dsh_core.types import ApprovalOutcome, ApprovalRequest
 
 from .providers import InProcessProvider
@@ -44,6 +44,7 @@ log = logging.getLogger("dsh.subagents")
 
 NAME = "subagents"
 CONTINUABLE = "subagents.continuable"  # AgentSpec.extra key: this child takes follow-ups
+DESCRIPTION = "subagents.description"  # AgentSpec.extra key: what the child was started for
 
 
 class SubagentsConfig(PluginConfig):
@@ -119,7 +120,9 @@ def dsh_session_start(session: Agent, source: str, turn: int) -> _Recall | None:
 class ChildApprovals:
     """A child's permission request goes up: asked again for its parent (whose front door asks
     its person, or whose own parent does), about the parent's delegating call, titled with the
-    child's description. Nobody above answering means no (the seam fails closed)."""
+    child's description. Nobody above answering means no (the seam fails closed). Any child the
+    in-process providers started counts (a delegation's, a workflow member's): the spine knows
+    its parent and call (``AgentSpec.parent``, ``parent_call``)."""
 
     name = "subagents"
 
@@ -127,17 +130,20 @@ class ChildApprovals:
         self.host = host
 
     async def answer(self, request: ApprovalRequest) -> ApprovalOutcome | None:
-        entry = registry_of(self.host).of_agent(request.agent)
-        if entry is None:
-            return None  # not one of our children: the next answerer decides
+        child = request.agent
+        spec: AgentSpec | None = getattr(child, "spec", None)
+        parent = spec.parent if spec is not None else None
+        if spec is None or parent is None or not str(spec.origin or "").startswith("subagent:"):
+            return None  # not an in-process child: the next answerer decides
+        description = str(spec.extra.get(DESCRIPTION) or "subagent")
         args = dict(request.args) if isinstance(request.args, dict) else None
         if args is not None and isinstance(args.get("path"), str):  # the parent's client sees where, exactly
-            args["path"] = os.path.normpath(os.path.join(request.agent.cwd, os.path.expanduser(args["path"])))
+            args["path"] = os.path.normpath(os.path.join(child.cwd, os.path.expanduser(args["path"])))
         upward = ApprovalRequest(
-            agent=entry.parent, tool_name=request.tool_name, call_id=entry.call_id, reason=request.reason,
+            agent=parent, tool_name=request.tool_name, call_id=spec.parent_call, reason=request.reason,
             kind=request.kind, subject=request.subject, args=args, tier=request.tier,
             justification=request.justification, choices=request.choices,
-            delegate=entry.description if request.delegate is None else f"{entry.description} / {request.delegate}",
+            delegate=description if request.delegate is None else f"{description} / {request.delegate}",
         )
         outcome: ApprovalOutcome = await self.host.approvals.request(upward)
         return outcome

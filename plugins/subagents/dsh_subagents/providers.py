@@ -38,7 +38,7 @@ class InProcessProvider:
             persona=None if self.fork else request.persona,
             fork=self.fork,
             buffers=parent.spec.buffers,  # the editor's open files are the parent's too
-            extra={"subagents.continuable": request.continuable},
+            extra={"subagents.continuable": request.continuable, "subagents.description": request.description},
         )
         agent = self.host.create_agent(spec)
         try:
@@ -63,7 +63,7 @@ class InProcessProvider:
         spec = AgentSpec(cwd=request.cwd, provider=parent.provider.name, model=parent.settings.model or parent.spec.model,
                          session_id=session_id, parent=parent, parent_call=request.call_id,
                          origin=f"subagent:{self.name}", buffers=parent.spec.buffers,
-                         extra={"subagents.continuable": True})
+                         extra={"subagents.continuable": True, "subagents.description": request.description})
         agent = self.host.create_agent(spec)
         try:
             agent.restore(events)

@@ -226,7 +226,7 @@ async def test_cancelling_the_parent_while_a_child_starts_leaves_nothing_behind(
         (result,) = [e for e in events if isinstance(e, ToolResultEvent)]
         assert result.result.is_error
         registry = registry_of(host)
-        assert registry.live == 0 and not registry.runs and not parent.children
+        assert registry.live == 0 and not registry.entries and not parent.children
 
 
 async def test_a_fake_provider_on_the_seam_non_completed_is_an_error_and_background_settles_once(scripted, tmp_path):

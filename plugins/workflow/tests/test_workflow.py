@@ -1,0 +1,157 @@
+"""workflow and ralph in one host: the script runs in code-mode's real confined runtime (on each
+sandbox mechanism the machine has, where it matters), members are real in-process children played
+by the scripted model (rules match each member's prompt)."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
+
+from dsh_core.contracts import AgentSpec
+from dsh_core.types import Note, TextBlock, ToolResultEvent, TurnEnd, UserMessage
+from dsh_testing import memory_host
+
+pytestmark = pytest.mark.anyio
+
+PLUGINS = ("scripted-model", "sandbox-tools", "code-mode", "subagents", "workflow")
+MEMBERS = [
+    {"when": "^member: one", "steps": [{"text": "ONE"}]},
+    {"when": "^member: two", "steps": [{"text": "TWO"}]},
+    {"when": "^member: json", "steps": [{"text": "```json\n{\"n\": 7}\n```"}]},
+    {"when": "^member: notjson", "steps": [{"text": "seven"}]},
+    {"when": "^member: hang", "steps": [{"partial": "WORKING", "mark": "member-started", "delay_ms": 600000}]},
+    {"when": "round 1 of", "steps": [{"text": "{\"done\": false, \"summary\": \"did the first half\"}"}]},
+    {"when": "round 2 of", "steps": [{"text": "{\"done\": true, \"summary\": \"did the rest\"}"}]},
+    {"when": "round \\d of", "steps": [{"text": "{\"done\": false, \"summary\": \"still going\"}"}]},
+]
+
+
+def _script(scripted, tool: str, args: dict) -> object:
+    return scripted({"rules": [{"when": "^go", "steps": [{"tool": tool, "args": args}, {"text": "{tool_result}"}]},
+                               *MEMBERS]})
+
+
+async def _go(host, workspace, script):
+    agent = host.create_agent(AgentSpec(cwd=str(workspace), provider="scripted", model=str(script)))
+    seen: list = []
+    agent.subscribe(lambda a, e: seen.append(e))
+    agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+    with anyio.fail_after(60):
+        await agent.wait_idle()
+    (result,) = [e for e in seen if isinstance(e, ToolResultEvent)]
+    return agent, seen, result
+
+
+def _config(mechanism: str | None = None, **workflow):
+    return {"code-mode": {"mode": "runtime"}, "sandbox-tools": {"mechanism": mechanism} if mechanism else {},
+            "workflow": {k.replace("_", "-"): v for k, v in workflow.items()}}
+
+
+FANOUT = '''
+phase("gather")
+answers = await parallel([lambda: agent("member: one", label="one"), lambda: agent("member: two", label="two")])
+data = await agent("member: json", schema={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+bad = await agent("member: notjson", schema={"type": "object"})
+piped = await pipeline(["a", "b"], lambda x: agent("member: one " + x))
+log("all in")
+return {"answers": answers, "n": data["n"], "bad": bad, "piped": piped, "args": args}
+'''
+
+
+async def test_a_workflow_fans_out_checks_structured_answers_and_records_each_member(scripted, tmp_path):
+    script = _script(scripted, "workflow", {"meta": {"name": "fan"}, "script": FANOUT, "args": {"k": [1, 2]}})
+    async with memory_host(script, plugins=PLUGINS, config=_config()) as host:
+        agent, seen, result = await _go(host, tmp_path, script)
+        text = result.result.content[0].text
+        assert not result.result.is_error, text
+        value, _, tally = text.rpartition("\n")
+        assert json.loads(value) == {"answers": ["ONE", "TWO"], "n": 7, "bad": None, "piped": ["ONE", "ONE"],
+                                     "args": {"k": [1, 2]}}
+        assert tally == "[workflow: 6 agents, 1 failed]"
+        notes = [(e.kind, e.data) for e in seen if isinstance(e, Note)]
+        kinds = [k for k, _ in notes]
+        assert kinds[0] == "workflow/start" and kinds[-1] == "workflow/end" and kinds.count("workflow/member") == 6
+        assert ("workflow/phase", {"title": "gather"}) in notes and ("workflow/log", {"message": "all in"}) in notes
+        members = [d for k, d in notes if k == "workflow/member"]
+        assert {m["label"] for m in members if m.get("phase") == "gather"} >= {"one", "two"}
+        assert next(m for m in members if not m["ok"])["problem"] == "its answer is not one JSON value"
+        assert notes[-1][1]["outcome"] == "completed" and not agent.children  # every member disposed
+
+
+@pytest.mark.parametrize(("script", "message"), [
+    ("await agent('member: one')\nawait agent('member: one')\nawait agent('member: one')\nreturn 1",
+     "workflow stopped: the workflow started more than 2 agents (its cap)"),
+    ("await agent(123)\nreturn 1", "workflow stopped: agent() needs a prompt: a non-empty string"),
+    ("x = 1\nraise ValueError('nope')", "workflow failed (exception): ValueError: nope (program line 2)"),
+])
+async def test_a_tripped_cap_a_misused_hook_or_an_exception_ends_the_script_with_a_clear_error(
+        scripted, tmp_path, script, message):
+    tool = _script(scripted, "workflow", {"script": script})
+    async with memory_host(tool, plugins=PLUGINS, config=_config(max_agents=2)) as host:
+        agent, _seen, result = await _go(host, tmp_path, tool)
+        text = result.result.content[0].text
+        assert result.result.is_error and text.startswith(message), text
+        assert not agent.children
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_the_script_itself_writes_nothing(scripted, tmp_path, mechanism):
+    """Read-only, whatever the session may do: the agents do the work, not the script."""
+    require_mechanism(mechanism)
+    body = ("try:\n    open('by-script.txt', 'w').write('x')\n    return 'wrote'\n"
+            "except OSError as exc:\n    return type(exc).__name__")
+    script = _script(scripted, "workflow", {"script": body})
+    async with memory_host(script, plugins=PLUGINS, config=_config(mechanism)) as host:
+        _, _, result = await _go(host, tmp_path, script)
+        text = result.result.content[0].text
+        assert text.splitlines()[0] in ("OSError", "PermissionError"), text
+        assert not (tmp_path / "by-script.txt").exists()
+
+
+async def test_cancel_reaches_every_member(scripted, tmp_path):
+    body = "return await parallel([lambda: agent('member: hang a'), lambda: agent('member: hang b')])"
+    script = _script(scripted, "workflow", {"script": body})
+    async with memory_host(script, plugins=PLUGINS, config=_config()) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        seen: list = []
+        agent.subscribe(lambda a, e: seen.append(e))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        with anyio.fail_after(30):
+            while len(agent.children) < 2 or not (tmp_path / "member-started").exists():
+                await anyio.sleep(0.01)
+        children = list(agent.children)
+        ends: list = []
+        for child in children:
+            child.subscribe(lambda a, e: ends.append(e.reason) if isinstance(e, TurnEnd) else None)
+        agent.cancel()
+        with anyio.fail_after(30):
+            await agent.wait_idle()
+        assert ends == ["aborted", "aborted"] and all(c.disposed for c in children) and not agent.children
+        end = [e.data for e in seen if isinstance(e, Note) and e.kind == "workflow/end"]
+        assert end and end[0]["outcome"] == "cancelled"
+
+
+async def test_ralph_runs_fresh_rounds_until_one_reports_the_objective_met(scripted, tmp_path):
+    script = _script(scripted, "ralph", {"objective": "make it work", "max_rounds": 3})
+    async with memory_host(script, plugins=PLUGINS, config=_config()) as host:
+        agent, seen, result = await _go(host, tmp_path, script)
+        assert result.result.content[0].text == ("objective met in round 2 of 3.\nround 1: did the first half\n"
+                                                 "round 2: did the rest")
+        members = [e.data for e in seen if isinstance(e, Note) and e.kind == "ralph/member"]
+        assert [m["label"] for m in members] == ["round 1", "round 2"] and all(m["ok"] for m in members)
+        assert not agent.children
+
+
+async def test_ralph_says_so_when_the_rounds_run_out(scripted, tmp_path):
+    script = scripted({"rules": [
+        {"when": "^go", "steps": [{"tool": "ralph", "args": {"objective": "never", "max_rounds": 2}},
+                                  {"text": "{tool_result}"}]},
+        {"when": "round \\d of", "steps": [{"text": "{\"done\": false, \"summary\": \"still going\"}"}]}]})
+    async with memory_host(script, plugins=PLUGINS, config=_config()) as host:
+        _, _, result = await _go(host, tmp_path, script)
+        assert result.result.is_error and result.code == "RALPH_EXHAUSTED"
+        assert result.result.content[0].text == ("objective not met after 2 rounds.\nround 1: still going\n"
+                                                 "round 2: still going")

@@ -222,8 +222,9 @@ class Delegate:
         if registry.closed:
             return error("the host is shutting down.", "SUBAGENT_FAILED")
         if registry.live >= self.max_live:
-            return error(f"{registry.live} subagents are live in this process (the cap is {self.max_live}); wait for "
-                         "one to finish, or do the task yourself.", "SUBAGENT_LIMIT")
+            return error(f"{registry.live} subagents are live in this process (running or idle; the cap is "
+                         f"{self.max_live}): give an idle one more with send_message, or do the task yourself.",
+                         "SUBAGENT_LIMIT")
         provider = ctx.host.subagent_providers.get(self.provider)
         if provider is None:
             return error(f"no subagent provider {self.provider!r} is mounted.", "SUBAGENT_FAILED")
@@ -256,22 +257,23 @@ class Delegate:
     async def _wait(self, entry: Entry, registry: Registry, mine: Delegations) -> ToolOutput:
         run = entry.run
         try:
-            result = await run.result()
-        except anyio.get_cancelled_exc_class():
-            # The parent's turn was cancelled: so is the child's; its partial text still answers the call.
-            with anyio.CancelScope(shield=True):
-                run.cancel()
-                with anyio.move_on_after(CANCEL_GRACE):
-                    result = await run.result()
+            try:
+                result = await run.result()
+            except anyio.get_cancelled_exc_class():
+                # The parent's turn was cancelled: so is the child's; its partial text still answers the call.
+                with anyio.CancelScope(shield=True):
+                    run.cancel()
+                    result = SubagentResult(stop="aborted", diagnostic="the subagent did not settle in time")
+                    with anyio.move_on_after(CANCEL_GRACE):
+                        result = await run.result()
                     entry.awaited = False
-                    return as_output(result)
-                entry.awaited = False
-                return as_output(SubagentResult(stop="aborted", diagnostic="the subagent did not settle in time"))
-        if not self.continuable:  # one-shot: it ends with its answer
-            registry.entries.discard(entry)
-            mine.runs.pop(run.id, None)
-            with anyio.CancelScope(shield=True):
-                await run.dispose()
+                return as_output(result)
+        finally:
+            if not self.continuable:  # one-shot: it ends with its answer
+                registry.entries.discard(entry)
+                mine.runs.pop(run.id, None)
+                with anyio.CancelScope(shield=True):
+                    await run.dispose()
         return as_output(result)
 
 

@@ -140,7 +140,7 @@ async def test_depth_and_live_caps_refuse_before_anything_starts(scripted, tmp_p
         parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
         events = _events(parent)
         (result,) = await _turn(parent, "nest", events)
-        assert "got: Error: 1 subagents are live in this process (the cap is 1)" in result.result.content[0].text
+        assert "got: Error: 1 subagents are live in this process (running or idle; the cap is 1)" in result.result.content[0].text
         (child,) = parent.children
         assert not child.children  # nothing started over the cap
 
@@ -344,3 +344,54 @@ async def test_disposing_the_parent_ends_its_background_children(scripted, tmp_p
             await parent.dispose()
         assert all(c.disposed for c in children) and registry_of(host).live == 0
         assert not [a for a in host.agents if not a.disposed and a is not parent]
+
+
+async def test_a_parent_cancelled_as_its_child_settles_keeps_the_answer_and_gets_no_notice(scripted, tmp_path):
+    """The race at settlement: the child's turn has ended (its result is in) when the parent's turn
+    is cancelled, before the waiting call returns. The call answers with the result; the turn ends
+    aborted; the settlement is recorded once and never told again as a notice."""
+    script = scripted({"rules": [
+        {"when": "^delegate", "steps": [
+            {"tool": "subagent", "args": {"description": "d", "prompt": "child: ok", "run_in_background": False}},
+            {"text": "unreachable"}]},
+        {"when": "^child:", "steps": [{"text": "CHILD_OK"}]},
+        {"when": "^next", "steps": [{"text": "next"}]},
+    ]})
+    async with memory_host(script, plugins=PLUGINS) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        events = _events(parent)
+
+        def on_parent(agent, event):
+            if isinstance(event, SubagentStarted):
+                child = parent.children[-1]
+                child.subscribe(lambda a, e: parent.cancel() if isinstance(e, TurnEnd) else None)
+
+        parent.subscribe(on_parent)
+        (result,) = await _turn(parent, "delegate", events)
+        assert result.result.content[0].text == "CHILD_OK" and not result.result.is_error
+        assert [e.reason for e in events if isinstance(e, TurnEnd)] == ["aborted"]
+        assert [e.stop for e in events if isinstance(e, SubagentSettled)] == ["completed"]
+        await _turn(parent, "next", events)
+        assert not [e for e in events if isinstance(e, UserMessageEvent) and e.message.source == "notice"]
+
+
+async def test_a_fork_cancelled_with_its_parent_is_disposed_and_frees_its_place(scripted, tmp_path):
+    script = scripted({"rules": [
+        {"when": "^fork: hang", "steps": [{"partial": "HALF", "mark": "fork-started", "delay_ms": 600000}]},
+        {"when": "^fork it", "steps": [{"tool": "subagent_fork", "args": {"description": "f", "prompt": "fork: hang"}},
+                                       {"text": "unreachable"}]},
+    ]})
+    async with memory_host(script, plugins=PLUGINS) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        events = _events(parent)
+        parent.submit(UserMessage(id="u1", content=[TextBlock(text="fork it")]))
+        with anyio.fail_after(10):
+            while not (tmp_path / "fork-started").exists():
+                await anyio.sleep(0.01)
+        (child,) = parent.children
+        parent.cancel()
+        with anyio.fail_after(10):
+            await parent.wait_idle()
+        (result,) = [e for e in events if isinstance(e, ToolResultEvent)]
+        assert result.code == "ABORTED" and result.result.content[0].text.endswith("partial output:\nHALF")
+        assert child.disposed and not parent.children and registry_of(host).live == 0

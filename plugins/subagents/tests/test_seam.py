@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 from dsh_subagents.tools import registry_of
 
 from dsh_core import hookimpl
@@ -395,3 +396,52 @@ async def test_a_fork_cancelled_with_its_parent_is_disposed_and_frees_its_place(
         (result,) = [e for e in events if isinstance(e, ToolResultEvent)]
         assert result.code == "ABORTED" and result.result.content[0].text.endswith("partial output:\nHALF")
         assert child.disposed and not parent.children and registry_of(host).live == 0
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_a_child_never_gets_more_than_its_parents_mode(scripted, tmp_path, mechanism):
+    """The parent's read-only (a person's choice) is the child's: recorded as a delegation, and a
+    write by the child fails on this mechanism; a cwd outside the parent's is refused."""
+    require_mechanism(mechanism)
+    script = scripted({"rules": [
+        {"when": "^delegate", "steps": [
+            {"tool": "subagent", "args": {"description": "writer", "prompt": "child: write", "run_in_background": False}},
+            {"tool": "subagent", "args": {"description": "escape", "prompt": "child: write", "cwd": "..",
+                                          "run_in_background": False}},
+            {"text": "done"}]},
+        {"when": "^child:", "steps": [{"tool": "bash", "args": {"command": "echo x > by-child.txt"}},
+                                      {"text": "bash said: {tool_result}"}]},
+    ]})
+    work = tmp_path / "work"
+    work.mkdir()
+    plugins = (*PLUGINS, "sandbox-tools")
+    async with memory_host(script, plugins=plugins, config={"sandbox-tools": {"mechanism": mechanism}}) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
+        parent.configure(mode="read-only")
+        events = _events(parent)
+        first, second = await _turn(parent, "delegate", events)
+        assert not (work / "by-child.txt").exists()
+        assert first.result.content[0].text.startswith("bash said:") and "by-child.txt" in first.result.content[0].text
+        assert second.result.is_error and "outside the working directory" in second.result.content[0].text
+        (child,) = parent.children
+        assert child.settings.mode == "read-only"
+        _, logged = await host.session_store.read(child.session_id)
+        (changed,) = [e for e in logged if type(e).__name__ == "SettingsChanged"]
+        assert changed.by == "delegation" and changed.settings.mode == "read-only"
+
+
+async def test_code_mode_programs_delegate_too(scripted, tmp_path):
+    program = ("answer = await tools.subagent(description='d', prompt='child: ok', run_in_background=False)\n"
+               "return answer")
+    script = scripted({"rules": [
+        {"when": "^go", "steps": [{"tool": "run_code", "args": {"code": program, "description": "delegate"}},
+                                  {"text": "{tool_result}"}]},
+        {"when": "^child:", "steps": [{"text": "CHILD_OK"}]},
+    ]})
+    plugins = (*PLUGINS, "sandbox-tools", "code-mode")
+    async with memory_host(script, plugins=plugins, config={"code-mode": {"mode": "both"}}) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        events = _events(parent)
+        (result,) = await _turn(parent, "go", events)
+        assert result.result.content[0].text == "CHILD_OK", result.result.content
+        assert [e.stop for e in events if isinstance(e, SubagentSettled)] == ["completed"]

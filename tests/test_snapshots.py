@@ -379,6 +379,9 @@ COMPACTION_SCRIPT = {
         {"when": "^overflow", "steps": [_BURST, _BURST, {"error": "context_length"}, {"text": "recovered"}]},
     ],
 }
+# acp-agent's tool schemas grew with the subagent and workflow tools (~700 tokens): the pressure scenario's
+# window grew with them, so that it still compacts exactly once.
+PRESSURE_SCRIPT = {**COMPACTION_SCRIPT, "capabilities": {"context_window": 4800}}
 COMPACTION_FAIL_SCRIPT = {
     **COMPACTION_SCRIPT,
     "rules": [{"when": "^<transcript>", "steps": [{"error": "server"}]}, *COMPACTION_SCRIPT["rules"][1:]],
@@ -421,7 +424,7 @@ SCENARIOS = {
     "todo-write": ("acp-agent", sc_todo_write, GUARD_SCRIPT),
     "read-spill": ("acp-agent", sc_big_read_spill, GUARD_SCRIPT),
     "max-steps": ("acp-agent", sc_max_steps, GUARD_SCRIPT),
-    "compaction-pressure": ("acp-agent", sc_one_prompt("grow the history"), COMPACTION_SCRIPT),
+    "compaction-pressure": ("acp-agent", sc_one_prompt("grow the history"), PRESSURE_SCRIPT),
     "compaction-overflow": ("acp-agent", sc_one_prompt("overflow now"), COMPACTION_SCRIPT),
     "compaction-failed": ("acp-agent", sc_compaction_failed, COMPACTION_FAIL_SCRIPT),
     # code mode (snapshots/code-mode/): run_code's nested calls appear only in the durable log

@@ -230,6 +230,55 @@ def apply_limits(limits: dict) -> None:
     if nproc > 0:
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.get("network") is False:
+        cut_network()
+
+
+# seccomp (linux/seccomp.h, linux/filter.h, linux/audit.h): the classic-BPF filter below.
+_AUDIT_ARCH = {"x86_64": (0xC000003E, 41, 425), "aarch64": (0xC00000B7, 198, 425)}  # arch, socket, io_uring_setup
+_NET_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
+_X32 = 0x40000000  # x86-64's x32 syscalls: another way to the same calls, refused outright
+
+
+def cut_network() -> None:
+    """No internet sockets for this process and everything it starts: a seccomp filter answers
+    ``socket(AF_INET | AF_INET6 | AF_PACKET, …)`` and ``io_uring_setup`` (which could open sockets
+    itself) with EACCES, and kills a call made through a foreign syscall ABI. Unix sockets (the run's
+    channel, already open) stay. Irrevocable (no_new_privs); on an architecture without a table
+    here, the run does not start (a program never runs with a network it was told it lacks)."""
+    import ctypes  # loaded by the warm process already
+    import struct
+
+    machine = os.uname().machine
+    arch = _AUDIT_ARCH.get(machine)
+    if arch is None:
+        raise OSError(f"no seccomp filter for {machine}: a run without network cannot start")
+    audit, nr_socket, nr_uring = arch
+    ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
+    allow, kill, errno = 0x7FFF0000, 0x80000000, 0x00050000 | 13  # SECCOMP_RET_ERRNO | EACCES
+    prog = [(ld_w_abs, 0, 0, 4),  # seccomp_data.arch
+            (jeq_k, 1, 0, audit), (ret_k, 0, 0, kill),
+            (ld_w_abs, 0, 0, 0)]  # seccomp_data.nr
+    if machine == "x86_64":
+        prog += [(jge_k, 0, 1, _X32), (ret_k, 0, 0, kill)]
+    prog += [(jeq_k, 0, 1, nr_uring), (ret_k, 0, 0, errno),
+             (jeq_k, 1, 0, nr_socket), (ret_k, 0, 0, allow),
+             (ld_w_abs, 0, 0, 16)]  # seccomp_data.args[0], low 32 bits: the address family
+    for family in _NET_FAMILIES:
+        prog += [(jeq_k, 0, 1, family), (ret_k, 0, 0, errno)]
+    prog += [(ret_k, 0, 0, allow)]
+    raw = b"".join(struct.pack("HBBI", *ins) for ins in prog)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+
+    class _Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = _Prog(len(prog), ctypes.cast(buf, ctypes.c_void_p))
+    libc = ctypes.CDLL(None, use_errno=True)
+    for args in ((38, 1, 0, 0, 0), (22, 2, ctypes.addressof(fprog), 0, 0)):  # PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP
+        if libc.prctl(*[ctypes.c_ulong(a) for a in args]) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"prctl({args[0]}): {os.strerror(err)}")
 
 
 def parse_program(program: str) -> tuple[types.CodeType, bool]:
@@ -340,7 +389,11 @@ def main(fd: int, on_run=None) -> None:
             os._exit(3)
 
     signal.signal(signal.SIGXCPU, on_xcpu)
-    apply_limits(limits)
+    try:
+        apply_limits(limits)
+    except OSError as exc:  # never run a program with less confinement than it was given
+        finish(channel, encode_done({"t": "done", "ok": False, "kind": "exception",
+                                     "error": f"the run could not be confined: {exc}"}, 0))
     try:
         code, uses_asyncio = parse_program(run["program"])
     except BaseException as exc:

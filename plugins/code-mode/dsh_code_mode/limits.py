@@ -31,6 +31,7 @@ class Limits:
     # program cannot make dsh hold 256 x 16 MiB (measured: 100 raw 15 MB calls grew dsh by 678 MiB
     # before this bound; tests/security/test_code_memory.py).
     max_outstanding_bytes: int = 64 * MiB
+    network: bool = True  # False: the program's processes cannot open internet sockets (workflow scripts)
 
 
 PIDS_V1 = Path("/sys/fs/cgroup/pids")

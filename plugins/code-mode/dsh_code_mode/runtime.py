@@ -23,6 +23,7 @@ import os
 import socket
 from collections import deque
 from collections.abc import Awaitable
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -102,10 +103,12 @@ class PythonRuntime:
         self.mode = mode
         self.owner = owner if owner is not None else session  # whose tier applies
 
-    def confined_to(self, mode: str) -> PythonRuntime:
+    def confined_to(self, mode: str, *, network: bool = True) -> PythonRuntime:
         """This runtime narrowed to ``mode`` (e.g. ``read-only`` for a workflow script), in a warm
-        process of its own per run (the session's stays as it is)."""
-        return PythonRuntime(self.host, self.cwd, self.limits, mode=mode, owner=self.owner)
+        process of its own per run (the session's stays as it is); ``network=False`` also denies
+        the program's processes every internet socket (``_child.cut_network``)."""
+        limits = self.limits if network else replace(self.limits, network=False)
+        return PythonRuntime(self.host, self.cwd, limits, mode=mode, owner=self.owner)
 
     async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
         confinement = self.host.confinement
@@ -226,7 +229,8 @@ class _Run:
                                         "cpu_seconds": lim.compute_seconds,
                                         "address_space_bytes": lim.address_space_bytes,
                                         "nproc": self.bound.nproc,
-                                        "max_value_bytes": lim.max_value_bytes}}
+                                        "max_value_bytes": lim.max_value_bytes,
+                                        "network": lim.network}}
                                     self._send(run)
                             except* _Ended:
                                 pass

@@ -2,8 +2,8 @@
 
 The script is the body of an async Python function (top-level ``await``, ending ``return <JSON
 value>``) run in the code runtime (``dsh_code_runtime``, code-mode's confined Python), narrowed
-to read-only: it has no filesystem writes or network of its own; the agents it starts do the
-work. Its hooks:
+to read-only and without internet sockets: it writes nothing and reaches no server; the agents
+it starts do the work. Its hooks:
 
 - ``await agent(prompt, *, schema=None, label=None, phase=None, provider=None, model=None)``: a
   fresh one-shot child; its final text, or the JSON value it answered checked against
@@ -156,7 +156,7 @@ async def run_workflow(args: dict[str, Any], ctx: ToolContext, caps: Caps) -> To
                                                 "concurrency": caps.concurrency}))
     result: CodeRunResult | None = None
     try:
-        result = await narrow("read-only").run(text, hooks, hooks.abort)
+        result = await narrow("read-only", network=False).run(text, hooks, hooks.abort)
     finally:
         ctx.emit(Note(kind="workflow/end", data={
             "name": name, "agents": members.started, "failed": members.failed,

@@ -155,3 +155,45 @@ async def test_ralph_says_so_when_the_rounds_run_out(scripted, tmp_path):
         assert result.result.is_error and result.code == "RALPH_EXHAUSTED"
         assert result.result.content[0].text == ("objective not met after 2 rounds.\nround 1: still going\n"
                                                  "round 2: still going")
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_the_script_reaches_no_server(scripted, tmp_path, mechanism):
+    """No internet sockets in the script (TCP to a loopback server, UDP, IPv6), on each mechanism and
+    as root: a seccomp filter on the run, irrevocable, whatever the sandbox does with the network.
+    A plain run_code program of the same session still can (the filter is the workflow's alone)."""
+    require_mechanism(mechanism)
+    import socket as pysocket
+
+    server = pysocket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    body = ("import socket\nout = []\n"
+            f"for make in (lambda: socket.create_connection(('127.0.0.1', {port}), timeout=5),\n"
+            "             lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM),\n"
+            "             lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM)):\n"
+            "    try:\n        make().close()\n        out.append('open')\n"
+            "    except OSError as exc:\n        out.append(type(exc).__name__)\n"
+            "a, b = socket.socketpair()\nout.append('unix ok')\nreturn out")
+    program = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=5)\ns.close()\n"
+               "return 'connected'")
+    script = scripted({"rules": [
+        {"when": "^go", "steps": [{"tool": "workflow", "args": {"script": body}},
+                                  {"tool": "run_code", "args": {"code": program, "description": "connect"}},
+                                  {"text": "{tool_result}"}]}]})
+    config = {**_config(mechanism), "code-mode": {"mode": "both"}}
+    try:
+        async with memory_host(script, plugins=PLUGINS, config=config) as host:
+            agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+            seen: list = []
+            agent.subscribe(lambda a, e: seen.append(e))
+            agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+            with anyio.fail_after(60):
+                await agent.wait_idle()
+            flow, plain = [e.result.content[0].text for e in seen if isinstance(e, ToolResultEvent)]
+    finally:
+        server.close()
+    assert json.loads(flow.rpartition("\n")[0]) == ["PermissionError", "PermissionError", "PermissionError",
+                                                    "unix ok"], flow
+    assert plain == "connected"

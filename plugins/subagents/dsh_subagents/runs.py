@@ -20,6 +20,7 @@ from dsh_core.protocols import Agent, SubagentRequest, SubagentRun, new_id
 from dsh_core.types import (
     AssistantMessageEvent,
     DurableEvent,
+    InboxClaimed,
     SubagentProgress,
     SubagentResult,
     TextBlock,
@@ -68,12 +69,16 @@ class InProcessRun:
         self._last: SubagentResult | None = None
         self._callbacks: list[Settled] = [request.on_settled] if request.on_settled is not None else []
         self._disposed = False
+        self._queued: dict[str, str] = {}  # messages given to the child, not yet claimed by a turn
         self._unsubscribe = agent.subscribe(self._on_event)
 
     # ------------------------------------------------------------------ what the child does
 
     def _on_event(self, agent: Any, event: DurableEvent) -> None:
-        if isinstance(event, TurnStart):
+        if isinstance(event, InboxClaimed):
+            for mid in event.message_ids:
+                self._queued.pop(mid, None)
+        elif isinstance(event, TurnStart):
             self._text = ""
             if self._done.is_set():
                 self._done = anyio.Event()
@@ -112,7 +117,9 @@ class InProcessRun:
         return "idle" if self.continuable else "ready"
 
     def begin(self, prompt: str) -> None:
-        self.agent.submit(UserMessage(id=_msg_id(), content=[TextBlock(text=prompt)], source="delegation"))
+        message = UserMessage(id=_msg_id(), content=[TextBlock(text=prompt)], source="delegation")
+        self._queued[message.id] = prompt
+        self.agent.submit(message)
 
     async def result(self) -> SubagentResult:
         """How the child's current turn ends (the last one's, when it is idle)."""
@@ -125,9 +132,14 @@ class InProcessRun:
         self.begin(message)
 
     def interrupt(self) -> bool:
+        """Abort the running turn only: messages queued for later turns are given again after it."""
         if not self.agent.busy:
             return False
-        self.agent.cancel("interrupt")
+        queued = list(self._queued.values())
+        self._queued.clear()
+        self.agent.cancel("interrupt")  # drops the inbox with the turn
+        for text in queued:
+            self.begin(text)
         return True
 
     def cancel(self) -> None:

@@ -445,3 +445,27 @@ async def test_code_mode_programs_delegate_too(scripted, tmp_path):
         (result,) = await _turn(parent, "go", events)
         assert result.result.content[0].text == "CHILD_OK", result.result.content
         assert [e.stop for e in events if isinstance(e, SubagentSettled)] == ["completed"]
+
+
+async def test_interrupt_ends_the_current_turn_only_and_keeps_what_was_queued(scripted, tmp_path):
+    script = scripted({"rules": [
+        {"when": "^start", "steps": [{"tool": "subagent", "args": {"description": "bg", "prompt": "child: long"}},
+                                     {"text": "ok"}]},
+        {"when": "^child: long", "steps": [{"partial": "working", "delay_ms": 60000}]},
+        {"when": "^child: next", "steps": [{"text": "NEXT_DONE"}]},
+    ]})
+    async with memory_host(script, plugins=PLUGINS) as host:
+        owner = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        events = _events(owner)
+        await _turn(owner, "start", events)
+        rid = next(e.id for e in events if isinstance(e, SubagentStarted))
+        sent = await owner.call_tool("send_message", {"subagent_id": rid, "message": "child: next"}, call_id="x1",
+                                     turn=1, step=1)
+        assert sent.content[0].text.startswith(f'queued for {rid} "bg"')
+        out = await owner.call_tool("interrupt_agent", {"agent_id": rid}, call_id="x2", turn=1, step=1)
+        assert out.content[0].text.startswith(f'interrupted {rid} "bg"')
+        with anyio.fail_after(10):
+            while [e.stop for e in events if isinstance(e, SubagentSettled)] != ["aborted", "completed"]:
+                await anyio.sleep(0.01)
+        (settled,) = [e for e in events if isinstance(e, SubagentSettled) and e.stop == "completed"]
+        assert settled.text == "NEXT_DONE"  # the queued message ran as the next turn

@@ -67,28 +67,16 @@ class Members:
         text = prompt if schema is None else prompt + "\n\n" + schema_instruction(schema)
         description = one_line(label or prompt.strip().splitlines()[0] if prompt.strip() else "member", 80)
         route = (parent.provider.name, model) if model else None
-        result: SubagentResult | None = None
         session: str | None = None
-        async with self.gate:
-            try:
-                run = await seam.start(SubagentRequest(
+        listed = getattr(parent.provider, "models", None)
+        if model and (listed is None or model not in {m.model for m in listed()}):
+            # only a model the session's provider lists (a route is never a path a script names)
+            result = SubagentResult(stop="error", diagnostic=f"model {model!r} is not one {parent.provider.name} lists")
+        else:
+            async with self.gate:
+                result, session = await self._run(seam, SubagentRequest(
                     prompt=text, description=description, parent=parent, cwd=parent.cwd,
                     depth=parent.spec.depth + 1, call_id=self.ctx.call_id, route=route))
-            except Exception as exc:  # a bad model name, a provider's refusal: this member fails
-                result = SubagentResult(stop="error", diagnostic=f"it did not start: {exc}")
-            else:
-                session = run.session_id
-                try:
-                    result = await run.result()
-                except anyio.get_cancelled_exc_class():
-                    run.cancel()  # the run was cancelled: so is this member
-                    raise
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        try:
-                            await run.dispose()
-                        except Exception as exc:
-                            log.warning(f"disposing a {self.kind} member failed: {exc!r}")
         value, problem = self._value(result, schema)
         if value is None:
             self.failed += 1
@@ -98,6 +86,24 @@ class Members:
             **({"session": session} if session else {}), "stop": result.stop, "ok": value is not None,
             **({"problem": problem} if problem else {})}))
         return value
+
+    async def _run(self, seam: Any, request: SubagentRequest) -> tuple[SubagentResult, str | None]:
+        """Start one member, wait for its answer, dispose it (also when the run is cancelled)."""
+        try:
+            run = await seam.start(request)
+        except Exception as exc:  # a provider's refusal: this member fails
+            return SubagentResult(stop="error", diagnostic=f"it did not start: {exc}"), None
+        try:
+            return await run.result(), run.session_id
+        except anyio.get_cancelled_exc_class():
+            run.cancel()  # the run was cancelled: so is this member
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await run.dispose()
+                except Exception as exc:
+                    log.warning(f"disposing a {self.kind} member failed: {exc!r}")
 
     @staticmethod
     def _value(result: SubagentResult, schema: dict[str, Any] | None) -> tuple[Any, str | None]:

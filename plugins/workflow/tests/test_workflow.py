@@ -197,3 +197,15 @@ async def test_the_script_reaches_no_server(scripted, tmp_path, mechanism):
     assert json.loads(flow.rpartition("\n")[0]) == ["PermissionError", "PermissionError", "PermissionError",
                                                     "unix ok"], flow
     assert plain == "connected"
+
+
+async def test_a_member_runs_only_on_a_model_its_provider_lists(scripted, tmp_path):
+    """``agent(model=…)`` never turns a script's string into a route the provider would pass through
+    (a scripted provider's model is a file path): a model the provider does not list fails the member."""
+    body = "return [await agent('member: one', model='/tmp/some-other-script.json'), await agent('member: two')]"
+    script = _script(scripted, "workflow", {"script": body})
+    async with memory_host(script, plugins=PLUGINS, config=_config()) as host:
+        _, seen, result = await _go(host, tmp_path, script)
+        assert json.loads(result.result.content[0].text.rpartition("\n")[0]) == [None, "TWO"]
+        (failed,) = [e.data for e in seen if isinstance(e, Note) and e.kind == "workflow/member" and not e.data["ok"]]
+        assert failed["problem"] == "model '/tmp/some-other-script.json' is not one scripted lists"

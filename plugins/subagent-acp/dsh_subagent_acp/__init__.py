@@ -65,7 +65,7 @@ class Settings:
     example: str = "acp-agent"
     permission: str = "reject"
     env: Mapping[str, str] = field(default_factory=dict)
-    inherit_env: tuple[str, ...] = ("DSH_HOME", "DSH_EXAMPLES_PATH")
+    inherit_env: tuple[str, ...] = ("DSH_HOME", "DSH_EXAMPLES_PATH", "DSH_SKILLS_USER_ROOTS")
     max_depth: int = 2
     max_live: int = 4
     start_timeout: float = 60.0

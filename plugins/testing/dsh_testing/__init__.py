@@ -106,6 +106,7 @@ def dsh_home(request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: p
     # and its own config dir: a key the developer stored with `dsh auth login` never reaches a test
     monkeypatch.setenv("DSH_CONFIG_HOME", str(tmp_path / "dsh-config"))
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")  # nor the OS keyring's
+    monkeypatch.setenv("DSH_SKILLS_USER_ROOTS", "")  # nor the developer's own skills (~/.agents/skills)
     return home
 
 

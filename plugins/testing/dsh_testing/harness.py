@@ -186,9 +186,9 @@ def minimal_env(**extra: str) -> dict[str, str]:
     """The small environment the official ACP Python SDK gives an agent it spawns (HOME, LOGNAME,
     PATH, SHELL, TERM, USER), plus the test's ``DSH_HOME`` and ``DSH_CONFIG_HOME`` (so a spawned
     ``dsh`` writes under the test's temporary directory, never the user's data dir, and finds no
-    key the developer stored) and its keyring backend, plus ``extra``."""
+    key the developer stored) and its keyring backend and skill roots, plus ``extra``."""
     env = {k: os.environ[k] for k in ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "DSH_HOME", "DSH_CONFIG_HOME",
-                                      "PYTHON_KEYRING_BACKEND") if k in os.environ}
+                                      "PYTHON_KEYRING_BACKEND", "DSH_SKILLS_USER_ROOTS") if k in os.environ}
     # a coverage run (tox -e coverage) measures the dsh processes a test spawns, too
     env.update({k: v for k, v in os.environ.items() if k in ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")})
     env.update(extra)

@@ -1,0 +1,171 @@
+"""dsh plugin ``skills``: Agent Skills from the project and the user reach the model.
+
+- **The catalog** (``dsh_system_prompt``, in the cached prefix): each skill's name and one-line
+  description, bounded (``catalog-bytes``) and escaped as agent instructions are.
+- **Changes** (``dsh_prompt_submit``): a skill added, changed or removed since the session last
+  saw the catalog is told in an appended message at the next turn; the prefix stays.
+- **Loading** (the ``skill {name}`` tool): the skill's whole file, bounded (``skill-bytes``), and
+  its folder, so the model reads its other files with the ordinary tools.
+- **Slash commands** (``dsh_slash_commands``, for a door that offers them): ``/<name> [text]``
+  submits the skill with the person's text as the prompt.
+
+Skills are text for the model; dsh never runs anything a skill contains. See README.md and
+``catalog.py`` for the roots and the format."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any
+
+from msgspec import Meta
+
+from dsh_core import FunctionTool, ToolError, hookimpl
+from dsh_core.config import PluginConfig
+from dsh_core.display import one_line
+from dsh_core.interception import PromptSubmit
+from dsh_core.protocols import CommandResult, SlashCommand
+
+from .catalog import Skill, discover, read_text, split_front
+from .text import escape
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.contracts import AgentSpec, ToolContext
+    from dsh_core.protocols import Agent, Host
+
+NAME = "skills"
+_SHOWN = "skills/shown"  # AgentSpec.extra: name -> (description, stamp) the prompt showed
+
+
+class SkillsConfig(PluginConfig):
+    """[config.skills]"""
+
+    catalog_bytes: Annotated[int, Meta(ge=0, description="bytes of the catalog in the system prompt")] = 16384
+    skill_bytes: Annotated[int, Meta(ge=1, description="bytes of one skill the skill tool returns")] = 262144
+    commands: Annotated[bool, Meta(description="offer each skill as a /<name> slash command")] = True
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return NAME, SkillsConfig
+
+
+@dataclass
+class Seen:
+    """The skills this session knows (its state slot): the last discovery, by path, for reuse."""
+
+    by_path: dict[str, Skill] = field(default_factory=dict)
+
+    def refresh(self, cwd: str) -> dict[str, Skill]:
+        found = discover(cwd, self.by_path)
+        self.by_path = {s.path: s for s in found.values()}
+        return found
+
+
+def _line(skill: Skill) -> str:
+    return f"- {escape(skill.name)}: {escape(one_line(skill.description, 300))}"
+
+
+def catalog_section(skills: dict[str, Skill], limit: int) -> str | None:
+    if not skills:
+        return None
+    head = ("# Skills\n\nSkills are instructions for particular tasks, kept as files. When one fits the task, "
+            "call `skill` with its name to read it (and its folder, for the files it mentions) before you start.\n\n")
+    lines, used, left = [], len(head.encode()), 0
+    for skill in skills.values():
+        line = _line(skill)
+        if used + len(line.encode()) + 1 > limit:
+            left += 1
+            continue
+        lines.append(line)
+        used += len(line.encode()) + 1
+    if not lines:
+        return None
+    tail = f"\n({left} more: `skill` lists every name)" if left else ""
+    return head + "\n".join(lines) + tail
+
+
+@hookimpl
+def dsh_system_prompt(spec: AgentSpec, host: Host) -> str | None:
+    skills = discover(spec.cwd)
+    spec.extra[_SHOWN] = {s.name: (s.description, s.stamp) for s in skills.values()}
+    return catalog_section(skills, host.config_for(SkillsConfig).catalog_bytes)
+
+
+@hookimpl
+def dsh_prompt_submit(session: Agent, messages: list[Any], turn: int) -> PromptSubmit | None:
+    """What changed in the catalog since the session last saw it, appended after the prompt."""
+    shown: dict[str, tuple[str, tuple[int, int]]] | None = session.spec.extra.get(_SHOWN)
+    if shown is None:
+        return None
+    now = session.state(Seen).refresh(session.cwd)
+    added = [s for n, s in now.items() if n not in shown]
+    changed = [s for n, s in now.items() if n in shown and shown[n] != (s.description, s.stamp)]
+    gone = [n for n in shown if n not in now]
+    if not (added or changed or gone):
+        return None
+    session.spec.extra[_SHOWN] = {s.name: (s.description, s.stamp) for s in now.values()}
+    parts = []
+    if added or changed:
+        parts.append("Skills added or changed since the list in your instructions:\n"
+                     + "\n".join(_line(s) for s in [*added, *changed]))
+    if gone:
+        parts.append("Skills no longer available: " + ", ".join(escape(n) for n in gone) + ".")
+    return PromptSubmit(context=["\n\n".join(parts)])
+
+
+def _load(session: Agent, name: str) -> tuple[Skill, str]:
+    skills = session.state(Seen).refresh(session.cwd)
+    skill = skills.get(name)
+    if skill is None:
+        known = ", ".join(sorted(skills)) or "none"
+        raise ToolError(f"no skill {name!r} (skills: {known})", code="UNKNOWN_SKILL")
+    try:
+        text = read_text(skill, session.host.config_for(SkillsConfig).skill_bytes)
+    except OSError as exc:
+        raise ToolError(f"skill {name!r} cannot be read: {exc.strerror or exc}", code="SKILL_UNREADABLE") from None
+    return skill, text
+
+
+async def _skill(args: dict[str, Any], ctx: ToolContext) -> str:
+    name = args.get("name")
+    if not isinstance(name, str) or not name:
+        raise ToolError("skill needs `name`: one of the skills listed in your instructions", code="INVALID_ARGUMENTS")
+    skill, text = _load(ctx.agent, name)
+    _, body = split_front(text)
+    return f"Skill {skill.name} (folder {skill.folder}):\n\n{body}"
+
+
+SKILL_TOOL = FunctionTool(
+    "skill",
+    "Read a skill: its instructions, and its folder (for the files it mentions, which you read with the usual "
+    "tools). The skills are listed in your instructions.",
+    {"type": "object", "properties": {"name": {"type": "string", "description": "The skill's name."}},
+     "required": ["name"], "additionalProperties": False},
+    _skill, parallel_safe=True, kind="read",
+)
+
+
+@hookimpl
+def dsh_register_tools(register: Any, host: Host) -> None:
+    register(SKILL_TOOL)
+
+
+def _command(skill: Skill) -> SlashCommand:
+    async def run(session: Agent, text: str) -> CommandResult:
+        try:
+            loaded, raw = _load(session, skill.name)
+        except ToolError as exc:
+            raise ValueError(exc.message) from None
+        _, body = split_front(raw)
+        ask = f"\n\n{text.strip()}" if text.strip() else ""
+        return CommandResult(prompt=f"Use the skill {loaded.name} (folder {loaded.folder}):\n\n{body.strip()}{ask}")
+
+    return SlashCommand(name=skill.name, description=one_line(skill.description, 200), run=run, hint="what to apply it to")
+
+
+@hookimpl
+def dsh_slash_commands(session: Agent, host: Host) -> list[SlashCommand] | None:
+    if not host.config_for(SkillsConfig).commands:
+        return None
+    skills = session.state(Seen).refresh(session.cwd)
+    return [_command(s) for s in skills.values()] or None

@@ -366,22 +366,20 @@ CODE_SCRIPT = {
 }
 CODE_VISION_SCRIPT = {**CODE_SCRIPT, "capabilities": {"image_input": True}}
 
-# Compaction (plugins/compaction): a 4000-token window (the sandbox tools' schemas and the system
-# prompt take ~1900 of it), so a handful of 800-byte tool results passes the 0.8 threshold; the
-# summary call is a separate request whose only message starts with "<transcript>".
+# Compaction (plugins/compaction): a 4800-token window (the tools' schemas and the system prompt
+# take ~2700 of it; it was 4000 before acp-agent mounted the subagent, workflow, skill and web
+# tools), so a handful of 800-byte tool results passes the 0.8 threshold; the summary call is a
+# separate request whose only message starts with "<transcript>".
 _BURST = {"tool": "bash", "args": {"command": "head -c 800 /dev/zero | tr '\\0' x"}}
 _SUMMARY_OK = {"when": "^<transcript>", "steps": [{"text": "SUMMARY: the user asked for output bursts; they came."}]}
 COMPACTION_SCRIPT = {
-    "capabilities": {"context_window": 4000},
+    "capabilities": {"context_window": 4800},
     "rules": [
         _SUMMARY_OK,
         {"when": "^grow", "steps": [*[_BURST] * 7, {"text": "still here"}]},
         {"when": "^overflow", "steps": [_BURST, _BURST, {"error": "context_length"}, {"text": "recovered"}]},
     ],
 }
-# acp-agent's tool schemas grew with the subagent and workflow tools (~700 tokens): the pressure scenario's
-# window grew with them, so that it still compacts exactly once.
-PRESSURE_SCRIPT = {**COMPACTION_SCRIPT, "capabilities": {"context_window": 4800}}
 COMPACTION_FAIL_SCRIPT = {
     **COMPACTION_SCRIPT,
     "rules": [{"when": "^<transcript>", "steps": [{"error": "server"}]}, *COMPACTION_SCRIPT["rules"][1:]],
@@ -424,7 +422,7 @@ SCENARIOS = {
     "todo-write": ("acp-agent", sc_todo_write, GUARD_SCRIPT),
     "read-spill": ("acp-agent", sc_big_read_spill, GUARD_SCRIPT),
     "max-steps": ("acp-agent", sc_max_steps, GUARD_SCRIPT),
-    "compaction-pressure": ("acp-agent", sc_one_prompt("grow the history"), PRESSURE_SCRIPT),
+    "compaction-pressure": ("acp-agent", sc_one_prompt("grow the history"), COMPACTION_SCRIPT),
     "compaction-overflow": ("acp-agent", sc_one_prompt("overflow now"), COMPACTION_SCRIPT),
     "compaction-failed": ("acp-agent", sc_compaction_failed, COMPACTION_FAIL_SCRIPT),
     # code mode (snapshots/code-mode/): run_code's nested calls appear only in the durable log

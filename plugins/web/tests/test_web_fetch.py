@@ -72,7 +72,7 @@ def server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     other = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     Handler.other_port = other.server_address[1]
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (httpd, other)]
+    threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True) for s in (httpd, other)]
     for t in threads:
         t.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"

@@ -38,6 +38,9 @@ Three modes (``pytest --dsh-snapshots=MODE``, or ``--snapshot-update`` for refre
      "mkdir": [".git"],                 # empty directories to create in the workspace (git stores none)
      "pinStderr": false,                # also pin the exit code and stderr in stderr.expected.txt
                                         # (e.g. a start-up error that never opens the front door)
+     "http": "site",                    # serve this directory of the scenario on 127.0.0.1 for the run:
+                                        # "{{http}}" in step texts, the recording and the expectations
+                                        # stands for its URL (its port changes every run)
      "steps": [...]}
 
 Steps (``session`` is the index of a session this client opened, default 0):
@@ -68,6 +71,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import difflib
 import json
 import os
@@ -110,6 +114,7 @@ class Scenario:
     cleanup: list[str] = field(default_factory=list)
     mkdir: list[str] = field(default_factory=list)  # empty directories of the workspace (git keeps none)
     pin_stderr: bool = False  # pin "exit code N" and the normalised stderr in stderr.expected.txt
+    http: str | None = None  # a directory of the scenario served on 127.0.0.1 for the run ({{http}} is its URL)
 
     @property
     def name(self) -> str:
@@ -138,7 +143,7 @@ def load_scenario(directory: Path) -> Scenario:
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"{path}: not readable JSON: {exc}") from None
     known = {"example", "header", "steps", "env", "recordable", "record", "perMechanism", "cleanup", "mkdir", "about",
-             "pinStderr"}
+             "pinStderr", "http"}
     unknown = set(doc) - known
     if unknown:
         raise ScenarioError(f"{path}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
@@ -158,6 +163,7 @@ def load_scenario(directory: Path) -> Scenario:
         cleanup=list(doc.get("cleanup") or []),
         mkdir=list(doc.get("mkdir") or []),
         pin_stderr=bool(doc.get("pinStderr", False)),
+        http=doc.get("http") if isinstance(doc.get("http"), str) else None,
     )
 
 
@@ -245,6 +251,7 @@ class _Driver:
     sids: list[str]  # the sessions this client opened, in order
     home: Path
     scenario_dir: Path
+    http: str | None = None  # the URL of the scenario's fixture server ({{http}} in step texts)
 
     def session(self, step: dict[str, Any]) -> str:
         try:
@@ -290,7 +297,8 @@ class _Driver:
     async def prompt(self, step: dict[str, Any], n: int) -> None:
         from acp import text_block
 
-        await self._prompt(step, [text_block(step["text"])])
+        text = step["text"] if self.http is None else step["text"].replace("{{http}}", self.http)
+        await self._prompt(step, [text_block(text)])
 
     async def prompt_content(self, step: dict[str, Any], n: int) -> None:
         await self._prompt(step, [_content_block(b, self.scenario_dir) for b in step["content"]])
@@ -360,8 +368,9 @@ _STEP_OPS: dict[str, Callable[[_Driver, dict[str, Any], int], Awaitable[None]]] 
 }
 
 
-async def _drive(steps: list[dict[str, Any]], run: Any, sids: list[str], home: Path, scenario_dir: Path) -> None:
-    driver = _Driver(run, sids, home, scenario_dir)
+async def _drive(steps: list[dict[str, Any]], run: Any, sids: list[str], home: Path, scenario_dir: Path,
+                 http: str | None = None) -> None:
+    driver = _Driver(run, sids, home, scenario_dir, http)
     for n, step in enumerate(steps):
         op = step.get("op")
         play = _STEP_OPS.get(op) if isinstance(op, str) else None
@@ -470,12 +479,14 @@ def _agent_env(sc: Scenario, home: Path, mechanism: str | None, extra_env: dict[
     return env
 
 
-def _write_fixture(sc: Scenario, fixture: Path) -> None:
+def _write_fixture(sc: Scenario, fixture: Path, http: str | None = None) -> None:
     """What the replay provider plays back: the committed logs, and the override if there is one."""
     logs = sc.logs()
     for log in logs:  # with the class pin put back where the fixture says {{system}} / {{tools}}
-        (fixture / log.name).write_text(expand_headers(log.read_text(encoding="utf-8"), *_class_pin(sc)),
-                                        encoding="utf-8")
+        text = expand_headers(log.read_text(encoding="utf-8"), *_class_pin(sc))
+        if http is not None:  # the tool calls the model made name this run's fixture server
+            text = text.replace("{{http}}", http)
+        (fixture / log.name).write_text(text, encoding="utf-8")
     if not logs:  # no session was ever opened: any model call is more than recorded
         (fixture / "session.jsonl").write_text(json.dumps(
             {"type": "session", "id": "none", "provider": "replay", "model": "none"}) + "\n")
@@ -483,7 +494,7 @@ def _write_fixture(sc: Scenario, fixture: Path) -> None:
         shutil.copy(sc.dir / OVERRIDE_FILE, fixture / OVERRIDE_FILE)
 
 
-def _route(sc: Scenario, mode: str, fixture: Path, env: dict[str, str]) -> tuple[str, str]:
+def _route(sc: Scenario, mode: str, fixture: Path, env: dict[str, str], http: str | None = None) -> tuple[str, str]:
     """The (provider, model) the agent runs with: the live route when recording (its keys passed on
     in ``env``), else the replay provider on a fixture written now."""
     if mode == "record":
@@ -491,7 +502,7 @@ def _route(sc: Scenario, mode: str, fixture: Path, env: dict[str, str]) -> tuple
             if key in os.environ:
                 env.setdefault(key, os.environ[key])
         return sc.record
-    _write_fixture(sc, fixture)
+    _write_fixture(sc, fixture, http)
     return "replay", str(fixture / "session.jsonl")
 
 
@@ -556,17 +567,20 @@ async def run_scenario(
     root = Path(tempfile.mkdtemp(prefix="dsh-scenario-", dir=tempfile.gettempdir())).resolve()
     for p in sc.cleanup:
         Path(p).unlink(missing_ok=True)
+    stack = contextlib.ExitStack()
     try:
         # set up
         work, home, fixture = _prepare_dirs(sc, root)
         env = _agent_env(sc, home, mechanism, extra_env)
-        provider, model = _route(sc, mode, fixture, env)
+        server, http = _serve(sc)
+        stack.callback(_stop, server)
+        provider, model = _route(sc, mode, fixture, env, http)
         # run
         sids: list[str] = []
         async with spawn_acp(Path(model), provider=provider, cwd=work, example=sc.example, env=env,
                              client=Recorder()) as run:
             try:
-                await _drive(sc.steps, run, sids, home, sc.dir)
+                await _drive(sc.steps, run, sids, home, sc.dir, http)
             except (ConnectionError, ScenarioError) as exc:
                 await asyncio.sleep(0.2)  # let the agent's last words reach stderr
                 tail = bytes(run.stderr).decode(errors="replace")[-3000:]
@@ -575,14 +589,41 @@ async def run_scenario(
         stderr = bytes(run.stderr).decode(errors="replace")
         found, order = _ordered_logs(home, sids)
         replacements = _replacements((home, work, root), mode, model, sids, order)
+        if http is not None:
+            replacements.insert(0, (http, "{{http}}"))
         logs_out, headers, errors = _read_logs(found, order, replacements)
         stdout = _normalize_frames(run.frames, sids, replacements)
         return Run(stdout=stdout, logs=logs_out, headers=headers, stderr=stderr, replay_errors=errors,
                    exit_code=run.proc.returncode, stderr_normalized=_normalize_text(stderr, replacements))
     finally:
+        stack.close()
         for p in sc.cleanup:
             Path(p).unlink(missing_ok=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _serve(sc: Scenario) -> tuple[Any, str | None]:
+    """The scenario's ``http`` directory on 127.0.0.1 (a thread of this process), and its URL."""
+    if sc.http is None:
+        return None, None
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(sc.dir / sc.http))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def _stop(server: Any) -> None:
+    if server is not None:
+        server.shutdown()
+        server.server_close()
 
 
 # ----------------------------------------------------------------------------- comparing and writing

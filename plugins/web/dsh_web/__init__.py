@@ -44,11 +44,17 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]]:
     return NAME, WebConfig
 
 
-def _full_access(ctx: ToolContext) -> bool:
-    import os
-
-    chosen = ctx.agent.settings.mode
-    return (chosen in FULL_ACCESS) or (chosen is None and os.environ.get("DSH_PERMISSION_MODE") in FULL_ACCESS)
+async def _full_access(ctx: ToolContext) -> bool:
+    """Whether the session's commands run unconfined, as the sandbox decides it (the session's own
+    mode, else the deployment's): then a private address is no more than bash could reach."""
+    confinement = ctx.host.confinement
+    if confinement is None:
+        return False
+    try:
+        confined = await confinement.confine(["true"], cwd=ctx.cwd, session=ctx.agent)
+    except Exception:  # no mechanism for a confined tier: certainly not full access
+        return False
+    return confined.mode in FULL_ACCESS
 
 
 async def web_fetch(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -56,7 +62,7 @@ async def web_fetch(args: dict[str, Any], ctx: ToolContext) -> str:
     target = parse(args.get("url", ""))
 
     async def ask_private(private: Private) -> bool:
-        if _full_access(ctx):
+        if await _full_access(ctx):
             return True
         outcome = await ctx.approve(f"fetch {target.url}: {private}", kind="fetch", subject=private.host,
                                     args={"url": target.url, "address": str(private.address)},

@@ -81,10 +81,10 @@ def server():
         s.server_close()
 
 
-async def fetch(scripted, tmp_path, url, *extra, config=None):
+async def fetch(scripted, tmp_path, url, *extra, config=None, plugins=("scripted-model", "web")):
     script = scripted({"default": [{"tool": "web_fetch", "args": {"url": url}}, {"text": "{tool_result}"}]})
     cfg = {"web": {"allow-private": True, "max-bytes": 100_000}, **(config or {})}
-    async with memory_host(script, *extra, plugins=("scripted-model", "web"), config=cfg) as host:
+    async with memory_host(script, *extra, plugins=plugins, config=cfg) as host:
         agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
         seen: list = []
         agent.subscribe(lambda a, e: seen.append(e))
@@ -191,3 +191,12 @@ async def test_the_host_is_resolved_once_and_the_connection_goes_to_that_address
     result, _ = await fetch(scripted, tmp_path, f"http://docs.example.test:{port}/plain")
     assert "just text" in result.result.content[0].text
     assert calls == ["docs.example.test"] and Handler.seen_hosts == [f"docs.example.test:{port}"]
+
+
+async def test_in_full_access_a_private_address_is_fetched_without_asking(server, scripted, tmp_path):
+    """As the sandbox decides the tier: a session in full access reaches what its bash could."""
+    policy = Approve("deny")
+    result, _ = await fetch(scripted, tmp_path, f"{server}/plain", policy, config={
+        "web": {"allow-private": False}, "sandbox-tools": {"permission-mode": "danger-full-access"}},
+        plugins=("scripted-model", "web", "sandbox-tools"))
+    assert "just text" in result.result.content[0].text and policy.asked == []

@@ -14,7 +14,7 @@ Skills are text for the model; dsh never runs anything a skill contains. See REA
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 from msgspec import Meta
@@ -25,7 +25,7 @@ from dsh_core.display import one_line
 from dsh_core.interception import PromptSubmit
 from dsh_core.protocols import CommandResult, SlashCommand
 
-from .catalog import Skill, discover, read_text, split_front
+from .catalog import Catalog, Skill, discover, read_text, split_front
 from .text import escape
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,14 +51,14 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]]:
 
 @dataclass
 class Seen:
-    """The skills this session knows (its state slot): the last discovery, by path, for reuse."""
+    """The skills this session knows (its state slot): its catalog, made on first use."""
 
-    by_path: dict[str, Skill] = field(default_factory=dict)
+    catalog: Catalog | None = None
 
     def refresh(self, cwd: str) -> dict[str, Skill]:
-        found = discover(cwd, self.by_path)
-        self.by_path = {s.path: s for s in found.values()}
-        return found
+        if self.catalog is None:
+            self.catalog = Catalog(cwd)
+        return self.catalog.refresh()
 
 
 def _line(skill: Skill) -> str:

@@ -129,3 +129,17 @@ async def test_no_skills_no_catalog(project, scripted):
     async with memory_host(script, plugins=("scripted-model", "skills")) as host:
         agent = host.create_agent(AgentSpec(cwd=str(repo), provider="scripted", model=str(script)))
         assert "# Skills" not in agent.system
+
+
+def test_a_catalog_sees_a_skill_written_into_an_existing_folder(project):
+    from dsh_skills.catalog import Catalog
+
+    repo, _, _ = project
+    folder = repo / ".agents" / "skills" / "later"
+    folder.mkdir(parents=True)
+    catalog = Catalog(str(repo))
+    assert catalog.refresh() == {}
+    skill(repo / ".agents" / "skills", "later", "written after the folder")  # the root's mtime does not change
+    assert list(catalog.refresh()) == ["later"]
+    (folder / "SKILL.md").write_text("---\nname: later\ndescription: edited\n---\n")
+    assert catalog.refresh()["later"].description == "edited"

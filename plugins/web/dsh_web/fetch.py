@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import anyio
-import httpx
 
 from dsh_core import ToolError
 
@@ -134,6 +133,8 @@ async def get(target: Target, *, allow_private: bool, max_bytes: int, timeout: f
               ask_private: Any) -> Page:
     """GET the URL through its same-origin redirects. ``ask_private(Private) -> bool`` decides an
     address that is not public (once per fetch: a person's answer covers this URL only)."""
+    import httpx  # on the first fetch, not at start-up (~50 ms)
+
     url = target.url
     approved = allow_private
     async with httpx.AsyncClient(timeout=httpx.Timeout(timeout), follow_redirects=False, trust_env=False) as client:

@@ -201,7 +201,8 @@ async def test_env_is_scrubbed_unless_configured_and_depth_is_passed(acp_agent, 
     report = json.loads(text.split("\n", 1)[1])
     assert report["has_deepseek_key"] is False
     assert report["depth"] == "1" and report["max_depth"] == "2"
-    assert report["dsh_vars"] == ["DSH_EXAMPLES_PATH", "DSH_HOME", "DSH_SUBAGENT_DEPTH", "DSH_SUBAGENT_MAX_DEPTH"]
+    assert report["dsh_vars"] == ["DSH_EXAMPLES_PATH", "DSH_HOME", "DSH_SKILLS_USER_ROOTS", "DSH_SUBAGENT_DEPTH",
+                                  "DSH_SUBAGENT_MAX_DEPTH"]  # the default inherit-env, then the depth
     assert report["session_cwd"] == str(run.cwd)
 
     path = examples("sub-keyed", subagent={"inherit-env": ["DEEPSEEK_API_KEY"], "env": {"PEER_EXTRA": "configured"}})

@@ -1,6 +1,7 @@
 """Text a person is shown (a title, a question, a tool's output) made safe to show, whatever
 front door shows it: no terminal control sequences or bidirectional overrides that could
 disguise what is shown, and bounded. ``dsh_acp.display`` adds ACP's bounded ``rawInput``.
+And text a repository wrote made safe to put in front of the model (``escape_system``).
 """
 
 from __future__ import annotations
@@ -31,3 +32,12 @@ def strip_unsafe(text: str, replacement: str = "") -> str:
     """Multi-line text (a tool's output, a reason) without the characters that disguise it
     (each replaced by ``replacement``)."""
     return UNSAFE.sub(replacement, text)
+
+
+_SYSTEM_TAG = re.compile(r"<(\s*/?\s*system[\w-]*)", re.IGNORECASE)
+
+
+def escape_system(text: str) -> str:
+    """Text a repository wrote (instructions, a skill) that may not open or close a system block:
+    ``<system…>`` and ``</system-reminder>`` become ``&lt;system…``."""
+    return _SYSTEM_TAG.sub(r"&lt;\1", text)

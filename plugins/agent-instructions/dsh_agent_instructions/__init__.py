@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import TYPE_CHECKING, Annotated
 
 from msgspec import Meta
 
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig
+from dsh_core.display import escape_system
 from dsh_core.paths import open_inside
 from dsh_core.types import AfterTool
 
@@ -36,12 +36,7 @@ NAMES = ("AGENTS.md", "CLAUDE.md")
 DEFAULT_MAX_BYTES = 64 * 1024
 _SEEN = "agent-instructions/seen"  # key in AgentSpec.extra: directories already looked at
 _BUDGET = "agent-instructions/budget"  # bytes of instructions this session may still add
-_SYSTEM_TAG = re.compile(r"<(\s*/?\s*system[\w-]*)", re.IGNORECASE)
-
-
-def escape(text: str) -> str:
-    """Neutralise anything that would open or close a system block (``<system…>``, ``</system-reminder>``)."""
-    return _SYSTEM_TAG.sub(r"&lt;\1", text)
+escape = escape_system  # anything that would open or close a system block is neutralised (dsh_core.display)
 
 
 class InstructionsConfig(PluginConfig):

@@ -21,12 +21,12 @@ from msgspec import Meta
 
 from dsh_core import FunctionTool, ToolError, hookimpl
 from dsh_core.config import PluginConfig
+from dsh_core.display import escape_system as escape
 from dsh_core.display import one_line
 from dsh_core.interception import PromptSubmit
 from dsh_core.protocols import CommandResult, SlashCommand
 
 from .catalog import Catalog, Skill, discover, read_text, split_front
-from .text import escape
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import AgentSpec, ToolContext

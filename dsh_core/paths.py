@@ -66,3 +66,21 @@ def open_inside(root: str | os.PathLike[str], path: str | os.PathLike[str], flag
         os.close(fd)
         raise
     return fd
+
+
+def dir_inside(requested: object, base: str) -> str:
+    """A working directory for a child of a session at ``base``: ``base`` itself (as given) when
+    ``requested`` is empty, else that directory resolved against ``base`` and lying inside it.
+    ``ValueError`` says why not (not a string, outside, not a directory): a delegate never gets
+    a workspace its parent does not have."""
+    if requested is None or requested == "":
+        return base
+    if not isinstance(requested, str):
+        raise ValueError("cwd must be a string")
+    real = os.path.realpath(base)
+    target = os.path.realpath(os.path.join(real, requested))
+    if os.path.commonpath([real, target]) != real:
+        raise ValueError(f"cwd {requested!r} is outside the working directory {real}")
+    if not os.path.isdir(target):
+        raise ValueError(f"cwd {requested!r} is not a directory")
+    return target

@@ -35,6 +35,7 @@ from msgspec import Meta
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig, decode
 from dsh_core.contracts import new_id
+from dsh_core.paths import dir_inside
 from dsh_core.protocols import SubagentRequest
 from dsh_core.types import ApprovalDecided, ApprovalRequest, SubagentResult, ToolOutput, ToolSpec
 
@@ -171,21 +172,6 @@ def child_command(settings: Settings, agent: Any) -> list[str]:
     ]  # fmt: skip
 
 
-def resolve_cwd(requested: Any, parent_cwd: str) -> str:
-    """The child's cwd: the parent's, or a directory inside it (never outside the workspace)."""
-    base = os.path.realpath(parent_cwd)
-    if requested is None or requested == "":
-        return base
-    if not isinstance(requested, str):
-        raise ValueError("cwd must be a string")
-    target = os.path.realpath(os.path.join(base, requested))
-    if os.path.commonpath([base, target]) != base:
-        raise ValueError(f"cwd {requested!r} is outside the working directory {base}")
-    if not os.path.isdir(target):
-        raise ValueError(f"cwd {requested!r} is not a directory")
-    return target
-
-
 # --------------------------------------------------------------------------- the tool
 
 PARAMETERS = {
@@ -240,7 +226,7 @@ class SubagentAcpTool:
         if not isinstance(task, str) or not task.strip():
             return ToolOutput.text("Error: `task` must be a non-empty string.", is_error=True, code="INVALID_ARGUMENTS")
         try:
-            cwd = resolve_cwd(args.get("cwd"), ctx.cwd)
+            cwd = dir_inside(args.get("cwd"), ctx.cwd)
         except ValueError as exc:
             return ToolOutput.text(f"Error: {exc}.", is_error=True, code="INVALID_ARGUMENTS")
         depth, imposed = ambient_depth()

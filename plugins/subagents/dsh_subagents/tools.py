@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 
 from dsh_core.display import one_line
+from dsh_core.paths import dir_inside
 from dsh_core.protocols import Agent, SubagentRequest, ToolContext
 from dsh_core.tools import FunctionTool
 from dsh_core.types import SubagentResult, SubagentSettled, SubagentStarted, ToolOutput
@@ -86,7 +87,7 @@ async def resume(entry: Entry, registry: Registry) -> None:
     header, events = await parent.host.session_store.read(recorded.session_id)
     if header.parent_session != parent.session_id:
         raise ValueError("its log names another parent")
-    resolve_cwd(os.path.relpath(os.path.realpath(header.cwd), os.path.realpath(parent.cwd)), parent.cwd)
+    dir_inside(os.path.relpath(os.path.realpath(header.cwd), os.path.realpath(parent.cwd)), parent.cwd)
     provider = parent.host.subagent_providers.get("spawn")
     if provider is None or not hasattr(provider, "revive"):
         raise ValueError("no spawn provider is mounted to resume it")
@@ -143,21 +144,6 @@ def error(message: str, code: str) -> ToolOutput:
     return ToolOutput.text(f"Error: {message}", is_error=True, code=code)
 
 
-def resolve_cwd(requested: Any, parent_cwd: str) -> str:
-    """The child's cwd: the parent's, or a directory inside it (never outside its workspace)."""
-    if requested is None or requested == "":
-        return parent_cwd  # as the parent names it (a log shows one cwd for both)
-    base = os.path.realpath(parent_cwd)
-    if not isinstance(requested, str):
-        raise ValueError("cwd must be a string")
-    target = os.path.realpath(os.path.join(base, requested))
-    if os.path.commonpath([base, target]) != base:
-        raise ValueError(f"cwd {requested!r} is outside the working directory {base}")
-    if not os.path.isdir(target):
-        raise ValueError(f"cwd {requested!r} is not a directory")
-    return target
-
-
 class Holder:
     """Settles a run's turns for its parent: one ``subagent/settled`` each, and a notice unless a
     tool call is waiting for that turn. A turn that ends before the entry is bound waits for it."""
@@ -211,7 +197,7 @@ class Delegate:
         if not isinstance(background, bool):
             return error("`run_in_background` must be true or false.", "INVALID_ARGUMENTS")
         try:
-            cwd = resolve_cwd(args.get("cwd"), parent.cwd)
+            cwd = dir_inside(args.get("cwd"), parent.cwd)
         except ValueError as exc:
             return error(f"{exc}.", "INVALID_ARGUMENTS")
         depth = parent.spec.depth + 1

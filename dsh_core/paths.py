@@ -84,3 +84,12 @@ def dir_inside(requested: object, base: str) -> str:
     if not os.path.isdir(target):
         raise ValueError(f"cwd {requested!r} is not a directory")
     return target
+
+
+def exists_inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a regular file inside ``root`` (``open_inside``'s rules)."""
+    try:
+        os.close(open_inside(root, path))
+    except OSError:
+        return False
+    return True

@@ -31,7 +31,7 @@ import anyio
 import msgspec
 
 from dsh_core import ModelError, RouteError, hookimpl
-from dsh_core.paths import open_inside
+from dsh_core.paths import exists_inside, open_inside
 from dsh_core.types import (
     AssistantMessage,
     AssistantMessageEvent,
@@ -372,12 +372,6 @@ def _touch(cwd: str, name: str) -> None:
                          code="REPLAY_DIVERGED", retryable=False) from None
 
 
-def _exists(cwd: str, name: str) -> bool:
-    try:
-        os.close(open_inside(cwd or ".", name, os.O_RDONLY))
-    except OSError:
-        return False
-    return True
 
 
 
@@ -537,7 +531,7 @@ class ReplayProvider:
             _touch(cwd, call.mark)
         if call.wait_for is not None:
             with anyio.move_on_after(WAIT_FOR_S):
-                while not _exists(cwd, call.wait_for):
+                while not exists_inside(cwd or ".", call.wait_for):
                     await anyio.sleep(0.005)
         if call.error is not None:
             e = call.error

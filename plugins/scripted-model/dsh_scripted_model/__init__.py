@@ -21,7 +21,7 @@ from msgspec import Meta
 from dsh_core import ModelError, RouteError, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.media import sniff_image
-from dsh_core.paths import open_inside
+from dsh_core.paths import exists_inside, open_inside
 from dsh_core.types import (
     Finish,
     ImageDelta,
@@ -85,19 +85,13 @@ async def _pause(step: Step, cwd: str, sub: Callable[[Any], Any]) -> None:
     if step.wait_for is not None:
         target = sub(step.wait_for)
         with anyio.move_on_after(WAIT_FOR_S):
-            while not _inside_exists(cwd or ".", target):
+            while not exists_inside(cwd or ".", target):
                 await anyio.sleep(0.005)
 
 
 WAIT_FOR_S = 30.0  # the longest a step waits for its file; then it answers anyway
 
 
-def _inside_exists(cwd: str, name: str) -> bool:
-    try:
-        os.close(open_inside(cwd, name, os.O_RDONLY))
-    except OSError:
-        return False
-    return True
 
 
 def _touch_inside(cwd: str, mark: str) -> None:

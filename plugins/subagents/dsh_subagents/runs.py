@@ -117,7 +117,7 @@ class InProcessRun:
         return "idle" if self.continuable else "ready"
 
     def begin(self, prompt: str) -> None:
-        message = UserMessage(id=_msg_id(), content=[TextBlock(text=prompt)], source="delegation")
+        message = UserMessage(id=new_id("msg_"), content=[TextBlock(text=prompt)], source="delegation")
         self._queued[message.id] = prompt
         self.agent.submit(message)
 
@@ -155,10 +155,6 @@ class InProcessRun:
             self._unsubscribe()
             self.agent.host.forget(self.agent)
             self._callbacks.clear()
-
-
-def _msg_id() -> str:
-    return new_id("msg_")
 
 
 @dataclass(eq=False)

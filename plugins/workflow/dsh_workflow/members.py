@@ -65,7 +65,7 @@ class Members:
         self.started += 1
         index = self.started
         text = prompt if schema is None else prompt + "\n\n" + schema_instruction(schema)
-        description = one_line(label or prompt.strip().splitlines()[0] if prompt.strip() else "member", 80)
+        description = one_line(label or prompt.strip().splitlines()[0], 80)  # the caller checked the prompt
         route = (parent.provider.name, model) if model else None
         session: str | None = None
         listed = getattr(parent.provider, "models", None)

@@ -198,10 +198,7 @@ def _finish(session: Agent, event: ToolResultEvent, output_bytes: int) -> list[A
             content.append(diff)
     text = "\n".join(b.text for b in result.content if isinstance(b, TextBlock))
     if text and output_bytes:
-        data = text.encode("utf-8", errors="replace")
-        if len(data) > output_bytes:
-            text = "…" + data[-output_bytes:].decode("utf-8", errors="ignore")
-        content.append(wire.ContentOut(content=wire.TextOut(text=strip_unsafe(text))))
+        content.append(_tail(text, output_bytes))
     updates: list[Any] = [wire.ToolCallProgress(tool_call_id=result.call_id, status="failed" if result.is_error else "completed",
                                                 **({"content": content} if content else {}))]
     if name == "todo_write" and not result.is_error and isinstance(args.get("todos"), list):
@@ -278,7 +275,13 @@ def _progress(session: Agent, event: SubagentProgress, output_bytes: int) -> lis
     child's card closed when the call returned; its outcome comes as a notice)."""
     if event.call_id is None or event.call_id not in session.state(Shown).calls or not output_bytes:
         return None
-    data = event.text.encode("utf-8", errors="replace")
-    text = "…" + data[-output_bytes:].decode("utf-8", errors="ignore") if len(data) > output_bytes else event.text
     return [wire.ToolCallProgress(tool_call_id=event.call_id, status="in_progress",
-                                  content=[wire.ContentOut(content=wire.TextOut(text=strip_unsafe(text)))])]
+                                  content=[_tail(event.text, output_bytes)])]
+
+
+def _tail(text: str, output_bytes: int) -> wire.ContentOut:
+    """A card's text: its last ``output_bytes`` bytes (``…`` first when cut), nothing that disguises it."""
+    data = text.encode("utf-8", errors="replace")
+    if len(data) > output_bytes:
+        text = "…" + data[-output_bytes:].decode("utf-8", errors="ignore")
+    return wire.ContentOut(content=wire.TextOut(text=strip_unsafe(text)))

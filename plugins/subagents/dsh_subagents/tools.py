@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 
+from dsh_core import ToolError
 from dsh_core.display import one_line
 from dsh_core.paths import dir_inside
 from dsh_core.protocols import Agent, SubagentRequest, ToolContext
@@ -140,10 +141,6 @@ def as_output(result: SubagentResult) -> ToolOutput:
     return ToolOutput.text(outcome_text(result), is_error=True, code=CODES.get(result.stop, "SUBAGENT_FAILED"))
 
 
-def error(message: str, code: str) -> ToolOutput:
-    return ToolOutput.text(f"Error: {message}", is_error=True, code=code)
-
-
 class Holder:
     """Settles a run's turns for its parent: one ``subagent/settled`` each, and a notice unless a
     tool call is waiting for that turn. A turn that ends before the entry is bound waits for it."""
@@ -190,30 +187,30 @@ class Delegate:
         parent = ctx.agent
         prompt, description = args.get("prompt"), args.get("description")
         if not isinstance(prompt, str) or not prompt.strip():
-            return error("`prompt` must be a non-empty string.", "INVALID_ARGUMENTS")
+            raise ToolError("`prompt` must be a non-empty string.", code="INVALID_ARGUMENTS")
         if not isinstance(description, str) or not description.strip():
             description = prompt.strip().splitlines()[0]
         background = args.get("run_in_background", self.background_default) if self.allow_background else False
         if not isinstance(background, bool):
-            return error("`run_in_background` must be true or false.", "INVALID_ARGUMENTS")
+            raise ToolError("`run_in_background` must be true or false.", code="INVALID_ARGUMENTS")
         try:
             cwd = dir_inside(args.get("cwd"), parent.cwd)
         except ValueError as exc:
-            return error(f"{exc}.", "INVALID_ARGUMENTS")
+            raise ToolError(f"{exc}.", code="INVALID_ARGUMENTS") from None
         depth = parent.spec.depth + 1
         if depth > self.max_depth:
-            return error(f"subagent depth limit reached (this agent is at depth {parent.spec.depth}, the limit is "
-                         f"{self.max_depth}); do the task yourself.", "DEPTH_LIMIT")
+            raise ToolError(f"subagent depth limit reached (this agent is at depth {parent.spec.depth}, the limit is "
+                         f"{self.max_depth}); do the task yourself.", code="DEPTH_LIMIT")
         registry = registry_of(ctx.host)
         if registry.closed:
-            return error("the host is shutting down.", "SUBAGENT_FAILED")
+            raise ToolError("the host is shutting down.", code="SUBAGENT_FAILED")
         if registry.live >= self.max_live:
-            return error(f"{registry.live} subagents are live in this process (running or idle; the cap is "
+            raise ToolError(f"{registry.live} subagents are live in this process (running or idle; the cap is "
                          f"{self.max_live}): give an idle one more with send_message, or do the task yourself.",
-                         "SUBAGENT_LIMIT")
+                         code="SUBAGENT_LIMIT")
         provider = ctx.host.subagent_providers.get(self.provider)
         if provider is None:
-            return error(f"no subagent provider {self.provider!r} is mounted.", "SUBAGENT_FAILED")
+            raise ToolError(f"no subagent provider {self.provider!r} is mounted.", code="SUBAGENT_FAILED")
         mine = await recall(parent)
         holder = Holder()
         request = SubagentRequest(prompt=prompt, description=description, parent=parent, cwd=cwd, depth=depth,
@@ -223,7 +220,7 @@ class Delegate:
             run = await provider.start(request)
         except Exception as exc:
             log.warning(f"starting a {self.provider} subagent failed: {exc!r}")
-            return error(f"the subagent did not start: {exc}", "SUBAGENT_FAILED")
+            raise ToolError(f"the subagent did not start: {exc}", code="SUBAGENT_FAILED") from None
         finally:
             registry.reserved -= 1
         entry = Entry(run=run, parent=parent, provider=self.provider, description=description, call_id=ctx.call_id,
@@ -321,30 +318,30 @@ def fork_tool(delegate: Delegate) -> FunctionTool:
 async def send_message(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     rid, message = args.get("subagent_id"), args.get("message")
     if not isinstance(message, str) or not message.strip():
-        return error("`message` must be a non-empty string.", "INVALID_ARGUMENTS")
+        raise ToolError("`message` must be a non-empty string.", code="INVALID_ARGUMENTS")
     await recall(ctx.agent)
     entry = find(ctx.agent, rid)
     if entry is None:
-        return error(f"no subagent {rid!r} of yours is live; list_agents shows the ones you can reach.",
-                     "NOT_RESUMABLE")
+        raise ToolError(f"no subagent {rid!r} of yours is live; list_agents shows the ones you can reach.",
+                     code="NOT_RESUMABLE")
     if isinstance(entry.run, RecordedRun):
         try:
             await resume(entry, registry_of(ctx.host))
         except Exception as exc:
             log.warning(f"resuming subagent {entry.run.id} failed: {exc!r}")
-            return error(f"subagent {entry.run.id} cannot be resumed from its log: {exc}", "NOT_RESUMABLE")
+            raise ToolError(f"subagent {entry.run.id} cannot be resumed from its log: {exc}", code="NOT_RESUMABLE") from None
     follow_up = getattr(entry.run, "follow_up", None)
     if not entry.continuable or follow_up is None:
-        return error(f"subagent {entry.run.id} takes no more messages (it was one-shot).", "NOT_RESUMABLE")
+        raise ToolError(f"subagent {entry.run.id} takes no more messages (it was one-shot).", code="NOT_RESUMABLE")
     if entry.run.status == "ready":
-        return error(f"subagent {entry.run.id} has ended.", "NOT_RESUMABLE")
+        raise ToolError(f"subagent {entry.run.id} has ended.", code="NOT_RESUMABLE")
     if entry.agent is not None and entry.agent.disposed:
-        return error(f"subagent {entry.run.id} has ended.", "NOT_RESUMABLE")
+        raise ToolError(f"subagent {entry.run.id} has ended.", code="NOT_RESUMABLE")
     running = entry.run.status == "running"
     try:
         follow_up(message)
     except Exception as exc:
-        return error(f"subagent {entry.run.id} did not take the message: {exc}", "NOT_RESUMABLE")
+        raise ToolError(f"subagent {entry.run.id} did not take the message: {exc}", code="NOT_RESUMABLE") from None
     entry.awaited = False
     if running:
         return ToolOutput.text(f"queued for {label(entry)}: it takes the message when its current turn ends; its "
@@ -357,8 +354,8 @@ async def interrupt_agent(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     await recall(ctx.agent)
     entry = find(ctx.agent, rid)
     if entry is None:
-        return error(f"no subagent {rid!r} of yours is live; list_agents shows the ones you can reach.",
-                     "NOT_FOUND")
+        raise ToolError(f"no subagent {rid!r} of yours is live; list_agents shows the ones you can reach.",
+                     code="NOT_FOUND")
     interrupt = getattr(entry.run, "interrupt", None)
     if interrupt is not None:
         stopped = interrupt()
@@ -375,7 +372,7 @@ async def interrupt_agent(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 async def list_agents(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     scope = args.get("scope", "children")
     if scope not in ("children", "descendants"):
-        return error("`scope` must be \"children\" or \"descendants\".", "INVALID_ARGUMENTS")
+        raise ToolError("`scope` must be \"children\" or \"descendants\".", code="INVALID_ARGUMENTS")
     await recall(ctx.agent)
     lines = [f"{'  ' * (depth - 1)}{e.run.id}  {e.run.status}  {e.provider}  \"{one_line(e.description, 80)}\""
              for depth, e in descendants(ctx.agent, deep=scope == "descendants")]
@@ -385,10 +382,10 @@ async def list_agents(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 async def report(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     message = args.get("message")
     if not isinstance(message, str) or not message.strip():
-        return error("`message` must be a non-empty string.", "INVALID_ARGUMENTS")
+        raise ToolError("`message` must be a non-empty string.", code="INVALID_ARGUMENTS")
     entry = registry_of(ctx.host).of_agent(ctx.agent)
     if entry is None or entry.parent.disposed:
-        return error("there is no parent agent to report to.", "NOT_FOUND")
+        raise ToolError("there is no parent agent to report to.", code="NOT_FOUND")
     entry.parent.notify(f"[report from subagent {label(entry)}]\n{message}")
     return ToolOutput.text("reported to your parent agent (it reads it before its next step).")
 

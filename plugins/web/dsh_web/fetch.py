@@ -36,8 +36,13 @@ class Private(Exception):
         self.address = address
 
 
+def _unmapped(address: Address) -> Address:
+    """An IPv4-mapped IPv6 address (``::ffff:127.0.0.1``) as the IPv4 address it is."""
+    return address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped else address
+
+
 def kind(address: Address) -> str:
-    a = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped else address
+    a = _unmapped(address)
     if a.is_loopback:
         return "loopback"
     if a.is_link_local:
@@ -50,7 +55,7 @@ def kind(address: Address) -> str:
 
 
 def public(address: Address) -> bool:
-    a = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped else address
+    a = _unmapped(address)
     return a.is_global and not a.is_multicast
 
 

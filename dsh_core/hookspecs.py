@@ -18,7 +18,7 @@ The hooks are grouped by the phase in which they are called:
   CLI and ``dsh doctor`` (``dsh_register_commands``, ``dsh_register_doctor_checks``);
 - **composition** — once per host, pick the one object that fills a seam or lives as long
   as the host (``dsh_session_store``, ``dsh_attachment_store``, ``dsh_confinement``,
-  ``dsh_client_mcp``, ``dsh_lifespan``);
+  ``dsh_jobs``, ``dsh_client_mcp``, ``dsh_lifespan``);
 - **per-session** — for one agent: building it (``dsh_make_agent``, ``dsh_system_prompt``,
   ``dsh_session_tools``, ``dsh_history_policy``, ``dsh_code_runtime``), deciding inside its turns
   (``dsh_check_step``, ``dsh_after_tool``, ``dsh_check_approval``), and cleaning up after it
@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
         FrontDoor,
         HistoryPolicy,
         Host,
+        Jobs,
         ModelProvider,
         SessionStore,
         SlashCommand,
@@ -209,6 +210,16 @@ def dsh_confinement(host: Host) -> Confinement | None:
     Called once by the host at start-up, after ``dsh_configure``. First non-None wins; the
     default is None, and then ``host.confinement`` is None: a plugin that needs confinement
     (hooks, code mode) refuses to run, never runs unconfined.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_jobs(host: Host) -> Jobs | None:
+    """Provide the background job registry (``protocols.Jobs``; the ``jobs`` plugin does).
+
+    Called once by the host at start-up, after ``dsh_configure`` and before
+    ``dsh_register_tools`` (a tool offers ``run_in_background`` only when ``host.jobs`` is
+    set). First non-None wins; the default is None: nothing runs in the background.
     """
 
 

@@ -38,6 +38,7 @@ from .protocols import (
     AttachmentStore,
     Confinement,
     FrontDoor,
+    Jobs,
     ModelProvider,
     SessionStore,
     SubagentProvider,
@@ -80,7 +81,7 @@ def installed_plugins() -> dict[str, EntryPoint]:
 # checks this against plugins/*/pyproject.toml).
 SHIPPED_PLUGINS = frozenset({
     "acp-presentation", "acp-transport", "agent-instructions", "attachment-store", "batch", "code-mode", "compaction",
-    "deepseek-model", "guards", "hooks-claude-code", "hooks-codex", "jsonl-persistence", "mcp-client", "replay-model",
+    "deepseek-model", "guards", "hooks-claude-code", "hooks-codex", "jobs", "jsonl-persistence", "mcp-client", "replay-model",
     "sandbox-tools", "scripted-model", "session-controls", "skills", "subagent-acp", "subagents", "todo", "web", "workflow",
 })  # fmt: skip
 
@@ -245,6 +246,7 @@ class Host:
         # Each plugin's declared config Struct, decoded once (dsh_core.config); then dsh_configure.
         self._configs = {type(c): c for c in decode_plugin_configs(pm, composition).values()}
         pm.hook.dsh_configure.call_historic(kwargs={"config": self.config, "host": self})
+        self.jobs: Jobs | None = pm.hook.dsh_jobs(host=self)  # before the tools: bash asks it
         pm.hook.dsh_register_models(register=self._add_model, host=self)
         pm.hook.dsh_register_tools(register=self._add_tool, host=self)
         pm.hook.dsh_register_subagent_providers(register=self._add_subagent_provider, host=self)

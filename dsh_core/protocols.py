@@ -311,6 +311,11 @@ class Host(Protocol):
         """How plugins run confined processes (``dsh_confinement``); None when no plugin provides it."""
 
     @property
+    def jobs(self) -> Jobs | None:
+        """The background job registry (``dsh_jobs``); None when no plugin provides it (then no
+        tool offers to run anything in the background)."""
+
+    @property
     def spill_limit(self) -> int:
         """Bytes of a tool result the model sees before the rest goes to a spill file."""
 
@@ -696,6 +701,64 @@ class SubagentProvider(Protocol):
     name: str
 
     async def start(self, request: SubagentRequest) -> SubagentRun: ...
+
+
+@dataclass(kw_only=True)
+class JobEnd:
+    """How a job's work ended, as the work reports it: ``completed`` with its ``exit_code`` (zero
+    or not), or ``failed`` (it could not run, or died of a signal nobody sent it: ``detail``)."""
+
+    status: Literal["completed", "failed"]
+    exit_code: int | None = None
+    detail: str | None = None
+
+
+@runtime_checkable
+class JobIO(Protocol):
+    """What a job's work writes its output to, and where it learns that a stop was asked."""
+
+    def write(self, data: bytes) -> None:
+        """Append output (kept in a file, bounded; never all in memory)."""
+
+    @property
+    def stopping(self) -> anyio.Event:
+        """Set when ``job_kill`` asks the job to end: stop gracefully (SIGTERM); the registry
+        cancels the work if it has not ended after a grace period."""
+
+
+@runtime_checkable
+class Job(Protocol):
+    """One background job of a session: its handle, what it is and where it stands."""
+
+    id: str
+    kind: str
+    title: str
+
+    @property
+    def status(self) -> Literal["running", "completed", "failed", "killed"]: ...
+
+    async def wait(self) -> None:
+        """Return when the job has settled."""
+
+    async def kill(self, reason: str | None = None) -> None:
+        """Stop it (gracefully, then by cancelling its work) and return when it has settled."""
+
+
+@runtime_checkable
+class Jobs(Protocol):
+    """The host's job registry (``dsh_jobs``; the ``jobs`` plugin provides it): work that keeps
+    running after the tool call that started it — a background ``bash`` command, a one-shot
+    delegation — owned by its session, capped per session, killed with it, its output kept in a
+    file for ``job_output``, its end announced to the model in a notice."""
+
+    def start(self, session: Agent, *, kind: str, title: str, work: Callable[[JobIO], Awaitable[JobEnd]],
+              call_id: str | None = None) -> Job:
+        """Start ``work(io)`` as a job of ``session`` (a task of the host's group, cancelled when the
+        session ends). Over the session's cap, raises ``ToolError`` (``JOB_LIMIT``) naming the cap
+        and nothing starts. A ``ToolError`` the work raises settles the job as failed with its text."""
+
+    def of(self, session: Agent) -> Sequence[Job]:
+        """The session's jobs, oldest first (settled ones included)."""
 
 
 @dataclass(kw_only=True)

@@ -471,6 +471,29 @@ class SubagentSettled(Event, tag="subagent/settled", kw_only=True):
     diagnostic: str | None = None
 
 
+class JobStarted(Event, tag="job/started", kw_only=True):
+    """A background job this session started (``host.jobs``): ``id`` the handle the model uses,
+    ``kind`` what runs (``bash``…), ``title`` what it is (the command line), ``call_id`` the
+    tool call that started it."""
+
+    id: str
+    kind: str
+    title: str
+    call_id: str | None = None
+
+
+class JobSettled(Event, tag="job/settled", kw_only=True):
+    """A background job ended: ``status`` completed (``exit_code``, zero or not), failed (it
+    could not run, or died of a signal it was not sent: ``detail`` says why) or killed (by
+    ``job_kill``, ``reason``, or with its session); ``output_bytes`` how much it wrote."""
+
+    id: str
+    status: str
+    exit_code: int | None = None
+    detail: str | None = None
+    output_bytes: int = 0
+
+
 DurableEvent = (
     UserMessageEvent
     | InboxClaimed
@@ -501,6 +524,8 @@ DurableEvent = (
     | SubagentStarted
     | SubagentProgress
     | SubagentSettled
+    | JobStarted
+    | JobSettled
     | Note
 )
 

@@ -13,6 +13,8 @@ import msgspec
 
 from dsh_core.types import (
     AssistantMessageEvent,
+    JobSettled,
+    JobStarted,
     ModelCallFailed,
     ReasoningBlock,
     SessionHeader,
@@ -159,6 +161,12 @@ def _summary(ev: Any) -> str:
         return _short(f"step {ev.step} attempt {ev.attempt}: {ev.code} ({status}{kind}): {ev.message}")
     if isinstance(ev, ToolResultEvent):
         return _short(f"{ev.result.name}: {_text(ev.result.content)}")
+    if isinstance(ev, JobStarted):  # a background job: what runs, and the call that started it
+        return _short(f"{ev.id} {ev.kind}: {ev.title}" + (f"  [{ev.call_id}]" if ev.call_id else ""))
+    if isinstance(ev, JobSettled):
+        how = {"completed": f"completed (exit {ev.exit_code})"}.get(ev.status, ev.status)
+        why = f": {ev.detail}" if ev.detail else ""
+        return _short(f"{ev.id} {how}{why} · {ev.output_bytes} bytes of output")
     fields = msgspec.to_builtins(ev)
     for k in ("type", "seq", "time"):
         fields.pop(k, None)

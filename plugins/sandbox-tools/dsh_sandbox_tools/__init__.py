@@ -67,7 +67,7 @@ def dsh_check_approval(request: ApprovalRequest) -> Literal["deny"] | None:
 
 @hookimpl
 def dsh_register_tools(register: Callable[[Any], None], host: Host) -> None:
-    for tool in make_tools(sandbox_for(host)):
+    for tool in make_tools(sandbox_for(host), getattr(host, "jobs", None)):
         register(tool)
 
 

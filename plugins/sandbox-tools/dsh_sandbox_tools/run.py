@@ -28,6 +28,7 @@ class CommandResult:
     total_bytes: int
     spill_path: Path | None
     stderr: str | None = None  # captured apart (``capture=True``): its first ``limit`` bytes
+    stopped: bool = False  # ended because its ``stop`` event was set (a background job's kill)
 
 
 class HeadSink:

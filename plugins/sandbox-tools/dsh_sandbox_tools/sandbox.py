@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from dsh_core import ToolError
 
 from .mechanisms import Runner, get_runner
@@ -173,6 +175,9 @@ class Sandbox:
         env: dict[str, str] | None = None,
         stdin: bytes | None = None,
         capture: bool = False,
+        sink: Any = None,
+        stop: anyio.Event | None = None,
+        lifeline: bool = False,
     ) -> tuple[CommandResult, Runner | None]:
         """Run any ``argv`` in ``cwd`` confined by ``mode``; returns the result and the runner used.
 
@@ -180,6 +185,12 @@ class Sandbox:
         session's confined command server (a fork per call); escalated one-shot calls, and
         calls without an owner, start a fresh confined process (``Runner.wrap``). Either way,
         when this returns (or is cancelled) no process of the call is alive.
+
+        ``lifeline`` (a background job): always through a command server, so that the call's
+        reaper kills everything it started even if this process is killed outright — the
+        session's (an unconfined one in danger-full-access), or one of its own for an escalated
+        call, ended with it. ``sink`` takes the output instead of the bounded spill sink;
+        ``stop`` ends the command early (SIGTERM, then SIGKILL).
         """
         s = self.settings
         runner = await self.runner_for(mode)
@@ -187,15 +198,32 @@ class Sandbox:
         timeout_s = s.default_timeout_ms / 1000 if timeout_s is None else timeout_s
         limit = s.max_output_bytes if limit is None else limit
         io: dict[str, Any] = {"stdin": stdin, "capture": capture}
-        if runner is None:
+        roots = writable_roots(mode, cwd) if runner is not None else []
+        if lifeline:
+            io.update(sink=sink, stop=stop)
+        elif runner is None:
             return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill, **io), None
-        roots = writable_roots(mode, cwd)
-        if owner is None or mode != self.mode_for(owner):
+        elif owner is None or mode != self.mode_for(owner):
             argv = runner.wrap(argv, roots, cwd)
             return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill,
                                      **io), runner
-        key = (getattr(owner, "session_id", id(owner)), runner.name, tuple(roots))
         server_env = scrubbed_env(mode=mode)
+        name = runner.name if runner is not None else "none"
+        if owner is None or mode != self.mode_for(owner):  # a lifeline for a one-shot tier: its own server
+            own = CommandServer(lambda fd: server_argv(runner, roots, cwd, fd), env=server_env, cwd=cwd)
+            try:
+                await own.start()
+            except ServerError as exc:
+                raise ToolError(f'sandbox mode "{mode}" could not be applied ({name} command server: {exc}); '
+                                "refusing to run the command unconfined.", code="SANDBOX_UNAVAILABLE") from None
+            try:
+                return await own.run(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill,
+                                     **io), runner
+            except ServerError as exc:
+                raise ToolError(f"the sandbox command server failed: {exc}", code="SANDBOX_FAILED") from None
+            finally:
+                await own.aclose()
+        key = (getattr(owner, "session_id", id(owner)), name, tuple(roots))
         for attempt in (1, 2):
             try:
                 server = await self.servers.get(
@@ -204,7 +232,8 @@ class Sandbox:
                 )
             except ServerError as exc:
                 raise ToolError(
-                    f'sandbox mode "{mode}" could not be applied ({runner.detail or runner.name} command server: '
+                    f'sandbox mode "{mode}" could not be applied '
+                    f"({(runner.detail or runner.name) if runner is not None else name} command server: "
                     f"{exc}); refusing to run the command unconfined.",
                     code="SANDBOX_UNAVAILABLE",
                 ) from None

@@ -44,10 +44,13 @@ class ServerError(Exception):
 
 
 def server_argv(runner: Any, roots: list[str], cwd: str, fd: int) -> list[str]:
-    """The argv that starts a command server confined like ``runner.wrap`` would confine a command."""
+    """The argv that starts a command server confined like ``runner.wrap`` would confine a command
+    (``runner`` None: unconfined, for danger-full-access jobs that still need the reaper)."""
     from .mechanisms import bwrap_argv
 
     base = [sys.executable, "-I", "-S", SERVER, "--reaping", reaping.PATH]
+    if runner is None:
+        return [*base, str(fd)]
     if runner.name == "bwrap":
         return bwrap_argv([*base, str(fd)], roots, cwd)
     out = [*base, "--landlock"]
@@ -126,12 +129,14 @@ class CommandServer:
 
     async def run(
         self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path,
-        stdin: bytes | None = None, capture: bool = False,
+        stdin: bytes | None = None, capture: bool = False, sink: Any = None, stop: anyio.Event | None = None,
     ) -> CommandResult:
         """Run one command through the server. ``capture``: stdout and stderr apart, each its first
         ``limit`` bytes (a hook's answer), instead of one spilling stream; ``stdin``: bytes the
-        command reads (else /dev/null)."""
-        call = _Call(limit, spill, stdin=stdin, capture=capture)
+        command reads (else /dev/null); ``sink``: where the output goes instead (``feed``,
+        ``close``, ``text``: a background job's log); ``stop``: when set, the command is ended as
+        on a timeout (SIGTERM, then SIGKILL), and the result says ``stopped``."""
+        call = _Call(limit, spill, stdin=stdin, capture=capture, sink=sink)
         payload = json.dumps({"argv": argv, "cwd": cwd, "env": env, "stderr": capture,
                               "stdin": stdin is not None}).encode()
         try:
@@ -142,7 +147,7 @@ class CommandServer:
         # From here the call socket is the call's lifeline: closing it kills the whole call.
         self.active += 1
         try:
-            return await call.run(timeout_s)
+            return await call.run(timeout_s, stop)
         finally:
             self.active -= 1
 
@@ -150,10 +155,10 @@ class CommandServer:
 class _Call:
     """One command through a server: its descriptors, its sinks, and the wait for the reaper's ``exit``."""
 
-    def __init__(self, limit: int, spill: Path, *, stdin: bytes | None, capture: bool) -> None:
+    def __init__(self, limit: int, spill: Path, *, stdin: bytes | None, capture: bool, sink: Any = None) -> None:
         self.spill = spill
         self.stdin = stdin
-        self.sink: _Sink | HeadSink = HeadSink(limit) if capture else _Sink(limit, spill)
+        self.sink: Any = sink if sink is not None else HeadSink(limit) if capture else _Sink(limit, spill)
         self.err_sink = HeadSink(limit) if capture else None
         self.out_r, self.out_w = os.pipe2(os.O_CLOEXEC)
         self.err_r, self.err_w = os.pipe2(os.O_CLOEXEC) if capture else (-1, -1)
@@ -163,6 +168,7 @@ class _Call:
         self.finished = False
         self.code: int | None = None
         self.timed_out = False
+        self.stopped = False
 
     def send(self, send_fds: Callable[[list[int]], None], payload: bytes) -> None:
         """Hand the server the request and the command's ends of the pipes; ours stay here."""
@@ -240,7 +246,12 @@ class _Call:
             return _parse(await recv_datagram(self.call))
         return False, None
 
-    async def run(self, timeout_s: float) -> CommandResult:
+    async def _watch_stop(self, stop: anyio.Event, deadline: anyio.CancelScope) -> None:
+        await stop.wait()
+        self.stopped = True
+        deadline.cancel()
+
+    async def run(self, timeout_s: float, stop: anyio.Event | None = None) -> CommandResult:
         self.call.setblocking(False)
         for fd in (self.out_r, self.err_r, self.in_w):
             if fd >= 0:
@@ -251,9 +262,11 @@ class _Call:
                 if self.stdin is not None:
                     tg.start_soon(self._writer, self.stdin)
                 with anyio.move_on_after(timeout_s) as deadline:
+                    if stop is not None:
+                        tg.start_soon(self._watch_stop, stop, deadline)
                     self.finished, self.code = _parse(await recv_datagram(self.call))
                 if deadline.cancelled_caught:
-                    self.timed_out = True
+                    self.timed_out = not self.stopped
                     with anyio.CancelScope(shield=True):
                         self.finished, self.code = await self._stop(b"term")
                 with anyio.move_on_after(DRAIN_GRACE_S):
@@ -273,8 +286,9 @@ class _Call:
             timed_out=self.timed_out,
             text=self.sink.text(),
             total_bytes=self.sink.total,
-            spill_path=self.spill if self.sink.file is not None else None,
+            spill_path=self.spill if getattr(self.sink, "file", None) is not None else None,
             stderr=self.err_sink.text() if self.err_sink is not None else None,
+            stopped=self.stopped,
         )
 
 

@@ -4,11 +4,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .base import SandboxTool
 from .bash import BashTool
 from .files import EditTool, ReadImageTool, ReadTool, WriteTool
 from .sandbox import Sandbox
 from .search import GlobTool, GrepTool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.protocols import Jobs
 
 __all__ = [
     "BashTool", "EditTool", "GlobTool", "GrepTool", "ReadImageTool", "ReadTool", "Sandbox", "SandboxTool",
@@ -16,6 +21,7 @@ __all__ = [
 ]
 
 
-def make_tools(sb: Sandbox) -> list[SandboxTool]:
-    """One of each tool over ``sb``, in the order the model is offered them."""
-    return [BashTool(sb), ReadTool(sb), WriteTool(sb), EditTool(sb), GlobTool(sb), GrepTool(sb), ReadImageTool(sb)]
+def make_tools(sb: Sandbox, jobs: Jobs | None = None) -> list[SandboxTool]:
+    """One of each tool over ``sb``, in the order the model is offered them (``jobs``: the host's
+    job registry, for ``bash``'s ``run_in_background``)."""
+    return [BashTool(sb, jobs), ReadTool(sb), WriteTool(sb), EditTool(sb), GlobTool(sb), GrepTool(sb), ReadImageTool(sb)]

@@ -1,0 +1,183 @@
+"""The job tools: ``job_output {job_id, wait?, timeout_ms?}``, ``job_list``, ``job_kill {job_id, reason?}``.
+
+A session sees only its own jobs. ``job_output`` returns what is new since the last read,
+bounded like any command's output (head and tail, the rest named in the job's log file), and
+ends with ``[status: …]``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from dsh_core import FunctionTool, ToolError
+from dsh_core.display import one_line
+from dsh_core.types import ToolOutput
+
+from .registry import BgJob, JobRegistry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.contracts import ToolContext
+
+_STR = {"type": "string"}
+_OPT_INT = {"type": ["integer", "null"]}
+
+
+class JobTools:
+    """The three tools over one host's registry and its read limits."""
+
+    def __init__(self, registry: JobRegistry, *, limit: int, wait_ms: int, max_wait_ms: int) -> None:
+        self.registry = registry
+        self.limit = limit  # bytes of new output one job_output returns (head + tail past it)
+        self.wait_ms = wait_ms
+        self.max_wait_ms = max_wait_ms
+
+    def tools(self) -> list[FunctionTool]:
+        return [
+            FunctionTool(
+                "job_output",
+                "Read a background job's output since your last read, ending with its status "
+                "([status: running | completed (exit N) | failed | killed]). With wait: true, first wait until the "
+                f"job ends or timeout_ms passes (default {self.wait_ms}, max {self.max_wait_ms}).",
+                {"type": "object", "properties": {
+                    "job_id": {"type": "string", "description": "The id bash returned (`job id <id>`)."},
+                    "wait": {"type": "boolean", "description": "Wait for the job to end before reading."},
+                    "timeout_ms": {"type": "integer", "description": "How long to wait at most, with wait."},
+                }, "required": ["job_id"], "additionalProperties": False},
+                self.job_output, kind="read",
+                output_schema={"type": "object", "properties": {
+                    "job_id": _STR, "status": _STR, "exit_code": _OPT_INT, "output": _STR,
+                    "log_path": {"type": ["string", "null"]},
+                }, "required": ["job_id", "status", "exit_code", "output", "log_path"]},
+            ),
+            FunctionTool(
+                "job_list",
+                "List this session's background jobs: id, kind, status and command.",
+                {"type": "object", "properties": {}, "additionalProperties": False},
+                self.job_list, parallel_safe=True, kind="read",
+                output_schema={"type": "object", "properties": {"jobs": {"type": "array", "items": {
+                    "type": "object", "properties": {"id": _STR, "kind": _STR, "status": _STR, "exit_code": _OPT_INT,
+                                                     "title": _STR},
+                    "required": ["id", "kind", "status", "exit_code", "title"]}}}, "required": ["jobs"]},
+            ),
+            FunctionTool(
+                "job_kill",
+                "Stop a background job: SIGTERM to its whole process group (and everything it started), SIGKILL "
+                "if it has not ended a few seconds later. Returns its final status.",
+                {"type": "object", "properties": {
+                    "job_id": {"type": "string", "description": "The job to stop."},
+                    "reason": {"type": "string", "description": "Why (recorded in the session log)."},
+                }, "required": ["job_id"], "additionalProperties": False},
+                self.job_kill, kind="execute",
+            ),
+        ]
+
+    def _find(self, args: dict[str, Any], ctx: ToolContext) -> BgJob:
+        jid = args.get("job_id")
+        job = self.registry.get(ctx.agent, jid)
+        if job is None:
+            known = ", ".join(j.id for j in self.registry.of(ctx.agent)) or "none"
+            raise ToolError(f"no job {jid!r} in this session (its jobs: {known}); job_list lists them.",
+                            code="NOT_FOUND")
+        return job
+
+    async def job_output(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        job = self._find(args, ctx)
+        wait = args.get("wait", False)
+        if not isinstance(wait, bool):
+            raise ToolError("wait must be true or false", code="INVALID_ARGUMENTS")
+        timeout_ms = args.get("timeout_ms")
+        if timeout_ms is None:
+            timeout_ms = self.wait_ms
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
+            raise ToolError("timeout_ms must be an integer ≥ 0", code="INVALID_ARGUMENTS")
+        timeout_ms = min(timeout_ms, self.max_wait_ms)
+        if wait and job.status == "running":
+            job.watchers += 1
+            try:
+                with anyio.move_on_after(timeout_ms / 1000):
+                    await job.settled.wait()
+            finally:
+                job.watchers -= 1
+        text, spilled = read_new(job, self.limit)
+        if job.status != "running":
+            job.reported = True
+        lines = [text.rstrip("\n") if text.strip() else "(no new output)"]
+        if job.log.dropped and job.status != "running":
+            lines.append(f"[the job wrote {job.log.dropped} bytes more than the {job.log.cap} kept]")
+        lines.append(f"[status: {job.status_text()}]")
+        out = ToolOutput.text("\n".join(lines))
+        if spilled:
+            out.spill_path = str(job.log.path)  # already bounded here: nothing more is spilled
+        out.structured = {"job_id": job.id, "status": job.status, "exit_code": job.exit_code, "output": text,
+                          "log_path": str(job.log.path) if job.log.size else None}
+        return out
+
+    async def job_list(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        jobs = self.registry.of(ctx.agent)
+        if not jobs:
+            out = ToolOutput.text("no background jobs in this session")
+        else:
+            out = ToolOutput.text("\n".join(
+                f"{j.id}  {j.status_text()}  {j.kind}: {one_line(j.title, 200)}" for j in jobs))
+        out.structured = {"jobs": [{"id": j.id, "kind": j.kind, "status": j.status, "exit_code": j.exit_code,
+                                    "title": j.title} for j in jobs]}
+        return out
+
+    async def job_kill(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        job = self._find(args, ctx)
+        reason = args.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise ToolError("reason must be a string", code="INVALID_ARGUMENTS")
+        if job.status != "running":
+            job.reported = True
+            return ToolOutput.text(f"job {job.id} had already ended: {job.status_text()}")
+        await job.kill(one_line(reason, 200) if reason and reason.strip() else None,
+                       grace_s=self.registry.limits.kill_grace_s)
+        job.reported = True
+        unread = job.log.size - job.read_offset
+        tail = f"; {unread} bytes of output unread (job_output returns them)" if unread > 0 else ""
+        return ToolOutput.text(f"job {job.id} stopped with its whole process group: [status: {job.status_text()}]"
+                               f"{tail}")
+
+
+def read_new(job: BgJob, limit: int) -> tuple[str, bool]:
+    """The output since the last read, as text, and whether it was cut (head, marker, tail).
+
+    Reads at most ``limit`` bytes from the file whatever the amount written (two seeks), and
+    claims the range before any await, so two readers never get the same bytes. While the job
+    runs, an incomplete UTF-8 character at the end is left for the next read."""
+    start, end = job.read_offset, job.log.size
+    if end <= start:
+        return "", False
+    half = max(1, limit // 2)
+    if end - start <= limit:
+        data = job.log.read(start, end)
+        if job.status == "running":
+            data = _whole_chars(data)
+            end = start + len(data)
+        job.read_offset = end
+        return data.decode("utf-8", errors="replace"), False
+    head = job.log.read(start, start + half)
+    tail = job.log.read(end - half, end)
+    if job.status == "running":
+        tail = _whole_chars(tail)
+        end = end - half + len(tail)
+    job.read_offset = end
+    omitted = end - start - len(head) - len(tail)
+    marker = (f"\n\n[… {omitted} bytes omitted; this read is bytes {start}–{end} of the job's output, all of it in "
+              f"{job.log.path} — read it with the read tool (offset/limit) or grep it …]\n\n")
+    return head.decode("utf-8", errors="replace") + marker + tail.decode("utf-8", errors="replace"), True
+
+
+def _whole_chars(data: bytes) -> bytes:
+    """``data`` without a UTF-8 sequence cut at its end (at most three bytes held back)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return data  # ASCII: complete
+        if byte >= 0xC0:  # a lead byte: complete only if its sequence fits
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data if back >= need else data[:-back]
+    return data

@@ -1,0 +1,395 @@
+"""Background jobs in one host: bash's ``run_in_background`` on the real sandbox (bubblewrap,
+Landlock, and unconfined in danger-full-access), the job tools, notices, the cap, kills and
+teardown, judged by the processes the kernel still has (``/proc``)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+from dsh_jobs import JobLog, JobRegistry, Limits, read_new
+from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
+
+from dsh_core import ToolError
+from dsh_core.contracts import AgentSpec
+from dsh_core.protocols import JobEnd
+from dsh_core.types import JobSettled, JobStarted, TextBlock, ToolResultEvent, UserMessage, UserMessageEvent
+from dsh_testing import memory_host
+
+pytestmark = pytest.mark.anyio
+
+PLUGINS = ("scripted-model", "sandbox-tools", "jobs")
+TIERS = [*MECHANISMS, "unconfined"]  # unconfined: danger-full-access (a command server without confinement)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def sleepers(marker: str) -> list[int]:
+    """Live processes running ``sleep <marker>`` (however deep, whatever pid namespace)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmdline[:2] == [b"sleep", marker.encode()] and _alive(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+def new_marker() -> str:
+    return f"{3000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"  # a sleep nobody else runs
+
+
+async def gone(marker: str, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not sleepers(marker):
+            return True
+        await anyio.sleep(0.05)
+    return False
+
+
+def tier_config(tier: str, jobs: dict | None = None) -> dict:
+    if tier != "unconfined":
+        require_mechanism(tier)
+        sandbox = {"mechanism": tier, "permission-mode": "workspace-write"}
+    else:
+        sandbox = {"permission-mode": "danger-full-access"}
+    return {"sandbox-tools": sandbox, "jobs": jobs or {}}
+
+
+class Session:
+    def __init__(self, host, agent):
+        self.host, self.agent, self.events = host, agent, []
+        agent.subscribe(lambda a, e: self.events.append(e))
+
+    async def turn(self, text: str, within: float = 30) -> list:
+        before = len(self.results())
+        self.agent.submit(UserMessage(id=f"u{len(self.events)}", content=[TextBlock(text=text)]))
+        with anyio.fail_after(within):
+            await self.agent.wait_idle()
+        return self.results()[before:]
+
+    def results(self) -> list:
+        return [e.result for e in self.events if isinstance(e, ToolResultEvent)]
+
+    def of(self, kind) -> list:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def notices(self) -> list[str]:
+        return [e.message.content[0].text for e in self.events
+                if isinstance(e, UserMessageEvent) and e.message.source == "notice"]
+
+    async def settled(self, n: int = 1, within: float = 10) -> None:
+        with anyio.fail_after(within):
+            while len(self.of(JobSettled)) < n:
+                await anyio.sleep(0.01)
+
+
+@asynccontextmanager
+async def session(scripted, cwd, rules, config):
+    script = scripted({"rules": rules})
+    async with memory_host(script, plugins=PLUGINS, config=config) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(cwd), provider="scripted", model=str(script)))
+        yield Session(host, agent)
+
+
+def bg(command: str) -> dict:
+    return {"tool": "bash", "args": {"command": command, "run_in_background": True}}
+
+
+def text(result) -> str:
+    return result.content[0].text
+
+
+@pytest.mark.parametrize("tier", TIERS)
+async def test_a_background_command_answers_at_once_and_is_read_as_it_goes(scripted, tmp_path, tier):
+    gate = ("echo one; touch printed; while [ ! -e gate ]; do sleep 0.01; done; echo two; "
+            "echo to-stderr >&2; exit 3")
+    rules = [{"when": "^go", "steps": [
+        bg(gate),
+        {"tool": "bash", "args": {"command": "while [ ! -e printed ]; do sleep 0.01; done"}},
+        {"tool": "job_output", "args": {"job_id": "{started_id}"}},
+        {"tool": "bash", "args": {"command": "touch gate"}},
+        {"tool": "job_output", "args": {"job_id": "{started_id}", "wait": True, "timeout_ms": 20000}},
+        {"tool": "job_output", "args": {"job_id": "{started_id}"}},
+        {"tool": "job_list", "args": {}},
+        {"text": "done"}]}]
+    async with session(scripted, tmp_path, rules, tier_config(tier)) as s:
+        started, _, first, _, final, again, listed = await s.turn("go")
+    assert text(started).startswith("job id job_1: started in the background") and not started.is_error
+    assert text(first) == "one\n[status: running]"
+    assert text(final) == "two\nto-stderr\n[status: completed (exit 3)]"  # since the last read, both streams
+    assert text(again) == "(no new output)\n[status: completed (exit 3)]"
+    assert text(listed) == f"job_1  completed (exit 3)  bash: {gate}"
+    (st,) = s.of(JobStarted)
+    (end,) = s.of(JobSettled)
+    assert (st.id, st.kind, st.title, st.call_id) == ("job_1", "bash", gate, "call_1")
+    assert (end.id, end.status, end.exit_code, end.output_bytes) == ("job_1", "completed", 3, 18)
+    assert s.notices() == []  # job_output waited for the end and showed it: no notice besides
+
+
+@pytest.mark.parametrize("tier", MECHANISMS)
+async def test_a_job_runs_in_the_sessions_sandbox_with_the_scrubbed_environment(scripted, tmp_path, tier,
+                                                                                 monkeypatch):
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-job-secret")
+    outside = Path("/var/tmp") / f"dsh-job-escape-{secrets.token_hex(4)}"
+    command = (f"echo inside > inside.txt && echo wrote-inside; echo outside > {outside} || echo refused-outside; "
+               "echo key=${DEEPSEEK_API_KEY:-none} sandbox=$DSH_SANDBOX")
+    rules = [{"when": "^go", "steps": [
+        bg(command), {"tool": "job_output", "args": {"job_id": "{started_id}", "wait": True}}, {"text": "done"}]}]
+    try:
+        async with session(scripted, tmp_path, rules, tier_config(tier)) as s:
+            _, out = await s.turn("go")
+        got = text(out)
+        assert "wrote-inside" in got and "refused-outside" in got and "key=none sandbox=workspace-write" in got
+        assert "sk-job-secret" not in got
+        assert not outside.exists() and (tmp_path / "inside.txt").read_text() == "inside\n"
+    finally:
+        outside.unlink(missing_ok=True)
+
+
+async def test_over_the_cap_the_call_says_so_and_job_kill_frees_a_slot(scripted, tmp_path):
+    """The original's background-job-admission: a limit of one, a second background call is
+    refused naming it, the first is stopped with job_kill, then a new one starts."""
+    marker = new_marker()
+    rules = [{"when": "^go", "steps": [
+        bg(f"sleep {marker}"), bg("echo second"),
+        {"tool": "job_kill", "args": {"job_id": "job_1", "reason": "make room"}},
+        bg("echo third"), {"tool": "job_list", "args": {}}, {"text": "done"}]}]
+    async with session(scripted, tmp_path, rules, tier_config("unconfined", {"max-live": 1})) as s:
+        first, second, killed, third, listed = await s.turn("go")
+        await s.settled(2)
+    assert text(first).startswith("job id job_1:")
+    assert second.is_error and text(second) == (
+        "Error: background job limit reached: this session already has 1 running job and the limit is 1 per "
+        "session. Wait for one to end (job_output with wait) or stop one (job_kill), then start this one again.")
+    assert [e.code for e in s.events if isinstance(e, ToolResultEvent)][1] == "JOB_LIMIT"
+    assert text(killed) == "job job_1 stopped with its whole process group: [status: killed (make room)]"
+    assert text(third).startswith("job id job_2:")
+    assert text(listed).splitlines()[0] == f"job_1  killed (make room)  bash: sleep {marker}"
+    assert not sleepers(marker)
+    assert [(e.id, e.status, e.detail) for e in s.of(JobSettled)] == [("job_1", "killed", "make room"),
+                                                                      ("job_2", "completed", None)]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+async def test_job_kill_ends_the_group_and_what_escaped_it(scripted, tmp_path, tier):
+    marker = new_marker()
+    command = f"sleep {marker} & setsid sleep {marker} & (sleep {marker} &); touch started; sleep {marker}"
+    rules = [
+        {"when": "^start", "steps": [
+            bg(command), {"tool": "bash", "args": {"command": "while [ ! -e started ]; do sleep 0.01; done"}},
+            {"text": "started"}]},
+        {"when": "^kill", "steps": [{"tool": "job_kill", "args": {"job_id": "job_1"}}, {"text": "killed"}]}]
+    async with session(scripted, tmp_path, rules, tier_config(tier)) as s:
+        await s.turn("start")
+        with anyio.fail_after(10):
+            while len(sleepers(marker)) < 4:
+                await anyio.sleep(0.02)
+        assert s.agent.turn == 1 and len(sleepers(marker)) == 4  # the turn ended; the job runs on
+        (killed,) = await s.turn("kill")
+        assert text(killed).startswith("job job_1 stopped with its whole process group: [status: killed (job_kill)]")
+        assert not sleepers(marker)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+async def test_closing_the_session_kills_its_jobs(scripted, tmp_path, tier):
+    marker = new_marker()
+    rules = [{"when": "^start", "steps": [
+        bg(f"setsid sleep {marker} & touch started; sleep {marker}"),
+        {"tool": "bash", "args": {"command": "while [ ! -e started ]; do sleep 0.01; done"}}, {"text": "ok"}]}]
+    async with session(scripted, tmp_path, rules, tier_config(tier)) as s:
+        await s.turn("start")
+        assert len(sleepers(marker)) == 2
+        with anyio.fail_after(10):
+            await s.agent.dispose()
+        assert not sleepers(marker)  # dispose returns after every process of the job is gone
+        (end,) = s.of(JobSettled)
+        assert (end.status, end.detail) == ("killed", "its session ended")
+
+
+async def test_a_job_that_ends_between_turns_is_one_notice_in_the_next_request(scripted, tmp_path):
+    rules = [
+        {"when": "^start", "steps": [bg("printf 'line %s\\n' $(seq 1 500); exit 7"), {"text": "started"}]},
+        {"when": "^next", "steps": [{"text": "next turn"}]}]
+    async with session(scripted, tmp_path, rules, tier_config("unconfined", {"notice-tail": 40})) as s:
+        await s.turn("start")
+        await s.settled()
+        await s.turn("next")
+        await s.turn("next")
+        (notice,) = s.notices()
+        assert notice.startswith("[background job job_1 completed (exit 7)] bash: printf")
+        assert notice.endswith("line 499\nline 500\n(the last 40 of 4392 unread bytes; job_output "
+                               '{"job_id": "job_1"} returns all of them)')
+        assert s.agent.history[-1].content[0].text == "next turn"
+        # in the next request only, after that turn's prompt; the turn after has none
+        users = [m for m in s.agent.history if getattr(m, "source", None) in ("notice", "user")]
+        assert [m.source for m in users] == ["user", "user", "notice", "user"]
+
+
+async def test_ten_megabytes_of_output_are_read_as_head_and_tail_naming_the_file(scripted, tmp_path):
+    rules = [{"when": "^go", "steps": [
+        bg("head -c 10000000 /dev/zero | tr '\\0' x; echo; echo THE-END"),
+        {"tool": "job_output", "args": {"job_id": "{started_id}", "wait": True}}, {"text": "done"}]}]
+    async with session(scripted, tmp_path, rules, tier_config("unconfined")) as s:
+        _, out = await s.turn("go")
+    body = text(out)
+    assert len(body.encode()) < 31_000 and body.endswith("THE-END\n[status: completed (exit 0)]")
+    (path,) = [w for w in body.split() if w.endswith("job_1.log")]
+    assert "bytes omitted; this read is bytes 0–10000009 of the job's output" in body
+    assert Path(path).stat().st_size == 10_000_009
+
+
+async def test_no_usable_sandbox_refuses_the_background_call_before_any_job(scripted, tmp_path):
+    """The original's missing-sandbox-runner, foreground and background: both calls fail closed
+    with SANDBOX_UNAVAILABLE; no job is left to chase."""
+    rules = [{"when": "^go", "steps": [
+        {"tool": "bash", "args": {"command": "echo hi"}}, bg("echo hi"), {"tool": "job_list", "args": {}},
+        {"text": "done"}]}]
+    config = {"sandbox-tools": {"mechanism": "none", "permission-mode": "workspace-write"}}
+    async with session(scripted, tmp_path, rules, config) as s:
+        fg, back, listed = await s.turn("go")
+    for result in (fg, back):
+        assert result.is_error and 'sandbox mode "workspace-write" is requested but no sandbox backend is usable' \
+            in text(result)
+    assert text(listed) == "no background jobs in this session" and not s.of(JobStarted)
+
+
+async def test_bash_offers_run_in_background_only_with_a_job_registry(scripted, tmp_path):
+    script = scripted({"default": [{"text": "hi"}]})
+    async with memory_host(script, plugins=PLUGINS) as host:
+        assert "run_in_background" in host.tools["bash"].spec.parameters["properties"]
+        assert {"job_output", "job_list", "job_kill"} <= set(host.tools)
+    async with memory_host(script, plugins=("scripted-model", "sandbox-tools")) as host:
+        assert host.jobs is None and "run_in_background" not in host.tools["bash"].spec.parameters["properties"]
+
+
+async def test_another_sessions_jobs_are_not_found(scripted, tmp_path):
+    marker = new_marker()
+    rules = [{"when": "^start", "steps": [bg(f"sleep {marker}"), {"text": "ok"}]},
+             {"when": "^peek", "steps": [{"tool": "job_output", "args": {"job_id": "job_1"}},
+                                         {"tool": "job_kill", "args": {"job_id": "job_1"}}, {"text": "ok"}]}]
+    async with session(scripted, tmp_path, rules, tier_config("unconfined")) as s:
+        other = Session(s.host, s.host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted",
+                                                               model=s.agent.spec.model)))
+        await s.turn("start")
+        with anyio.fail_after(10):
+            while not sleepers(marker):
+                await anyio.sleep(0.02)
+        read, kill = await other.turn("peek")
+        for result in (read, kill):
+            assert result.is_error and "no job 'job_1' in this session (its jobs: none)" in text(result)
+        assert len(sleepers(marker)) == 1
+    assert await gone(marker)  # the host closed: its sessions and their jobs with it
+
+
+# ------------------------------------------------------------------ the registry alone (races)
+
+
+class FakeSession:
+    """What the registry uses of a session: state slots, emit, notify, the host's task group."""
+
+    def __init__(self, tg):
+        from dsh_core.state import StateSlots
+
+        self._slots = StateSlots()
+        self.session_id = "s-" + secrets.token_hex(4)
+        self.disposed = False
+        self.emitted: list = []
+        self.notified: list[str] = []
+        self.host = type("H", (), {"task_group": tg})()
+
+    def state(self, cls, factory=None):
+        return self._slots.get(cls, factory)
+
+    def emit(self, ev):
+        self.emitted.append(ev)
+
+    def notify(self, text):
+        self.notified.append(text)
+
+
+async def test_a_kill_before_the_job_began_settles_it_killed_without_running_it(tmp_path):
+    ran = []
+
+    async def work(io):
+        ran.append(1)
+        return JobEnd(status="completed", exit_code=0)
+
+    async with anyio.create_task_group() as tg:
+        registry = JobRegistry(Limits(), tmp_path)
+        s = FakeSession(tg)
+        job = registry.start(s, kind="test", title="t", work=work)
+        await job.kill("at once", grace_s=0)  # its task has not run yet
+        assert job.status == "killed" and ran == [] and s.notified == []
+        assert [type(e).__name__ for e in s.emitted] == ["JobStarted", "JobSettled"]
+
+
+async def test_a_read_while_the_job_settles_and_two_readers_never_share_bytes(tmp_path):
+    release = anyio.Event()
+
+    async def work(io):
+        for i in range(200):
+            io.write(f"{i:04d}\n".encode())
+            if i % 10 == 0:
+                await anyio.sleep(0)
+        await release.wait()
+        io.write("é".encode()[:1])  # half a character, completed below
+        await anyio.sleep(0)
+        io.write("é".encode()[1:] + b"\n")
+        return JobEnd(status="completed", exit_code=0)
+
+    async with anyio.create_task_group() as tg:
+        s = FakeSession(tg)
+        job = JobRegistry(Limits(), tmp_path).start(s, kind="test", title="t", work=work)
+        parts: list[str] = []
+
+        async def reader():
+            while job.status == "running" or job.read_offset < job.log.size:
+                parts.append(read_new(job, 30_000)[0])
+                if job.log.size >= 1000:
+                    release.set()
+                await anyio.sleep(0)
+
+        tg.start_soon(reader)
+        tg.start_soon(reader)
+        await job.wait()
+    assert "".join(parts) == "".join(f"{i:04d}\n" for i in range(200)) + "é\n"  # each byte once, in order
+    assert not any("\ufffd" in p for p in parts)  # a character cut by a write is read whole, later
+
+
+async def test_a_job_that_raises_a_tool_error_settles_failed_and_says_why(tmp_path):
+    async def work(io):
+        io.write(b"partial\n")
+        raise ToolError("the sandbox command server failed: lost the call", code="SANDBOX_FAILED")
+
+    async with anyio.create_task_group() as tg:
+        s = FakeSession(tg)
+        job = JobRegistry(Limits(), tmp_path).start(s, kind="bash", title="x", work=work)
+        await job.wait()
+    assert job.status_text() == "failed: the sandbox command server failed: lost the call"
+    (notice,) = s.notified
+    assert notice.startswith("[background job job_1 failed: the sandbox command server failed") and "partial" in notice
+
+
+def test_a_log_keeps_its_cap_on_disk_and_counts_the_rest(tmp_path):
+    log = JobLog(tmp_path / "s" / "j.log", cap=1024)
+    for _ in range(10):
+        log.write(b"x" * 300)
+    log.close()
+    assert (log.size, log.dropped, (tmp_path / "s" / "j.log").stat().st_size) == (1024, 1976, 1024)
+    assert oct((tmp_path / "s" / "j.log").stat().st_mode & 0o777) == "0o600"

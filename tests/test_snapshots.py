@@ -366,14 +366,14 @@ CODE_SCRIPT = {
 }
 CODE_VISION_SCRIPT = {**CODE_SCRIPT, "capabilities": {"image_input": True}}
 
-# Compaction (plugins/compaction): a 4800-token window (the tools' schemas and the system prompt
-# take ~2700 of it; it was 4000 before acp-agent mounted the subagent, workflow, skill and web
-# tools), so a handful of 800-byte tool results passes the 0.8 threshold; the summary call is a
-# separate request whose only message starts with "<transcript>".
+# Compaction (plugins/compaction): a 5400-token window (the tools' schemas and the system prompt
+# take ~3100 of it; it was 4000 before acp-agent mounted the subagent, workflow, skill and web
+# tools, 4800 before the job tools), so a handful of 800-byte tool results passes the 0.8
+# threshold; the summary call is a separate request whose only message starts with "<transcript>".
 _BURST = {"tool": "bash", "args": {"command": "head -c 800 /dev/zero | tr '\\0' x"}}
 _SUMMARY_OK = {"when": "^<transcript>", "steps": [{"text": "SUMMARY: the user asked for output bursts; they came."}]}
 COMPACTION_SCRIPT = {
-    "capabilities": {"context_window": 4800},
+    "capabilities": {"context_window": 5400},
     "rules": [
         _SUMMARY_OK,
         {"when": "^grow", "steps": [*[_BURST] * 7, {"text": "still here"}]},

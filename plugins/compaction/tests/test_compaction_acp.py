@@ -61,7 +61,7 @@ def _example(tmp_path: Path, *, window: int, threshold: float) -> Path:
 
 @pytest.mark.parametrize("threshold, reason", [(0.8, "pressure"), (0.99, "overflow")])
 async def test_deepseek_session_outgrowing_a_small_window_completes(tmp_path: Path, threshold: float, reason: str):
-    window = 6000
+    window = 7000  # 6000 until acp-agent's prefix (its tool schemas) grew by the job tools
     examples = _example(tmp_path, window=window, threshold=threshold)
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()

@@ -185,12 +185,13 @@ class SessionJobs:
     async def aclose(self) -> None:
         self.closed = True
         running = [j for j in self.jobs.values() if j.status == "running"]
-        for job in running:  # at once: SIGKILL through each call's reaper, no grace
-            if job.kill_reason is None:
-                job.kill_reason = "its session ended"
-            job._cancel()
         with anyio.CancelScope(shield=True):
+            # One after another, oldest first (SIGKILL through each call's reaper, no grace; a
+            # few ms each): the log records their ends in the order they were started.
             for job in running:
+                if job.kill_reason is None:
+                    job.kill_reason = "its session ended"
+                job._cancel()
                 await job.settled.wait()
 
 

@@ -302,9 +302,10 @@ class ScenarioItem(pytest.Item):
         mode = scenario_mode(self.config)
         if mode == "record" and not self.scenario.recordable:
             pytest.skip("not recordable (input.json: recordable is false): refresh keeps it current")
-        # per mechanism, or one the scenario's env names: skip where this machine lacks it
+        # per mechanism, or one the scenario's env names: skip where this machine lacks it ("none"
+        # is no mechanism: a scenario of a host without a sandbox runs everywhere)
         mechanism = self.mechanism or self.scenario.env.get("DSH_SANDBOX_MECHANISM")
-        if mechanism:
+        if mechanism and mechanism != "none":
             importlib.import_module("dsh_sandbox_tools.testing").require_mechanism(mechanism)
         pins = self.config.stash.setdefault(_PINS, {})
         written = run_and_check(self.scenario, mode, mechanism=self.mechanism, pins=pins)

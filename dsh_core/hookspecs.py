@@ -13,8 +13,8 @@ None means "no opinion", ``*_event`` observes.
 The hooks are grouped by the phase in which they are called:
 
 - **registration** — once per host at start-up (``dsh_addhooks``, ``dsh_configure``,
-  ``dsh_register_models``, ``dsh_register_tools``, ``dsh_register_subagent_providers``,
-  ``dsh_register_front_doors``), or by the
+  ``dsh_register_models``, ``dsh_register_search_providers``, ``dsh_register_tools``,
+  ``dsh_register_subagent_providers``, ``dsh_register_front_doors``), or by the
   CLI and ``dsh doctor`` (``dsh_register_commands``, ``dsh_register_doctor_checks``);
 - **composition** — once per host, pick the one object that fills a seam or lives as long
   as the host (``dsh_session_store``, ``dsh_attachment_store``, ``dsh_confinement``,
@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover
         Host,
         Jobs,
         ModelProvider,
+        SearchProvider,
         SessionStore,
         SlashCommand,
         SubagentProvider,
@@ -143,6 +144,18 @@ def dsh_register_subagent_providers(register: Callable[[SubagentProvider], None]
     Called once by the host at start-up, after ``dsh_register_tools``. Call ``register(provider)``;
     two providers with one name are an error. The tools that delegate find them in
     ``host.subagent_providers``. Return value ignored.
+    """
+
+
+@hookspec
+def dsh_register_search_providers(register: Callable[[SearchProvider], None], host: Host) -> None:
+    """Offer web search providers by name (``protocols.SearchProvider``): a provider plugin
+    registers one only when it is configured (its API key is in the environment), so that
+    ``web_search`` exists only where it can work.
+
+    Called once by the host at start-up, after ``dsh_configure`` and before
+    ``dsh_register_tools`` (the web plugin reads ``host.search_providers`` to decide). Call
+    ``register(provider)``; two providers with one name are an error. Return value ignored.
     """
 
 

@@ -40,6 +40,7 @@ from .protocols import (
     FrontDoor,
     Jobs,
     ModelProvider,
+    SearchProvider,
     SessionStore,
     SubagentProvider,
     Tool,
@@ -230,6 +231,7 @@ class Host:
         self.tools: dict[str, Tool] = {}
         self.front_doors: dict[str, FrontDoor] = {}
         self.subagent_providers: dict[str, SubagentProvider] = {}
+        self.search_providers: dict[str, SearchProvider] = {}
         self.approvals = ApprovalService(pm)
         self.agents: set[Agent] = set()
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -247,6 +249,7 @@ class Host:
         self._configs = {type(c): c for c in decode_plugin_configs(pm, composition).values()}
         pm.hook.dsh_configure.call_historic(kwargs={"config": self.config, "host": self})
         self.jobs: Jobs | None = pm.hook.dsh_jobs(host=self)  # before the tools: bash asks it
+        pm.hook.dsh_register_search_providers(register=self._add_search_provider, host=self)  # before the tools too
         pm.hook.dsh_register_models(register=self._add_model, host=self)
         pm.hook.dsh_register_tools(register=self._add_tool, host=self)
         pm.hook.dsh_register_subagent_providers(register=self._add_subagent_provider, host=self)
@@ -268,6 +271,11 @@ class Host:
         if tool.spec.name in self.tools:
             raise CompositionError(f"two plugins register the tool {tool.spec.name!r}")
         self.tools[tool.spec.name] = tool
+
+    def _add_search_provider(self, provider: SearchProvider) -> None:
+        if provider.name in self.search_providers:
+            raise CompositionError(f"two plugins register the search provider {provider.name!r}")
+        self.search_providers[provider.name] = provider
 
     def _add_subagent_provider(self, provider: SubagentProvider) -> None:
         if provider.name in self.subagent_providers:

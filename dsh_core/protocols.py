@@ -311,6 +311,10 @@ class Host(Protocol):
         """How plugins run confined processes (``dsh_confinement``); None when no plugin provides it."""
 
     @property
+    def search_providers(self) -> Mapping[str, SearchProvider]:
+        """The web search providers by name (``dsh_register_search_providers``)."""
+
+    @property
     def jobs(self) -> Jobs | None:
         """The background job registry (``dsh_jobs``); None when no plugin provides it (then no
         tool offers to run anything in the background)."""
@@ -701,6 +705,28 @@ class SubagentProvider(Protocol):
     name: str
 
     async def start(self, request: SubagentRequest) -> SubagentRun: ...
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One web search result: what a provider found for a query."""
+
+    title: str
+    url: str
+    snippet: str = ""
+
+
+@runtime_checkable
+class SearchProvider(Protocol):
+    """A web search service (``dsh_register_search_providers``): the ``web`` plugin offers
+    ``web_search`` only when one is registered. Its credentials stay inside it (read from the
+    environment when it registers; never in arguments, results or logs)."""
+
+    name: str
+
+    async def search(self, query: str, *, limit: int) -> list[SearchHit]:
+        """At most ``limit`` results for ``query``; ``ToolError`` (``SEARCH_FAILED``) with a
+        readable reason when the service fails."""
 
 
 @dataclass(kw_only=True)

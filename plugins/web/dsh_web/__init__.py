@@ -6,11 +6,13 @@ loopback, private, link-local (cloud metadata), multicast or reserved address is
 when the session runs in full access, when ``allow-private`` says so (tests), or when a person
 approves that one call (a one-shot permission request naming the host); the connection goes
 to the address that was checked. A long result is spilled by the spine (head, tail, a file).
-``web_search`` is not offered: no search provider is configured (a tool that cannot work is
-never registered). See README.md."""
+``web_search {queries}`` is offered only when a search provider is registered
+(``dsh_register_search_providers``): this plugin's Brave Search provider registers when
+``BRAVE_SEARCH_API_KEY`` is set; a tool that cannot work is never registered. See README.md."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Annotated, Any
 
 from msgspec import Meta
@@ -19,6 +21,7 @@ from dsh_core import FunctionTool, ToolError, hookimpl
 from dsh_core.config import PluginConfig
 
 from .fetch import HTML_TYPES, Private, decode, get, parse, to_markdown
+from .search import BRAVE_ENDPOINT, BraveSearch, search_tool
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
@@ -37,6 +40,9 @@ class WebConfig(PluginConfig):
     allow_private: Annotated[bool, Meta(
         description="fetch loopback and private addresses without asking (tests; a local docs server)")] = False
     user_agent: Annotated[str, Meta(min_length=1, description="the User-Agent header")] = USER_AGENT
+    search_results: Annotated[int, Meta(ge=1, le=20, description="web_search: results per query")] = 5
+    brave_endpoint: Annotated[str, Meta(min_length=1, description="the Brave Search web endpoint (with "
+                                                                     "BRAVE_SEARCH_API_KEY set)")] = BRAVE_ENDPOINT
 
 
 @hookimpl
@@ -91,5 +97,18 @@ WEB_FETCH = FunctionTool(
 
 
 @hookimpl
+def dsh_register_search_providers(register: Any, host: Host) -> None:
+    """Brave Search, when its key is in the environment (``BRAVE_SEARCH_API_KEY``)."""
+    config = host.config_for(WebConfig)
+    brave = BraveSearch.from_env(os.environ, endpoint=config.brave_endpoint, timeout=config.timeout,
+                                 user_agent=config.user_agent)
+    if brave is not None:
+        register(brave)
+
+
+@hookimpl
 def dsh_register_tools(register: Any, host: Host) -> None:
     register(WEB_FETCH)
+    providers = getattr(host, "search_providers", {})
+    if providers:  # web_search only where it can work: never a stub
+        register(search_tool(next(iter(providers.values())), limit=host.config_for(WebConfig).search_results))

@@ -4,6 +4,7 @@ teardown, judged by the processes the kernel still has (``/proc``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import time
@@ -393,3 +394,83 @@ def test_a_log_keeps_its_cap_on_disk_and_counts_the_rest(tmp_path):
     log.close()
     assert (log.size, log.dropped, (tmp_path / "s" / "j.log").stat().st_size) == (1024, 1976, 1024)
     assert oct((tmp_path / "s" / "j.log").stat().st_mode & 0o777) == "0o600"
+
+
+# ------------------------------------------------------------------ escalation, resume, code mode
+
+
+class Approve:
+    def __init__(self):
+        self.asked = []
+
+    from dsh_core import hookimpl
+
+    @hookimpl
+    def dsh_check_approval(self, request):
+        self.asked.append(request)
+        return "allow"
+
+
+@pytest.mark.parametrize("tier", MECHANISMS)
+async def test_an_escalated_job_runs_once_in_the_wider_tier_on_a_server_of_its_own(scripted, tmp_path, tier):
+    require_mechanism(tier)
+    policy = Approve()
+    rules = [{"when": "^go", "steps": [
+        {"tool": "bash", "args": {"command": "echo made > made.txt && echo wrote", "run_in_background": True,
+                                  "sandbox_permissions": "workspace-write", "justification": "write the file"}},
+        {"tool": "job_output", "args": {"job_id": "{started_id}", "wait": True}},
+        {"tool": "bash", "args": {"command": "echo again > again.txt || echo refused"}},
+        {"text": "done"}]}]
+    script = scripted({"rules": rules})
+    config = {"sandbox-tools": {"mechanism": tier, "permission-mode": "read-only"}}
+    async with memory_host(script, policy, plugins=PLUGINS, config=config) as host:
+        s = Session(host, host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))))
+        started, out, after = await s.turn("go")
+        (asked,) = policy.asked
+        assert asked.tool_name == "bash" and asked.tier == "workspace-write"
+        assert text(out) == "wrote\n[status: completed (exit 0)]" and (tmp_path / "made.txt").read_text() == "made\n"
+        assert "refused" in text(after) and not (tmp_path / "again.txt").exists()  # one call, once
+        await s.agent.dispose()  # no command server of the session's cwd is left, the job's own included
+        assert not [p for p in os.listdir("/proc") if p.isdigit() and _server_in(int(p), tmp_path)]
+
+
+def _server_in(pid: int, cwd: Path) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"_cmdserver.py" in cmd and os.readlink(f"/proc/{pid}/cwd") == str(cwd) and _alive(pid)
+    except OSError:
+        return False
+
+
+async def test_a_resumed_session_never_reuses_a_job_id(scripted, tmp_path, dsh_home):
+    rules = [{"when": "^go", "steps": [bg("echo hi"), {"tool": "job_output", "args": {"job_id": "{started_id}",
+                                                                                      "wait": True}},
+                                       {"text": "ok"}]}]
+    script = scripted({"rules": rules})
+    plugins = (*PLUGINS, "jsonl-persistence")
+    config = tier_config("unconfined")
+    async with memory_host(script, plugins=plugins, config=config) as host:
+        first = Session(host, host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))))
+        assert text((await first.turn("go"))[0]).startswith("job id job_1:")
+        sid = first.agent.session_id
+    async with memory_host(script, plugins=plugins, config=config) as host:  # another process, later
+        _, events = await host.session_store.read(sid)
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script), session_id=sid))
+        agent.restore(events)
+        again = Session(host, agent)
+        started, out = await again.turn("go")
+        assert text(started).startswith("job id job_2:") and text(out) == "hi\n[status: completed (exit 0)]"
+
+
+async def test_programs_in_code_mode_start_and_read_jobs(scripted, tmp_path):
+    program = ('started = await tools.bash(command="echo from-a-program", run_in_background=True)\n'
+               'out = await tools.job_output(job_id=started["job_id"], wait=True)\n'
+               'return [out["status"], out["exit_code"], out["output"]]')
+    rules = [{"when": "^go", "steps": [{"tool": "run_code", "args": {"description": "start and read a job", "code": program}}, {"text": "{tool_result}"}]}]
+    script = scripted({"rules": rules})
+    config = {**tier_config("unconfined"), "code-mode": {"mode": "code"}}
+    async with memory_host(script, plugins=(*PLUGINS, "code-mode"), config=config) as host:
+        s = Session(host, host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))))
+        (result,) = await s.turn("go")
+    assert not result.is_error, text(result)
+    assert json.loads(text(result)) == ["completed", 0, "from-a-program\n"]

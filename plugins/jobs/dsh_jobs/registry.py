@@ -127,7 +127,7 @@ class BgJob:
     def status_text(self) -> str:
         """``running``, ``completed (exit N)``, ``failed: why``, ``killed (reason)``."""
         if self._status == "completed":
-            return f"completed (exit {self.exit_code})"
+            return f"completed (exit {self.exit_code})" if self.exit_code is not None else "completed"
         if self._status == "failed":
             return "failed" + (f": {self.detail}" if self.detail else "")
         if self._status == "killed":

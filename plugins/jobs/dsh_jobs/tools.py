@@ -138,7 +138,7 @@ class JobTools:
         job.reported = True
         unread = job.log.size - job.read_offset
         tail = f"; {unread} bytes of output unread (job_output returns them)" if unread > 0 else ""
-        return ToolOutput.text(f"job {job.id} stopped with its whole process group: [status: {job.status_text()}]"
+        return ToolOutput.text(f"job {job.id} stopped: [status: {job.status_text()}]"
                                f"{tail}")
 
 

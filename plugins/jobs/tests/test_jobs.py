@@ -179,7 +179,7 @@ async def test_over_the_cap_the_call_says_so_and_job_kill_frees_a_slot(scripted,
         "Error: background job limit reached: this session already has 1 running job and the limit is 1 per "
         "session. Wait for one to end (job_output with wait) or stop one (job_kill), then start this one again.")
     assert [e.code for e in s.events if isinstance(e, ToolResultEvent)][1] == "JOB_LIMIT"
-    assert text(killed) == "job job_1 stopped with its whole process group: [status: killed (make room)]"
+    assert text(killed) == "job job_1 stopped: [status: killed (make room)]"
     assert text(third).startswith("job id job_2:")
     assert text(listed).splitlines()[0] == f"job_1  killed (make room)  bash: sleep {marker}"
     assert not sleepers(marker)
@@ -203,7 +203,7 @@ async def test_job_kill_ends_the_group_and_what_escaped_it(scripted, tmp_path, t
                 await anyio.sleep(0.02)
         assert s.agent.turn == 1 and len(sleepers(marker)) == 4  # the turn ended; the job runs on
         (killed,) = await s.turn("kill")
-        assert text(killed).startswith("job job_1 stopped with its whole process group: [status: killed (job_kill)]")
+        assert text(killed).startswith("job job_1 stopped: [status: killed (job_kill)]")
         assert not sleepers(marker)
 
 
@@ -474,3 +474,36 @@ async def test_programs_in_code_mode_start_and_read_jobs(scripted, tmp_path):
         (result,) = await s.turn("go")
     assert not result.is_error, text(result)
     assert json.loads(text(result)) == ["completed", 0, "from-a-program\n"]
+
+
+async def test_a_background_subagents_first_turn_is_a_job(scripted, tmp_path):
+    """With both plugins, the job seam carries a background child's first turn: job_list shows it,
+    job_output waits for and reads its answer, job_kill aborts a turn that hangs; one notice at
+    most (the job's), and the child stays, continuable."""
+    rules = [
+        {"when": "^start", "steps": [
+            {"tool": "subagent", "args": {"description": "helper", "prompt": "child: work"}},
+            {"tool": "job_output", "args": {"job_id": "job_1", "wait": True}},
+            {"tool": "job_list", "args": {}},
+            {"text": "ok"}]},
+        {"when": "^hang", "steps": [
+            {"tool": "subagent", "args": {"description": "slow", "prompt": "child: hang"}},
+            {"tool": "job_kill", "args": {"job_id": "job_2"}},
+            {"tool": "list_agents", "args": {}},
+            {"text": "ok"}]},
+        {"when": "^next", "steps": [{"text": "next"}]},
+        {"when": "^child: work", "steps": [{"text": "CHILD_DONE"}]},
+        {"when": "^child: hang", "steps": [{"partial": "WORKING", "delay_ms": 600000}]},
+    ]
+    script = scripted({"rules": rules})
+    async with memory_host(script, plugins=(*PLUGINS, "subagents"), config=tier_config("unconfined")) as host:
+        s = Session(host, host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))))
+        started, out, listed = await s.turn("start")
+        assert text(started).startswith("started subagent agent_1, its first turn as background job job_1:")
+        assert text(out) == "CHILD_DONE\n[status: completed]"
+        assert text(listed) == "job_1  completed  subagent: agent_1 helper"
+        started, killed, agents = await s.turn("hang")
+        assert text(killed) == "job job_2 stopped: [status: killed (job_kill)]; 7 bytes of output unread (job_output returns them)"
+        assert 'agent_2  idle' in text(agents)  # its turn was aborted; the child stays, continuable
+        await s.turn("next")
+        assert s.notices() == []  # both ends were shown by a tool result

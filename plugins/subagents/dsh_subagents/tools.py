@@ -3,7 +3,9 @@
 - ``subagent {description, prompt, run_in_background?, cwd?}`` — a fresh child (the configured
   provider, ``spawn`` by default), continuable; in the background by default: the call answers
   ``started subagent <id>`` at once and the child's outcome reaches this agent as one notice in
-  its next request. ``run_in_background: false`` waits and answers the child's final text.
+  its next request. With a job registry (the jobs plugin), that first turn is a background job
+  too (kind ``subagent``): ``job_output`` reads its answer, ``job_kill`` stops it, and the job's
+  notice is the one notice. ``run_in_background: false`` waits and answers the child's final text.
 - ``subagent_fork {description, prompt}`` — a child that starts from this conversation
   (``fork``), in the foreground, one-shot.
 - ``send_message {subagent_id, message}``, ``interrupt_agent {agent_id}``,
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -25,7 +27,7 @@ import anyio
 from dsh_core import ToolError
 from dsh_core.display import one_line
 from dsh_core.paths import dir_inside
-from dsh_core.protocols import Agent, SubagentRequest, ToolContext
+from dsh_core.protocols import Agent, JobEnd, JobIO, SubagentRequest, ToolContext
 from dsh_core.tools import FunctionTool
 from dsh_core.types import SubagentResult, SubagentSettled, SubagentStarted, ToolOutput
 
@@ -223,13 +225,33 @@ class Delegate:
             raise ToolError(f"the subagent did not start: {exc}", code="SUBAGENT_FAILED") from None
         finally:
             registry.reserved -= 1
+        jobs = getattr(ctx.host, "jobs", None) if background else None
+        # awaited: a tool call (foreground) or the job (background, with a job registry) tells the
+        # first turn's end; the notice of a plain background turn comes from Holder.settled
         entry = Entry(run=run, parent=parent, provider=self.provider, description=description, call_id=ctx.call_id,
-                      continuable=self.continuable, background=background, awaited=not background)
+                      continuable=self.continuable, background=background,
+                      awaited=not background or jobs is not None)
         registry.entries.add(entry)
         mine.runs[run.id] = entry
         parent.emit(SubagentStarted(id=run.id, provider=self.provider, description=description, call_id=ctx.call_id,
                                     session=run.session_id, background=background))
+        if jobs is not None:
+            try:
+                job = jobs.start(parent, kind="subagent", title=f"{run.id} {description}", work=first_turn(run),
+                                 call_id=ctx.call_id)
+            except ToolError:  # over the session's job cap: the child does not run either
+                registry.entries.discard(entry)
+                mine.runs.pop(run.id, None)
+                with anyio.CancelScope(shield=True):
+                    run.cancel()
+                    await run.dispose()
+                raise
         holder.bind(entry)
+        if jobs is not None:
+            return ToolOutput.text(
+                f"started subagent {run.id}, its first turn as background job {job.id}: job_output "
+                f'{{"job_id": "{job.id}"}} reads its answer (wait: true waits for it), job_kill stops it, and you get '
+                "a notice when it ends. send_message gives it more to do afterwards; list_agents shows it.")
         if background:
             return ToolOutput.text(
                 f"started subagent {run.id}. It works in the background; when its turn ends you get its outcome "
@@ -258,6 +280,33 @@ class Delegate:
                 with anyio.CancelScope(shield=True):
                     await run.dispose()
         return as_output(result)
+
+
+def first_turn(run: Any) -> Callable[[JobIO], Awaitable[JobEnd]]:
+    """A background child's first turn as a job's work: its answer is the job's output; job_kill
+    (``io.stopping``) aborts the turn; cancelling the job (its session ending) cancels it too."""
+
+    async def work(io: JobIO) -> JobEnd:
+        async with anyio.create_task_group() as tg:
+
+            async def stop_when_asked() -> None:
+                await io.stopping.wait()
+                run.cancel()
+
+            tg.start_soon(stop_when_asked)
+            try:
+                result: SubagentResult = await run.result()
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    run.cancel()
+                raise
+            tg.cancel_scope.cancel()
+        io.write(result.text.encode("utf-8", errors="replace"))
+        if result.completed:
+            return JobEnd(status="completed")
+        return JobEnd(status="failed", detail=result.stop + (f": {result.diagnostic}" if result.diagnostic else ""))
+
+    return work
 
 
 SUBAGENT_PARAMETERS: dict[str, Any] = {

@@ -426,6 +426,7 @@ async def test_an_escalated_job_runs_once_in_the_wider_tier_on_a_server_of_its_o
     async with memory_host(script, policy, plugins=PLUGINS, config=config) as host:
         s = Session(host, host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))))
         started, out, after = await s.turn("go")
+        assert text(started).startswith("job id job_1: started in the background (workspace-write sandbox)")
         (asked,) = policy.asked
         assert asked.tool_name == "bash" and asked.tier == "workspace-write"
         assert text(out) == "wrote\n[status: completed (exit 0)]" and (tmp_path / "made.txt").read_text() == "made\n"

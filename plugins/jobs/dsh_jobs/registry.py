@@ -52,6 +52,7 @@ class JobLog:
         self.size = 0  # bytes in the file
         self.dropped = 0  # bytes written past the cap (counted, not kept)
         self._fd = -1
+        self._rfd = -1
         self._closed = False
 
     def write(self, data: bytes) -> None:
@@ -72,22 +73,32 @@ class JobLog:
         self.size += len(data)
 
     def _open(self) -> None:
+        # Never through a symlink, and read back through the same open file (not the path): a
+        # process that can write in the spill directory cannot swap the log for a link to
+        # something dsh can read and the model should not.
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        self._rfd = os.open(f"/proc/self/fd/{self._fd}", os.O_RDONLY | os.O_CLOEXEC)
 
     def read(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of what was written (``end`` ≤ ``size``)."""
-        if end <= start or self.size == 0:
+        if end <= start or self._rfd < 0:
             return b""
-        with open(self.path, "rb") as f:
-            f.seek(start)
-            return f.read(end - start)
+        return os.pread(self._rfd, end - start, start)
 
     def close(self) -> None:
+        """No more writes (the job ended); it stays readable until ``release``."""
         self._closed = True
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    def release(self) -> None:
+        """The session is gone: nothing reads it any more."""
+        self.close()
+        if self._rfd >= 0:
+            os.close(self._rfd)
+            self._rfd = -1
 
 
 class BgJob:
@@ -193,6 +204,8 @@ class SessionJobs:
                     job.kill_reason = "its session ended"
                 job._cancel()
                 await job.settled.wait()
+        for job in self.jobs.values():
+            job.log.release()
 
 
 class JobRegistry:

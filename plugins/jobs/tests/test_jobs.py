@@ -508,3 +508,20 @@ async def test_a_background_subagents_first_turn_is_a_job(scripted, tmp_path):
         assert 'agent_2  idle' in text(agents)  # its turn was aborted; the child stays, continuable
         await s.turn("next")
         assert s.notices() == []  # both ends were shown by a tool result
+
+
+def test_a_log_is_never_written_through_a_link_nor_read_back_through_its_path(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not show\n")
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "linked.log").symlink_to(secret)
+    linked = JobLog(tmp_path / "s" / "linked.log", cap=1024)
+    with pytest.raises(OSError):
+        linked.write(b"x")  # O_NOFOLLOW: the link's target is not truncated
+    assert secret.read_text() == "do not show\n"
+    log = JobLog(tmp_path / "s" / "j.log", cap=1024)
+    log.write(b"the job's own output\n")
+    (tmp_path / "s" / "j.log").unlink()
+    (tmp_path / "s" / "j.log").symlink_to(secret)  # swapped for a link after the fact
+    assert log.read(0, log.size) == b"the job's own output\n"
+    log.release()

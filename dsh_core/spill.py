@@ -9,6 +9,7 @@ render the identical head/marker/tail text, so a spilled ``read`` and a spilled 
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import IO
@@ -49,7 +50,11 @@ class Sink:
             self.head += chunk
             if len(self.head) > self.limit:
                 self.spill_target.parent.mkdir(parents=True, exist_ok=True)
-                self.file = open(self.spill_target, "wb")  # noqa: SIM115 - stays open across feed(); close() closes it
+                # Never through a link: a sandboxed command that can write in the spill root (a
+                # DSH_HOME under /tmp) must not make dsh truncate another file.
+                fd = os.open(self.spill_target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW,
+                             0o600)
+                self.file = open(fd, "wb")  # noqa: SIM115 - stays open across feed(); close() closes it
                 self.file.write(self.head)
                 self.tail = bytearray(self.head[-self.half :])
                 del self.head[self.half :]

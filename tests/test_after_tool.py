@@ -79,6 +79,19 @@ def test_bound_keeps_small_text_and_spills_big_text_with_head_tail_and_path(tmp_
     assert "bytes omitted; the full output (5000 bytes)" in shown and len(shown) < 1300
 
 
+def test_a_spill_file_is_private_and_never_written_through_a_link(tmp_path):
+    path = spill_path_for(tmp_path, "s", "c1")
+    bound("x" * 2000, 100, path)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    planted = spill_path_for(tmp_path, "s", "c2")
+    planted.symlink_to(victim)  # placed by someone who can write in the spill root
+    with pytest.raises(OSError):
+        bound("y" * 2000, 100, planted)
+    assert victim.read_text() == "keep me\n"
+
+
 async def test_every_tool_result_over_the_limit_spills_once_through_the_spine(scripted, tmp_path, monkeypatch):
     monkeypatch.setenv("DSH_HOME", str(tmp_path / "home"))
     script = scripted({"default": [{"tools": [{"name": "big", "args": {"n": 5000}}, {"name": "big", "args": {"n": 500}},

@@ -86,12 +86,17 @@ class Shown:
 
 
 def title_of(name: str, args: dict[str, Any]) -> str:
-    """``bash: npm test``, ``edit src/app.py``, ``grep TODO``: the tool and what it acts on."""
+    """``bash: npm test``, ``edit src/app.py``, ``grep TODO``, ``job_output job_2``: the tool and
+    what it acts on (``bash (background): npm run dev`` for a job)."""
     if name == "bash" and isinstance(args.get("command"), str):
-        return one_line(f"bash: {args['command']}", TITLE_MAX)
-    for key in ("path", "pattern", "query", "url", "description"):
+        how = "bash (background)" if args.get("run_in_background") is True else "bash"
+        return one_line(f"{how}: {args['command']}", TITLE_MAX)
+    for key in ("path", "pattern", "query", "url", "description", "job_id", "name"):
         if isinstance(args.get(key), str) and args[key]:
             return one_line(f"{name} {args[key]}", TITLE_MAX)
+    queries = args.get("queries")  # web_search
+    if isinstance(queries, list) and queries and all(isinstance(q, str) for q in queries):
+        return one_line(f"{name} {'; '.join(queries)}", TITLE_MAX)
     return one_line(name, TITLE_MAX)
 
 

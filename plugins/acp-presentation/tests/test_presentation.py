@@ -74,6 +74,10 @@ def test_titles_are_one_clean_bounded_line():
     assert title == "bash: echo hi ↵ rm -rf /\\x1b[2J\\u202e"  # controls shown as escapes, never acted on
     assert len(title_of("read", {"path": "x" * 500})) == 200
     assert title_of("mcp__notes__search", {"query": "release"}) == "mcp__notes__search release"
+    assert title_of("bash", {"command": "npm run dev", "run_in_background": True}) == "bash (background): npm run dev"
+    assert title_of("job_output", {"job_id": "job_2", "wait": True}) == "job_output job_2"
+    assert title_of("skill", {"name": "release-notes"}) == "skill release-notes"
+    assert title_of("web_search", {"queries": ["anyio", "trio"]}) == "web_search anyio; trio"
 
 
 async def test_a_presentation_bug_costs_its_updates_never_the_answer(acp_agent, scripted, tmp_path):

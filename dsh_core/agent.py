@@ -101,7 +101,8 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._header_reason = "initial"
         self.settings = SessionSettings()
         self._pending_context: list[str] = []  # told to the model before its next request (a settings change)
-        self._notices: list[UserMessage] = []  # user-role messages for the next request (``notify``)
+        # user-role messages for the next request (``notify``), each with its "already told" check
+        self._notices: list[tuple[UserMessage, Callable[[], bool] | None]] = []
         self._claimed_ids: frozenset[str] = frozenset()  # the running turn's prompt messages
         self._state = StateSlots()  # plugin state of this session (dsh_core.state)
         self._offered: list[str] | None = None  # None: every tool is offered to the model
@@ -335,10 +336,12 @@ class Agent(TurnLoop, ToolDispatch, History):
                 return history[:i]
         return history
 
-    def notify(self, text: str, *, source: str = "notice") -> None:
-        """Queue ``text`` as a user-role message for the next model request (never starts a turn)."""
+    def notify(self, text: str, *, source: str = "notice", unless: Callable[[], bool] | None = None) -> None:
+        """Queue ``text`` as a user-role message for the next model request (never starts a turn);
+        dropped if ``unless()`` is true by then (the news reached the model another way)."""
         if text and not self._disposed:
-            self._notices.append(UserMessage(id=new_id("msg_"), content=[TextBlock(text=text)], source=source))
+            self._notices.append((UserMessage(id=new_id("msg_"), content=[TextBlock(text=text)], source=source),
+                                  unless))
 
     def splice(self, content: list[ContentBlock]) -> None:
         """Queue a user message (source ``tool``) for the history after the current step's tool results."""

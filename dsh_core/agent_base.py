@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from . import protocols
     from .protocols import AgentSpec, HistoryContext, Host, ModelProvider, Observer, SessionLog, Tool
     from .state import StateSlots
@@ -65,7 +67,7 @@ class AgentBase:
     _header_sent: bool
     _header_reason: str
     _pending_context: list[str]
-    _notices: list[UserMessage]
+    _notices: list[tuple[UserMessage, Callable[[], bool] | None]]
     _claimed_ids: frozenset[str]
     settings: SessionSettings
     _sources_ready: anyio.Event

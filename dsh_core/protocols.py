@@ -209,9 +209,11 @@ class Agent(Protocol):
     def splice(self, content: list[ContentBlock]) -> None:
         """Show the model ``content`` as a user message after this step's tool results."""
 
-    def notify(self, text: str, *, source: str = "notice") -> None:
+    def notify(self, text: str, *, source: str = "notice", unless: Callable[[], bool] | None = None) -> None:
         """Tell the model ``text`` as a user-role message (``source``) appended before its next
-        request, in this turn or the next one; it never starts a turn (a subagent's settlement)."""
+        request, in this turn or the next one; it never starts a turn (a subagent's settlement).
+        ``unless``: checked when that request is built; true drops the notice (a tool result has
+        told the model the same since, e.g. a job's end read with ``job_output``)."""
 
     def completed_history(self) -> list[Any]:
         """The committed history up to the last completed turn (what a fork starts from)."""

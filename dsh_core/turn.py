@@ -210,7 +210,9 @@ class TurnLoop(AgentBase):
             self._append_context(texts)
         if self._notices:  # what happened meanwhile (a subagent settled): after what the model saw
             notices, self._notices = self._notices, []
-            for message in notices:
+            for message, unless in notices:
+                if unless is not None and unless():
+                    continue  # already told (a tool result showed it since)
                 self._history.append(message)
                 self.emit(UserMessageEvent(message=message))
         tools = [self.tools[n].spec for n in self.offered] if self.route.tools else []

@@ -423,3 +423,19 @@ async def test_a_failing_session_log_fails_that_prompt_and_the_host_keeps_servin
     if fail_after < 4:  # failed before the model call: no work was done without a record
         assert not any(isinstance(e, AssistantMessageEvent) for e in seen)
     assert capfd.readouterr().err.count("No space left on device") == 1  # said once, not per event
+
+
+async def test_a_notice_goes_in_the_next_request_unless_it_was_told_another_way_by_then(scripted, tmp_path):
+    script = scripted({"default": [{"text": "ok"}], "repeat_default": True})
+    async with memory_host(script) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        told = {"b": False}
+        agent.notify("A happened")
+        agent.notify("B happened", unless=lambda: told["b"])  # checked when the request is built
+        told["b"] = True
+        agent.notify("C happened", unless=lambda: False)
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        with anyio.fail_after(10):
+            await agent.wait_idle()
+        notices = [m.content[0].text for m in agent.history if getattr(m, "source", None) == "notice"]
+        assert notices == ["A happened", "C happened"]

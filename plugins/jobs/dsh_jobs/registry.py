@@ -278,7 +278,9 @@ class JobRegistry:
         if job.watchers or job.kill_reason is not None or session.disposed:
             job.reported = job.reported or bool(job.watchers)
             return
-        session.notify(notice_text(job, self.limits.notice_tail))
+        # Dropped if, before the next request, a tool result shows this end (a job_output right
+        # after the job ended, in the same step): the model is told once.
+        session.notify(notice_text(job, self.limits.notice_tail), unless=lambda: job.reported)
 
 
 def notice_text(job: BgJob, tail: int) -> str:

@@ -64,7 +64,9 @@ async def test_closing_stdin_ends_the_jobs_and_the_log_says_so(acp_agent, script
                                                         "DSH_PERMISSION_MODE": "danger-full-access"}) as run:
         sid = await run.start()
         await run.conn.prompt(session_id=sid, prompt=[text_block("start")])
-        assert len(sleepers(marker)) == 2
+        with anyio.fail_after(10):  # `touch started` may run before both sleeps have exec'd
+            while len(sleepers(marker)) < 2:
+                await anyio.sleep(0.02)
         assert await run.close_stdin() == 0
     assert not sleepers(marker)
     events = session_log(acp_agent.home, sid)[1:]

@@ -182,9 +182,10 @@ class Sandbox:
         """Run any ``argv`` in ``cwd`` confined by ``mode``; returns the result and the runner used.
 
         Calls in the configured mode of a session (``owner``: its agent) go through that
-        session's confined command server (a fork per call); escalated one-shot calls, and
-        calls without an owner, start a fresh confined process (``Runner.wrap``). Either way,
-        when this returns (or is cancelled) no process of the call is alive.
+        session's command server (a fork per call; unconfined in danger-full-access, where the
+        server is there for its reaper); escalated one-shot calls, and calls without an owner,
+        start a fresh (confined) process (``Runner.wrap``). Either way, when this returns (or is
+        cancelled) no process of the call is alive.
 
         ``lifeline`` (a background job): always through a command server, so that the call's
         reaper kills everything it started even if this process is killed outright — the
@@ -201,12 +202,16 @@ class Sandbox:
         roots = writable_roots(mode, cwd) if runner is not None else []
         if lifeline:
             io.update(sink=sink, stop=stop)
-        elif runner is None:
-            return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill, **io), None
         elif owner is None or mode != self.mode_for(owner):
+            if runner is None:
+                return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill,
+                                         **io), None
             argv = runner.wrap(argv, roots, cwd)
             return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill,
                                      **io), runner
+        # A session's call in its own tier: through its command server — confined, or in
+        # danger-full-access an unconfined one, whose reaper still ends the call's whole tree when
+        # this process dies (even by SIGKILL).
         server_env = scrubbed_env(mode=mode)
         name = runner.name if runner is not None else "none"
         if owner is None or mode != self.mode_for(owner):  # a lifeline for a one-shot tier: its own server

@@ -4,6 +4,7 @@ closed stdin, or ``kill -9`` of dsh itself (no process of the job is left on the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -82,3 +83,29 @@ async def test_closing_stdin_ends_the_jobs_and_the_log_says_so(acp_agent, script
     shown = [line.split(None, 3)[2:] for line in out.stdout.splitlines()[1:]]
     assert ["job/started", f"job_1 bash: setsid sleep {marker} & touch started; sleep {marker}  [call_1]"] in shown
     assert ["job/settled", "job_1 killed: its session ended · 0 bytes of output"] in shown
+
+
+@pytest.mark.parametrize("tier", list(TIERS))
+async def test_kill_9_of_dsh_during_a_foreground_command_leaves_nothing_either(acp_agent, scripted, tier):
+    """The same lifeline for a foreground call of the session's tier (in danger-full-access too:
+    an unconfined command server, whose reaper outlives dsh long enough to end the call)."""
+    if tier != "unconfined":
+        require_mechanism(tier)
+    marker = new_marker()
+    steps = {"rules": [{"when": "^hold", "steps": [
+        {"tool": "bash", "args": {"command": f"setsid sleep {marker} & sleep {marker}"}}, {"text": "never"}]}]}
+    async with acp_agent(scripted(steps), env={"DSH_EXAMPLES_PATH": EXAMPLES, **TIERS[tier]}, check=False) as run:
+        sid = await run.start()
+        async with anyio.create_task_group() as tg:
+            async def prompt() -> None:
+                with contextlib.suppress(Exception):  # the agent is killed under it
+                    await run.conn.prompt(session_id=sid, prompt=[text_block("hold")])
+
+            tg.start_soon(prompt)
+            with anyio.fail_after(10):
+                while len(sleepers(marker)) < 2:
+                    await anyio.sleep(0.02)
+            os.kill(run.proc.pid, signal.SIGKILL)
+            await run.proc.wait()
+            tg.cancel_scope.cancel()
+        assert await gone(marker), f"left running after kill -9 of dsh: {sleepers(marker)}"

@@ -118,7 +118,7 @@ class BgJob:
         self._stopping = anyio.Event()
         self.settled = anyio.Event()
         self.scope: anyio.CancelScope | None = None
-        self.cancel_early = False  # killed before its task began: it starts cancelled
+        self.cancel_early = False  # killed before its task began: its work never runs
         self.kill_reason: str | None = None  # set when a kill was asked (job_kill, its session ending)
         self.watchers = 0  # job_output calls waiting for its end (they report it: no notice)
         self.reported = False  # a tool result has shown its end
@@ -148,7 +148,8 @@ class BgJob:
     async def wait(self) -> None:
         await self.settled.wait()
 
-    def _cancel(self) -> None:
+    def cancel_work(self) -> None:
+        """End the work now (a kill without grace): its scope, or, before it began, its start."""
         if self.scope is not None:
             self.scope.cancel()
         else:
@@ -164,7 +165,7 @@ class BgJob:
         if grace_s > 0:
             with anyio.move_on_after(grace_s):
                 await self.settled.wait()
-        self._cancel()
+        self.cancel_work()
         with anyio.CancelScope(shield=True):
             await self.settled.wait()
 
@@ -202,7 +203,7 @@ class SessionJobs:
             for job in running:
                 if job.kill_reason is None:
                     job.kill_reason = "its session ended"
-                job._cancel()
+                job.cancel_work()
                 await job.settled.wait()
         for job in self.jobs.values():
             job.log.release()

@@ -76,13 +76,20 @@ class Sink:
         if self.file is None:
             return self.head.decode("utf-8", errors="replace")
         tail = bytes(self.tail[-self.half :])
-        omitted = self.total - len(self.head) - len(tail)
-        return (
-            self.head.decode("utf-8", errors="replace")
-            + f"\n\n[… {omitted} bytes omitted; the full output ({self.total} bytes) is in {self.spill_target} "
-            "— read it with the read tool (offset/limit) or grep it …]\n\n"
-            + tail.decode("utf-8", errors="replace")
-        )
+        return cut_text(bytes(self.head), tail, self.total, self.spill_target)
+
+
+def cut_text(head: bytes, tail: bytes, total: int, path: Path, *, where: str | None = None) -> str:
+    """What the model sees of ``total`` bytes it is not shown whole: ``head``, a marker saying how
+    much is left out and where it all is (``where``, default: the full output is in ``path``),
+    ``tail`` — the one rendering of every spilled result (a tool's, a background job's)."""
+    omitted = total - len(head) - len(tail)
+    where = where or f"the full output ({total} bytes) is in {path}"
+    return (
+        head.decode("utf-8", errors="replace")
+        + f"\n\n[… {omitted} bytes omitted; {where} — read it with the read tool (offset/limit) or grep it …]\n\n"
+        + tail.decode("utf-8", errors="replace")
+    )
 
 
 def bound(text: str, limit: int, spill: Path) -> tuple[str, bool]:

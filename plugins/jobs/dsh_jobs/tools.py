@@ -13,6 +13,7 @@ import anyio
 
 from dsh_core import FunctionTool, ToolError
 from dsh_core.display import one_line
+from dsh_core.spill import cut_text
 from dsh_core.types import ToolOutput
 
 from .registry import BgJob, JobRegistry
@@ -165,10 +166,8 @@ def read_new(job: BgJob, limit: int) -> tuple[str, bool]:
         tail = _whole_chars(tail)
         end = end - half + len(tail)
     job.read_offset = end
-    omitted = end - start - len(head) - len(tail)
-    marker = (f"\n\n[… {omitted} bytes omitted; this read is bytes {start}–{end} of the job's output, all of it in "
-              f"{job.log.path} — read it with the read tool (offset/limit) or grep it …]\n\n")
-    return head.decode("utf-8", errors="replace") + marker + tail.decode("utf-8", errors="replace"), True
+    return cut_text(head, tail, end - start, job.log.path,
+                    where=f"all of the job's output is in {job.log.path} (this read: bytes {start}–{end})"), True
 
 
 def _whole_chars(data: bytes) -> bytes:

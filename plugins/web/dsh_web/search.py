@@ -8,6 +8,7 @@ else: not in the tool's arguments, its result, an error, a log line or ``repr``.
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -32,8 +33,7 @@ def _plain(text: Any) -> str:
     """A result's title or snippet as plain text: Brave marks matches with <strong>."""
     if not isinstance(text, str):
         return ""
-    text = _TAGS.sub("", text).replace("&amp;", "&").replace("&quot;", '"').replace("&#x27;", "'")
-    return strip_unsafe(text.replace("&lt;", "<").replace("&gt;", ">")).strip()
+    return strip_unsafe(html.unescape(_TAGS.sub("", text))).strip()
 
 
 class BraveSearch:

@@ -277,8 +277,7 @@ class JobRegistry:
         except Exception as exc:  # a session whose log has closed: nothing to record it in
             log.debug(f"job {job.id} settled after its session's log closed: {exc!r}")
         if job.watchers or job.kill_reason is not None or session.disposed:
-            job.reported = job.reported or bool(job.watchers)
-            return
+            return  # a waiting job_output or job_kill shows this end; or nobody is left to tell
         # Dropped if, before the next request, a tool result shows this end (a job_output right
         # after the job ended, in the same step): the model is told once.
         session.notify(notice_text(job, self.limits.notice_tail), unless=lambda: job.reported)

@@ -136,7 +136,6 @@ class JobTools:
             return ToolOutput.text(f"job {job.id} had already ended: {job.status_text()}")
         await job.kill(one_line(reason, 200) if reason and reason.strip() else None,
                        grace_s=self.registry.limits.kill_grace_s)
-        job.reported = True
         unread = job.log.size - job.read_offset
         tail = f"; {unread} bytes of output unread (job_output returns them)" if unread > 0 else ""
         return ToolOutput.text(f"job {job.id} stopped: [status: {job.status_text()}]"

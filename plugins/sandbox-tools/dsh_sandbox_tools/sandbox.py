@@ -200,55 +200,54 @@ class Sandbox:
         limit = s.max_output_bytes if limit is None else limit
         io: dict[str, Any] = {"stdin": stdin, "capture": capture}
         roots = writable_roots(mode, cwd) if runner is not None else []
-        if lifeline:
-            io.update(sink=sink, stop=stop)
-        elif owner is None or mode != self.mode_for(owner):
-            if runner is None:
-                return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill,
-                                         **io), None
-            argv = runner.wrap(argv, roots, cwd)
+        one_shot = owner is None or mode != self.mode_for(owner)
+        if one_shot and not lifeline:  # a fresh (confined) process
+            if runner is not None:
+                argv = runner.wrap(argv, roots, cwd)
             return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill,
                                      **io), runner
-        # A session's call in its own tier: through its command server — confined, or in
-        # danger-full-access an unconfined one, whose reaper still ends the call's whole tree when
-        # this process dies (even by SIGKILL).
-        server_env = scrubbed_env(mode=mode)
-        name = runner.name if runner is not None else "none"
-        if owner is None or mode != self.mode_for(owner):  # a lifeline for a one-shot tier: its own server
-            own = CommandServer(lambda fd: server_argv(runner, roots, cwd, fd), env=server_env, cwd=cwd)
+        # Through a command server: the session's (confined, or in danger-full-access an unconfined
+        # one, whose reaper still ends the call's whole tree when this process dies, even by SIGKILL),
+        # or, for a background job in a one-shot tier, one of its own that ends with it.
+        io.update(sink=sink, stop=stop)
+        label = (runner.detail or runner.name) if runner is not None else "unconfined"
+
+        def make() -> CommandServer:
+            return CommandServer(lambda fd: server_argv(runner, roots, cwd, fd), env=scrubbed_env(mode=mode), cwd=cwd)
+
+        def unavailable(exc: ServerError) -> ToolError:
+            return ToolError(f'sandbox mode "{mode}" could not be applied ({label} command server: {exc}); '
+                             "refusing to run the command unconfined.", code="SANDBOX_UNAVAILABLE")
+
+        def failed(exc: ServerError) -> ToolError:
+            return ToolError(f"the sandbox command server failed: {exc}", code="SANDBOX_FAILED")
+
+        if one_shot:
+            own = make()
             try:
                 await own.start()
             except ServerError as exc:
-                raise ToolError(f'sandbox mode "{mode}" could not be applied ({name} command server: {exc}); '
-                                "refusing to run the command unconfined.", code="SANDBOX_UNAVAILABLE") from None
+                raise unavailable(exc) from None
             try:
                 return await own.run(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill,
                                      **io), runner
             except ServerError as exc:
-                raise ToolError(f"the sandbox command server failed: {exc}", code="SANDBOX_FAILED") from None
+                raise failed(exc) from None
             finally:
                 await own.aclose()
-        key = (getattr(owner, "session_id", id(owner)), name, tuple(roots))
+        key = (getattr(owner, "session_id", id(owner)), runner.name if runner is not None else "none", tuple(roots))
         for attempt in (1, 2):
             try:
-                server = await self.servers.get(
-                    key, owner,
-                    lambda: CommandServer(lambda fd: server_argv(runner, roots, cwd, fd), env=server_env, cwd=cwd),
-                )
+                server = await self.servers.get(key, owner, make)
             except ServerError as exc:
-                raise ToolError(
-                    f'sandbox mode "{mode}" could not be applied '
-                    f"({(runner.detail or runner.name) if runner is not None else name} command server: "
-                    f"{exc}); refusing to run the command unconfined.",
-                    code="SANDBOX_UNAVAILABLE",
-                ) from None
+                raise unavailable(exc) from None
             try:
                 return await server.run(argv, cwd=cwd, env=env, timeout_s=timeout_s, limit=limit, spill=spill,
                                         **io), runner
             except ServerError as exc:
                 await self.servers.discard(key)
                 if attempt == 2 or not exc.before_start:  # lost mid-call: never run the command twice
-                    raise ToolError(f"the sandbox command server failed: {exc}", code="SANDBOX_FAILED") from None
+                    raise failed(exc) from None
         raise AssertionError("unreachable")
 
     async def aclose(self) -> None:

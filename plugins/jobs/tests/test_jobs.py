@@ -5,7 +5,6 @@ teardown, judged by the processes the kernel still has (``/proc``)."""
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 from contextlib import asynccontextmanager
@@ -20,7 +19,7 @@ from dsh_core import ToolError
 from dsh_core.contracts import AgentSpec
 from dsh_core.protocols import JobEnd
 from dsh_core.types import JobSettled, JobStarted, TextBlock, ToolResultEvent, UserMessage, UserMessageEvent
-from dsh_testing import memory_host
+from dsh_testing import live_processes, memory_host
 
 pytestmark = pytest.mark.anyio
 
@@ -28,26 +27,9 @@ PLUGINS = ("scripted-model", "sandbox-tools", "jobs")
 TIERS = [*MECHANISMS, "unconfined"]  # unconfined: danger-full-access (a command server without confinement)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def sleepers(marker: str) -> list[int]:
     """Live processes running ``sleep <marker>`` (however deep, whatever pid namespace)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if cmdline[:2] == [b"sleep", marker.encode()] and _alive(int(entry)):
-                found.append(int(entry))
-    return found
+    return live_processes(lambda argv, cwd: argv[:2] == [b"sleep", marker.encode()])
 
 
 def new_marker() -> str:
@@ -434,16 +416,13 @@ async def test_an_escalated_job_runs_once_in_the_wider_tier_on_a_server_of_its_o
         assert asked.tool_name == "bash" and asked.tier == "workspace-write"
         assert text(out) == "wrote\n[status: completed (exit 0)]" and (tmp_path / "made.txt").read_text() == "made\n"
         assert "refused" in text(after) and not (tmp_path / "again.txt").exists()  # one call, once
+        def servers() -> list[int]:
+            return live_processes(lambda argv, cwd: any(a.endswith(b"_cmdserver.py") for a in argv)
+                                  and cwd == str(tmp_path))
+
+        assert servers()  # the session's read-only one (the last call ran in it)
         await s.agent.dispose()  # no command server of the session's cwd is left, the job's own included
-        assert not [p for p in os.listdir("/proc") if p.isdigit() and _server_in(int(p), tmp_path)]
-
-
-def _server_in(pid: int, cwd: Path) -> bool:
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        return b"_cmdserver.py" in cmd and os.readlink(f"/proc/{pid}/cwd") == str(cwd) and _alive(pid)
-    except OSError:
-        return False
+        assert not servers()
 
 
 async def test_a_resumed_session_never_reuses_a_job_id(scripted, tmp_path, dsh_home):

@@ -59,6 +59,9 @@ from .harness import (
     check_frames as check_frames,
 )
 from .harness import (
+    live_processes as live_processes,
+)
+from .harness import (
     memory_host as memory_host,
 )
 from .harness import (

@@ -13,7 +13,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import cache
@@ -198,6 +198,25 @@ def minimal_env(**extra: str) -> dict[str, str]:
 def session_log(home: Path, session_id: str) -> list[dict[str, Any]]:
     """The records of a session's JSONL log under ``home`` (a test's ``DSH_HOME``), header first."""
     return [json.loads(line) for line in (home / "sessions" / f"{session_id}.jsonl").read_text().splitlines()]
+
+
+def live_processes(match: Callable[[list[bytes], str], bool]) -> list[int]:
+    """Pids of the live (not zombie) processes of this machine whose argv (split at NULs) and
+    working directory ``match`` accepts — seen from outside any sandbox or pid namespace, so a test
+    can count what a command left behind: ``live_processes(lambda argv, cwd: argv[:2] == [b"sleep", b"317.5"])``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if state not in ("Z", "X") and match(argv, cwd):
+            found.append(int(entry))
+    return found
 
 
 async def until(predicate: Any, timeout: float = 10.0) -> None:

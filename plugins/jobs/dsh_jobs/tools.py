@@ -170,7 +170,11 @@ def read_new(job: BgJob, limit: int) -> tuple[str, bool]:
 
 
 def _whole_chars(data: bytes) -> bytes:
-    """``data`` without a UTF-8 sequence cut at its end (at most three bytes held back)."""
+    """``data`` without a UTF-8 sequence cut at its end (at most three bytes held back).
+
+    Not ``codecs``' incremental decoder: that keeps one state per stream, while a read here
+    starts wherever the last one stopped (either reader's) or at a tail cut; looking back at
+    most four bytes needs no state at all."""
     for back in range(1, min(4, len(data)) + 1):
         byte = data[-back]
         if byte < 0x80:

@@ -305,10 +305,9 @@ class ScenarioItem(pytest.Item):
         mode = scenario_mode(self.config)
         if mode == "record" and not self.scenario.recordable:
             pytest.skip("not recordable (input.json: recordable is false): refresh keeps it current")
-        # per mechanism, or one the scenario's env names: skip where this machine lacks it ("none"
-        # is no mechanism: a scenario of a host without a sandbox runs everywhere)
+        # per mechanism, or one the scenario's env names: skip where this machine lacks it
         mechanism = self.mechanism or self.scenario.env.get("DSH_SANDBOX_MECHANISM")
-        if mechanism and mechanism != "none":
+        if mechanism:
             importlib.import_module("dsh_sandbox_tools.testing").require_mechanism(mechanism)
         pins = self.config.stash.setdefault(_PINS, {})
         written = run_and_check(self.scenario, mode, mechanism=self.mechanism, pins=pins)

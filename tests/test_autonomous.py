@@ -1,4 +1,4 @@
-"""Autonomous turns (issue 41; DESIGN.md ACP-7, ACP-8): an idle agent that a plugin's notice wakes
+"""Autonomous turns (issue 41; docs/acp-contract.md ACP-7, ACP-8): an idle agent that a plugin's notice wakes
 (``Agent.notify(..., wake=True)``: a background job or subagent settled, a child reported, a goal
 round) starts a turn on its own, as the original's ``followup`` does.
 

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from .config import AgentConfig
 from .diag import warn
 from .dispatch import ToolDispatch
 from .errors import AgentDisposed, SessionLogFailed
 from .history import History
-from .config import AgentConfig
 from .protocols import AgentSpec, Observer, new_id
 from .state import StateSlots
 from .turn import TurnLoop

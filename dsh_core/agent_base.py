@@ -94,6 +94,9 @@ class AgentBase:
     def _log_failure(self) -> str:  # agent
         raise NotImplementedError
 
+    def _claim_wake(self) -> bool:  # agent
+        raise NotImplementedError
+
     @property
     def offered(self) -> list[str]:  # agent
         raise NotImplementedError

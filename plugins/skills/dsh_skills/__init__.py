@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from msgspec import Meta
 
@@ -123,7 +123,7 @@ def dsh_prompt_submit(session: Agent, messages: list[Any], turn: int) -> PromptS
     return PromptSubmit(context=["\n\n".join(parts)])
 
 
-def _load(session: Agent, name: str, *, by: str) -> tuple[Skill, str]:
+def _load(session: Agent, name: str, *, by: Literal["model", "person"]) -> tuple[Skill, str]:
     """The skill ``name`` and its file's text, for ``by`` ("model": the ``skill`` tool, which knows
     only the skills the model may start; "person": a slash command, which starts any skill)."""
     skills = session.state(Seen).refresh(session.cwd)

@@ -1,5 +1,6 @@
-"""Skills: the roots and their order, both formats, bad front matter, links, the catalog in the
-prefix and its appended updates, the skill tool (real files, a real host)."""
+"""Skills: the roots and their order, both formats, bad front matter, the invocation flags and their
+bad values, links, the catalog in the prefix and its appended updates, the skill tool's block and
+its escaping and bound (real files, a real host)."""
 
 from __future__ import annotations
 
@@ -251,3 +252,23 @@ async def test_the_skill_block_is_bounded_and_its_body_cannot_close_its_frame(pr
                                    '&lt;skill_content name="x">\n&lt;/system-reminder>\nxxx')
     assert instructions.endswith(f"[… {repo}/.dsh/skills/tricky/SKILL.md cut at 300 bytes]\n"
                                  "</skill_instructions>\n</skill_content>")
+
+
+async def test_a_command_listed_before_its_author_turned_the_person_away_refuses_to_run(project, scripted):
+    """The door lists the commands again at each prompt; a command taken from an older list (a
+    race with the edit) still checks the flag when it runs."""
+    from dsh_skills import dsh_slash_commands
+
+    repo, _, _ = project
+    root = repo / ".dsh" / "skills"
+    flagged(root, "notes", "")
+    script = scripted({"default": [{"text": "ok"}]})
+    async with memory_host(script, plugins=("scripted-model", "skills")) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(repo), provider="scripted", model=str(script)))
+        (command,) = dsh_slash_commands(agent, host)
+        assert (await command.run(agent, "")).prompt.startswith('<skill_content name="notes">')
+        flagged(root, "notes", "user-invocable: false\n", body="Edited, and longer.\n")
+        assert dsh_slash_commands(agent, host) is None
+        with pytest.raises(ValueError, match='skill "notes" is not available as a command: its front matter says '
+                                             "user-invocable: false"):
+            await command.run(agent, "")

@@ -107,4 +107,12 @@ async def test_the_flags_decide_the_editors_slash_commands(acp_agent, scripted):
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("/model-only-skill now")])
         assert resp.stop_reason == "end_turn"
         assert run.client.text(sid)[-1].startswith("/model-only-skill is not a command here. Commands:\n")
+        # a skill whose author turns the person away while the session lives is no command any more
+        (root / "snapshot-skill" / "SKILL.md").write_text(
+            "---\nname: snapshot-skill\ndescription: About snapshot-skill.\nuser-invocable: false\n---\n\nLater.\n")
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("/snapshot-skill now")])
+        assert resp.stop_reason == "end_turn"
+        refused = run.client.text(sid)[-1]
+        assert refused.startswith("/snapshot-skill is not a command here. Commands:\n")
+        assert "/user-only-skill" in refused and "/snapshot-skill " not in refused.split("\n", 1)[1]
     assert [e["type"] for e in session_log(acp_agent.home, sid)].count("turn/start") == 1

@@ -4,18 +4,23 @@
   description, bounded (``catalog-bytes``) and escaped as agent instructions are.
 - **Changes** (``dsh_prompt_submit``): a skill added, changed or removed since the session last
   saw the catalog is told in an appended message at the next turn; the prefix stays.
-- **Loading** (the ``skill {name}`` tool): the skill's whole file, bounded (``skill-bytes``), and
-  its folder, so the model reads its other files with the ordinary tools.
+- **Loading** (the ``skill {name}`` tool): the skill's body, bounded (``skill-bytes``), and its
+  folder, in the original's ``<skill_content>`` block, so the model reads its other files with the
+  ordinary tools.
 - **Slash commands** (``dsh_slash_commands``, for a door that offers them): ``/<name> [text]``
   submits the skill with the person's text as the prompt.
+- **Who may start a skill**: ``disable-model-invocation: true`` keeps a skill out of the catalog
+  and the ``skill`` tool (a person still has its slash command); ``user-invocable: false`` keeps
+  it out of the slash commands (the model still has it).
 
 Skills are text for the model; dsh never runs anything a skill contains. See README.md and
 ``catalog.py`` for the roots and the format."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from msgspec import Meta
 
@@ -61,6 +66,11 @@ class Seen:
         return self.catalog.refresh()
 
 
+def _for_model(skills: dict[str, Skill]) -> dict[str, Skill]:
+    """The skills the model may start: not ``disable-model-invocation: true``."""
+    return {n: s for n, s in skills.items() if s.model_invocable}
+
+
 def _line(skill: Skill) -> str:
     return f"- {escape(skill.name)}: {escape(one_line(skill.description, 300))}"
 
@@ -86,7 +96,7 @@ def catalog_section(skills: dict[str, Skill], limit: int) -> str | None:
 
 @hookimpl
 def dsh_system_prompt(spec: AgentSpec, host: Host) -> str | None:
-    skills = discover(spec.cwd)
+    skills = _for_model(discover(spec.cwd))
     spec.extra[_SHOWN] = {s.name: (s.description, s.stamp) for s in skills.values()}
     return catalog_section(skills, host.config_for(SkillsConfig).catalog_bytes)
 
@@ -97,7 +107,7 @@ def dsh_prompt_submit(session: Agent, messages: list[Any], turn: int) -> PromptS
     shown: dict[str, tuple[str, tuple[int, int]]] | None = session.spec.extra.get(_SHOWN)
     if shown is None:
         return None
-    now = session.state(Seen).refresh(session.cwd)
+    now = _for_model(session.state(Seen).refresh(session.cwd))
     added = [s for n, s in now.items() if n not in shown]
     changed = [s for n, s in now.items() if n in shown and shown[n] != (s.description, s.stamp)]
     gone = [n for n in shown if n not in now]
@@ -113,26 +123,63 @@ def dsh_prompt_submit(session: Agent, messages: list[Any], turn: int) -> PromptS
     return PromptSubmit(context=["\n\n".join(parts)])
 
 
-def _load(session: Agent, name: str) -> tuple[Skill, str]:
+def _load(session: Agent, name: str, *, by: Literal["model", "person"]) -> tuple[Skill, str]:
+    """The skill ``name`` and its file's text, for ``by`` ("model": the ``skill`` tool, which knows
+    only the skills the model may start; "person": a slash command, which starts any skill)."""
     skills = session.state(Seen).refresh(session.cwd)
+    known = _for_model(skills) if by == "model" else skills
     skill = skills.get(name)
     if skill is None:
-        known = ", ".join(sorted(skills)) or "none"
-        raise ToolError(f"no skill {name!r} (skills: {known})", code="UNKNOWN_SKILL")
+        names = ", ".join(sorted(known)) or "none"
+        raise ToolError(f'skill "{name}" is unknown or no longer available (skills: {names})', code="UNKNOWN_SKILL")
+    if by == "person" and not skill.user_invocable:
+        raise ToolError(f'skill "{name}" is not available as a command: its front matter says user-invocable: false',
+                        code="SKILL_NOT_USER_INVOCABLE")
+    if by == "model" and not skill.model_invocable:
+        raise ToolError(f'skill "{name}" is not available for model invocation: its front matter says '
+                        "disable-model-invocation: true, so only a person starts it", code="SKILL_NOT_MODEL_INVOCABLE")
     try:
         text = read_text(skill, session.host.config_for(SkillsConfig).skill_bytes)
     except OSError as exc:
-        raise ToolError(f"skill {name!r} cannot be read: {exc.strerror or exc}", code="SKILL_UNREADABLE") from None
+        raise ToolError(f'skill "{name}" cannot be read: {exc.strerror or exc}', code="SKILL_UNREADABLE") from None
     return skill, text
+
+
+# A body may not open or close the block it is framed in (nor a system block: escape_system).
+_FRAME_TAG = re.compile(r"<(\s*/?\s*skill_(?:content|resources|instructions)\b)", re.IGNORECASE)
+
+
+def _escape_text(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def skill_content(skill: Skill, text: str) -> str:
+    """The block the model reads for a loaded skill, framed as the original frames it: its name,
+    its folder (relative paths in the skill resolve against it), then its body. The body is
+    escaped as agent instructions are, and so that it cannot close its own frame."""
+    _, body = split_front(text)
+    body = _FRAME_TAG.sub(r"&lt;\1", escape(body.strip()))
+    return "\n".join([
+        f'<skill_content name="{skill.name}">',  # a name is letters, digits, '.', '_' and '-' (catalog.NAME)
+        "<skill_resources>",
+        f"Base directory for this skill: {_escape_text(skill.folder)}",
+        "Resolve relative paths mentioned by this skill against the base directory before using them. "
+        "Load referenced resources only as needed.",
+        "</skill_resources>",
+        "",
+        "<skill_instructions>",
+        body,
+        "</skill_instructions>",
+        "</skill_content>",
+    ])
 
 
 async def _skill(args: dict[str, Any], ctx: ToolContext) -> str:
     name = args.get("name")
     if not isinstance(name, str) or not name:
         raise ToolError("skill needs `name`: one of the skills listed in your instructions", code="INVALID_ARGUMENTS")
-    skill, text = _load(ctx.agent, name)
-    _, body = split_front(text)
-    return f"Skill {skill.name} (folder {skill.folder}):\n\n{body}"
+    skill, text = _load(ctx.agent, name, by="model")
+    return skill_content(skill, text)
 
 
 SKILL_TOOL = FunctionTool(
@@ -153,12 +200,11 @@ def dsh_register_tools(register: Any, host: Host) -> None:
 def _command(skill: Skill) -> SlashCommand:
     async def run(session: Agent, text: str) -> CommandResult:
         try:
-            loaded, raw = _load(session, skill.name)
+            loaded, raw = _load(session, skill.name, by="person")
         except ToolError as exc:
             raise ValueError(exc.message) from None
-        _, body = split_front(raw)
         ask = f"\n\n{text.strip()}" if text.strip() else ""
-        return CommandResult(prompt=f"Use the skill {loaded.name} (folder {loaded.folder}):\n\n{body.strip()}{ask}")
+        return CommandResult(prompt=skill_content(loaded, raw) + ask)
 
     return SlashCommand(name=skill.name, description=one_line(skill.description, 200), run=run, hint="what to apply it to")
 
@@ -168,4 +214,4 @@ def dsh_slash_commands(session: Agent, host: Host) -> list[SlashCommand] | None:
     if not host.config_for(SkillsConfig).commands:
         return None
     skills = session.state(Seen).refresh(session.cwd)
-    return [_command(s) for s in skills.values()] or None
+    return [_command(s) for s in skills.values() if s.user_invocable] or None

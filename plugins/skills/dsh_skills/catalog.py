@@ -2,6 +2,11 @@
 
 A skill is a folder holding ``SKILL.md`` (the open Agent Skills format) or a flat ``<name>.md``
 file; both start with YAML front matter naming it (``name``, ``description``), then the body.
+Two flags, as skill authors write them for other agents, say who may start a skill:
+``disable-model-invocation: true`` keeps it from the model (out of the catalog, refused by the
+``skill`` tool; a person still starts it as a slash command), ``user-invocable: false`` keeps it
+from the person (no slash command; the model still sees and loads it). A flag that is not a
+boolean, or spelt in camelCase, skips the skill with a warning; other keys are ignored.
 Roots, earliest first (an earlier root wins a name): ``<project>/.dsh/skills``,
 ``<project>/.agents/skills``, ``<project>/.claude/skills``, ``$DSH_HOME/skills``,
 ``~/.agents/skills``; the project is the nearest ancestor of the cwd holding ``.git``, else the
@@ -36,6 +41,31 @@ class Skill:
     folder: str  # its folder (the root itself for a flat skill)
     root: str  # where reads must stay: the project for its skills, the user's root for theirs
     stamp: tuple[int, int]  # (mtime_ns, size): changes show up as an update
+    model_invocable: bool = True  # not `disable-model-invocation: true`: in the catalog, loaded by `skill`
+    user_invocable: bool = True  # not `user-invocable: false`: offered as a slash command
+
+
+# A flag's value is a YAML boolean, or one of these words (quoted, any case) as other skill readers
+# accept them; anything else skips the skill.
+_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+# Spellings of the flags that other readers refuse rather than silently ignore: a skill meant to be
+# kept from the model must not reach it because its author wrote the key in camelCase.
+MISSPELT = {"disableModelInvocation": "disable-model-invocation", "modelInvocable": "disable-model-invocation",
+            "userInvocable": "user-invocable"}
+
+
+def flag(meta: dict, key: str) -> bool | None:
+    """The boolean ``meta[key]`` says (None when absent); ValueError when it is not a boolean."""
+    if key not in meta:
+        return None
+    value = meta[key]
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _WORDS:
+        return _WORDS[value.strip().lower()]
+    raise ValueError(f"`{key}` must be true or false, not {value!r}")
 
 
 def project_root(cwd: str) -> str:
@@ -191,4 +221,15 @@ def _read(path: str, folder: str, root: str, stamp: tuple[int, int]) -> Skill | 
         log.warning(f"skill {path} skipped: `description` must be a non-empty string")
         return None
     description = " ".join(description.split())[:DESCRIPTION_MAX]
-    return Skill(name=name, description=description, path=path, folder=folder, root=root, stamp=stamp)
+    meta = meta if isinstance(meta, dict) else {}  # it is: `name` came from it
+    misspelt = [k for k in MISSPELT if k in meta]
+    if misspelt:
+        log.warning(f"skill {path} skipped: `{misspelt[0]}` is not read; write `{MISSPELT[misspelt[0]]}`")
+        return None
+    try:
+        no_model, user = flag(meta, "disable-model-invocation"), flag(meta, "user-invocable")
+    except ValueError as exc:
+        log.warning(f"skill {path} skipped: {exc}")
+        return None
+    return Skill(name=name, description=description, path=path, folder=folder, root=root, stamp=stamp,
+                 model_invocable=no_model is not True, user_invocable=user is not False)

@@ -246,10 +246,10 @@ def render(found: list[Offer]) -> str:
             if len(variants) > 1:
                 lines += [f"#### Variant {n}", ""]
             lines += [f"Offered by: {_where(group, all_examples)}.", ""]
-            lines += _quote(first.schema["description"]) + [""]
-            lines += _arguments(first.schema["parameters"]) + [""]
+            lines += [*_quote(first.schema["description"]), ""]
+            lines += [*_arguments(first.schema["parameters"]), ""]
             for g in first.guidance:
-                lines += [f"Guidance `{g.name}` (order {g.order}):", ""] + _quote(g.text) + [""]
+                lines += [f"Guidance `{g.name}` (order {g.order}):", "", *_quote(g.text), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

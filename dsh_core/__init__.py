@@ -29,6 +29,7 @@ from .errors import (
 from .hookspecs import hookimpl
 from .host import Host, open_host
 from .tools import FunctionTool
+from .types import Guidance
 
 try:
     __version__ = version("dsh-core")
@@ -45,6 +46,7 @@ __all__ = [
     "ConfigError",
     "DshError",
     "FunctionTool",
+    "Guidance",
     "Host",
     "ModelError",
     "RouteError",

@@ -14,15 +14,15 @@ The hooks are grouped by the phase in which they are called:
 
 - **registration** — once per host at start-up (``dsh_addhooks``, ``dsh_configure``,
   ``dsh_register_models``, ``dsh_register_search_providers``, ``dsh_register_tools``,
-  ``dsh_register_subagent_providers``, ``dsh_register_front_doors``), or by the
-  CLI and ``dsh doctor`` (``dsh_register_commands``, ``dsh_register_doctor_checks``);
+  ``dsh_register_guidance``, ``dsh_register_subagent_providers``, ``dsh_register_front_doors``),
+  or by the CLI and ``dsh doctor`` (``dsh_register_commands``, ``dsh_register_doctor_checks``);
 - **composition** — once per host, pick the one object that fills a seam or lives as long
   as the host (``dsh_session_store``, ``dsh_attachment_store``, ``dsh_confinement``,
   ``dsh_jobs``, ``dsh_client_mcp``, ``dsh_lifespan``);
 - **per-session** — for one agent: building it (``dsh_make_agent``, ``dsh_system_prompt``,
-  ``dsh_session_tools``, ``dsh_history_policy``, ``dsh_code_runtime``), deciding inside its turns
-  (``dsh_check_step``, ``dsh_after_tool``, ``dsh_check_approval``), and cleaning up after it
-  (``dsh_session_artifacts``);
+  ``dsh_session_tool_names``, ``dsh_session_tools``, ``dsh_history_policy``, ``dsh_code_runtime``),
+  deciding inside its turns (``dsh_check_step``, ``dsh_after_tool``, ``dsh_check_approval``), and
+  cleaning up after it (``dsh_session_artifacts``);
 - **observation** — see every durable event, change nothing (``dsh_session_event``), or say
   what a door shows a person for it (``dsh_present_event``);
 - **interception** — steer a session at fixed points of its turns, as a hook bridge does
@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # pragma: no cover
         Tool,
         ToolSource,
     )
-    from .types import AfterTool, ApprovalRequest, DurableEvent, LiveText, ToolCallBlock, ToolOutput
+    from .types import AfterTool, ApprovalRequest, DurableEvent, Guidance, LiveText, ToolCallBlock, ToolOutput
 
 PROJECT = "dsh"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -133,6 +133,21 @@ def dsh_register_tools(register: Callable[[Tool], None], host: Host) -> None:
     Called once by the host at start-up, after ``dsh_configure``. Call ``register(tool)``; tool names are
     unique, and the model sees them in registration order (stable, for prefix
     caching). Return value ignored.
+    """
+
+
+@hookspec
+def dsh_register_guidance(register: Callable[[Guidance], None], host: Host) -> None:
+    """Offer usage guidance for tools: system-prompt sections (``types.Guidance``) that an agent
+    gets only when it has one of the tools a section names.
+
+    Called once by the host at start-up, after ``dsh_register_tools``. Call ``register(section)``
+    for each; two sections with one name are an error, and so is a section that names no tool.
+    ``Host.system_prompt`` puts the sections of the tools an agent has (the host's, and the
+    session tools ``dsh_session_tool_names`` declares for it) after every ``dsh_system_prompt``
+    section, by ``order`` and then ``name`` — the same text every time, so the provider's prefix
+    cache keeps hitting. Keep the text about how to use the tools well together (what the schema
+    of one call cannot say). Return value ignored.
     """
 
 
@@ -302,8 +317,21 @@ def dsh_system_prompt(spec: AgentSpec, host: Host) -> str | None:
     Called by the agent service once when it creates an agent (``spec.cwd`` is the
     session's directory, ``spec.session_id`` its id). Return a string
     (a section) or None. The spine's base section comes first, then the plugins'
-    sections in registration order. The result is stable for the session's
-    life, so the provider's prefix cache keeps hitting.
+    sections in registration order, then the tool guidance (``dsh_register_guidance``). The
+    result is stable for the session's life, so the provider's prefix cache keeps hitting.
+    """
+
+
+@hookspec
+def dsh_session_tool_names(spec: AgentSpec, host: Host) -> list[str] | None:
+    """Name the session tools (``dsh_session_tools``) an agent built from ``spec`` will have, as far
+    as they are known before it is built: a continuable child's ``report``.
+
+    Called by ``Host.system_prompt`` once per agent, before the agent exists (so before its
+    sources publish anything). Every implementation's names are collected; None for none. Only
+    the guidance sections (``dsh_register_guidance``) use them: a section about a session tool
+    reaches exactly the agents that get that tool. A source whose tools are discovered at run time
+    (an MCP server's) names none.
     """
 
 

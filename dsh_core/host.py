@@ -55,6 +55,7 @@ from .types import (
     ApprovalOutcome,
     ApprovalRequest,
     DurableEvent,
+    Guidance,
 )
 
 ENTRY_POINT_GROUP = "dsh"
@@ -232,6 +233,7 @@ class Host:
         self.front_doors: dict[str, FrontDoor] = {}
         self.subagent_providers: dict[str, SubagentProvider] = {}
         self.search_providers: dict[str, SearchProvider] = {}
+        self.guidance: list[Guidance] = []  # every section, in prompt order (dsh_register_guidance)
         self.approvals = ApprovalService(pm)
         self.agents: set[Agent] = set()
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -252,6 +254,8 @@ class Host:
         pm.hook.dsh_register_search_providers(register=self._add_search_provider, host=self)  # before the tools too
         pm.hook.dsh_register_models(register=self._add_model, host=self)
         pm.hook.dsh_register_tools(register=self._add_tool, host=self)
+        pm.hook.dsh_register_guidance(register=self._add_guidance, host=self)
+        self.guidance.sort(key=lambda g: (g.order, g.name))  # fixed: the cached prefix is stable
         pm.hook.dsh_register_subagent_providers(register=self._add_subagent_provider, host=self)
         pm.hook.dsh_register_front_doors(register=self._add_door, host=self)
         self.session_store: SessionStore = pm.hook.dsh_session_store(host=self)
@@ -271,6 +275,15 @@ class Host:
         if tool.spec.name in self.tools:
             raise CompositionError(f"two plugins register the tool {tool.spec.name!r}")
         self.tools[tool.spec.name] = tool
+
+    def _add_guidance(self, section: Guidance) -> None:
+        if not isinstance(section, Guidance):
+            raise CompositionError(f"dsh_register_guidance takes dsh_core.types.Guidance, not {type(section).__name__}")
+        if not section.tools:
+            raise CompositionError(f"the guidance section {section.name!r} names no tool (it would never be shown)")
+        if any(g.name == section.name for g in self.guidance):
+            raise CompositionError(f"two plugins register the guidance section {section.name!r}")
+        self.guidance.append(section)
 
     def _add_search_provider(self, provider: SearchProvider) -> None:
         if provider.name in self.search_providers:
@@ -311,7 +324,18 @@ class Host:
     def system_prompt(self, spec: AgentSpec) -> str:
         # pluggy calls trylast builtins last; reverse so the spine's base section leads.
         sections = [s for s in reversed(self.pm.hook.dsh_system_prompt(spec=spec, host=self)) if s]
+        sections += [g.text for g in self.guidance_for(spec) if g.text]
         return "\n\n".join(sections)
+
+    def guidance_for(self, spec: AgentSpec) -> list[Guidance]:
+        """The guidance sections of the tools an agent built from ``spec`` has — the host's and the
+        session tools declared for it (``dsh_session_tool_names``) — in prompt order."""
+        if not self.guidance:
+            return []
+        has = set(self.tools)
+        for names in self.pm.hook.dsh_session_tool_names(spec=spec, host=self):
+            has.update(names or ())
+        return [g for g in self.guidance if has.intersection(g.tools)]
 
     def observe(self, agent: Agent, event: DurableEvent) -> None:
         if not self._event_observers:

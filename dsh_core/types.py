@@ -779,3 +779,21 @@ class SubagentResult(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def completed(self) -> bool:
         return self.stop == "completed"
+
+
+# --------------------------------------------------------------------------- system-prompt guidance
+
+
+class Guidance(msgspec.Struct, frozen=True, kw_only=True):
+    """One section of usage guidance for some tools, in the system prompt of every agent that has
+    at least one of them (``dsh_register_guidance``).
+
+    ``name`` is unique per host (``tool:<tool>`` by convention); ``order`` places it among the
+    others (then ``name``), so an agent's prompt is the same text every time it is built and the
+    provider's prefix cache keeps hitting; ``tools`` names the tools it is about (an agent with
+    none of them gets no section); ``text`` is the section, written for the model."""
+
+    name: str
+    order: int
+    tools: tuple[str, ...]
+    text: str

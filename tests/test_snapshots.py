@@ -366,17 +366,23 @@ CODE_SCRIPT = {
 }
 CODE_VISION_SCRIPT = {**CODE_SCRIPT, "capabilities": {"image_input": True}}
 
-# Compaction (plugins/compaction): a 5400-token window (the tools' schemas and the system prompt
-# take ~3100 of it; it was 4000 before acp-agent mounted the subagent, workflow, skill and web
-# tools, 4800 before the job tools), so a handful of 800-byte tool results passes the 0.8
-# threshold; the summary call is a separate request whose only message starts with "<transcript>".
-_BURST = {"tool": "bash", "args": {"command": "head -c 800 /dev/zero | tr '\\0' x"}}
+# Compaction (plugins/compaction): a 14000-token window and 4000-byte (~1000-token) tool results.
+# The stable prefix (the system prompt and the tools' schemas, ~4000 tokens) grows whenever a tool
+# or a guidance section is added, so the window leaves it room: the pressure scenario passes the
+# 0.8 threshold (11200) after six to eight results whatever the prefix is within about a thousand
+# tokens of today's, and compacts once; the retained share (1120) holds one result but never two,
+# so the overflow recovery always has something older to summarise and keeps the latest result.
+# (It was a 5400-token window with 800-byte results, bumped each time the prefix grew.) The
+# summary call is a separate request whose only message starts with "<transcript>". The scenario
+# directories keep these scripts as script.json (re-recorded keylessly with
+# `pytest -m snapshot_scenario --dsh-snapshots=record snapshots/acp-agent/compaction-*`).
+_BURST = {"tool": "bash", "args": {"command": "head -c 4000 /dev/zero | tr '\\0' x"}}
 _SUMMARY_OK = {"when": "^<transcript>", "steps": [{"text": "SUMMARY: the user asked for output bursts; they came."}]}
 COMPACTION_SCRIPT = {
-    "capabilities": {"context_window": 5400},
+    "capabilities": {"context_window": 14000},
     "rules": [
         _SUMMARY_OK,
-        {"when": "^grow", "steps": [*[_BURST] * 7, {"text": "still here"}]},
+        {"when": "^grow", "steps": [*[_BURST] * 8, {"text": "still here"}]},
         {"when": "^overflow", "steps": [_BURST, _BURST, {"error": "context_length"}, {"text": "recovered"}]},
     ],
 }

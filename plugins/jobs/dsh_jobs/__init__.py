@@ -109,3 +109,11 @@ class _Recall:
 @hookimpl
 def dsh_session_start(session: Agent, source: str, turn: int) -> _Recall | None:
     return _Recall(session) if source == "resume" else None
+
+
+@hookimpl
+def dsh_register_guidance(register: Callable[[Any], None], host: Host) -> None:
+    from .guidance import SECTIONS  # the text lives in its own module (guidance.py)
+
+    for section in SECTIONS:
+        register(section)

@@ -133,3 +133,11 @@ def dsh_register_doctor_checks(register: Callable[[Any], None], host: Host) -> N
     settings = sandbox_for(host).settings
     register(SandboxCheck(settings))
     register(IsolationCheck(settings))
+
+
+@hookimpl
+def dsh_register_guidance(register: Callable[[Any], None], host: Host) -> None:
+    from .guidance import SECTIONS  # the texts live in their own module (guidance.py)
+
+    for section in SECTIONS:
+        register(section)

@@ -166,3 +166,17 @@ def dsh_lifespan(host: Host) -> Any:
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     host.state(Registry)  # the host's slot: closed (every child disposed) when the host closes
+
+
+@hookimpl
+def dsh_register_guidance(register: Any, host: Host) -> None:
+    from .guidance import REPORT_SECTION, subagent  # the texts live in their own module (guidance.py)
+
+    register(subagent(background=host.config_for(SubagentsConfig).background))
+    register(REPORT_SECTION)
+
+
+@hookimpl
+def dsh_session_tool_names(spec: AgentSpec, host: Host) -> list[str] | None:
+    """``report``, for the child ``dsh_session_tools`` gives it to: its guidance reaches that child alone."""
+    return [REPORT.spec.name] if spec.extra.get(CONTINUABLE) else None

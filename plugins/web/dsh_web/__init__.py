@@ -112,3 +112,11 @@ def dsh_register_tools(register: Any, host: Host) -> None:
     providers = getattr(host, "search_providers", {})
     if providers:  # web_search only where it can work: never a stub
         register(search_tool(next(iter(providers.values())), limit=host.config_for(WebConfig).search_results))
+
+
+@hookimpl
+def dsh_register_guidance(register: Any, host: Host) -> None:
+    from .guidance import sections  # the texts live in their own module (guidance.py)
+
+    for section in sections(fetch="web_fetch" in host.tools):
+        register(section)

@@ -96,3 +96,11 @@ def dsh_register_tools(register: Any, host: Host) -> None:
         "Work on an objective in rounds: each round a fresh subagent continues the work in the workspace from "
         "what the earlier rounds reported, until one reports the objective met or the rounds run out.",
         RALPH_PARAMETERS, ralph, kind="think"))
+
+
+@hookimpl
+def dsh_register_guidance(register: Any, host: Host) -> None:
+    from .guidance import SECTIONS  # the texts live in their own module (guidance.py)
+
+    for section in SECTIONS:
+        register(section)

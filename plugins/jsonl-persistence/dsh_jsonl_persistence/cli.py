@@ -1,8 +1,9 @@
-"""``dsh sessions list`` and ``dsh sessions show ID``."""
+"""``dsh sessions list``, ``dsh sessions show ID`` (and ``dsh sessions search QUERY`` from session-query)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -38,6 +39,17 @@ def setup(p: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="print one session's log", description="Print one session's log.")
     show.add_argument("id", metavar="ID", help="session id (a unique prefix is enough)")
     show.add_argument("--json", action="store_true", help="print the raw JSONL lines as stored")
+    search = _search_command()
+    if search is not None:  # the session-query plugin, when it is installed, searches these logs
+        search.setup(sub.add_parser("search", help="find sessions by what was said or done in them",
+                                    description="Full-text search over every recorded session (session-query)."))
+
+
+def _search_command() -> Any:
+    try:
+        return importlib.import_module("dsh_session_query.cli")
+    except ImportError:
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
         return _list(store, args.json)
     if args.sessions_command == "show":
         return _show(store, args.id, args.json)
-    print("usage: dsh sessions {list,show ID} [--json]", file=sys.stderr)
+    if args.sessions_command == "search":
+        return int(_search_command().run(args))
+    print("usage: dsh sessions {list,show ID,search QUERY} [--json]", file=sys.stderr)
     return 2
 
 

@@ -387,6 +387,13 @@ def session_trace(conn: sqlite3.Connection, caller: Caller, args: dict[str, Any]
     return "\n".join(lines)
 
 
+def shown_record(rec: dict[str, Any]) -> dict[str, Any]:
+    """A logged record as the model reads it: every field as stored, in the stored order, but its
+    time (epoch seconds, a float whose printed length varies) as ISO 8601 UTC to the millisecond."""
+    t = rec.get("time")
+    return {**rec, "time": iso(float(t))} if isinstance(t, (int, float)) and not isinstance(t, bool) else rec
+
+
 def _records(index: SessionIndex, sid: str) -> list[dict[str, Any]]:
     try:
         return index.read_lines(sid)[1:]
@@ -415,7 +422,7 @@ def event_read(conn: sqlite3.Connection, index: SessionIndex, caller: Caller, ar
     records = _records(index, sid)
     at = _find(records, seq)
     lines = [ws.header(sid), f"Target event seq {seq}:", "```json",
-             json.dumps(records[at], indent=2, ensure_ascii=False), "```"]
+             json.dumps(shown_record(records[at]), indent=2, ensure_ascii=False), "```"]
     for title, window in (("Before:", records[max(0, at - before):at]), ("After:", records[at + 1:at + 1 + after])):
         if before if title == "Before:" else after:
             if window:

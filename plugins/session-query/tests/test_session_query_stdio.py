@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,9 @@ async def test_a_session_finds_reads_and_traces_another_of_its_workspace_only(ac
     assert "Availability: persisted" in found["text"] and f"Snippet: remember {WORD} for later" in found["text"]
     assert read["text"].startswith(f"Session {mine} — remember {WORD} for later\nTarget event seq 1:\n```json\n")
     body = read["text"].split("```json\n", 1)[1].split("\n```", 1)[0]
-    assert json.loads(body) == _log(acp_agent.home, mine)[1]  # the logged record, unabridged
+    logged = _log(acp_agent.home, mine)[1]  # the logged record, unabridged, its time in ISO 8601
+    stamp = datetime.fromtimestamp(logged["time"], tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert list(json.loads(body).items()) == list({**logged, "time": stamp}.items())
     assert "\nAfter:\n- seq 2 | agent/inbox/claimed |" in read["text"]
     assert trace["text"].endswith("Ancestors (nearest first):\n- none (target is a root session)\n\nDescendants:\n- none")
     assert "Event search results (" in events["text"] and "| user/message | current |" in events["text"]

@@ -12,7 +12,8 @@ session reads only what its client could resume (``query.py``). People get the s
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from os import path as osp
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -117,13 +118,20 @@ class SessionQueryTools:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.config = host.config_for(SessionQueryConfig)
+        self.index: SessionIndex | None = None  # made on first use: the session store is picked after the tools
 
     def _index(self) -> SessionIndex:
-        root = getattr(self.host.session_store, "root", None)
-        if not getattr(self.host.session_store, "durable", False) or not isinstance(root, Path):
-            raise ToolError("session search is disabled in this deployment (the session store keeps no logs)",
-                            code="SESSION_QUERY_SEARCH_DISABLED")
-        return index_for(root, self.config.index)
+        if self.index is None:
+            root = getattr(self.host.session_store, "root", None)
+            if not getattr(self.host.session_store, "durable", False) or not isinstance(root, Path):
+                raise ToolError("session search is disabled in this deployment (the session store keeps no logs)",
+                                code="SESSION_QUERY_SEARCH_DISABLED")
+            self.index = index_for(root, self.config.index)
+        return self.index
+
+    def close(self) -> None:
+        if self.index is not None:
+            self.index.close()
 
     def _caller(self, ctx: ToolContext) -> query.Caller:
         return query.Caller(id=ctx.session_id, cwd=osp.normpath(ctx.cwd),
@@ -201,10 +209,28 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]]:
     return PLUGIN, SessionQueryConfig
 
 
+def tools_of(host: Host) -> SessionQueryTools:
+    found: SessionQueryTools = host.state(SessionQueryTools, lambda: SessionQueryTools(host))
+    return found
+
+
 @hookimpl(trylast=True)  # after the workspace tools: the tool list only grows at its end
 def dsh_register_tools(register: Callable[[Tool], None], host: Host) -> None:
-    for tool in SessionQueryTools(host).tools():
+    for tool in tools_of(host).tools():
         register(tool)
+
+
+@asynccontextmanager
+async def _close_at_exit(host: Host) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        tools_of(host).close()
+
+
+@hookimpl
+def dsh_lifespan(host: Host) -> Any:
+    return _close_at_exit(host)
 
 
 @hookimpl

@@ -30,8 +30,9 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 1:
         print("dsh: --limit must be at least 1", file=sys.stderr)
         return 2
+    index = index_for(sessions_dir())
     try:
-        with index_for(sessions_dir()).connect() as conn:
+        with index.connect() as conn:
             hits = query.people_search(conn, " ".join(args.query), cwd=cwd, limit=args.limit)
     except ToolError as exc:
         print(f"dsh: {exc.message}", file=sys.stderr)
@@ -39,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     except IndexUnavailable as exc:
         print(f"dsh: the session index is unavailable: {exc}", file=sys.stderr)
         return 1
+    finally:
+        index.close()
     if args.json:
         sys.stdout.write(json.dumps(hits, ensure_ascii=False) + "\n")
         return 0

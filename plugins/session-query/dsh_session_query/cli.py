@@ -1,7 +1,7 @@
 """``dsh sessions search QUERY``: the model's session_search for people, over every recorded session.
 
-jsonl-persistence owns ``dsh sessions``; it adds the ``search`` action when this plugin is
-installed and hands it here."""
+jsonl-persistence owns ``dsh sessions``; this module is its ``search`` action (entry point
+``search`` in group ``dsh.sessions``), so neither plugin imports the other."""
 
 from __future__ import annotations
 
@@ -11,9 +11,14 @@ import sys
 from os import path as osp
 
 from dsh_core.errors import ToolError
+from dsh_core.paths import data_home
 
 from . import index_for, query
 from .index import IndexUnavailable
+
+
+HELP = "find sessions by what was said or done in them"
+DESCRIPTION = "Full-text search over every recorded session, subagents' too (session-query's index)."
 
 
 def setup(p: argparse.ArgumentParser) -> None:
@@ -24,13 +29,11 @@ def setup(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dsh_jsonl_persistence import sessions_dir
-
     cwd = osp.normpath(osp.abspath(args.cwd)) if args.cwd else None
     if args.limit < 1:
         print("dsh: --limit must be at least 1", file=sys.stderr)
         return 2
-    index = index_for(sessions_dir())
+    index = index_for(data_home() / "sessions")  # jsonl-persistence's directory
     try:
         with index.connect() as conn:
             hits = query.people_search(conn, " ".join(args.query), cwd=cwd, limit=args.limit)

@@ -28,8 +28,9 @@ SUFFIX = ".jsonl"
 TEXT_MAX = 100_000  # characters of one event's text that are searchable
 TITLE_MAX = 100  # as jsonl-persistence's session/list titles
 MESSAGE_TYPES = ("user/message", "assistant/message", "tool/result")
-_SKIP_KEYS = frozenset({"type", "id", "callId", "messageIds", "seq", "time"})
-_HEADER_SKIP = frozenset({"system", "tools", "route"})  # a request header repeats these every session
+# ids, and the route every model message repeats (a request header's own route stays searchable)
+_SKIP_KEYS = frozenset({"type", "id", "callId", "messageIds", "seq", "time", "provider", "model", "source"})
+TITLE_SOURCES = ("user", "delegation")  # a client's prompt, or the task a parent gave its subagent
 
 
 @dataclass(frozen=True)
@@ -62,19 +63,19 @@ def _leaves(value: Any, out: list[str], budget: list[int]) -> None:
 
 def event_text(record: dict[str, Any]) -> str:
     """The searchable text of one logged event: every string in it (a message's text, reasoning,
-    tool calls with their arguments, tool results, errors, notes) but ids, and for a request
-    header its route alone (its system prompt and tool schemas repeat in every session)."""
-    if record.get("type") == "request/header":
-        record = {k: v for k, v in record.items() if k not in _HEADER_SKIP}
+    tool calls with their arguments, tool results, errors, notes) but ids and the route a model
+    message repeats; of a request header only its route (provider, model, reason)."""
+    if record.get("type") == "request/header":  # its system prompt and tool schemas repeat in every session
+        return f"{record.get('provider', '')} {record.get('model', '')} {record.get('reason', '')}".strip()
     out: list[str] = []
     _leaves(record, out, [TEXT_MAX])
     return "\n".join(out)[:TEXT_MAX]
 
 
 def prompt_title(record: dict[str, Any]) -> str | None:
-    """The first line of a client prompt (a ``user/message`` whose source is the user)."""
+    """The first line of a client's prompt, or of a subagent's task (``TITLE_SOURCES``)."""
     message = record.get("message")
-    if not isinstance(message, dict) or message.get("source", "user") != "user":
+    if not isinstance(message, dict) or message.get("source", "user") not in TITLE_SOURCES:
         return None
     for block in message.get("content") or ():
         text = block.get("text") if isinstance(block, dict) else None

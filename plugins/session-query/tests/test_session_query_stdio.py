@@ -78,7 +78,9 @@ async def test_a_session_finds_reads_and_traces_another_of_its_workspace_only(ac
     # the other workspace's session matched too, but is not shown; the asker never finds itself
     assert found["text"].startswith("Session search results (1):\n\n1. Session " + mine + f" — remember {WORD} for later")
     assert theirs not in found["text"] and "Parent: root" in found["text"]
-    assert "Availability: persisted" in found["text"] and f"Snippet: remember {WORD} for later" in found["text"]
+    assert "Availability: persisted" in found["text"]
+    best = found["text"].split("Best match: seq ", 1)[1]  # the answer (a shorter text ranks first in BM25)
+    assert best.startswith("5 | assistant/message | current | 20") and best.endswith(f"Snippet: noted {WORD}")
     assert read["text"].startswith(f"Session {mine} — remember {WORD} for later\nTarget event seq 1:\n```json\n")
     body = read["text"].split("```json\n", 1)[1].split("\n```", 1)[0]
     logged = _log(acp_agent.home, mine)[1]  # the logged record, unabridged, its time in ISO 8601
@@ -114,3 +116,39 @@ async def test_people_search_every_workspace_with_dsh_sessions_search(acp_agent,
     assert one.stdout.startswith(theirs + "\t") and mine not in one.stdout
     none = subprocess.run([*dsh, "sessions", "search", "nothing like it"], env=env, capture_output=True, text=True)
     assert none.returncode == 1 and none.stdout == "" and "no session matches" in none.stderr
+
+
+async def test_a_session_reads_its_subagents_transcript_and_lineage(acp_agent, scripted):
+    child_word = "KIWI-977"
+    script = scripted({"rules": [
+        {"when": "^child:", "steps": [{"text": f"the child found {child_word}"}]},
+        {"when": "^ask", "steps": [
+            {"tool": "subagent", "args": {"description": "look", "prompt": "child: look around",
+                                           "run_in_background": False}},
+            {"tool": "session_search", "args": {"query": child_word}},
+            {"tool": "session_trace", "args": {}},
+            {"text": "DONE"},
+        ]},
+    ]})
+    async with acp_agent(script, example="acp-extended") as run:
+        sid = await run.start()
+        assert (await run.conn.prompt(session_id=sid, prompt=[text_block("ask the child")])).stop_reason == "end_turn"
+        assert await run.close_stdin() == 0
+    child = next(p.stem for p in (acp_agent.home / "sessions").glob("*.jsonl")
+                 if _log(acp_agent.home, p.stem)[0].get("parentSession") == sid)
+    _, found, trace = _results(acp_agent.home, sid).values()
+    assert found["text"].startswith(f"Session search results (1):\n\n1. Session {child} — child: look around")
+    assert f"Parent: {sid}" in found["text"] and f"Snippet: the child found {child_word}" in found["text"]
+    assert "Availability: live, persisted" in found["text"]  # the child is still open in this process
+    assert trace["text"].split("Descendants:\n", 1)[1].startswith(f"- {child} — child: look around |")
+
+
+async def test_without_session_logs_the_tools_say_search_is_disabled(scripted, tmp_path):
+    from dsh_core.contracts import AgentSpec
+    from dsh_testing import memory_host
+
+    script = scripted({"default": [{"text": "ok"}]})
+    async with memory_host(script, plugins=("scripted-model", "session-query")) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        out = await agent.call_tool("session_search", {"query": "x"}, call_id="c1", turn=1, step=1)
+    assert out.is_error and out.code == "SESSION_QUERY_SEARCH_DISABLED"

@@ -40,39 +40,47 @@ from dsh_core.types import (
 from dsh_testing import memory_host
 
 NEEDLE = "quokka-teleport-7781"
-WORDS = ("build test deploy parser cache index server client request response error retry timeout config "
-         "module function class method import export value string number list map queue thread lock file path "
-         "directory commit branch merge review patch bug fix feature release version schema table query").split()
+WORDS = ["build", "test", "deploy", "parser", "cache", "index", "server", "client", "request", "response", "error",
+         "retry", "timeout", "config", "module", "function", "class", "method", "import", "export", "value", "string",
+         "number", "list", "map", "queue", "thread", "lock", "file", "path", "directory", "commit", "branch", "merge",
+         "review", "patch", "bug", "fix", "feature", "release", "version", "schema", "table", "query"]
 
 
 def text(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
+class Writer:
+    """One log, its events numbered and timed as an agent would."""
+
+    def __init__(self, store, sid: str, cwd: str, t0: float) -> None:
+        self.log = store.open(SessionHeader(id=sid, cwd=cwd, provider="scripted", model="m"))
+        self.seq, self.t0 = 0, t0
+
+    def __call__(self, ev) -> None:
+        self.seq += 1
+        ev.seq, ev.time = self.seq, self.t0 + self.seq
+        self.log.append(ev)
+
+
 async def write_logs(store, cwd: str, sessions: int, rng: random.Random) -> None:
     needles = set(rng.sample(range(sessions), 3))
     for i in range(sessions):
-        log = store.open(SessionHeader(id=f"bench{i:05d}", cwd=cwd, provider="scripted", model="m"))
-        seq = 0
-
-        def add(ev):
-            nonlocal seq
-            seq += 1
-            ev.seq, ev.time = seq, 1_700_000_000.0 + i * 60 + seq
-            log.append(ev)
-
+        add = Writer(store, f"bench{i:05d}", cwd, 1_700_000_000.0 + i * 60)
         add(UserMessageEvent(message=UserMessage(id=f"u{i}", content=[TextBlock(text=text(rng, 30))])))
         for step in range(1, 7):
             call = f"call_{step}"
             args = json.dumps({"command": f"grep -rn {rng.choice(WORDS)} src/ | head"})
             add(AssistantMessageEvent(turn=1, step=step, finish="tool-calls", message=AssistantMessage(
-                id=f"a{i}-{step}", content=[TextBlock(text=text(rng, 25)), ToolCallBlock(id=call, name="bash", arguments=args)])))
+                id=f"a{i}-{step}",
+                content=[TextBlock(text=text(rng, 25)), ToolCallBlock(id=call, name="bash", arguments=args)])))
             add(ToolCallEvent(turn=1, step=step, call_id=call, name="bash", arguments=args))
             body = text(rng, 120) + (f" {NEEDLE} " if i in needles and step == 3 else " ") + text(rng, 40)
             add(ToolResultEvent(turn=1, step=step, result=ToolResultMessage(call_id=call, name="bash",
                                                                               content=[TextBlock(text=body)])))
-        add(AssistantMessageEvent(turn=1, step=7, message=AssistantMessage(id=f"z{i}", content=[TextBlock(text=text(rng, 40))])))
-        await log.close()
+        add(AssistantMessageEvent(turn=1, step=7, message=AssistantMessage(id=f"z{i}",
+                                                                       content=[TextBlock(text=text(rng, 40))])))
+        await add.log.close()
 
 
 def med(xs: list[float]) -> str:

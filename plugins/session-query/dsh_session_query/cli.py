@@ -16,7 +16,6 @@ from dsh_core.paths import data_home
 from . import index_for, query
 from .index import IndexUnavailable
 
-
 HELP = "find sessions by what was said or done in them"
 DESCRIPTION = "Full-text search over every recorded session, subagents' too (session-query's index)."
 

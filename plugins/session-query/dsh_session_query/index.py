@@ -19,7 +19,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,52 @@ _DDL = (
     "CREATE INDEX events_session ON events(session, seq)",
     "CREATE VIRTUAL TABLE events_fts USING fts5(text, tokenize='unicode61 remove_diacritics 2')",
 )
+
+
+@dataclass
+class _Walk:
+    """What reading a log's lines in order keeps: the model history as seqs (to tell current from
+    shadowed), the first prompt's line and the last written title; carried across appends."""
+
+    history: list[int]
+    first: str | None
+    titled: str | None
+    shadowed: list[int] = field(default_factory=list)
+
+    def surface(self, kind: str, seq: int, rec: dict[str, Any]) -> str:
+        if kind in MESSAGE_TYPES:
+            self.history.append(seq)
+            return "current"
+        if kind == "compaction/summary":
+            lo, hi = rec.get("coveredFrom"), rec.get("coveredTo")
+            if isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi <= len(self.history):
+                self.shadowed.extend(self.history[lo:hi])
+                self.history[lo:hi] = [seq]
+                return "current"
+        return "log-only"
+
+    def lines(self, data: bytes, pos: int) -> tuple[list[tuple[int, str, float, str]], list[str], int]:
+        """The events of the complete lines of ``data`` from ``pos``, their texts, and where the
+        complete lines end."""
+        events, texts = [], []
+        while (nl := data.find(b"\n", pos)) >= 0:
+            line, pos = data[pos:nl], nl + 1
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # not JSON (a torn line cut by a later writer): jsonl-persistence reports it
+            if not isinstance(rec, dict) or not isinstance(rec.get("seq"), int) or not isinstance(rec.get("type"), str):
+                continue
+            kind, seq = rec["type"], rec["seq"]
+            surface = self.surface(kind, seq, rec)
+            if kind == "user/message" and self.first is None:
+                self.first = prompt_title(rec)
+            elif kind == "session/titled" and isinstance(rec.get("title"), str) and rec["title"].strip():
+                self.titled = rec["title"]
+            t = rec.get("time")
+            events.append((seq, kind, float(t) if isinstance(t, (int, float)) else 0.0, surface))
+            texts.append(event_text(rec))
+        return events, texts, pos
 
 
 class IndexUnavailable(Exception):
@@ -248,87 +294,55 @@ class SessionIndex:
         conn.execute("DELETE FROM logs WHERE id = ?", (sid,))
 
     def _index_log(self, conn: sqlite3.Connection, sid: str, st: os.stat_result, known: tuple[Any, ...] | None) -> None:
-        path = self.root / (sid + SUFFIX)
         row = conn.execute("SELECT done, history, first_prompt, titled FROM logs WHERE id = ?", (sid,)).fetchone()
         # Appended to since it was indexed (the same file, grown): read on from where the index stopped.
         grown = row is not None and known is not None and known[2] == st.st_ino and st.st_size >= row[0]
+        start = row[0] if grown else 0
         try:
-            with open(path, "rb") as f:
-                if grown:
-                    start = row[0]
-                    f.seek(start)
-                    data = f.read(max(0, st.st_size - start))
-                else:
-                    start = 0
-                    data = f.read(st.st_size)
+            with open(self.root / (sid + SUFFIX), "rb") as f:
+                f.seek(start)
+                data = f.read(max(0, st.st_size - start))
         except OSError:
             return
-        if not grown:
-            self._drop(conn, sid)
-            end = data.find(b"\n")
-            if end < 0:
-                return  # no complete header yet: looked at again when it changes
-            try:
-                header = json.loads(data[:end])
-            except ValueError:
-                return
-            if not isinstance(header, dict) or header.get("type") != "session" or header.get("id") != sid:
-                return
-            conn.execute(
-                "INSERT INTO logs(id, size, mtime_ns, ino, done, cwd, parent, created_at, version, first_prompt, "
-                "titled, history) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, '[]')",
-                (sid, st.st_size, st.st_mtime_ns, st.st_ino, end + 1, str(header.get("cwd") or ""),
-                 header.get("parentSession"), float(header.get("createdAt") or 0), int(header.get("version") or 1)))
-            history: list[int] = []
-            first, titled = None, None
-            pos = end + 1
+        if grown:
+            walk, pos = _Walk(json.loads(row[1]), row[2], row[3]), 0
         else:
-            history = json.loads(row[1])
-            first, titled = row[2], row[3]
-            pos = 0
-        base = start
-        events, fts = [], []
-        shadowed: list[int] = []
-        while True:
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                break
-            line = data[pos:nl]
-            pos = nl + 1
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # not JSON (a torn line cut by a later writer): jsonl-persistence reports it
-            if not isinstance(rec, dict) or not isinstance(rec.get("seq"), int) or not isinstance(rec.get("type"), str):
-                continue
-            kind, seq = rec["type"], rec["seq"]
-            surface = "log-only"
-            if kind in MESSAGE_TYPES:
-                surface = "current"
-                history.append(seq)
-            elif kind == "compaction/summary":
-                lo, hi = rec.get("coveredFrom"), rec.get("coveredTo")
-                if isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi <= len(history):
-                    shadowed.extend(history[lo:hi])
-                    history[lo:hi] = [seq]
-                    surface = "current"
-            if kind == "user/message" and first is None:
-                first = prompt_title(rec)
-            elif kind == "session/titled" and isinstance(rec.get("title"), str) and rec["title"].strip():
-                titled = rec["title"]
-            t = rec.get("time")
-            events.append((sid, seq, kind, float(t) if isinstance(t, (int, float)) else 0.0, surface))
-            fts.append(event_text(rec))
-        for ev, text in zip(events, fts, strict=True):
-            cur = conn.execute("INSERT INTO events(session, seq, type, time, surface) VALUES (?, ?, ?, ?, ?)", ev)
+            self._drop(conn, sid)
+            header_end = self._add_header(conn, sid, st, data)
+            if header_end is None:
+                return  # no whole header yet: looked at again when the file changes
+            walk, pos = _Walk([], None, None), header_end
+        events, texts, pos = walk.lines(data, pos)
+        for (seq, kind, t, surface), text in zip(events, texts, strict=True):
+            cur = conn.execute("INSERT INTO events(session, seq, type, time, surface) VALUES (?, ?, ?, ?, ?)",
+                               (sid, seq, kind, t, surface))
             conn.execute("INSERT INTO events_fts(rowid, text) VALUES (?, ?)", (cur.lastrowid, text))
-        if shadowed:
+        if walk.shadowed:
             conn.executemany("UPDATE events SET surface = 'shadowed' WHERE session = ? AND seq = ?",
-                             [(sid, s) for s in shadowed])
+                             [(sid, s) for s in walk.shadowed])
         conn.execute("UPDATE logs SET size = ?, mtime_ns = ?, ino = ?, done = ?, first_prompt = ?, titled = ?, "
                      "history = ? WHERE id = ?",
-                     (st.st_size, st.st_mtime_ns, st.st_ino, base + pos, first, titled,
-                      json.dumps(history), sid))
+                     (st.st_size, st.st_mtime_ns, st.st_ino, start + pos, walk.first, walk.titled,
+                      json.dumps(walk.history), sid))
+
+    @staticmethod
+    def _add_header(conn: sqlite3.Connection, sid: str, st: os.stat_result, data: bytes) -> int | None:
+        """Index a log's header line; where its events begin (None: no whole header of this id)."""
+        end = data.find(b"\n")
+        if end < 0:
+            return None
+        try:
+            header = json.loads(data[:end])
+        except ValueError:
+            return None
+        if not isinstance(header, dict) or header.get("type") != "session" or header.get("id") != sid:
+            return None
+        conn.execute(
+            "INSERT INTO logs(id, size, mtime_ns, ino, done, cwd, parent, created_at, version, first_prompt, "
+            "titled, history) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, '[]')",
+            (sid, st.st_size, st.st_mtime_ns, st.st_ino, end + 1, str(header.get("cwd") or ""),
+             header.get("parentSession"), float(header.get("createdAt") or 0), int(header.get("version") or 1)))
+        return end + 1
 
     # ------------------------------------------------------------------ questions
 

@@ -19,7 +19,7 @@ from typing import Any
 from dsh_core.errors import ToolError
 from dsh_core.types import SessionHeader
 
-from .index import LogRow, SessionIndex, event_text
+from .index import MESSAGE_TYPES, LogRow, SessionIndex, event_text
 
 LOG_FORMAT = SessionHeader(id="-").version  # the newest log format this dsh reads (as session/resume)
 MAX_LINEAGE = 64  # parent links followed before a lineage is called broken
@@ -221,16 +221,57 @@ class Workspace:
 # --------------------------------------------------------------------------- the five questions
 
 
+@dataclass
+class SessionFilters:
+    """session_search's session-level filters, checked as the original checks them."""
+
+    ids: list[str] | None
+    created: tuple[float | None, float | None]
+    parents: list[str] | None
+    roots: bool
+    availability: list[str] | None
+
+    @classmethod
+    def parse(cls, args: dict[str, Any]) -> SessionFilters:
+        roots = args.get("include_root_sessions")
+        if roots is not None and not isinstance(roots, bool):
+            raise invalid_filter("include_root_sessions must be true or false")
+        return cls(ids=non_empty_list("session_ids", args.get("session_ids")),
+                   created=time_range("created_at", args.get("created_at_from"), args.get("created_at_to")),
+                   parents=non_empty_list("parent_session_ids", args.get("parent_session_ids")),
+                   roots=roots is True,
+                   availability=non_empty_list("availability", args.get("availability"), AVAILABILITIES))
+
+    def sql(self) -> tuple[str, list[Any]]:
+        clauses, params = [], []
+        if self.ids is not None:
+            clauses.append(f"e.session IN ({', '.join('?' * len(self.ids))})")
+            params += self.ids
+        for op, bound in ((">=", self.created[0]), ("<=", self.created[1])):
+            if bound is not None:
+                clauses.append(f"l.created_at {op} ?")
+                params.append(bound)
+        return "".join(f" AND {c}" for c in clauses), params
+
+    def allowed_parents(self, ws: Workspace) -> set[str | None] | None:
+        """The parents a hit may have (None: any); unreadable ids drop out as missing ones do."""
+        if self.parents is None and not self.roots:
+            return None
+        allowed: set[str | None] = {p for p in self.parents or () if ws.readable(p) and p in ws.rows}
+        if self.roots:
+            allowed.add(None)
+        return allowed
+
+    def keep(self, ws: Workspace, sid: str, parents: set[str | None] | None) -> bool:
+        if parents is not None and ws.rows[sid].parent not in parents:
+            return False
+        return self.availability is None or any(a in ws.availability(sid) for a in self.availability)
+
+
 def session_search(conn: sqlite3.Connection, caller: Caller, args: dict[str, Any], cap: int,
                    deadline: Callable[[], None]) -> str:
     query = normalize_query(args.get("query"))
-    session_ids = non_empty_list("session_ids", args.get("session_ids"))
-    created = time_range("created_at", args.get("created_at_from"), args.get("created_at_to"))
-    parents = non_empty_list("parent_session_ids", args.get("parent_session_ids"))
-    roots = args.get("include_root_sessions")
-    if roots is not None and not isinstance(roots, bool):
-        raise invalid_filter("include_root_sessions must be true or false")
-    availability = non_empty_list("availability", args.get("availability"), AVAILABILITIES)
+    sessions = SessionFilters.parse(args)
     filters = EventFilters(
         seq=seq_range(args.get("event_seq_from"), args.get("event_seq_to")),
         time=time_range("time", args.get("event_time_from"), args.get("event_time_to")),
@@ -238,41 +279,24 @@ def session_search(conn: sqlite3.Connection, caller: Caller, args: dict[str, Any
         surfaces=non_empty_list("event_surfaces", args.get("event_surfaces"), SURFACES),
     )
     ws = Workspace.load(conn, caller)
-    allowed_parents: set[str | None] | None = None
-    if parents is not None or roots is True:
-        allowed_parents = {p for p in parents or () if ws.readable(p) and p in ws.rows}
-        if roots is True:
-            allowed_parents.add(None)
-        if not allowed_parents:
-            return "No prior session matches found."
+    parents = sessions.allowed_parents(ws)
+    if parents is not None and not parents:
+        return "No prior session matches found."
     where, params = filters.sql()
+    session_where, session_params = sessions.sql()
     sql = ("SELECT e.session, e.seq, e.type, e.surface, e.time, "
            f"snippet(events_fts, 0, '', '', '…', {SNIPPET_TOKENS}) "
            "FROM events_fts JOIN events e ON e.rowid = events_fts.rowid JOIN logs l ON l.id = e.session "
-           "WHERE events_fts MATCH ? AND l.cwd = ? AND e.session != ?" + where)
-    sql_params: list[Any] = [fts_phrase(query), caller.cwd, caller.id, *params]
-    if session_ids is not None:
-        sql += f" AND e.session IN ({', '.join('?' * len(session_ids))})"
-        sql_params += session_ids
-    if created[0] is not None:
-        sql += " AND l.created_at >= ?"
-        sql_params.append(created[0])
-    if created[1] is not None:
-        sql += " AND l.created_at <= ?"
-        sql_params.append(created[1])
-    sql += " ORDER BY bm25(events_fts), e.session, e.seq"
+           "WHERE events_fts MATCH ? AND l.cwd = ? AND e.session != ?" + where + session_where
+           + " ORDER BY bm25(events_fts), e.session, e.seq")
+    sql_params: list[Any] = [fts_phrase(query), caller.cwd, caller.id, *params, *session_params]
     best: dict[str, tuple[Any, ...]] = {}
     capped = False
     for n, hit in enumerate(conn.execute(sql, sql_params)):
         if n % 512 == 0:
             deadline()
         sid = hit[0]
-        if sid in best or not ws.readable(sid):
-            continue
-        row = ws.rows[sid]
-        if allowed_parents is not None and row.parent not in allowed_parents:
-            continue
-        if availability is not None and not any(a in ws.availability(sid) for a in availability):
+        if sid in best or not ws.readable(sid) or not sessions.keep(ws, sid, parents):
             continue
         if len(best) == cap:
             capped = True
@@ -424,14 +448,50 @@ def event_read(conn: sqlite3.Connection, index: SessionIndex, caller: Caller, ar
     lines = [ws.header(sid), f"Target event seq {seq}:", "```json",
              json.dumps(shown_record(records[at]), indent=2, ensure_ascii=False), "```"]
     for title, window in (("Before:", records[max(0, at - before):at]), ("After:", records[at + 1:at + 1 + after])):
-        if before if title == "Before:" else after:
-            if window:
-                lines += ["", title]
-                for rec in window:
-                    text = event_text(rec) if rec.get("type") != "request/header" else ""
-                    head = f"- seq {rec.get('seq')} | {rec.get('type')} | {iso(float(rec.get('time') or 0))}"
-                    lines.append(head + (" | (no semantic text)" if not text else "\n  " + text.replace("\n", "\n  ")))
+        if not window:
+            continue
+        lines += ["", title]
+        for rec in window:
+            text = event_text(rec)
+            head = f"- seq {rec.get('seq')} | {rec.get('type')} | {iso(float(rec.get('time') or 0))}"
+            lines.append(head + (" | (no semantic text)" if not text else "\n  " + text.replace("\n", "\n  ")))
     return "\n".join(lines)
+
+
+@dataclass
+class _Links:
+    """The ids a log links events by, gathered in log order."""
+
+    by_call: dict[str, int] = field(default_factory=dict)  # call id -> its tool/call event
+    call_msg: dict[str, int] = field(default_factory=dict)  # call id -> the assistant/message that made it
+    by_msg_id: dict[str, int] = field(default_factory=dict)  # message id -> its user/message event
+    jobs: dict[str, int] = field(default_factory=dict)  # job id -> its job/started event
+
+    def sources(self, rec: dict[str, Any], seq: int) -> set[int]:
+        """What ``rec`` cites (and, as a side effect, what later events may cite it by)."""
+        kind = rec.get("type")
+        msg = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+        call = rec.get("callId")
+        if kind == "user/message" and isinstance(msg.get("id"), str):
+            self.by_msg_id[msg["id"]] = seq
+        elif kind == "assistant/message":
+            for block in msg.get("content") or ():
+                if isinstance(block, dict) and block.get("type") == "tool-call" and isinstance(block.get("id"), str):
+                    self.call_msg[block["id"]] = seq
+        elif kind == "agent/inbox/claimed":
+            return {self.by_msg_id[m] for m in rec.get("messageIds") or () if m in self.by_msg_id}
+        elif kind == "tool/call" and isinstance(call, str):
+            self.by_call[call] = seq
+            return {self.call_msg[call]} if call in self.call_msg else set()
+        elif kind == "tool/result":
+            result_call = (rec.get("result") or {}).get("callId")
+            return {self.by_call[result_call]} if result_call in self.by_call else set()
+        elif kind == "job/started":
+            self.jobs[rec.get("id")] = seq
+            return {self.by_call[call]} if call in self.by_call else set()
+        elif kind == "job/settled" and rec.get("id") in self.jobs:
+            return {self.jobs[rec["id"]]}
+        return set()
 
 
 def _relations(records: list[dict[str, Any]]) -> tuple[dict[int, set[int]], dict[int, int], dict[int, list[int]]]:
@@ -440,40 +500,16 @@ def _relations(records: list[dict[str, Any]]) -> tuple[dict[int, set[int]], dict
     sources: dict[int, set[int]] = {}
     replaced_by: dict[int, int] = {}
     replaced: dict[int, list[int]] = {}
-    by_call: dict[str, int] = {}  # call id -> the tool/call event
-    call_msg: dict[str, int] = {}  # call id -> the assistant/message that made it
-    by_msg_id: dict[str, int] = {}
-    jobs: dict[str, int] = {}
+    links = _Links()
     history: list[int] = []
     for rec in records:
         seq, kind = rec.get("seq"), rec.get("type")
         if not isinstance(seq, int):
             continue
-        src: set[int] = set()
-        msg = rec.get("message") if isinstance(rec.get("message"), dict) else {}
-        if kind == "user/message" and isinstance(msg.get("id"), str):
-            by_msg_id[msg["id"]] = seq
-        elif kind == "assistant/message":
-            for block in msg.get("content") or ():
-                if isinstance(block, dict) and block.get("type") == "tool-call" and isinstance(block.get("id"), str):
-                    call_msg[block["id"]] = seq
-        elif kind == "agent/inbox/claimed":
-            src |= {by_msg_id[m] for m in rec.get("messageIds") or () if m in by_msg_id}
-        elif kind == "tool/call":
-            by_call[rec.get("callId")] = seq
-            if rec.get("callId") in call_msg:
-                src.add(call_msg[rec["callId"]])
-        elif kind == "tool/result":
-            cid = (rec.get("result") or {}).get("callId")
-            if cid in by_call:
-                src.add(by_call[cid])
-        elif kind == "job/started":
-            jobs[rec.get("id")] = seq
-            if rec.get("callId") in by_call:
-                src.add(by_call[rec["callId"]])
-        elif kind == "job/settled" and rec.get("id") in jobs:
-            src.add(jobs[rec["id"]])
-        if kind in ("user/message", "assistant/message", "tool/result"):
+        cited = links.sources(rec, seq)
+        if cited:
+            sources[seq] = cited
+        if kind in MESSAGE_TYPES:
             history.append(seq)
         elif kind == "compaction/summary":
             lo, hi = rec.get("coveredFrom"), rec.get("coveredTo")
@@ -482,8 +518,6 @@ def _relations(records: list[dict[str, Any]]) -> tuple[dict[int, set[int]], dict
                 for s in history[lo:hi]:
                     replaced_by[s] = seq
                 history[lo:hi] = [seq]
-        if src:
-            sources[seq] = src
     return sources, replaced_by, replaced
 
 

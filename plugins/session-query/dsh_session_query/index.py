@@ -167,6 +167,7 @@ class SessionIndex:
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA secure_delete=ON")  # a deleted session's text is overwritten, not left in free pages
             if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA:
                 self._create(conn)
             with contextlib.suppress(OSError):
@@ -285,6 +286,9 @@ class SessionIndex:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        if gone:  # a deleted session (session/delete): its words leave the index's segments and the WAL too
+            conn.execute("INSERT INTO events_fts(events_fts) VALUES ('optimize')")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return len(stale)
 
     @staticmethod

@@ -82,9 +82,11 @@ async def test_the_index_follows_appends_torn_tails_rewrites_and_deletions(store
     await _write(store, "s1", ws, _prompt(1, "zeta only"))
     assert _ask(index, me, query.session_search, {"query": "alpha"}) == "No prior session matches found."
     assert "zeta only" in _ask(index, me, query.session_search, {"query": "zeta"})
-    path.unlink()  # deleted: gone from the index
+    path.unlink()  # deleted: gone from the index, and its words from the index's files
     assert _ask(index, me, query.session_search, {"query": "zeta"}) == "No prior session matches found."
     assert sqlite3.connect(index.db_path).execute("SELECT count(*) FROM events").fetchone()[0] == 0
+    for f in index.db_path.parent.glob(index.db_path.name + "*"):
+        assert b"zeta" not in f.read_bytes(), f
 
 
 @pytest.mark.parametrize("damage", ["garbage", "old-schema", "missing"])

@@ -122,3 +122,35 @@ async def test_a_session_holds_at_most_max_active_and_a_subagent_gets_no_tools(s
 def test_config_is_checked():
     with pytest.raises(ConfigError, match=r"max-active"):
         decode("schedule", ScheduleConfig, {"max-active": 0}, where="example.toml")
+
+
+@pytest.mark.anyio
+async def test_a_fixed_rate_reminder_fires_again_and_again_as_a_batch(scripted, tmp_path):
+    from dsh_core.types import Note, UserMessageEvent
+
+    script = scripted({"default": [{"text": "ok"}], "repeat_default": True})
+    config = {"schedule": {"min-every-seconds": 1}}
+    async with memory_host(script, plugins=("scripted-model", "schedule"), config=config) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        with anyio.fail_after(10):
+            while "schedule_create" not in agent.tools:
+                await anyio.sleep(0.01)
+        out = await agent.call_tool("schedule_create", {"prompt": "tick", "every_seconds": 1}, call_id="c1",
+                                    turn=1, step=1)
+        assert not out.is_error, out.content
+        events = host.session_store.logs[agent.session_id].events
+
+        def told() -> list[str]:
+            return [e.message.content[0].text for e in events
+                    if isinstance(e, UserMessageEvent) and e.message.source == "schedule"]
+
+        with anyio.fail_after(15):
+            while len(told()) < 2:
+                await anyio.sleep(0.05)
+        await agent.dispose()
+    first, second = told()[:2]
+    assert first.startswith("[SCHEDULE REMINDER BATCH]\n") and '"reminder_prompt":"tick"' in first
+    occurrences = [json.loads(t.split("reminders_json: ", 1)[1])[0]["occurrence_at"] for t in (first, second)]
+    assert parse_utc(occurrences[1]) - parse_utc(occurrences[0]) >= 1000  # creation-aligned, one interval on
+    dispatches = [e.data for e in events if isinstance(e, Note) and e.data.get("operation") == "dispatch"]
+    assert len(dispatches) >= 2 and all("acceptedAt" in d for d in dispatches)

@@ -32,7 +32,7 @@ def _dsh(tmp_path: Path, *args: str, examples: Path | None = None) -> subprocess
 
 def _typed_configs() -> dict[str, type[PluginConfig]]:
     """Every shipped plugin's declared config Struct, from the example that mounts them all."""
-    composition = load_composition("acp-agent")
+    composition = load_composition("acp-extended")
     pm = plugin_manager()
     load_plugins(pm, composition)
     return {name: cls for name, cls in (e for e in pm.hook.dsh_config_type() if e)}
@@ -70,14 +70,14 @@ def test_a_bad_table_stops_start_up_with_one_line_naming_file_plugin_and_key(tmp
 
 
 def test_the_host_hands_out_the_decoded_config_and_defaults_without_a_table():
-    composition = load_composition("acp-agent")
+    composition = load_composition("acp-extended")
     pm = plugin_manager()
     load_plugins(pm, composition)
     configs = decode_plugin_configs(pm, composition)
     types = _typed_configs()
     assert set(configs) == set(types)
     assert all(type(configs[name]) is cls for name, cls in types.items())
-    assert configs["todo"] == types["todo"]()  # no [config.todo] in acp-agent: the defaults
+    assert configs["todo"] == types["todo"]()  # no [config.todo] in acp-extended: the defaults
 
 
 @pytest.mark.parametrize("plugin", sorted(_typed_configs()))

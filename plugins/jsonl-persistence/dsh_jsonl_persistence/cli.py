@@ -1,4 +1,5 @@
-"""``dsh sessions list`` and ``dsh sessions show ID``."""
+"""``dsh sessions list`` and ``dsh sessions show ID``; more actions come from installed distributions
+(entry point group ``dsh.sessions``: session-query's ``dsh sessions search QUERY``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import sys
 import time
 from datetime import UTC, datetime
+from importlib.metadata import entry_points
 from typing import Any
 
 import msgspec
@@ -38,6 +40,25 @@ def setup(p: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="print one session's log", description="Print one session's log.")
     show.add_argument("id", metavar="ID", help="session id (a unique prefix is enough)")
     show.add_argument("--json", action="store_true", help="print the raw JSONL lines as stored")
+    for name, action in _actions().items():  # e.g. `search`, from session-query when it is installed
+        action.setup(sub.add_parser(name, help=action.HELP, description=action.DESCRIPTION))
+
+
+ACTIONS_GROUP = "dsh.sessions"  # entry points: more `dsh sessions <name>` actions over the same logs
+
+
+def _actions() -> dict[str, Any]:
+    """Installed distributions' ``dsh sessions`` actions: modules with ``HELP``, ``DESCRIPTION``,
+    ``setup(parser)`` and ``run(args) -> int`` (list and show are this plugin's own)."""
+    found: dict[str, Any] = {}
+    for ep in entry_points(group=ACTIONS_GROUP):
+        if ep.name in ("list", "show") or ep.name in found:
+            continue
+        try:
+            found[ep.name] = ep.load()
+        except Exception as exc:  # a broken add-on must not take list and show with it
+            print(f"dsh: `dsh sessions {ep.name}` ({ep.value}) did not load: {exc}", file=sys.stderr)
+    return found
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
         return _list(store, args.json)
     if args.sessions_command == "show":
         return _show(store, args.id, args.json)
-    print("usage: dsh sessions {list,show ID} [--json]", file=sys.stderr)
+    action = _actions().get(args.sessions_command) if args.sessions_command else None
+    if action is not None:
+        return int(action.run(args))
+    print("usage: dsh sessions {list,show ID," + ",".join(_actions()) + "} [--json]", file=sys.stderr)
     return 2
 
 

@@ -71,6 +71,7 @@ log = logging.getLogger("dsh.replay")
 PROVIDER = "replay"
 OVERRIDE_FILE = "replay.override.json"
 _HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
+_ISO_TIME = re.compile(r"(?<![0-9])\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z")
 _NUMBERED = re.compile(r"\{\{id:\d+\}\}")  # a committed scenario's numbered id placeholder
 _TITLE = ":title"  # session-controls' title call (its session id's suffix); replayed from session/titled
 _COMPACTION = ":compaction"
@@ -432,6 +433,7 @@ class ReplayProvider:
     def _norm(self, text: str, cwd: str) -> str:
         if cwd:
             text = text.replace(cwd, "{{cwd}}")
+        text = _ISO_TIME.sub("{{time}}", text)  # a recording says {{time}} for the run's clock (a reminder's target)
         return _NUMBERED.sub("{{id}}", _HEX.sub("{{id}}", text))
 
     def _fail(self, code: str, message: str) -> ModelError:

@@ -32,6 +32,7 @@ from typing import Any
 
 import anyio
 
+from dsh_core.state import StateSlots
 from dsh_core.compose import Composition, load_composition
 from dsh_core.contracts import AgentSpec
 from dsh_core.host import Host, installed_plugins, load_plugins, make_plugin_manager
@@ -91,6 +92,11 @@ class _Probe:
         self.spec, self.host, self.cwd, self.session_id = spec, host, spec.cwd, spec.session_id
         self.children: list[Any] = []
         self.published: dict[str, list[Any]] = {}
+        self._state = StateSlots()
+        self.disposed = False
+
+    def state(self, cls: type[Any], factory: Any = None) -> Any:
+        return self._state.get(cls, factory)
 
     def publish_tools(self, source: str, tools: list[Any]) -> list[str]:
         self.published[source] = list(tools)

@@ -34,7 +34,7 @@ Three modes (``pytest --dsh-snapshots=MODE``, or ``--snapshot-update`` for refre
                                         # a keyless recording from a scripted-model script
      "env": {"DSH_PERMISSION_MODE": "workspace-write"},
      "perMechanism": false,             # run once per sandbox mechanism (bubblewrap, Landlock)
-     "cleanup": ["/var/tmp/x"],         # paths removed before and after the run
+     "cleanup": ["/var/tmp/x"],         # paths (files or directories) removed before and after the run
      "mkdir": [".git"],                 # empty directories to create in the workspace (git stores none)
      "pinStderr": false,                # also pin the exit code and stderr in stderr.expected.txt
                                         # (e.g. a start-up error that never opens the front door)
@@ -95,6 +95,9 @@ OVERRIDE_FILE = "replay.override.json"
 DEFAULT_RECORD_ROUTE = ("deepseek", "deepseek-flash")
 REPLAY_CODES = ("REPLAY_EXHAUSTED", "REPLAY_DIVERGED")
 _HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
+# ISO 8601 UTC times in texts (session-query shows when logged events happened), replaced as the log's
+# own times are zeroed.
+_ISO_TIME = re.compile(r"(?<![0-9])\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z")
 
 
 class ScenarioError(AssertionError):
@@ -399,12 +402,13 @@ def _check_files(files: dict[str, Any], cwd: Path, n: int) -> None:
 
 
 def _normalize_text(text: str, replacements: list[tuple[str, str]], ids: dict[str, int] | None = None) -> str:
-    """Paths replaced, then every 32-hex id: ``{{id:N}}`` numbered by first appearance in ``ids``
-    (one numbering per log, so two messages or two approvals never collapse into one placeholder
+    """Paths replaced, ISO times replaced (``{{time}}``), then every 32-hex id: ``{{id:N}}`` numbered
+    by first appearance in ``ids`` (one numbering per log, so two messages or two approvals never collapse into one placeholder
     and a swapped pair shows up as a diff), or ``{{id}}`` where no numbering is kept."""
     for old, new in replacements:
         if old:
             text = text.replace(old, new)
+    text = _ISO_TIME.sub("{{time}}", text)
     if ids is None:
         return _HEX.sub("{{id}}", text)
     return _HEX.sub(lambda m: f"{{{{id:{ids.setdefault(m.group(0), len(ids) + 1)}}}}}", text)
@@ -566,7 +570,7 @@ async def run_scenario(
         raise ScenarioError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
     root = Path(tempfile.mkdtemp(prefix="dsh-scenario-", dir=tempfile.gettempdir())).resolve()
     for p in sc.cleanup:
-        Path(p).unlink(missing_ok=True)
+        _remove(Path(p))
     stack = contextlib.ExitStack()
     try:
         # set up
@@ -598,8 +602,16 @@ async def run_scenario(
     finally:
         stack.close()
         for p in sc.cleanup:
-            Path(p).unlink(missing_ok=True)
+            _remove(Path(p))
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    """A ``cleanup`` path: a file, or a directory with what is in it (a fixed spill directory)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _serve(sc: Scenario) -> tuple[Any, str | None]:

@@ -2,11 +2,13 @@
 
 A session sees only its own jobs. ``job_output`` returns what is new since the last read,
 bounded like any command's output (head and tail, the rest named in the job's log file), and
-ends with ``[status: …]``.
+ends with the original harness's status line (``[status: completed, exit code: 0]``).
+``job_kill`` answers at once; the kill goes on in the job's own task.
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -38,13 +40,16 @@ class JobTools:
         return [
             FunctionTool(
                 "job_output",
-                "Read a background job's output since your last read, ending with its status "
-                "([status: running | completed (exit N) | failed | killed]). With wait: true, first wait until the "
-                f"job ends or timeout_ms passes (default {self.wait_ms}, max {self.max_wait_ms}).",
+                "Read a background job's output since your last read. Every answer ends with its status line, "
+                "[status: running | stopping | completed, exit code: N | killed, signal: X | failed, why]. A read "
+                "does not block unless wait is true: then it first waits until the job ends or timeout_ms passes "
+                f"(default {self.wait_ms}, at most {self.max_wait_ms}); a wait that times out answers "
+                "[status: running] and leaves the job running.",
                 {"type": "object", "properties": {
-                    "job_id": {"type": "string", "description": "The id bash returned (`job id <id>`)."},
-                    "wait": {"type": "boolean", "description": "Wait for the job to end before reading."},
-                    "timeout_ms": {"type": "integer", "description": "How long to wait at most, with wait."},
+                    "job_id": {"type": "string", "description": "The job id the tool that started it returned."},
+                    "wait": {"type": "boolean", "description": "Wait for the job to end (or timeout_ms) first."},
+                    "timeout_ms": {"type": "number", "description": "How long to wait at most, in milliseconds "
+                                                                    "(with wait: true)."},
                 }, "required": ["job_id"], "additionalProperties": False},
                 self.job_output, kind="read",
                 output_schema={"type": "object", "properties": {
@@ -54,7 +59,7 @@ class JobTools:
             ),
             FunctionTool(
                 "job_list",
-                "List this session's background jobs: id, kind, status and command.",
+                "List your background jobs, running and finished: id, kind, status and what it runs.",
                 {"type": "object", "properties": {}, "additionalProperties": False},
                 self.job_list, parallel_safe=True, kind="read",
                 output_schema={"type": "object", "properties": {"jobs": {"type": "array", "items": {
@@ -64,10 +69,11 @@ class JobTools:
             ),
             FunctionTool(
                 "job_kill",
-                "Stop a background job: SIGTERM to its whole process group (and everything it started), SIGKILL "
-                "if it has not ended a few seconds later. Returns its final status.",
+                "Ask a running background job to stop: SIGTERM to its whole process group (and everything it "
+                "started), SIGKILL if it has not ended a few seconds later. Answers at once; the job is stopping "
+                "until its work has ended, then killed.",
                 {"type": "object", "properties": {
-                    "job_id": {"type": "string", "description": "The job to stop."},
+                    "job_id": {"type": "string", "description": "The job id the tool that started it returned."},
                     "reason": {"type": "string", "description": "Why (recorded in the session log)."},
                 }, "required": ["job_id"], "additionalProperties": False},
                 self.job_kill, kind="execute",
@@ -76,11 +82,14 @@ class JobTools:
 
     def _find(self, args: dict[str, Any], ctx: ToolContext) -> BgJob:
         jid = args.get("job_id")
+        if not isinstance(jid, str) or not jid:
+            raise ToolError(f"invalid job_id: expected a non-empty string, got {json.dumps(jid)}",
+                            code="INVALID_ARGUMENTS")
         job = self.registry.get(ctx.agent, jid)
         if job is None:
-            known = ", ".join(j.id for j in self.registry.of(ctx.agent)) or "none"
-            raise ToolError(f"no job {jid!r} in this session (its jobs: {known}); job_list lists them.",
-                            code="NOT_FOUND")
+            if self.registry.owned_elsewhere(jid):
+                raise ToolError(f"job {jid} belongs to another session", code="NOT_FOUND")
+            raise ToolError(f"unknown job {jid}", code="NOT_FOUND")
         return job
 
     async def job_output(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -91,10 +100,11 @@ class JobTools:
         timeout_ms = args.get("timeout_ms")
         if timeout_ms is None:
             timeout_ms = self.wait_ms
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
-            raise ToolError("timeout_ms must be an integer ≥ 0", code="INVALID_ARGUMENTS")
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or not timeout_ms >= 0 \
+                or timeout_ms == float("inf"):
+            raise ToolError("timeout_ms must be a number of milliseconds ≥ 0", code="INVALID_ARGUMENTS")
         timeout_ms = min(timeout_ms, self.max_wait_ms)
-        if wait and job.status == "running":
+        if wait and not job.settled.is_set():
             job.watchers += 1
             try:
                 with anyio.move_on_after(timeout_ms / 1000):
@@ -102,12 +112,12 @@ class JobTools:
             finally:
                 job.watchers -= 1
         text, spilled = read_new(job, self.limit)
-        if job.status != "running":
+        if job.settled.is_set():
             job.reported = True
-        lines = [text.rstrip("\n") if text.strip() else "(no new output)"]
-        if job.log.dropped and job.status != "running":
+        lines = [text.rstrip("\n") if text else "(no new output)"]
+        if job.log.dropped and job.settled.is_set():
             lines.append(f"[the job wrote {job.log.dropped} bytes more than the {job.log.cap} kept]")
-        lines.append(f"[status: {job.status_text()}]")
+        lines.append(job.status_line())
         out = ToolOutput.text("\n".join(lines))
         if spilled:
             out.spill_path = str(job.log.path)  # already bounded here: nothing more is spilled
@@ -118,10 +128,9 @@ class JobTools:
     async def job_list(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         jobs = self.registry.of(ctx.agent)
         if not jobs:
-            out = ToolOutput.text("no background jobs in this session")
+            out = ToolOutput.text("(no background jobs)")
         else:
-            out = ToolOutput.text("\n".join(
-                f"{j.id}  {j.status_text()}  {j.kind}: {one_line(j.title, 200)}" for j in jobs))
+            out = ToolOutput.text("\n".join(f"{j.id} [{j.kind}] {j.status} — {one_line(j.title, 200)}" for j in jobs))
         out.structured = {"jobs": [{"id": j.id, "kind": j.kind, "status": j.status, "exit_code": j.exit_code,
                                     "title": j.title} for j in jobs]}
         return out
@@ -131,15 +140,10 @@ class JobTools:
         reason = args.get("reason")
         if reason is not None and not isinstance(reason, str):
             raise ToolError("reason must be a string", code="INVALID_ARGUMENTS")
-        if job.status != "running":
+        if not job.request_kill(one_line(reason, 200) if reason and reason.strip() else None):
             job.reported = True
-            return ToolOutput.text(f"job {job.id} had already ended: {job.status_text()}")
-        await job.kill(one_line(reason, 200) if reason and reason.strip() else None,
-                       grace_s=self.registry.limits.kill_grace_s)
-        unread = job.log.size - job.read_offset
-        tail = f"; {unread} bytes of output unread (job_output returns them)" if unread > 0 else ""
-        return ToolOutput.text(f"job {job.id} stopped: [status: {job.status_text()}]"
-                               f"{tail}")
+            return ToolOutput.text(f"job {job.id} had already finished {job.status_line()}")
+        return ToolOutput.text(f"requested cancellation of job {job.id}")
 
 
 def read_new(job: BgJob, limit: int) -> tuple[str, bool]:
@@ -154,14 +158,14 @@ def read_new(job: BgJob, limit: int) -> tuple[str, bool]:
     half = max(1, limit // 2)
     if end - start <= limit:
         data = job.log.read(start, end)
-        if job.status == "running":
+        if not job.settled.is_set():
             data = _whole_chars(data)
             end = start + len(data)
         job.read_offset = end
         return data.decode("utf-8", errors="replace"), False
     head = job.log.read(start, start + half)
     tail = job.log.read(end - half, end)
-    if job.status == "running":
+    if not job.settled.is_set():
         tail = _whole_chars(tail)
         end = end - half + len(tail)
     job.read_offset = end

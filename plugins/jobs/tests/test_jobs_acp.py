@@ -48,7 +48,7 @@ async def test_kill_9_of_dsh_leaves_no_job_behind(acp_agent, scripted, tier):
                          check=False) as run:
         sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("start")])
-        assert resp.stop_reason == "end_turn" and "".join(run.client.text(sid)) == "started job_1"
+        assert resp.stop_reason == "end_turn" and "".join(run.client.text(sid)) == "started bash-1"
         with anyio.fail_after(10):
             while len(sleepers(marker)) < 2:
                 await anyio.sleep(0.02)

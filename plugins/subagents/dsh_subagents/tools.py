@@ -407,17 +407,19 @@ async def report(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
 SEND_MESSAGE = FunctionTool(
     "send_message",
-    "Give one of your continuable subagents more to do: the message becomes its next turn (queued if it is busy). "
-    "Its outcome arrives as a notice.",
+    "Give one of your continuable subagents (a direct child) more to do: the message becomes its next turn, "
+    "after the one it is working on, if any. You get no answer here, only that it was queued; you are told when "
+    "the subagent has finished. An error means the message was not delivered.",
     {"type": "object", "properties": {
-        "subagent_id": {"type": "string", "description": "The id `subagent` returned."},
+        "subagent_id": {"type": "string", "description": "The id `subagent` returned (`started subagent <id>`)."},
         "message": {"type": "string", "description": "What it should do next."},
     }, "required": ["subagent_id", "message"], "additionalProperties": False},
     send_message, parallel_safe=True, kind="think",
 )
 INTERRUPT_AGENT = FunctionTool(
     "interrupt_agent",
-    "Stop the current turn of one of your subagents (or theirs). It stays available for send_message.",
+    "Stop the current turn of one of your subagents (or of an agent below them). It stays available for "
+    "send_message; interrupting one that is between turns does nothing.",
     {"type": "object", "properties": {
         "agent_id": {"type": "string", "description": "The subagent's id."},
     }, "required": ["agent_id"], "additionalProperties": False},
@@ -425,8 +427,10 @@ INTERRUPT_AGENT = FunctionTool(
 )
 LIST_AGENTS = FunctionTool(
     "list_agents",
-    "List your subagents (scope \"children\", the default) or every agent below you (\"descendants\"), each "
-    "running, idle (waiting for send_message) or ready (ended).",
+    "List your continuable subagents (scope \"children\", the default) or every one below you (\"descendants\", "
+    "with each one's parent and depth): running (working now), idle (between turns, more queued) or ready (done "
+    "with all it was given; send_message starts its next turn). You are told when one finishes: do not poll. "
+    "send_message reaches depth-1 entries only.",
     {"type": "object", "properties": {
         "scope": {"type": "string", "enum": ["children", "descendants"]},
     }, "additionalProperties": False},
@@ -434,9 +438,11 @@ LIST_AGENTS = FunctionTool(
 )
 REPORT = FunctionTool(
     "report",
-    "Tell the agent that started you something now, before your turn ends (progress, a finding, a question).",
+    "Tell the agent that started you something now: call it once with your self-contained result before you "
+    "finish, and earlier for a finding that changes what it should do. It does not see your transcript. "
+    "Reporting does not end your turn.",
     {"type": "object", "properties": {
-        "message": {"type": "string", "description": "What to tell it."},
-    }, "required": ["message"], "additionalProperties": False},
+        "output": {"type": "string", "description": "What to tell it: conclusions, and the paths that matter."},
+    }, "required": ["output"], "additionalProperties": False},
     report, parallel_safe=True, kind="think",
 )

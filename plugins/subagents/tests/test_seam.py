@@ -479,3 +479,56 @@ async def test_interrupt_ends_the_current_turn_only_and_keeps_what_was_queued(sc
                 await anyio.sleep(0.01)
         (settled,) = [e for e in events if isinstance(e, SubagentSettled) and e.stop == "completed"]
         assert settled.text == "NEXT_DONE"  # the queued message ran as the next turn
+
+
+def _waking(agent) -> list[tuple[str, bool]]:
+    """Record what each notice to ``agent`` asked: its text and whether it asked for a turn of its
+    own (``wake``, the spine's autonomous turn); the notice is queued as the spine does."""
+    asked: list[tuple[str, bool]] = []
+    queue = agent.notify
+
+    def notify(text, *, source="notice", unless=None, wake=False):
+        asked.append((text, wake))
+        queue(text, source=source, unless=unless)
+
+    agent.notify = notify
+    return asked
+
+
+async def test_report_takes_output_and_wakes_the_parent_and_the_settlement_does_too(scripted, tmp_path):
+    script = scripted({"rules": [
+        {"when": "^start", "steps": [{"tool": "subagent", "args": {"description": "find", "prompt": "child: find"}},
+                                     {"text": "ok"}]},
+        {"when": "^child:", "steps": [{"tool": "report", "args": {"output": "FOUND_IT"}}, {"text": "Reported."}]},
+    ]})
+    async with memory_host(script, plugins=PLUGINS) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        asked = _waking(parent)
+        events = _events(parent)
+        await _turn(parent, "start", events)
+        (child,) = parent.children
+        child_events = _events(child)
+        with anyio.fail_after(10):
+            while not any(isinstance(e, SubagentSettled) for e in events):
+                await anyio.sleep(0.01)
+        (reported,) = [e for e in child_events if isinstance(e, ToolResultEvent)]
+        assert reported.result.content[0].text.startswith("report accepted by the agent that started you as message ")
+        sid = child.session_id
+        assert asked == [(f"Background subagent {sid} reported:\nFOUND_IT", True),
+                         (f"Background subagent {sid} finished and will do no further work unless you send it "
+                          "more.\nIts closing message:\nReported.", True)]
+
+
+async def test_a_fork_refuses_run_in_background_as_the_original_does(scripted, tmp_path):
+    script = scripted({"rules": [
+        {"when": "^fork", "steps": [{"tool": "subagent_fork", "args": {"description": "f", "prompt": "p",
+                                                                       "run_in_background": True}}, {"text": "ok"}]},
+    ]})
+    async with memory_host(script, plugins=PLUGINS) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        events = _events(parent)
+        (result,) = await _turn(parent, "fork", events)
+        assert result.result.is_error and result.result.content[0].text == (
+            "Error: run_in_background is disabled for this tool instance (enableRunInBackground: false)")
+        assert not [e for e in events if isinstance(e, SubagentStarted)]
+        assert "cwd" not in host.tools["subagent"].spec.parameters["properties"]  # the original's arguments only

@@ -382,28 +382,29 @@ class _Bound:
     rec: Recording
     cursor: int = 0
     summaries: int = 0
-    # A committed recording's numbered ids (``{{id:3}}``) and the live ids they stand for, learnt
-    # from the tool results: a result recorded as ``started subagent {{id:3}}`` that comes back
-    # live as ``started subagent 5f0c…`` makes a later recorded call's ``{{id:3}}`` argument
-    # (``send_message {"subagent_id": "{{id:3}}"}``) the live id. Ids minted anew every run (a
+    # A committed recording's numbered ids (``{{id:3}}``, ``{{session1}}``) and the live ids they
+    # stand for, learnt from the tool results: a result recorded as ``started subagent {{session1}}``
+    # that comes back live as ``started subagent 5f0c…`` makes a later recorded call's argument
+    # ``send_message {"subagent_id": "{{session1}}"}`` the live id. Ids minted anew every run (a
     # child's session id) replay as the run's own.
     ids: dict[str, str] = field(default_factory=dict)
 
 
 _PLACEHOLDER = re.compile(r"\{\{(id:\d+|[a-z0-9_]+)\}\}")
+_LEARNT = re.compile(r"\{\{(?:id:\d+|session\d+)\}\}")  # what a live id can stand in for
 LEARN_CHARS = 20_000  # a longer recorded result is not searched for ids
 
 
 def _learn(ids: dict[str, str], recorded: str, live: str) -> None:
     """Bind the numbered ids of ``recorded`` to what stands in their place in ``live``."""
-    if "{{id:" not in recorded or len(recorded) > LEARN_CHARS or len(live) > LEARN_CHARS:
+    if not _LEARNT.search(recorded) or len(recorded) > LEARN_CHARS or len(live) > LEARN_CHARS:
         return
     pattern, groups, at = [], {}, 0
     for m in _PLACEHOLDER.finditer(recorded):
         pattern.append(re.escape(recorded[at:m.start()]))
         name = m.group(1)
-        if name.startswith("id:"):
-            group = "id" + name[3:]
+        if _LEARNT.fullmatch(m.group(0)):
+            group = name.replace(":", "")
             pattern.append(f"(?P={group})" if group in groups else f"(?P<{group}>[0-9a-f]{{32}})")
             groups[group] = m.group(0)
         else:
@@ -572,8 +573,8 @@ class ReplayProvider:
             return text.replace("{{cwd}}", cwd) if cwd else text
 
         def args(text: str) -> str:
-            if ids and "{{id:" in text:
-                text = _NUMBERED.sub(lambda m: ids.get(m.group(0), m.group(0)), text)
+            if ids:
+                text = _LEARNT.sub(lambda m: ids.get(m.group(0), m.group(0)), text)
             return sub(text)
 
         if call.mark is not None:

@@ -40,16 +40,13 @@ class JobTools:
         return [
             FunctionTool(
                 "job_output",
-                "Read a background job's output since your last read. Every answer ends with its status line, "
-                "[status: running | stopping | completed, exit code: N | killed, signal: X | failed, why]. A read "
-                "does not block unless wait is true: then it first waits until the job ends or timeout_ms passes "
-                f"(default {self.wait_ms}, at most {self.max_wait_ms}); a wait that times out answers "
-                "[status: running] and leaves the job running.",
+                "Read a background job's output since your last read, ending with its status ([status: running | "
+                "stopping | completed, exit code: N | killed, signal: X | failed, …]). With wait: true, first wait "
+                f"until the job ends or timeout_ms passes (default {self.wait_ms}, max {self.max_wait_ms}).",
                 {"type": "object", "properties": {
-                    "job_id": {"type": "string", "description": "The job id the tool that started it returned."},
-                    "wait": {"type": "boolean", "description": "Wait for the job to end (or timeout_ms) first."},
-                    "timeout_ms": {"type": "number", "description": "How long to wait at most, in milliseconds "
-                                                                    "(with wait: true)."},
+                    "job_id": {"type": "string", "description": "The job's id (bash-1…)."},
+                    "wait": {"type": "boolean", "description": "Wait for the job to end before reading."},
+                    "timeout_ms": {"type": "number", "description": "How long to wait at most, with wait."},
                 }, "required": ["job_id"], "additionalProperties": False},
                 self.job_output, kind="read",
                 output_schema={"type": "object", "properties": {
@@ -59,7 +56,7 @@ class JobTools:
             ),
             FunctionTool(
                 "job_list",
-                "List your background jobs, running and finished: id, kind, status and what it runs.",
+                "List this session's background jobs: id, kind, status and command.",
                 {"type": "object", "properties": {}, "additionalProperties": False},
                 self.job_list, parallel_safe=True, kind="read",
                 output_schema={"type": "object", "properties": {"jobs": {"type": "array", "items": {
@@ -69,11 +66,10 @@ class JobTools:
             ),
             FunctionTool(
                 "job_kill",
-                "Ask a running background job to stop: SIGTERM to its whole process group (and everything it "
-                "started), SIGKILL if it has not ended a few seconds later. Answers at once; the job is stopping "
-                "until its work has ended, then killed.",
+                "Stop a background job: SIGTERM to its whole process group (and everything it started), SIGKILL "
+                "if it has not ended a few seconds later. Answers at once.",
                 {"type": "object", "properties": {
-                    "job_id": {"type": "string", "description": "The job id the tool that started it returned."},
+                    "job_id": {"type": "string", "description": "The job to stop."},
                     "reason": {"type": "string", "description": "Why (recorded in the session log)."},
                 }, "required": ["job_id"], "additionalProperties": False},
                 self.job_kill, kind="execute",

@@ -295,8 +295,8 @@ SUBAGENT_PARAMETERS: dict[str, Any] = {
         },
         "run_in_background": {
             "type": "boolean",
-            "description": "true (the default): return at once with the subagent's id; you are told when it has "
-                           "finished. false: wait for its answer (only when your next step needs it).",
+            "description": "true (the default): return at once with the subagent's id; you are told when it "
+                           "finishes. false: wait for its answer.",
         },
     },
     "required": ["description", "prompt"],
@@ -407,19 +407,17 @@ async def report(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
 SEND_MESSAGE = FunctionTool(
     "send_message",
-    "Give one of your continuable subagents (a direct child) more to do: the message becomes its next turn, "
-    "after the one it is working on, if any. You get no answer here, only that it was queued; you are told when "
-    "the subagent has finished. An error means the message was not delivered.",
+    "Give one of your continuable subagents more to do: the message becomes its next turn (queued if it is busy). "
+    "You are told when it has finished.",
     {"type": "object", "properties": {
-        "subagent_id": {"type": "string", "description": "The id `subagent` returned (`started subagent <id>`)."},
+        "subagent_id": {"type": "string", "description": "The id `subagent` returned."},
         "message": {"type": "string", "description": "What it should do next."},
     }, "required": ["subagent_id", "message"], "additionalProperties": False},
     send_message, parallel_safe=True, kind="think",
 )
 INTERRUPT_AGENT = FunctionTool(
     "interrupt_agent",
-    "Stop the current turn of one of your subagents (or of an agent below them). It stays available for "
-    "send_message; interrupting one that is between turns does nothing.",
+    "Stop the current turn of one of your subagents (or theirs). It stays available for send_message.",
     {"type": "object", "properties": {
         "agent_id": {"type": "string", "description": "The subagent's id."},
     }, "required": ["agent_id"], "additionalProperties": False},
@@ -427,10 +425,8 @@ INTERRUPT_AGENT = FunctionTool(
 )
 LIST_AGENTS = FunctionTool(
     "list_agents",
-    "List your continuable subagents (scope \"children\", the default) or every one below you (\"descendants\", "
-    "with each one's parent and depth): running (working now), idle (between turns, more queued) or ready (done "
-    "with all it was given; send_message starts its next turn). You are told when one finishes: do not poll. "
-    "send_message reaches depth-1 entries only.",
+    "List your continuable subagents (scope \"children\", the default) or every one below you (\"descendants\"): "
+    "running, idle, or ready (done; send_message continues it).",
     {"type": "object", "properties": {
         "scope": {"type": "string", "enum": ["children", "descendants"]},
     }, "additionalProperties": False},

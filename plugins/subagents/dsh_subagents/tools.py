@@ -238,8 +238,11 @@ class Delegate:
             raise ToolError(f"no subagent provider {self.provider!r} is mounted.", code="SUBAGENT_FAILED")
         mine = await recall(parent)
         holder = Holder()
+        # A foreground run is one-shot whatever the tool (as the original's: it is collected and
+        # disposed; no report tool, nothing to continue).
+        continuable = self.continuable and background
         request = SubagentRequest(prompt=prompt, description=description, parent=parent, cwd=parent.cwd, depth=depth,
-                                  call_id=ctx.call_id, continuable=self.continuable, on_settled=holder.settled)
+                                  call_id=ctx.call_id, continuable=continuable, on_settled=holder.settled)
         registry.reserved += 1
         try:
             run = await provider.start(request)
@@ -250,7 +253,7 @@ class Delegate:
             registry.reserved -= 1
         # awaited: a foreground call tells the first turn's end; a background child's comes as a notice
         entry = Entry(run=run, parent=parent, provider=self.provider, description=description, call_id=ctx.call_id,
-                      continuable=self.continuable, background=background, awaited=not background)
+                      continuable=continuable, background=background, awaited=not background)
         registry.entries.add(entry)
         mine.runs[run.id] = entry
         parent.emit(SubagentStarted(id=run.id, provider=self.provider, description=description, call_id=ctx.call_id,

@@ -417,6 +417,13 @@ def _learn(ids: dict[str, str], recorded: str, live: str) -> None:
             ids.setdefault(placeholder, found.group(group))
 
 
+def _bound_ids(text: str, ids: dict[str, str] | None) -> str:
+    """``text`` with each placeholder replay has bound put back to the run's own id."""
+    if not ids:
+        return text
+    return _LEARNT.sub(lambda m: ids.get(m.group(0), m.group(0)), text)
+
+
 def _live_texts(request: ModelRequest) -> list[str]:
     """The texts of the tool results the request carries after the model's last answer."""
     msgs = list(request.messages)
@@ -563,7 +570,7 @@ class ReplayProvider:
             call = calls[n - 1]
             self._check(rec, n, call, request)
             if call.expect is not None and call.expect.texts:
-                for recorded, live in zip(call.expect.texts, _live_texts(request)):
+                for recorded, live in zip(call.expect.texts, _live_texts(request), strict=False):
                     _learn(bound.ids, recorded, live)
         async for delta in self._play(call, request.cwd, bound.ids):
             yield delta
@@ -571,11 +578,6 @@ class ReplayProvider:
     async def _play(self, call: Call, cwd: str, ids: dict[str, str] | None = None) -> AsyncIterator[ModelDelta]:
         def sub(text: str) -> str:
             return text.replace("{{cwd}}", cwd) if cwd else text
-
-        def args(text: str) -> str:
-            if ids:
-                text = _LEARNT.sub(lambda m: ids.get(m.group(0), m.group(0)), text)
-            return sub(text)
 
         if call.mark is not None:
             _touch(cwd, call.mark)
@@ -596,7 +598,7 @@ class ReplayProvider:
             elif isinstance(b, ReasoningBlock):
                 yield ReasoningDelta(text=sub(b.text))
             elif isinstance(b, ToolCallBlock):
-                yield ToolCallDelta(index=index, id=b.id, name=b.name, arguments=args(b.arguments))
+                yield ToolCallDelta(index=index, id=b.id, name=b.name, arguments=sub(_bound_ids(b.arguments, ids)))
                 index += 1
             elif isinstance(b, ImageBlock):
                 yield ImageDelta(image=b)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anyio

@@ -2,8 +2,8 @@
 
 A job is ``work(io)`` (``protocols.Jobs.start``) run as a task of the host's group inside a
 cancel scope of its own; its id is its kind and a count of that kind (``bash-1``, ``bash-2``,
-``subagent-1``), as the original harness mints them. Its output goes to ``<spill root>/<session>/<job id>.log`` as it
-arrives (capped on disk, never held in memory); ``job_output`` reads what is new since the
+``subagent-1``), as the original harness mints them. Its output goes to
+``<spill root>/<session>/<job id>.log`` as it arrives (capped on disk, never held in memory); ``job_output`` reads what is new since the
 last read by offset, so a read costs the same for 10 KB as for 10 GB of output. A job ends in
 exactly one ``settle``: the status, a ``job/settled`` event, and, unless a tool call already
 showed that end, one notice: read at the session's next model request, or, when the session is
@@ -39,7 +39,7 @@ TITLE_MAX = 2000  # characters of a job's title (its command line) kept in the l
 
 @dataclass(frozen=True)
 class Limits:
-    max_live: int = 10  # running jobs per session (the original's maxConcurrentJobsPerOwner)
+    max_live: int = 10  # running or stopping jobs per session (the original's maxConcurrentJobsPerOwner)
     max_log_bytes: int = 64 << 20  # output kept on disk per job; the rest is counted, not kept
     kill_grace_s: float = 3.0  # job_kill: how long a job may take to end after SIGTERM
     max_wakes: int = 3  # completion notices that start a turn of an idle session, in a row (the original's 3)
@@ -207,7 +207,6 @@ class SessionJobs:
 
     jobs: dict[str, BgJob] = field(default_factory=dict)
     closed: bool = False
-
     wakes: int = 0  # turns completion notices started since a person's last prompt
 
     def live(self) -> int:

@@ -75,7 +75,7 @@ async def start_cost(work: Path, n: int) -> list[float]:
     script.write_text(json.dumps({"default": [{"text": "ok"}]}))
     times = []
     shipped = load_composition("acp-agent")
-    config = {**shipped.config, "subagents": {"max-live": n + 1}}
+    config = {**shipped.config, "subagents": {"max-running": n + 1}}
     async with open_host(dataclasses.replace(shipped, config=config), provider="scripted", model=str(script)) as host:
         seen = _first_requests(host)
         parent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
@@ -166,7 +166,7 @@ async def idle_children(work: Path, n: int) -> tuple[float, float]:
         {"when": "^warm", "steps": [{"tool": "subagent", "args": {"description": "w", "prompt": "child w"}},
                                     {"text": "warm"}]}],
         "default": [{"text": "done"}]}))
-    config = {"subagents": {"max-live": n + 10}}
+    config = {"subagents": {"max-running": n + 10}}
     async with memory_host(script, plugins=("scripted-model", "jsonl-persistence", "subagents"), config=config) as host:
         parent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
 

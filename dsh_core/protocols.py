@@ -768,13 +768,14 @@ class Job(Protocol):
     title: str
 
     @property
-    def status(self) -> Literal["running", "completed", "failed", "killed"]: ...
+    def status(self) -> Literal["running", "stopping", "completed", "failed", "killed"]: ...
 
     async def wait(self) -> None:
         """Return when the job has settled."""
 
     async def kill(self, reason: str | None = None) -> None:
-        """Stop it (gracefully, then by cancelling its work) and return when it has settled."""
+        """Stop it (gracefully, then by cancelling its work) and return when it has settled
+        (``stopping`` meanwhile)."""
 
 
 @runtime_checkable

@@ -1,11 +1,13 @@
 """dsh plugin ``jobs``: background jobs for any tool — the host's ``Jobs`` seam (``dsh_jobs``).
 
-``bash {…, run_in_background: true}`` (sandbox-tools) starts one and answers ``job id <id>`` at
+``bash {…, run_in_background: true}`` (sandbox-tools) starts one (id ``bash-1``, ``bash-2``…) at
 once; the command keeps running in the same sandbox, scrubbed environment and limits as a
 foreground call, without its timeout. ``job_output`` reads what is new (``wait`` for the end),
-``job_list`` lists the session's jobs, ``job_kill`` ends one with its whole process group.
-When a job ends by itself, the session's next model request carries one notice (id, status,
-the output's tail). A session has at most ``max-live`` running jobs; closing or deleting it,
+``job_list`` lists the session's jobs, ``job_kill`` asks one to end (its whole process group:
+SIGTERM, then SIGKILL) and answers at once. When a job ends by itself, the session is told once,
+in the original harness's words: at its next model request, or, when it is idle, in a turn of
+its own (at most ``max-wakes`` in a row before a person's next prompt). A session has at most
+``max-live`` running or stopping jobs; closing or deleting it,
 the client going away and the host exiting kill them all, and because every job runs through
 a command server whose reaper holds the call, a ``kill -9`` of dsh kills them too. ``job/started``
 and ``job/settled`` go to the session log. See README.md.
@@ -22,7 +24,7 @@ from msgspec import Meta
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.spill import spill_path_for
-from dsh_core.types import JobStarted
+from dsh_core.types import JobStarted, UserMessage
 
 from .registry import BgJob, JobLog, JobRegistry, Limits, SessionJobs
 from .tools import JobTools, read_new
@@ -44,7 +46,8 @@ class JobsConfig(PluginConfig):
                                                           "tail past it)")] = 30_000
     wait_ms: Annotated[int, Meta(ge=0, description="job_output's default wait (with wait: true)")] = 30_000
     max_wait_ms: Annotated[int, Meta(ge=0, description="the longest wait job_output may ask for")] = 600_000
-    notice_tail: Annotated[int, Meta(ge=0, description="bytes of output a completion notice shows")] = 2000
+    max_wakes: Annotated[int, Meta(ge=0, description="completion notices that start a turn of an idle session, "
+                                                      "in a row before a person's prompt")] = 3
     kill_grace_ms: Annotated[int, Meta(ge=0, description="job_kill: from SIGTERM to SIGKILL")] = 3000
     dir: Annotated[str | None, Meta(description="where job output goes (default: the host's spill root)")] = None
 
@@ -62,7 +65,7 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]]:
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     c = host.config_for(JobsConfig)
-    limits = Limits(max_live=c.max_live, max_log_bytes=c.max_log_bytes, notice_tail=c.notice_tail,
+    limits = Limits(max_live=c.max_live, max_log_bytes=c.max_log_bytes, max_wakes=c.max_wakes,
                     kill_grace_s=c.kill_grace_ms / 1000, root=Path(c.dir) if c.dir else None)
     host.state(JobRegistry, lambda: JobRegistry(limits, host.spill_root))
 
@@ -87,8 +90,8 @@ def dsh_session_artifacts(session_id: str, host: Host) -> list[Path]:
 
 
 class _Recall:
-    """A resumed session's new jobs get ids its log has not used (``job_1`` of an earlier
-    process is not this one's ``job_1``)."""
+    """A resumed session's new jobs get ids its log has not used (``bash-1`` of an earlier
+    process is not this one's ``bash-1``)."""
 
     def __init__(self, session: Agent) -> None:
         self.session = session
@@ -101,9 +104,7 @@ class _Recall:
             return
         for ev in events:
             if isinstance(ev, JobStarted):
-                number = ev.id.rpartition("_")[2]
-                if number.isdigit():
-                    registry.started = max(registry.started, int(number))
+                registry.recall(ev.id)
 
 
 @hookimpl
@@ -112,8 +113,16 @@ def dsh_session_start(session: Agent, source: str, turn: int) -> _Recall | None:
 
 
 @hookimpl
+def dsh_prompt_submit(session: Agent, messages: list[UserMessage], turn: int) -> None:
+    """A person's prompt entered a turn: its completion notices may start turns again."""
+    if any(m.source == "user" for m in messages):
+        registry_of(session.host).prompt_claimed(session)
+
+
+@hookimpl
 def dsh_register_guidance(register: Callable[[Any], None], host: Host) -> None:
     from .guidance import SECTIONS  # the text lives in its own module (guidance.py)
 
     for section in SECTIONS:
         register(section)
+

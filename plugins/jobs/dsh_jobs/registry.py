@@ -1,11 +1,13 @@
 """The job registry: a session's background jobs, their output logs, their ends.
 
 A job is ``work(io)`` (``protocols.Jobs.start``) run as a task of the host's group inside a
-cancel scope of its own. Its output goes to ``<spill root>/<session>/<job id>.log`` as it
-arrives (capped on disk, never held in memory); ``job_output`` reads what is new since the
+cancel scope of its own; its id is its kind and a count of that kind (``bash-1``, ``bash-2``,
+``subagent-1``), as the original harness mints them. Its output goes to
+``<spill root>/<session>/<job id>.log`` as it arrives (capped on disk, never held in memory); ``job_output`` reads what is new since the
 last read by offset, so a read costs the same for 10 KB as for 10 GB of output. A job ends in
 exactly one ``settle``: the status, a ``job/settled`` event, and, unless a tool call already
-showed that end, one notice in the session's next model request.
+showed that end, one notice: read at the session's next model request, or, when the session is
+idle, a turn of its own (at most ``max_wakes`` in a row before a person's prompt).
 """
 
 from __future__ import annotations
@@ -30,16 +32,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("dsh.jobs")
 
-Status = Literal["running", "completed", "failed", "killed"]
+Status = Literal["running", "stopping", "completed", "failed", "killed"]
 TITLE_MAX = 2000  # characters of a job's title (its command line) kept in the log and shown
 
 
 @dataclass(frozen=True)
 class Limits:
-    max_live: int = 10  # running jobs per session (the original's maxConcurrentJobsPerOwner)
+    max_live: int = 10  # running or stopping jobs per session (the original's maxConcurrentJobsPerOwner)
     max_log_bytes: int = 64 << 20  # output kept on disk per job; the rest is counted, not kept
-    notice_tail: int = 2000  # bytes of unread output a completion notice shows
     kill_grace_s: float = 3.0  # job_kill: how long a job may take to end after SIGTERM
+    max_wakes: int = 3  # completion notices that start a turn of an idle session, in a row (the original's 3)
     root: Path | None = None  # where the logs go (None: the host's spill root)
 
 
@@ -120,6 +122,7 @@ class BgJob:
         self.scope: anyio.CancelScope | None = None
         self.cancel_early = False  # killed before its task began: its work never runs
         self.kill_reason: str | None = None  # set when a kill was asked (job_kill, its session ending)
+        self.forced = False  # the kill had to cancel the work (SIGKILL), not just ask it to stop (SIGTERM)
         self.watchers = 0  # job_output calls waiting for its end (they report it: no notice)
         self.reported = False  # a tool result has shown its end
 
@@ -135,37 +138,50 @@ class BgJob:
     def status(self) -> Status:
         return self._status
 
-    def status_text(self) -> str:
-        """``running``, ``completed (exit N)``, ``failed: why``, ``killed (reason)``."""
+    def status_detail(self) -> str | None:
+        """What the original puts after the status: ``exit code: N``, ``signal: SIGTERM``, a failure's why."""
         if self._status == "completed":
-            return f"completed (exit {self.exit_code})" if self.exit_code is not None else "completed"
-        if self._status == "failed":
-            return "failed" + (f": {self.detail}" if self.detail else "")
+            return f"exit code: {self.exit_code}" if self.exit_code is not None else None
         if self._status == "killed":
-            return "killed" + (f" ({self.kill_reason})" if self.kill_reason else "")
-        return "running"
+            return f"signal: {'SIGKILL' if self.forced else 'SIGTERM'}"
+        if self._status == "failed":
+            return self.detail
+        return None
+
+    def status_line(self) -> str:
+        """``[status: running]``, ``[status: completed, exit code: 0]``, ``[status: killed, signal: SIGTERM]``…"""
+        detail = self.status_detail()
+        return f"[status: {self._status}, {detail}]" if detail else f"[status: {self._status}]"
 
     async def wait(self) -> None:
         await self.settled.wait()
 
     def cancel_work(self) -> None:
         """End the work now (a kill without grace): its scope, or, before it began, its start."""
+        self.forced = True
         if self.scope is not None:
             self.scope.cancel()
         else:
             self.cancel_early = True
 
-    async def kill(self, reason: str | None = None, *, grace_s: float = 3.0) -> None:
-        """SIGTERM (the work's ``stopping``), then cancel the work after ``grace_s``; returns settled."""
+    def request_kill(self, reason: str | None = None) -> bool:
+        """Ask the job to stop and return at once (False: it had already ended). Its status is
+        ``stopping`` until the work ends; the job's own task cancels the work if it has not ended
+        ``kill_grace_s`` after the work's ``stopping`` was set (SIGTERM, then SIGKILL)."""
         if self.settled.is_set():
-            return
+            return False
         if self.kill_reason is None:
             self.kill_reason = reason or "job_kill"
+        if self._status == "running":
+            self._status = "stopping"
         self._stopping.set()
-        if grace_s > 0:
-            with anyio.move_on_after(grace_s):
-                await self.settled.wait()
-        self.cancel_work()
+        if self.scope is None:  # its task has not begun: the work never starts
+            self.cancel_early = True
+        return True
+
+    async def kill(self, reason: str | None = None) -> None:
+        """``request_kill``, then return when the job has settled (the ``Job`` seam's kill)."""
+        self.request_kill(reason)
         with anyio.CancelScope(shield=True):
             await self.settled.wait()
 
@@ -174,14 +190,14 @@ class BgJob:
         if self.kill_reason is not None:
             self._status = "killed"
         elif end is None:
-            self._status, self.kill_reason = "killed", "its session ended"
+            self._status, self.kill_reason, self.forced = "killed", "its session ended", True
         else:
             self._status, self.exit_code, self.detail = end.status, end.exit_code, end.detail
         self.log.close()
         self.settled.set()
 
     def __repr__(self) -> str:
-        return f"<job {self.id} {self.kind} {self.status_text()}>"
+        return f"<job {self.id} {self.kind} {self.status_line()}>"
 
 
 @dataclass(eq=False)
@@ -190,13 +206,15 @@ class SessionJobs:
 
     jobs: dict[str, BgJob] = field(default_factory=dict)
     closed: bool = False
+    wakes: int = 0  # turns completion notices started since a person's last prompt
 
     def live(self) -> int:
-        return sum(1 for j in self.jobs.values() if j.status == "running")
+        """What the cap counts: running and stopping jobs (the original's active jobs)."""
+        return sum(1 for j in self.jobs.values() if j.status in ("running", "stopping"))
 
     async def aclose(self) -> None:
         self.closed = True
-        running = [j for j in self.jobs.values() if j.status == "running"]
+        running = [j for j in self.jobs.values() if not j.settled.is_set()]
         with anyio.CancelScope(shield=True):
             # One after another, oldest first (SIGKILL through each call's reaper, no grace; a
             # few ms each): the log records their ends in the order they were started.
@@ -215,7 +233,8 @@ class JobRegistry:
     def __init__(self, limits: Limits, spill_root: Path) -> None:
         self.limits = limits
         self.root = limits.root if limits.root is not None else spill_root
-        self.started = 0  # ids handed out: ``job_1``, ``job_2``… (raised past a resumed log's)
+        self.ids: set[str] = set()  # every id this host handed out (another session's is "not yours")
+        self.counters: dict[str, int] = {}  # ids handed out per kind: ``bash-1``, ``bash-2``… (raised past a resumed log's)
 
     def mine(self, session: Agent) -> SessionJobs:
         found: SessionJobs = session.state(SessionJobs)
@@ -227,6 +246,10 @@ class JobRegistry:
     def get(self, session: Agent, jid: Any) -> BgJob | None:
         return self.mine(session).jobs.get(jid) if isinstance(jid, str) else None
 
+    def owned_elsewhere(self, jid: str) -> bool:
+        """``jid`` is a job of this host, but not of the asking session."""
+        return jid in self.ids
+
     def start(self, session: Agent, *, kind: str, title: str, work: Callable[[JobIO], Awaitable[JobEnd]],
               call_id: str | None = None) -> BgJob:
         mine = self.mine(session)
@@ -235,20 +258,26 @@ class JobRegistry:
         live, cap = mine.live(), self.limits.max_live
         if live >= cap:
             raise ToolError(
-                f"background job limit reached: this session already has {live} running job"
-                f"{'s' if live != 1 else ''} and the limit is {cap} per session. Wait for one to end "
-                "(job_output with wait) or stop one (job_kill), then start this one again.",
+                f"background job limit reached for this owner (limit: {cap}); use job_kill to stop an unneeded "
+                "job, wait for it to finish, then retry",
                 code="JOB_LIMIT",
             )
-        self.started += 1
-        jid = f"job_{self.started}"
+        count = self.counters[kind] = self.counters.get(kind, 0) + 1
+        jid = f"{kind}-{count}"
         title = one_line(title, TITLE_MAX)
         job = BgJob(jid, kind=kind, title=title, call_id=call_id, session=session,
                     log=JobLog(spill_path_for(self.root, session.session_id, jid), self.limits.max_log_bytes))
         mine.jobs[jid] = job
+        self.ids.add(jid)
         session.emit(JobStarted(id=jid, kind=kind, title=title, call_id=call_id))
         session.host.task_group.start_soon(self._run, job, work, name=f"job {jid} of {session.session_id[:8]}")
         return job
+
+    def recall(self, jid: str) -> None:
+        """A resumed log names ``jid`` (``bash-3``): its kind's new ids start past it."""
+        kind, _, number = jid.rpartition("-")
+        if kind and number.isdigit():
+            self.counters[kind] = max(self.counters.get(kind, 0), int(number))
 
     async def _run(self, job: BgJob, work: Callable[[JobIO], Awaitable[JobEnd]]) -> None:
         end: JobEnd | None = None
@@ -257,15 +286,26 @@ class JobRegistry:
                 job.scope = scope
                 if job.cancel_early:  # killed before its task began: the work never starts
                     return
-                try:
-                    end = await work(job)
-                except ToolError as exc:
-                    end = JobEnd(status="failed", detail=str(exc))
-                except Exception as exc:  # a broken work function must not take the host down
-                    log.warning(f"job {job.id} failed: {exc!r}")
-                    end = JobEnd(status="failed", detail=f"{type(exc).__name__}: {exc}")
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._enforce_kill, job, scope, name=f"kill of job {job.id}")
+                    try:
+                        end = await work(job)
+                    except ToolError as exc:
+                        end = JobEnd(status="failed", detail=str(exc))
+                    except Exception as exc:  # a broken work function must not take the host down
+                        log.warning(f"job {job.id} failed: {exc!r}")
+                        end = JobEnd(status="failed", detail=f"{type(exc).__name__}: {exc}")
+                    tg.cancel_scope.cancel()
         finally:
             self._settle(job, end)
+
+    async def _enforce_kill(self, job: BgJob, scope: anyio.CancelScope) -> None:
+        """The rest of a ``job_kill``, in the job's own task: the work was asked to stop
+        (SIGTERM); past the grace period its work is cancelled (SIGKILL through its reaper)."""
+        await job.stopping.wait()
+        await anyio.sleep(self.limits.kill_grace_s)
+        job.forced = True
+        scope.cancel()
 
     def _settle(self, job: BgJob, end: JobEnd | None) -> None:
         job.finish(end)
@@ -278,20 +318,23 @@ class JobRegistry:
             log.debug(f"job {job.id} settled after its session's log closed: {exc!r}")
         if job.watchers or job.kill_reason is not None or session.disposed:
             return  # a waiting job_output or job_kill shows this end; or nobody is left to tell
-        # Dropped if, before the next request, a tool result shows this end (a job_output right
-        # after the job ended, in the same step): the model is told once.
-        session.notify(notice_text(job, self.limits.notice_tail), unless=lambda: job.reported)
+        # An idle session gets a turn of its own for it (the original's wakeup delivery), at most
+        # max_wakes in a row until a person's prompt is claimed (a woken turn that starts a job
+        # whose end wakes it again stops there); a busy one reads it at its next model request.
+        # Dropped if, before that request, a tool result shows this end (a job_output right after
+        # the job ended, in the same step): the model is told once.
+        mine = self.mine(session)
+        wake = not session.busy and mine.wakes < self.limits.max_wakes
+        if wake:
+            mine.wakes += 1
+        session.notify(notice_text(job), unless=lambda: job.reported, wake=wake)
+
+    def prompt_claimed(self, session: Agent) -> None:
+        """A person's prompt entered a turn: completion notices may wake the session again."""
+        self.mine(session).wakes = 0
 
 
-def notice_text(job: BgJob, tail: int) -> str:
-    """What the model reads in its next request when a job ends: id, status, the unread tail."""
-    unread = job.log.size - job.read_offset
-    head = f"[background job {job.id} {job.status_text()}] {job.kind}: {one_line(job.title, 200)}"
-    if unread <= 0:
-        return f"{head}\n(no output since your last job_output)"
-    start = max(job.read_offset, job.log.size - tail)
-    text = escape_system(job.log.read(start, job.log.size).decode("utf-8", errors="replace"))
-    more = (f"(the last {job.log.size - start} of {unread} unread bytes; job_output "
-            f'{{"job_id": "{job.id}"}} returns all of them)') if start > job.read_offset else \
-        f'(job_output {{"job_id": "{job.id}"}} returns it again)'
-    return f"{head}\noutput:\n{text.rstrip()}\n{more}"
+def notice_text(job: BgJob) -> str:
+    """What the model reads when a job ends by itself, in the original's words."""
+    return (f"background job {job.id} ({job.kind}: {escape_system(job.title)}) finished {job.status_line()}. "
+            "Read its output with job_output.")

@@ -2,11 +2,13 @@
 
 A session sees only its own jobs. ``job_output`` returns what is new since the last read,
 bounded like any command's output (head and tail, the rest named in the job's log file), and
-ends with ``[status: …]``.
+ends with the original harness's status line (``[status: completed, exit code: 0]``).
+``job_kill`` answers at once; the kill goes on in the job's own task.
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -38,13 +40,13 @@ class JobTools:
         return [
             FunctionTool(
                 "job_output",
-                "Read a background job's output since your last read, ending with its status "
-                "([status: running | completed (exit N) | failed | killed]). With wait: true, first wait until the "
-                f"job ends or timeout_ms passes (default {self.wait_ms}, max {self.max_wait_ms}).",
+                "Read a background job's output since your last read, ending with its status ([status: running | "
+                "stopping | completed, exit code: N | killed, signal: X | failed, …]). With wait: true, first wait "
+                f"until the job ends or timeout_ms passes (default {self.wait_ms}, max {self.max_wait_ms}).",
                 {"type": "object", "properties": {
-                    "job_id": {"type": "string", "description": "The id bash returned (`job id <id>`)."},
+                    "job_id": {"type": "string", "description": "The job's id (bash-1…)."},
                     "wait": {"type": "boolean", "description": "Wait for the job to end before reading."},
-                    "timeout_ms": {"type": "integer", "description": "How long to wait at most, with wait."},
+                    "timeout_ms": {"type": "number", "description": "How long to wait at most, with wait."},
                 }, "required": ["job_id"], "additionalProperties": False},
                 self.job_output, kind="read",
                 output_schema={"type": "object", "properties": {
@@ -65,7 +67,7 @@ class JobTools:
             FunctionTool(
                 "job_kill",
                 "Stop a background job: SIGTERM to its whole process group (and everything it started), SIGKILL "
-                "if it has not ended a few seconds later. Returns its final status.",
+                "if it has not ended a few seconds later. Answers at once.",
                 {"type": "object", "properties": {
                     "job_id": {"type": "string", "description": "The job to stop."},
                     "reason": {"type": "string", "description": "Why (recorded in the session log)."},
@@ -76,11 +78,14 @@ class JobTools:
 
     def _find(self, args: dict[str, Any], ctx: ToolContext) -> BgJob:
         jid = args.get("job_id")
+        if not isinstance(jid, str) or not jid:
+            raise ToolError(f"invalid job_id: expected a non-empty string, got {json.dumps(jid)}",
+                            code="INVALID_ARGUMENTS")
         job = self.registry.get(ctx.agent, jid)
         if job is None:
-            known = ", ".join(j.id for j in self.registry.of(ctx.agent)) or "none"
-            raise ToolError(f"no job {jid!r} in this session (its jobs: {known}); job_list lists them.",
-                            code="NOT_FOUND")
+            if self.registry.owned_elsewhere(jid):
+                raise ToolError(f"job {jid} belongs to another session", code="NOT_FOUND")
+            raise ToolError(f"unknown job {jid}", code="NOT_FOUND")
         return job
 
     async def job_output(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -91,10 +96,11 @@ class JobTools:
         timeout_ms = args.get("timeout_ms")
         if timeout_ms is None:
             timeout_ms = self.wait_ms
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
-            raise ToolError("timeout_ms must be an integer ≥ 0", code="INVALID_ARGUMENTS")
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or not timeout_ms >= 0 \
+                or timeout_ms == float("inf"):
+            raise ToolError("timeout_ms must be a number of milliseconds ≥ 0", code="INVALID_ARGUMENTS")
         timeout_ms = min(timeout_ms, self.max_wait_ms)
-        if wait and job.status == "running":
+        if wait and not job.settled.is_set():
             job.watchers += 1
             try:
                 with anyio.move_on_after(timeout_ms / 1000):
@@ -102,12 +108,12 @@ class JobTools:
             finally:
                 job.watchers -= 1
         text, spilled = read_new(job, self.limit)
-        if job.status != "running":
+        if job.settled.is_set():
             job.reported = True
-        lines = [text.rstrip("\n") if text.strip() else "(no new output)"]
-        if job.log.dropped and job.status != "running":
+        lines = [text.rstrip("\n") if text else "(no new output)"]
+        if job.log.dropped and job.settled.is_set():
             lines.append(f"[the job wrote {job.log.dropped} bytes more than the {job.log.cap} kept]")
-        lines.append(f"[status: {job.status_text()}]")
+        lines.append(job.status_line())
         out = ToolOutput.text("\n".join(lines))
         if spilled:
             out.spill_path = str(job.log.path)  # already bounded here: nothing more is spilled
@@ -118,10 +124,9 @@ class JobTools:
     async def job_list(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         jobs = self.registry.of(ctx.agent)
         if not jobs:
-            out = ToolOutput.text("no background jobs in this session")
+            out = ToolOutput.text("(no background jobs)")
         else:
-            out = ToolOutput.text("\n".join(
-                f"{j.id}  {j.status_text()}  {j.kind}: {one_line(j.title, 200)}" for j in jobs))
+            out = ToolOutput.text("\n".join(f"{j.id} [{j.kind}] {j.status} — {one_line(j.title, 200)}" for j in jobs))
         out.structured = {"jobs": [{"id": j.id, "kind": j.kind, "status": j.status, "exit_code": j.exit_code,
                                     "title": j.title} for j in jobs]}
         return out
@@ -131,15 +136,10 @@ class JobTools:
         reason = args.get("reason")
         if reason is not None and not isinstance(reason, str):
             raise ToolError("reason must be a string", code="INVALID_ARGUMENTS")
-        if job.status != "running":
+        if not job.request_kill(one_line(reason, 200) if reason and reason.strip() else None):
             job.reported = True
-            return ToolOutput.text(f"job {job.id} had already ended: {job.status_text()}")
-        await job.kill(one_line(reason, 200) if reason and reason.strip() else None,
-                       grace_s=self.registry.limits.kill_grace_s)
-        unread = job.log.size - job.read_offset
-        tail = f"; {unread} bytes of output unread (job_output returns them)" if unread > 0 else ""
-        return ToolOutput.text(f"job {job.id} stopped: [status: {job.status_text()}]"
-                               f"{tail}")
+            return ToolOutput.text(f"job {job.id} had already finished {job.status_line()}")
+        return ToolOutput.text(f"requested cancellation of job {job.id}")
 
 
 def read_new(job: BgJob, limit: int) -> tuple[str, bool]:
@@ -154,14 +154,14 @@ def read_new(job: BgJob, limit: int) -> tuple[str, bool]:
     half = max(1, limit // 2)
     if end - start <= limit:
         data = job.log.read(start, end)
-        if job.status == "running":
+        if not job.settled.is_set():
             data = _whole_chars(data)
             end = start + len(data)
         job.read_offset = end
         return data.decode("utf-8", errors="replace"), False
     head = job.log.read(start, start + half)
     tail = job.log.read(end - half, end)
-    if job.status == "running":
+    if not job.settled.is_set():
         tail = _whole_chars(tail)
         end = end - half + len(tail)
     job.read_offset = end

@@ -113,15 +113,15 @@ async def test_a_background_command_answers_at_once_and_is_read_as_it_goes(scrip
         {"text": "done"}]}]
     async with session(scripted, tmp_path, rules, tier_config(tier)) as s:
         started, _, first, _, final, again, listed = await s.turn("go")
-    assert text(started).startswith("job id job_1: started in the background") and not started.is_error
+    assert "bash-1" in text(started) and not started.is_error  # the original's ids: kind and count
     assert text(first) == "one\n[status: running]"
-    assert text(final) == "two\nto-stderr\n[status: completed (exit 3)]"  # since the last read, both streams
-    assert text(again) == "(no new output)\n[status: completed (exit 3)]"
-    assert text(listed) == f"job_1  completed (exit 3)  bash: {gate}"
+    assert text(final) == "two\nto-stderr\n[status: completed, exit code: 3]"  # since the last read, both streams
+    assert text(again) == "(no new output)\n[status: completed, exit code: 3]"
+    assert text(listed) == f"bash-1 [bash] completed — {gate}"
     (st,) = s.of(JobStarted)
     (end,) = s.of(JobSettled)
-    assert (st.id, st.kind, st.title, st.call_id) == ("job_1", "bash", gate, "call_1")
-    assert (end.id, end.status, end.exit_code, end.output_bytes) == ("job_1", "completed", 3, 18)
+    assert (st.id, st.kind, st.title, st.call_id) == ("bash-1", "bash", gate, "call_1")
+    assert (end.id, end.status, end.exit_code, end.output_bytes) == ("bash-1", "completed", 3, 18)
     # (whether the end was also a notice depends on whether the job settled before the waiting
     # job_output's request was built: both are right; test_an_end_read_… pins the rule)
 
@@ -146,28 +146,34 @@ async def test_a_job_runs_in_the_sessions_sandbox_with_the_scrubbed_environment(
         outside.unlink(missing_ok=True)
 
 
-async def test_over_the_cap_the_call_says_so_and_job_kill_frees_a_slot(scripted, tmp_path):
+async def test_over_the_cap_the_call_says_so_and_a_stopping_job_still_counts(scripted, tmp_path):
     """The original's background-job-admission: a limit of one, a second background call is
-    refused naming it, the first is stopped with job_kill, then a new one starts."""
+    refused naming it; job_kill answers at once and the job counts while it is stopping (a
+    command that ignores SIGTERM: until the SIGKILL after the grace period); then a new one starts."""
     marker = new_marker()
     rules = [{"when": "^go", "steps": [
-        bg(f"sleep {marker}"), bg("echo second"),
-        {"tool": "job_kill", "args": {"job_id": "job_1", "reason": "make room"}},
-        bg("echo third"), {"tool": "job_list", "args": {}}, {"text": "done"}]}]
-    async with session(scripted, tmp_path, rules, tier_config("unconfined", {"max-live": 1})) as s:
-        first, second, killed, third, listed = await s.turn("go")
+        bg(f"trap '' TERM; sleep {marker}"), bg("echo second"),
+        {"tool": "job_kill", "args": {"job_id": "bash-1", "reason": "make room"}},
+        {"tool": "job_list", "args": {}},
+        bg("echo third"),
+        {"tool": "job_output", "args": {"job_id": "bash-1", "wait": True}},
+        bg("echo fourth"), {"text": "done"}]}]
+    config = tier_config("unconfined", {"max-live": 1, "kill-grace-ms": 500})
+    async with session(scripted, tmp_path, rules, config) as s:
+        first, second, killed, stopping, third, waited, fourth = await s.turn("go")
         await s.settled(2)
-    assert text(first).startswith("job id job_1:")
-    assert second.is_error and text(second) == (
-        "Error: background job limit reached: this session already has 1 running job and the limit is 1 per "
-        "session. Wait for one to end (job_output with wait) or stop one (job_kill), then start this one again.")
+    assert "bash-1" in text(first)
+    limit = ("Error: background job limit reached for this owner (limit: 1); use job_kill to stop an unneeded "
+             "job, wait for it to finish, then retry")
+    assert second.is_error and text(second) == limit and third.is_error and text(third) == limit
     assert [e.code for e in s.events if isinstance(e, ToolResultEvent)][1] == "JOB_LIMIT"
-    assert text(killed) == "job job_1 stopped: [status: killed (make room)]"
-    assert text(third).startswith("job id job_2:")
-    assert text(listed).splitlines()[0] == f"job_1  killed (make room)  bash: sleep {marker}"
+    assert text(killed) == "requested cancellation of job bash-1"
+    assert text(stopping) == f"bash-1 [bash] stopping — trap '' TERM; sleep {marker}"
+    assert text(waited) == "(no new output)\n[status: killed, signal: SIGKILL]"  # it ignored SIGTERM
+    assert "bash-2" in text(fourth)  # ids count the jobs that started, per kind
     assert not sleepers(marker)
-    assert [(e.id, e.status, e.detail) for e in s.of(JobSettled)] == [("job_1", "killed", "make room"),
-                                                                      ("job_2", "completed", None)]
+    assert [(e.id, e.status, e.detail) for e in s.of(JobSettled)] == [("bash-1", "killed", "make room"),
+                                                                      ("bash-2", "completed", None)]
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -178,15 +184,19 @@ async def test_job_kill_ends_the_group_and_what_escaped_it(scripted, tmp_path, t
         {"when": "^start", "steps": [
             bg(command), {"tool": "bash", "args": {"command": "while [ ! -e started ]; do sleep 0.01; done"}},
             {"text": "started"}]},
-        {"when": "^kill", "steps": [{"tool": "job_kill", "args": {"job_id": "job_1"}}, {"text": "killed"}]}]
+        {"when": "^kill", "steps": [{"tool": "job_kill", "args": {"job_id": "bash-1"}},
+                                    {"tool": "job_output", "args": {"job_id": "bash-1", "wait": True}},
+                                    {"tool": "job_kill", "args": {"job_id": "bash-1"}}, {"text": "killed"}]}]
     async with session(scripted, tmp_path, rules, tier_config(tier)) as s:
         await s.turn("start")
         with anyio.fail_after(10):
             while len(sleepers(marker)) < 4:
                 await anyio.sleep(0.02)
         assert s.agent.turn == 1 and len(sleepers(marker)) == 4  # the turn ended; the job runs on
-        (killed,) = await s.turn("kill")
-        assert text(killed).startswith("job job_1 stopped: [status: killed (job_kill)]")
+        killed, out, again = await s.turn("kill")
+        assert text(killed) == "requested cancellation of job bash-1"
+        assert text(out) == "(no new output)\n[status: killed, signal: SIGTERM]"
+        assert text(again) == "job bash-1 had already finished [status: killed, signal: SIGTERM]"
         assert not sleepers(marker)
 
 
@@ -209,18 +219,18 @@ async def test_closing_the_session_kills_its_jobs(scripted, tmp_path, tier):
 
 
 async def test_a_job_that_ends_between_turns_is_one_notice_in_the_next_request(scripted, tmp_path):
+    command = "printf 'line %s\\n' $(seq 1 500); exit 7"
     rules = [
-        {"when": "^start", "steps": [bg("printf 'line %s\\n' $(seq 1 500); exit 7"), {"text": "started"}]},
+        {"when": "^start", "steps": [bg(command), {"text": "started"}]},
         {"when": "^next", "steps": [{"text": "next turn"}]}]
-    async with session(scripted, tmp_path, rules, tier_config("unconfined", {"notice-tail": 40})) as s:
+    async with session(scripted, tmp_path, rules, tier_config("unconfined", {"max-wakes": 0})) as s:
         await s.turn("start")
         await s.settled()
         await s.turn("next")
         await s.turn("next")
         (notice,) = s.notices()
-        assert notice.startswith("[background job job_1 completed (exit 7)] bash: printf")
-        assert notice.endswith("line 499\nline 500\n(the last 40 of 4392 unread bytes; job_output "
-                               '{"job_id": "job_1"} returns all of them)')
+        assert notice == (f"background job bash-1 (bash: {command}) finished [status: completed, exit code: 7]. "
+                          "Read its output with job_output.")
         assert s.agent.history[-1].content[0].text == "next turn"
         # in the next request only, after that turn's prompt; the turn after has none
         users = [m for m in s.agent.history if getattr(m, "source", None) in ("notice", "user")]
@@ -234,8 +244,8 @@ async def test_ten_megabytes_of_output_are_read_as_head_and_tail_naming_the_file
     async with session(scripted, tmp_path, rules, tier_config("unconfined")) as s:
         _, out = await s.turn("go")
     body = text(out)
-    assert len(body.encode()) < 31_000 and body.endswith("THE-END\n[status: completed (exit 0)]")
-    (path,) = [w for w in body.split() if w.endswith("job_1.log")]
+    assert len(body.encode()) < 31_000 and body.endswith("THE-END\n[status: completed, exit code: 0]")
+    (path,) = [w for w in body.split() if w.endswith("bash-1.log")]
     assert "bytes omitted; all of the job's output is in " in body and "(this read: bytes 0–10000009)" in body
     assert Path(path).stat().st_size == 10_000_009
 
@@ -252,7 +262,7 @@ async def test_no_usable_sandbox_refuses_the_background_call_before_any_job(scri
     for result in (fg, back):
         assert result.is_error and 'sandbox mode "workspace-write" is requested but no sandbox backend is usable' \
             in text(result)
-    assert text(listed) == "no background jobs in this session" and not s.of(JobStarted)
+    assert text(listed) == "(no background jobs)" and not s.of(JobStarted)
 
 
 async def test_bash_offers_run_in_background_only_with_a_job_registry(scripted, tmp_path):
@@ -267,8 +277,8 @@ async def test_bash_offers_run_in_background_only_with_a_job_registry(scripted, 
 async def test_another_sessions_jobs_are_not_found(scripted, tmp_path):
     marker = new_marker()
     rules = [{"when": "^start", "steps": [bg(f"sleep {marker}"), {"text": "ok"}]},
-             {"when": "^peek", "steps": [{"tool": "job_output", "args": {"job_id": "job_1"}},
-                                         {"tool": "job_kill", "args": {"job_id": "job_1"}}, {"text": "ok"}]}]
+             {"when": "^peek", "steps": [{"tool": "job_output", "args": {"job_id": "bash-1"}},
+                                         {"tool": "job_kill", "args": {"job_id": "bash-9"}}, {"text": "ok"}]}]
     async with session(scripted, tmp_path, rules, tier_config("unconfined")) as s:
         other = Session(s.host, s.host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted",
                                                                model=s.agent.spec.model)))
@@ -277,8 +287,8 @@ async def test_another_sessions_jobs_are_not_found(scripted, tmp_path):
             while not sleepers(marker):
                 await anyio.sleep(0.02)
         read, kill = await other.turn("peek")
-        for result in (read, kill):
-            assert result.is_error and "no job 'job_1' in this session (its jobs: none)" in text(result)
+        assert read.is_error and text(read) == "Error: job bash-1 belongs to another session"
+        assert kill.is_error and text(kill) == "Error: unknown job bash-9"
         assert len(sleepers(marker)) == 1
     assert await gone(marker)  # the host closed: its sessions and their jobs with it
 
@@ -297,6 +307,8 @@ class FakeSession:
         self.disposed = False
         self.emitted: list = []
         self.notified: list[str] = []
+        self.wakes: list[bool] = []  # what each notify asked: a turn of its own or not
+        self.busy = False
         self.host = type("H", (), {"task_group": tg})()
 
     def state(self, cls, factory=None):
@@ -305,8 +317,9 @@ class FakeSession:
     def emit(self, ev):
         self.emitted.append(ev)
 
-    def notify(self, text, *, unless=None):
+    def notify(self, text, *, unless=None, wake=False):
         self.notified.append(text)
+        self.wakes.append(wake)
 
 
 async def test_a_kill_before_the_job_began_settles_it_killed_without_running_it(tmp_path):
@@ -320,7 +333,7 @@ async def test_a_kill_before_the_job_began_settles_it_killed_without_running_it(
         registry = JobRegistry(Limits(), tmp_path)
         s = FakeSession(tg)
         job = registry.start(s, kind="test", title="t", work=work)
-        await job.kill("at once", grace_s=0)  # its task has not run yet
+        await job.kill("at once")  # its task has not run yet
         assert job.status == "killed" and ran == [] and s.notified == []
         assert [type(e).__name__ for e in s.emitted] == ["JobStarted", "JobSettled"]
 
@@ -367,9 +380,10 @@ async def test_a_job_that_raises_a_tool_error_settles_failed_and_says_why(tmp_pa
         s = FakeSession(tg)
         job = JobRegistry(Limits(), tmp_path).start(s, kind="bash", title="x", work=work)
         await job.wait()
-    assert job.status_text() == "failed: the sandbox command server failed: lost the call"
+    assert job.status_line() == "[status: failed, the sandbox command server failed: lost the call]"
     (notice,) = s.notified
-    assert notice.startswith("[background job job_1 failed: the sandbox command server failed") and "partial" in notice
+    assert notice == ("background job bash-1 (bash: x) finished [status: failed, the sandbox command server failed: "
+                      "lost the call]. Read its output with job_output.")
 
 
 def test_a_log_keeps_its_cap_on_disk_and_counts_the_rest(tmp_path):
@@ -411,10 +425,10 @@ async def test_an_escalated_job_runs_once_in_the_wider_tier_on_a_server_of_its_o
     async with memory_host(script, policy, plugins=PLUGINS, config=config) as host:
         s = Session(host, host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))))
         started, out, after = await s.turn("go")
-        assert text(started).startswith("job id job_1: started in the background (workspace-write sandbox)")
+        assert "bash-1" in text(started) and "workspace-write" in text(started)
         (asked,) = policy.asked
         assert asked.tool_name == "bash" and asked.tier == "workspace-write"
-        assert text(out) == "wrote\n[status: completed (exit 0)]" and (tmp_path / "made.txt").read_text() == "made\n"
+        assert text(out) == "wrote\n[status: completed, exit code: 0]" and (tmp_path / "made.txt").read_text() == "made\n"
         assert "refused" in text(after) and not (tmp_path / "again.txt").exists()  # one call, once
         def servers() -> list[int]:
             return live_processes(lambda argv, cwd: any(a.endswith(b"_cmdserver.py") for a in argv)
@@ -434,7 +448,7 @@ async def test_a_resumed_session_never_reuses_a_job_id(scripted, tmp_path, dsh_h
     config = tier_config("unconfined")
     async with memory_host(script, plugins=plugins, config=config) as host:
         first = Session(host, host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))))
-        assert text((await first.turn("go"))[0]).startswith("job id job_1:")
+        assert "bash-1" in text((await first.turn("go"))[0])
         sid = first.agent.session_id
     async with memory_host(script, plugins=plugins, config=config) as host:  # another process, later
         _, events = await host.session_store.read(sid)
@@ -442,7 +456,7 @@ async def test_a_resumed_session_never_reuses_a_job_id(scripted, tmp_path, dsh_h
         agent.restore(events)
         again = Session(host, agent)
         started, out = await again.turn("go")
-        assert text(started).startswith("job id job_2:") and text(out) == "hi\n[status: completed (exit 0)]"
+        assert "bash-2" in text(started) and text(out) == "hi\n[status: completed, exit code: 0]"
 
 
 async def test_programs_in_code_mode_start_and_read_jobs(scripted, tmp_path):
@@ -459,37 +473,48 @@ async def test_programs_in_code_mode_start_and_read_jobs(scripted, tmp_path):
     assert json.loads(text(result)) == ["completed", 0, "from-a-program\n"]
 
 
-async def test_a_background_subagents_first_turn_is_a_job(scripted, tmp_path):
-    """With both plugins, the job seam carries a background child's first turn: job_list shows it,
-    job_output waits for and reads its answer, job_kill aborts a turn that hangs; one notice at
-    most (the job's), and the child stays, continuable."""
+async def test_a_background_subagent_is_not_a_job(scripted, tmp_path):
+    """As the original: a continuable background child stays outside the job budget. With a cap
+    of one job taken, a background subagent still starts, and job_list shows only the bash job."""
+    marker = new_marker()
     rules = [
         {"when": "^start", "steps": [
+            bg(f"sleep {marker}"),
             {"tool": "subagent", "args": {"description": "helper", "prompt": "child: work"}},
-            {"tool": "job_output", "args": {"job_id": "job_1", "wait": True}},
             {"tool": "job_list", "args": {}},
             {"text": "ok"}]},
-        {"when": "^hang", "steps": [
-            {"tool": "subagent", "args": {"description": "slow", "prompt": "child: hang"}},
-            {"tool": "job_kill", "args": {"job_id": "job_2"}},
-            {"tool": "list_agents", "args": {}},
-            {"text": "ok"}]},
-        {"when": "^next", "steps": [{"text": "next"}]},
-        {"when": "^child: work", "steps": [{"text": "CHILD_DONE", "delay_ms": 300}]},  # after job_output waits
-        {"when": "^child: hang", "steps": [{"partial": "WORKING", "delay_ms": 600000}]},
+        {"when": "^child: work", "steps": [{"text": "CHILD_DONE"}]},
     ]
     script = scripted({"rules": rules})
-    async with memory_host(script, plugins=(*PLUGINS, "subagents"), config=tier_config("unconfined")) as host:
+    config = tier_config("unconfined", {"max-live": 1})
+    async with memory_host(script, plugins=(*PLUGINS, "subagents"), config=config) as host:
         s = Session(host, host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))))
-        started, out, listed = await s.turn("start")
-        assert text(started).startswith("started subagent agent_1, its first turn as background job job_1:")
-        assert text(out) == "CHILD_DONE\n[status: completed]"
-        assert text(listed) == "job_1  completed  subagent: agent_1 helper"
-        started, killed, agents = await s.turn("hang")
-        assert text(killed) == "job job_2 stopped: [status: killed (job_kill)]; 7 bytes of output unread (job_output returns them)"
-        assert 'agent_2  idle' in text(agents)  # its turn was aborted; the child stays, continuable
-        await s.turn("next")
-        assert s.notices() == []  # both ends were shown by a tool result
+        _, started, listed = await s.turn("start")
+        assert not started.is_error and text(started).startswith("started subagent ")
+        assert text(listed) == f"bash-1 [bash] running — sleep {marker}"
+    assert await gone(marker)
+
+
+async def test_completion_notices_wake_an_idle_session_at_most_max_wakes_times_in_a_row(tmp_path):
+    """The original's wakeup delivery: an idle owner's notice asks for a turn of its own, a busy
+    one's does not; after max-wakes wakes in a row the rest wait for the next request, until a
+    person's prompt refills the budget."""
+    async def work(io):
+        return JobEnd(status="completed", exit_code=0)
+
+    async with anyio.create_task_group() as tg:
+        registry = JobRegistry(Limits(max_wakes=2), tmp_path)
+        s = FakeSession(tg)
+        for _ in range(3):
+            await registry.start(s, kind="bash", title="true", work=work).wait()
+        s.busy = True
+        await registry.start(s, kind="bash", title="true", work=work).wait()
+        s.busy = False
+        registry.prompt_claimed(s)
+        await registry.start(s, kind="bash", title="true", work=work).wait()
+    assert s.wakes == [True, True, False, False, True]
+    assert s.notified[0] == ("background job bash-1 (bash: true) finished [status: completed, exit code: 0]. "
+                             "Read its output with job_output.")
 
 
 def test_a_log_is_never_written_through_a_link_nor_read_back_through_its_path(tmp_path):
@@ -515,11 +540,11 @@ async def test_an_end_read_before_the_next_request_is_not_told_again(scripted, t
     rules = [{"when": "^go", "steps": [
         bg("echo fast"),
         {"tools": [{"name": "bash", "args": {"command": "sleep 0.5"}},  # one step: run in order
-                   {"name": "job_output", "args": {"job_id": "job_1"}}]},
+                   {"name": "job_output", "args": {"job_id": "bash-1"}}]},
         {"text": "done"}]},
         {"when": "^next", "steps": [{"text": "next"}]}]
     async with session(scripted, tmp_path, rules, tier_config("unconfined")) as s:
         _, _, out = await s.turn("go")
-        assert text(out) == "fast\n[status: completed (exit 0)]"
+        assert text(out) == "fast\n[status: completed, exit code: 0]"
         await s.turn("next")
         assert s.notices() == []

@@ -48,12 +48,12 @@ async def test_kill_9_of_dsh_leaves_no_job_behind(acp_agent, scripted, tier):
                          check=False) as run:
         sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("start")])
-        assert resp.stop_reason == "end_turn" and "".join(run.client.text(sid)) == "started job_1"
+        assert resp.stop_reason == "end_turn" and "".join(run.client.text(sid)) == "started bash-1"
         with anyio.fail_after(10):
             while len(sleepers(marker)) < 2:
                 await anyio.sleep(0.02)
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("read")])
-        assert "job_1  running  bash: setsid sleep" in "".join(run.client.text(sid))
+        assert "bash-1 [bash] running — setsid sleep" in "".join(run.client.text(sid))
         os.kill(run.proc.pid, signal.SIGKILL)
         await run.proc.wait()
         assert await gone(marker), f"left running after kill -9 of dsh: {sleepers(marker)}"
@@ -73,16 +73,16 @@ async def test_closing_stdin_ends_the_jobs_and_the_log_says_so(acp_agent, script
     events = session_log(acp_agent.home, sid)[1:]
     started = [e for e in events if e["type"] == "job/started"]
     settled = [e for e in events if e["type"] == "job/settled"]
-    assert [(e["id"], e["kind"], e["callId"]) for e in started] == [("job_1", "bash", "call_1")]
-    assert [(e["id"], e["status"], e["detail"]) for e in settled] == [("job_1", "killed", "its session ended")]
+    assert [(e["id"], e["kind"], e["callId"]) for e in started] == [("bash-1", "bash", "call_1")]
+    assert [(e["id"], e["status"], e["detail"]) for e in settled] == [("bash-1", "killed", "its session ended")]
     # and `dsh sessions show` prints them
     env = {"PATH": os.environ["PATH"], "DSH_HOME": str(acp_agent.home)}
     out = subprocess.run([sys.executable, "-m", "dsh_core.cli", "sessions", "show", sid], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     shown = [line.split(None, 3)[2:] for line in out.stdout.splitlines()[1:]]
-    assert ["job/started", f"job_1 bash: setsid sleep {marker} & touch started; sleep {marker}  [call_1]"] in shown
-    assert ["job/settled", "job_1 killed: its session ended · 0 bytes of output"] in shown
+    assert ["job/started", f"bash-1 bash: setsid sleep {marker} & touch started; sleep {marker}  [call_1]"] in shown
+    assert ["job/settled", "bash-1 killed: its session ended · 0 bytes of output"] in shown
 
 
 @pytest.mark.parametrize("tier", list(TIERS))

@@ -127,6 +127,7 @@ class Expect:
 
     prompt: list[str] | None = None  # the texts of the prompt a turn's first call answers
     results: list[tuple[str, str, bool]] = field(default_factory=list)  # (call id, tool, is error)
+    texts: list[str] = field(default_factory=list)  # the results' texts as recorded ({{id:N}} kept)
 
 
 @dataclass
@@ -247,6 +248,7 @@ class _Derivation:
             self.in_flight, self.where = True, f"turn {ev.turn} step 1"
         elif isinstance(ev, ToolResultEvent):
             self.expect.results.append((ev.result.call_id, ev.result.name, ev.result.is_error))
+            self.expect.texts.append(_text(ev.result.content))
             self.aborted_tool = self.aborted_tool or ev.code == "ABORTED"
             self.in_flight = not self.aborted_tool  # the next call starts once every result is in, unless cancelled
             self.where = f"turn {ev.turn} step {ev.step + 1}"
@@ -381,6 +383,53 @@ class _Bound:
     rec: Recording
     cursor: int = 0
     summaries: int = 0
+    # A committed recording's numbered ids (``{{id:3}}``, ``{{session1}}``) and the live ids they
+    # stand for, learnt from the tool results: a result recorded as ``started subagent {{session1}}``
+    # that comes back live as ``started subagent 5f0c…`` makes a later recorded call's argument
+    # ``send_message {"subagent_id": "{{session1}}"}`` the live id. Ids minted anew every run (a
+    # child's session id) replay as the run's own.
+    ids: dict[str, str] = field(default_factory=dict)
+
+
+_PLACEHOLDER = re.compile(r"\{\{(id:\d+|[a-z0-9_]+)\}\}")
+_LEARNT = re.compile(r"\{\{(?:id:\d+|session\d+)\}\}")  # what a live id can stand in for
+LEARN_CHARS = 20_000  # a longer recorded result is not searched for ids
+
+
+def _learn(ids: dict[str, str], recorded: str, live: str) -> None:
+    """Bind the numbered ids of ``recorded`` to what stands in their place in ``live``."""
+    if not _LEARNT.search(recorded) or len(recorded) > LEARN_CHARS or len(live) > LEARN_CHARS:
+        return
+    pattern, groups, at = [], {}, 0
+    for m in _PLACEHOLDER.finditer(recorded):
+        pattern.append(re.escape(recorded[at:m.start()]))
+        name = m.group(1)
+        if _LEARNT.fullmatch(m.group(0)):
+            group = name.replace(":", "")
+            pattern.append(f"(?P={group})" if group in groups else f"(?P<{group}>[0-9a-f]{{32}})")
+            groups[group] = m.group(0)
+        else:
+            pattern.append(".*?")  # a path, an unnumbered id
+        at = m.end()
+    pattern.append(re.escape(recorded[at:]))
+    found = re.fullmatch("".join(pattern), live, re.DOTALL)
+    if found is not None:
+        for group, placeholder in groups.items():
+            ids.setdefault(placeholder, found.group(group))
+
+
+def _bound_ids(text: str, ids: dict[str, str] | None) -> str:
+    """``text`` with each placeholder replay has bound put back to the run's own id."""
+    if not ids:
+        return text
+    return _LEARNT.sub(lambda m: ids.get(m.group(0), m.group(0)), text)
+
+
+def _live_texts(request: ModelRequest) -> list[str]:
+    """The texts of the tool results the request carries after the model's last answer."""
+    msgs = list(request.messages)
+    last = max((i for i, m in enumerate(msgs) if isinstance(m, AssistantMessage)), default=-1)
+    return [_text(m.content) for m in msgs[last + 1:] if isinstance(m, ToolResultMessage)]
 
 
 # User messages the run itself produces again on replay (tool output spliced in, a compaction
@@ -522,10 +571,13 @@ class ReplayProvider:
                     f"{len(calls)} recorded"))
             call = calls[n - 1]
             self._check(rec, n, call, request)
-        async for delta in self._play(call, request.cwd):
+            if call.expect is not None and call.expect.texts:
+                for recorded, live in zip(call.expect.texts, _live_texts(request), strict=False):
+                    _learn(bound.ids, recorded, live)
+        async for delta in self._play(call, request.cwd, bound.ids):
             yield delta
 
-    async def _play(self, call: Call, cwd: str) -> AsyncIterator[ModelDelta]:
+    async def _play(self, call: Call, cwd: str, ids: dict[str, str] | None = None) -> AsyncIterator[ModelDelta]:
         def sub(text: str) -> str:
             return text.replace("{{cwd}}", cwd) if cwd else text
 
@@ -548,7 +600,7 @@ class ReplayProvider:
             elif isinstance(b, ReasoningBlock):
                 yield ReasoningDelta(text=sub(b.text))
             elif isinstance(b, ToolCallBlock):
-                yield ToolCallDelta(index=index, id=b.id, name=b.name, arguments=sub(b.arguments))
+                yield ToolCallDelta(index=index, id=b.id, name=b.name, arguments=sub(_bound_ids(b.arguments, ids)))
                 index += 1
             elif isinstance(b, ImageBlock):
                 yield ImageDelta(image=b)

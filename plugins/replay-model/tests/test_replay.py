@@ -265,3 +265,57 @@ async def test_a_committed_fixture_with_its_header_pinned_elsewhere_replays_as_i
     assert [e.reason for e in replayed if isinstance(e, TurnEnd)] == ["completed"]
     assert _shape([e for e in replayed if isinstance(e, AssistantMessageEvent)]) == _shape(
         [e for e in recorded if isinstance(e, AssistantMessageEvent)])
+
+
+class Minted:
+    """``mint`` answers an id made anew every run (as a child's session id is); ``use`` accepts only
+    an id this run minted."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    @hookimpl
+    def dsh_register_tools(self, register):
+        import secrets
+
+        async def mint(args, ctx):
+            self.ids.append(secrets.token_hex(16))
+            return f"started subagent {self.ids[-1]}"
+
+        async def use(args, ctx):
+            if args.get("id") not in self.ids:
+                raise ToolError(f"subagent {args.get('id')!r} is unavailable")
+            return f"used {args['id']}"
+
+        register(FunctionTool("mint", "Mint.", {"type": "object"}, mint))
+        register(FunctionTool("use", "Use.", {"type": "object"}, use))
+
+
+async def test_a_committed_recordings_numbered_ids_become_the_runs_own(scripted, tmp_path):
+    """A committed recording says ``{{session1}}`` (or ``{{id:3}}``) where its run had a fresh id;
+    replayed, a later call's argument gets the id this run's tool result put in its place."""
+    script = scripted({"rules": [{"when": "^go", "steps": [
+        {"tool": "mint", "args": {}}, {"tool": "use", "args": {"id": "{started_id}"}}, {"text": "done"}]}]})
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+
+    async def run(model, provider):
+        minted = Minted()
+        async with memory_host(model, minted, plugins=("scripted-model", "replay-model"), provider=provider) as host:
+            agent = host.create_agent(AgentSpec(cwd=str(cwd), provider=provider, model=str(model)))
+            agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+            await agent.wait_idle()
+            log = host.session_store.logs[agent.session_id]
+            return minted.ids, log.header, list(log.events)
+
+    (recorded_id,), header, events = await run(script, "scripted")
+    text = b"".join(log_encoder.encode(x) + b"\n" for x in [header, *events]).decode()
+    assert text.count(recorded_id) >= 3  # its result, the next call's argument, that call's result
+    for placeholder in ("{{session1}}", "{{id:3}}"):
+        path = tmp_path / f"{placeholder.strip('{}').replace(':', '')}.jsonl"
+        path.write_text(text.replace(recorded_id, placeholder))
+        (live_id,), _, replayed = await run(path, "replay")
+        results = [e.result for e in replayed if type(e).__name__ == "ToolResultEvent"]
+        assert live_id != recorded_id
+        assert [r.content[0].text for r in results] == [f"started subagent {live_id}", f"used {live_id}"]
+        assert not [e for e in replayed if isinstance(e, AgentError)]

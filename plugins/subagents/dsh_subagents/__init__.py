@@ -51,7 +51,8 @@ class SubagentsConfig(PluginConfig):
     """[config.subagents]"""
 
     max_depth: Annotated[int, Meta(ge=0, description="deepest delegation (1: children, no grandchildren)")] = 1
-    max_live: Annotated[int, Meta(ge=1, description="live children in this process (running or idle)")] = 16
+    max_running: Annotated[int, Meta(ge=1, description="children with a turn under way at once in this process "
+                                                        "(an idle child counts nothing)")] = 16
     provider: Annotated[str, Meta(min_length=1, description="the provider behind `subagent` (spawn, or acp)")] = (
         "spawn")
     background: Annotated[bool, Meta(description="`subagent` returns at once unless run_in_background is false")] = (
@@ -66,7 +67,7 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]]:
 @hookimpl
 def dsh_register_tools(register: Any, host: Host) -> None:
     config = host.config_for(SubagentsConfig)
-    caps = {"max_depth": config.max_depth, "max_live": config.max_live}
+    caps = {"max_depth": config.max_depth, "max_running": config.max_running}
     register(subagent_tool(Delegate(provider=config.provider, continuable=True, background_default=config.background,
                                     allow_background=True, **caps)))
     register(fork_tool(Delegate(provider="fork", continuable=False, background_default=False,

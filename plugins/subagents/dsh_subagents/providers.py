@@ -8,7 +8,7 @@ from typing import Any
 
 from dsh_core.protocols import AgentSpec, SubagentRequest
 
-from .runs import InProcessRun, Registry, run_id
+from .runs import InProcessRun, Registry
 
 
 class InProcessProvider:
@@ -49,7 +49,7 @@ class InProcessProvider:
                                 by="delegation")
                 if request.tools is not None:
                     agent.offer([n for n in request.tools if n in agent.tools])
-            run = InProcessRun(run_id(self.registry), self.name, request, agent)
+            run = InProcessRun(agent.session_id, self.name, request, agent)
             run.begin(request.prompt)
         except BaseException:
             await agent.dispose()

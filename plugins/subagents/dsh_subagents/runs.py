@@ -1,7 +1,8 @@
 """A started child and the places that keep it: ``InProcessRun`` (a child ``Agent`` of this
 host, for the ``spawn`` and ``fork`` providers), ``Delegations`` (the children one session
 started, its state slot: disposed with it) and ``Registry`` (every live child of the host, for
-the cap, the lookup by id and teardown).
+the cap on running ones, the lookup by agent and teardown). A child is named by its session id,
+as in the original harness.
 
 A run learns how each of its child's turns ended from the child's durable events (``turn/end``
 and the assistant messages before it), synchronously, in the child's own task: no task of its
@@ -42,13 +43,6 @@ WHY = {
 }
 
 Settled = Callable[["SubagentRun", SubagentResult], None]
-
-
-def run_id(registry: Registry) -> str:
-    """A short id the model can copy: ``agent_1``, ``agent_2``… in the order this host started
-    them (stable from run to run, so a recorded session replays the same ids)."""
-    registry.started += 1
-    return f"agent_{registry.started}"
 
 
 class InProcessRun:
@@ -110,11 +104,18 @@ class InProcessRun:
 
     @property
     def status(self) -> Literal["running", "idle", "ready"]:
+        """``running`` (a turn is under way), ``idle`` (between turns with a message still to take)
+        or ``ready`` (it has done all it was given; send_message starts its next turn)."""
         if self._disposed or self.agent.disposed:
             return "ready"
         if self.agent.busy:
             return "running"
-        return "idle" if self.continuable else "ready"
+        return "idle" if self._queued else "ready"
+
+    @property
+    def pending(self) -> int:
+        """Messages given to the child that no turn has taken yet (it goes on after this turn)."""
+        return len(self._queued)
 
     def begin(self, prompt: str) -> None:
         message = UserMessage(id=new_id("msg_"), content=[TextBlock(text=prompt)], source="delegation")
@@ -178,17 +179,16 @@ class Entry:
 
 @dataclass(eq=False)
 class Registry:
-    """Every live child of one host (its state slot): the cap, teardown, ids. Ids are unique in
-    a lineage (a parent's descendants), which is where the tools look them up."""
+    """Every live child of one host (its state slot): the cap on running ones, teardown. An idle
+    child costs nothing here: only children with a turn under way count against the cap."""
 
     entries: set[Entry] = field(default_factory=set)  # live (started in this process)
     reserved: int = 0  # starts under way (counted before their first await, for the cap)
-    started: int = 0  # ids handed out (``run_id``); raised past the ids a resumed session's log names
     closed: bool = False
 
     @property
-    def live(self) -> int:
-        return len(self.entries) + self.reserved
+    def running(self) -> int:
+        return sum(1 for e in self.entries if e.run.status == "running") + self.reserved
 
     async def aclose(self) -> None:
         self.closed = True

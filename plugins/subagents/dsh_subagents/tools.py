@@ -1,16 +1,16 @@
 """The delegation tools, with the original harness's names and argument shapes:
 
-- ``subagent {description, prompt, run_in_background?, cwd?}`` — a fresh child (the configured
-  provider, ``spawn`` by default), continuable; in the background by default: the call answers
-  ``started subagent <id>`` at once and the child's outcome reaches this agent as one notice in
-  its next request. With a job registry (the jobs plugin), that first turn is a background job
-  too (kind ``subagent``): ``job_output`` reads its answer, ``job_kill`` stops it, and the job's
-  notice is the one notice. ``run_in_background: false`` waits and answers the child's final text.
+- ``subagent {description, prompt, run_in_background?}`` — a fresh child (the configured
+  provider, ``spawn`` by default), continuable, named by its session id; in the background by
+  default: the call answers ``started subagent <id>`` at once (no job: a continuable child is
+  outside the job cap), and when the child has done all it was given, this agent is told in the
+  original harness's words (``Background subagent <id> finished …``), in a turn of its own when
+  it is idle. ``run_in_background: false`` waits, answers the child's final text and disposes it.
 - ``subagent_fork {description, prompt}`` — a child that starts from this conversation
-  (``fork``), in the foreground, one-shot.
-- ``send_message {subagent_id, message}``, ``interrupt_agent {agent_id}``,
-  ``list_agents {scope}`` — steer and see this agent's own children and their descendants.
-- ``report {message}`` — offered only inside a continuable child: tell the parent now.
+  (``fork``), in the foreground, one-shot; ``run_in_background: true`` is refused.
+- ``send_message {subagent_id, message}`` (direct children), ``interrupt_agent {agent_id}`` and
+  ``list_agents {scope}`` (children or every descendant) — steer and see this agent's children.
+- ``report {output}`` — offered only inside a continuable child: tell the parent now (it wakes).
 
 A child that did not complete is an error result with its stop reason, the diagnostic and
 the partial text; never partial output passed off as an answer."""
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -27,7 +27,7 @@ import anyio
 from dsh_core import ToolError
 from dsh_core.display import one_line
 from dsh_core.paths import dir_inside
-from dsh_core.protocols import Agent, JobEnd, JobIO, SubagentRequest, ToolContext
+from dsh_core.protocols import Agent, SubagentRequest, ToolContext, new_id
 from dsh_core.tools import FunctionTool
 from dsh_core.types import SubagentResult, SubagentSettled, SubagentStarted, ToolOutput
 
@@ -37,6 +37,26 @@ log = logging.getLogger("dsh.subagents")
 
 CANCEL_GRACE = 2.0  # seconds a cancelled foreground child gets to settle (its partial text)
 CODES = {"aborted": "ABORTED", "max-tokens": "SUBAGENT_MAX_TOKENS"}
+# how a foreground run that did not complete is told (the original's headlines)
+HEADLINES = {
+    "aborted": "subagent run was cancelled",
+    "error": "subagent run failed",
+    "max-tokens": "subagent run hit its token limit before finishing",
+    "refusal": "subagent declined the task",
+}
+# the first line of a background child's settlement notice, after "Background subagent <id>"
+SETTLED = {
+    "completed": "finished and will do no further work unless you send it more.",
+    "aborted": "was stopped before it finished.",
+    "max-tokens": "ran out of room before it finished.",
+    "refusal": "declined the task.",
+    "error": "failed before it finished.",
+}
+FORK_NO_BACKGROUND = "run_in_background is disabled for this tool instance (enableRunInBackground: false)"
+
+
+def unavailable(rid: Any) -> ToolError:
+    return ToolError(f'subagent "{rid}" is unavailable', code="NOT_RESUMABLE")
 
 
 def registry_of(host: Any) -> Registry:
@@ -74,10 +94,6 @@ async def recall(agent: Agent) -> Delegations:
                            background=True)
                 for rid, ev in started.items() if rid not in mine.runs}
     mine.runs = {**recalled, **mine.runs}
-    for rid in recalled:  # new ids never repeat one the lineage has used
-        number = rid.rpartition("_")[2]
-        if number.isdigit():
-            mine.registry.started = max(mine.registry.started, int(number))
     return mine
 
 
@@ -120,27 +136,27 @@ def find(agent: Agent, rid: Any) -> Entry | None:
     return next((e for _, e in descendants(agent, deep=True) if e.run.id == rid), None)
 
 
-def label(entry: Entry) -> str:
-    return f'{entry.run.id} "{one_line(entry.description, 80)}"'
-
-
 def outcome_text(result: SubagentResult) -> str:
-    """A failed run as the model reads it: stop reason, why, and what it had said."""
-    head = f"[subagent {result.stop}]" + (f" {result.diagnostic}" if result.diagnostic else "")
-    return f"{head}\npartial output:\n{result.text or '(none)'}"
+    """A run that did not complete as the model reads it: the headline, the diagnostic, what it had said."""
+    head = HEADLINES.get(result.stop, f"subagent run ended abnormally ({result.stop})")
+    diagnostic = f"\nDiagnostic: {result.diagnostic}" if result.diagnostic else ""
+    partial = f"\nPartial output before the run ended:\n{result.text}" if result.text else ""
+    return f"{head}{diagnostic}{partial}"
 
 
 def notice_text(entry: Entry, result: SubagentResult) -> str:
-    head = f"[subagent {label(entry)} {result.stop}]"
-    if result.completed:
-        return f"{head}\n{result.text or '(no output)'}"
-    return f"{head} {result.diagnostic or ''}".rstrip() + f"\npartial output:\n{result.text or '(none)'}"
+    """A background child has done all it was given: how it ended and its closing message."""
+    head = f"Background subagent {entry.run.id} " + SETTLED.get(
+        result.stop, f"ended abnormally ({result.stop}) before it finished.")
+    if not result.text:
+        return f"{head}\nIt left no closing message."
+    return f"{head}\nIts closing message:\n{result.text}"
 
 
 def as_output(result: SubagentResult) -> ToolOutput:
     if result.completed:
-        return ToolOutput.text(result.text or "(the subagent gave no answer)")
-    return ToolOutput.text(outcome_text(result), is_error=True, code=CODES.get(result.stop, "SUBAGENT_FAILED"))
+        return ToolOutput.text(result.text)
+    return ToolOutput.text(f"Error: {outcome_text(result)}", is_error=True, code=CODES.get(result.stop, "SUBAGENT_FAILED"))
 
 
 class Holder:
@@ -169,21 +185,21 @@ class Holder:
                                     text=result.text[-4000:], diagnostic=result.diagnostic))
         if entry.awaited:
             entry.awaited = False  # the waiting call answers with it
-        else:
-            parent.notify(notice_text(entry, result))
+        elif not getattr(run, "pending", 0):  # more queued for it: it is not done yet
+            parent.notify(notice_text(entry, result), wake=True)
 
 
 class Delegate:
     """What ``subagent`` and ``subagent_fork`` share: checks, caps, start, settle, wait."""
 
     def __init__(self, *, provider: str, continuable: bool, background_default: bool, allow_background: bool,
-                 max_depth: int, max_live: int) -> None:
+                 max_depth: int, max_running: int) -> None:
         self.provider = provider
         self.continuable = continuable
         self.background_default = background_default
         self.allow_background = allow_background
         self.max_depth = max_depth
-        self.max_live = max_live
+        self.max_running = max_running
 
     async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         parent = ctx.agent
@@ -192,31 +208,31 @@ class Delegate:
             raise ToolError("`prompt` must be a non-empty string.", code="INVALID_ARGUMENTS")
         if not isinstance(description, str) or not description.strip():
             description = prompt.strip().splitlines()[0]
-        background = args.get("run_in_background", self.background_default) if self.allow_background else False
+        background = args.get("run_in_background", self.background_default if self.allow_background else False)
         if not isinstance(background, bool):
             raise ToolError("`run_in_background` must be true or false.", code="INVALID_ARGUMENTS")
-        try:
-            cwd = dir_inside(args.get("cwd"), parent.cwd)
-        except ValueError as exc:
-            raise ToolError(f"{exc}.", code="INVALID_ARGUMENTS") from None
+        if background and not self.allow_background:
+            raise ToolError(FORK_NO_BACKGROUND, code="INVALID_ARGUMENTS")
         depth = parent.spec.depth + 1
         if depth > self.max_depth:
-            raise ToolError(f"subagent depth limit reached (this agent is at depth {parent.spec.depth}, the limit is "
-                         f"{self.max_depth}); do the task yourself.", code="DEPTH_LIMIT")
+            raise ToolError(f"subagent depth {depth} exceeds maxDepth {self.max_depth}", code="DEPTH_LIMIT")
         registry = registry_of(ctx.host)
         if registry.closed:
             raise ToolError("the host is shutting down.", code="SUBAGENT_FAILED")
-        if registry.live >= self.max_live:
-            raise ToolError(f"{registry.live} subagents are live in this process (running or idle; the cap is "
-                         f"{self.max_live}): give an idle one more with send_message, or do the task yourself.",
-                         code="SUBAGENT_LIMIT")
+        if registry.running >= self.max_running:
+            raise ToolError(f"{registry.running} subagents are running in this process (the cap is "
+                            f"{self.max_running}): wait for one to finish, or do the task yourself.",
+                            code="SUBAGENT_LIMIT")
         provider = ctx.host.subagent_providers.get(self.provider)
         if provider is None:
             raise ToolError(f"no subagent provider {self.provider!r} is mounted.", code="SUBAGENT_FAILED")
         mine = await recall(parent)
         holder = Holder()
-        request = SubagentRequest(prompt=prompt, description=description, parent=parent, cwd=cwd, depth=depth,
-                                  call_id=ctx.call_id, continuable=self.continuable, on_settled=holder.settled)
+        # A foreground run is one-shot whatever the tool (as the original's: it is collected and
+        # disposed; no report tool, nothing to continue).
+        continuable = self.continuable and background
+        request = SubagentRequest(prompt=prompt, description=description, parent=parent, cwd=parent.cwd, depth=depth,
+                                  call_id=ctx.call_id, continuable=continuable, on_settled=holder.settled)
         registry.reserved += 1
         try:
             run = await provider.start(request)
@@ -225,41 +241,21 @@ class Delegate:
             raise ToolError(f"the subagent did not start: {exc}", code="SUBAGENT_FAILED") from None
         finally:
             registry.reserved -= 1
-        jobs = getattr(ctx.host, "jobs", None) if background else None
-        # awaited: a tool call (foreground) or the job (background, with a job registry) tells the
-        # first turn's end; the notice of a plain background turn comes from Holder.settled
+        # awaited: a foreground call tells the first turn's end; a background child's comes as a notice
         entry = Entry(run=run, parent=parent, provider=self.provider, description=description, call_id=ctx.call_id,
-                      continuable=self.continuable, background=background,
-                      awaited=not background or jobs is not None)
+                      continuable=continuable, background=background, awaited=not background)
         registry.entries.add(entry)
         mine.runs[run.id] = entry
         parent.emit(SubagentStarted(id=run.id, provider=self.provider, description=description, call_id=ctx.call_id,
                                     session=run.session_id, background=background))
-        if jobs is not None:
-            try:
-                job = jobs.start(parent, kind="subagent", title=f"{run.id} {description}", work=first_turn(run),
-                                 call_id=ctx.call_id)
-            except ToolError:  # over the session's job cap: the child does not run either
-                registry.entries.discard(entry)
-                mine.runs.pop(run.id, None)
-                with anyio.CancelScope(shield=True):
-                    run.cancel()
-                    await run.dispose()
-                raise
         holder.bind(entry)
-        if jobs is not None:
-            return ToolOutput.text(
-                f"started subagent {run.id}, its first turn as background job {job.id}: job_output "
-                f'{{"job_id": "{job.id}"}} reads its answer (wait: true waits for it), job_kill stops it, and you get '
-                "a notice when it ends. send_message gives it more to do afterwards; list_agents shows it.")
         if background:
-            return ToolOutput.text(
-                f"started subagent {run.id}. It works in the background; when its turn ends you get its outcome "
-                "as a notice. send_message gives it more to do, interrupt_agent stops its turn, list_agents "
-                "shows it.")
+            return ToolOutput.text(f"started subagent {run.id}")
         return await self._wait(entry, registry, mine)
 
     async def _wait(self, entry: Entry, registry: Registry, mine: Delegations) -> ToolOutput:
+        """A foreground run: its answer, then it is disposed (as the original: nothing is left
+        to list or continue)."""
         run = entry.run
         try:
             try:
@@ -274,39 +270,11 @@ class Delegate:
                     entry.awaited = False
                 return as_output(result)
         finally:
-            if not self.continuable:  # one-shot: it ends with its answer
-                registry.entries.discard(entry)
-                mine.runs.pop(run.id, None)
-                with anyio.CancelScope(shield=True):
-                    await run.dispose()
+            registry.entries.discard(entry)
+            mine.runs.pop(run.id, None)
+            with anyio.CancelScope(shield=True):
+                await run.dispose()
         return as_output(result)
-
-
-def first_turn(run: Any) -> Callable[[JobIO], Awaitable[JobEnd]]:
-    """A background child's first turn as a job's work: its answer is the job's output; job_kill
-    (``io.stopping``) aborts the turn; cancelling the job (its session ending) cancels it too."""
-
-    async def work(io: JobIO) -> JobEnd:
-        async with anyio.create_task_group() as tg:
-
-            async def stop_when_asked() -> None:
-                await io.stopping.wait()
-                run.cancel()
-
-            tg.start_soon(stop_when_asked)
-            try:
-                result: SubagentResult = await run.result()
-            except anyio.get_cancelled_exc_class():
-                with anyio.CancelScope(shield=True):
-                    run.cancel()
-                raise
-            tg.cancel_scope.cancel()
-        io.write(result.text.encode("utf-8", errors="replace"))
-        if result.completed:
-            return JobEnd(status="completed")
-        return JobEnd(status="failed", detail=result.stop + (f": {result.diagnostic}" if result.diagnostic else ""))
-
-    return work
 
 
 SUBAGENT_PARAMETERS: dict[str, Any] = {
@@ -320,10 +288,9 @@ SUBAGENT_PARAMETERS: dict[str, Any] = {
         },
         "run_in_background": {
             "type": "boolean",
-            "description": "true (the default): return at once with the subagent's id; its outcome arrives as a "
-                           "notice. false: wait for its answer.",
+            "description": "true (the default): return at once with the subagent's id; you are told when it "
+                           "finishes. false: wait for its answer.",
         },
-        "cwd": {"type": "string", "description": "Its working directory, inside yours (default: yours)."},
     },
     "required": ["description", "prompt"],
     "additionalProperties": False,
@@ -368,34 +335,26 @@ async def send_message(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     rid, message = args.get("subagent_id"), args.get("message")
     if not isinstance(message, str) or not message.strip():
         raise ToolError("`message` must be a non-empty string.", code="INVALID_ARGUMENTS")
-    await recall(ctx.agent)
-    entry = find(ctx.agent, rid)
-    if entry is None:
-        raise ToolError(f"no subagent {rid!r} of yours is live; list_agents shows the ones you can reach.",
-                     code="NOT_RESUMABLE")
+    mine = await recall(ctx.agent)
+    entry = mine.runs.get(rid) if isinstance(rid, str) else None  # direct children only
+    if entry is None or not entry.continuable:
+        raise unavailable(rid)
     if isinstance(entry.run, RecordedRun):
         try:
             await resume(entry, registry_of(ctx.host))
         except Exception as exc:
             log.warning(f"resuming subagent {entry.run.id} failed: {exc!r}")
-            raise ToolError(f"subagent {entry.run.id} cannot be resumed from its log: {exc}", code="NOT_RESUMABLE") from None
+            raise unavailable(rid) from None
     follow_up = getattr(entry.run, "follow_up", None)
-    if not entry.continuable or follow_up is None:
-        raise ToolError(f"subagent {entry.run.id} takes no more messages (it was one-shot).", code="NOT_RESUMABLE")
-    if entry.run.status == "ready":
-        raise ToolError(f"subagent {entry.run.id} has ended.", code="NOT_RESUMABLE")
-    if entry.agent is not None and entry.agent.disposed:
-        raise ToolError(f"subagent {entry.run.id} has ended.", code="NOT_RESUMABLE")
-    running = entry.run.status == "running"
+    if follow_up is None or (entry.agent is not None and entry.agent.disposed):
+        raise unavailable(rid)
     try:
         follow_up(message)
     except Exception as exc:
-        raise ToolError(f"subagent {entry.run.id} did not take the message: {exc}", code="NOT_RESUMABLE") from None
+        log.warning(f"subagent {entry.run.id} did not take a message: {exc!r}")
+        raise unavailable(rid) from None
     entry.awaited = False
-    if running:
-        return ToolOutput.text(f"queued for {label(entry)}: it takes the message when its current turn ends; its "
-                               "outcome arrives as a notice.")
-    return ToolOutput.text(f"sent to {label(entry)}; it is working on it and its outcome arrives as a notice.")
+    return ToolOutput.text(f"message queued as the next turn for subagent {entry.run.id}")
 
 
 async def interrupt_agent(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -403,19 +362,14 @@ async def interrupt_agent(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     await recall(ctx.agent)
     entry = find(ctx.agent, rid)
     if entry is None:
-        raise ToolError(f"no subagent {rid!r} of yours is live; list_agents shows the ones you can reach.",
-                     code="NOT_FOUND")
+        raise ToolError(f'subagent "{rid}" is unavailable', code="NOT_FOUND")
     interrupt = getattr(entry.run, "interrupt", None)
     if interrupt is not None:
-        stopped = interrupt()
+        interrupt()
     elif entry.run.status == "running":
         entry.run.cancel()
-        stopped = True
-    else:
-        stopped = False
-    if not stopped:
-        return ToolOutput.text(f"{label(entry)} was not running; nothing to interrupt.")
-    return ToolOutput.text(f"interrupted {label(entry)}'s current turn; it stays available for send_message.")
+    # an agent between turns: an accepted no-op
+    return ToolOutput.text(f"interrupt requested for agent {entry.run.id}")
 
 
 async def list_agents(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -423,26 +377,31 @@ async def list_agents(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if scope not in ("children", "descendants"):
         raise ToolError("`scope` must be \"children\" or \"descendants\".", code="INVALID_ARGUMENTS")
     await recall(ctx.agent)
-    lines = [f"{'  ' * (depth - 1)}{e.run.id}  {e.run.status}  {e.provider}  \"{one_line(e.description, 80)}\""
-             for depth, e in descendants(ctx.agent, deep=scope == "descendants")]
-    return ToolOutput.text("\n".join(lines) if lines else "no subagents")
+    deep = scope == "descendants"
+    lines = []
+    for depth, e in descendants(ctx.agent, deep=deep):
+        if not e.continuable:  # a one-shot child takes no send_message: never listed
+            continue
+        at = f" parent={e.parent.session_id} depth={depth}" if deep else ""
+        lines.append(f"{e.run.id} [{e.run.status}]{at} — {one_line(e.description, 200)}")
+    return ToolOutput.text("\n".join(lines) if lines else "(no subagents)")
 
 
 async def report(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-    message = args.get("message")
-    if not isinstance(message, str) or not message.strip():
-        raise ToolError("`message` must be a non-empty string.", code="INVALID_ARGUMENTS")
+    output = args.get("output")
+    if not isinstance(output, str) or not output.strip():
+        raise ToolError("`output` must be a non-empty string.", code="INVALID_ARGUMENTS")
     entry = registry_of(ctx.host).of_agent(ctx.agent)
     if entry is None or entry.parent.disposed:
-        raise ToolError("there is no parent agent to report to.", code="NOT_FOUND")
-    entry.parent.notify(f"[report from subagent {label(entry)}]\n{message}")
-    return ToolOutput.text("reported to your parent agent (it reads it before its next step).")
+        raise ToolError("direct parent is not live; report was not delivered", code="PARENT_UNAVAILABLE")
+    entry.parent.notify(f"Background subagent {entry.run.id} reported:\n{output}", wake=True)
+    return ToolOutput.text(f"report accepted by the agent that started you as message {new_id()}")
 
 
 SEND_MESSAGE = FunctionTool(
     "send_message",
     "Give one of your continuable subagents more to do: the message becomes its next turn (queued if it is busy). "
-    "Its outcome arrives as a notice.",
+    "You are told when it has finished.",
     {"type": "object", "properties": {
         "subagent_id": {"type": "string", "description": "The id `subagent` returned."},
         "message": {"type": "string", "description": "What it should do next."},
@@ -459,8 +418,8 @@ INTERRUPT_AGENT = FunctionTool(
 )
 LIST_AGENTS = FunctionTool(
     "list_agents",
-    "List your subagents (scope \"children\", the default) or every agent below you (\"descendants\"), each "
-    "running, idle (waiting for send_message) or ready (ended).",
+    "List your continuable subagents (scope \"children\", the default) or every one below you (\"descendants\"): "
+    "running, idle, or ready (done; send_message continues it).",
     {"type": "object", "properties": {
         "scope": {"type": "string", "enum": ["children", "descendants"]},
     }, "additionalProperties": False},
@@ -468,9 +427,11 @@ LIST_AGENTS = FunctionTool(
 )
 REPORT = FunctionTool(
     "report",
-    "Tell the agent that started you something now, before your turn ends (progress, a finding, a question).",
+    "Tell the agent that started you something now: call it once with your self-contained result before you "
+    "finish, and earlier for a finding that changes what it should do. It does not see your transcript. "
+    "Reporting does not end your turn.",
     {"type": "object", "properties": {
-        "message": {"type": "string", "description": "What to tell it."},
-    }, "required": ["message"], "additionalProperties": False},
+        "output": {"type": "string", "description": "What to tell it: conclusions, and the paths that matter."},
+    }, "required": ["output"], "additionalProperties": False},
     report, parallel_safe=True, kind="think",
 )

@@ -46,14 +46,16 @@ async def test_the_acp_provider_delegates_to_a_real_process_in_the_foreground_an
         started = [e for e in seen if isinstance(e, SubagentStarted)]
         assert [(s.provider, s.id, s.session) for s in started] == [("acp", "acp_1", None), ("acp", "acp_2", None)]
         sent = [e for e in seen if isinstance(e, ToolResultEvent)][-1]
-        assert sent.code == "NOT_RESUMABLE" and "one-shot" in sent.result.content[0].text
+        # an ACP child takes no follow-up turn
+        assert sent.code == "NOT_RESUMABLE" and sent.result.content[0].text == 'Error: subagent "acp_2" is unavailable'
         with anyio.fail_after(60):
             while len([e for e in seen if isinstance(e, SubagentSettled)]) < 2:
                 await anyio.sleep(0.05)
         await turn("next")
         notices = [e.message.content[0].text for e in seen
                    if isinstance(e, UserMessageEvent) and e.message.source == "notice"]
-        assert notices == ['[subagent acp_2 "ask" completed]\nCHILD_OK']
+        assert notices == ["Background subagent acp_2 finished and will do no further work unless you send it more.\n"
+                           "Its closing message:\nCHILD_OK"]
     # each child was its own dsh process: its own session log, written where DSH_HOME (passed on) says
     logs = sorted((dsh_home / "sessions").glob("*.jsonl"))
     assert len(logs) == 2 and all('"child: answer"' in p.read_text() for p in logs)

@@ -57,12 +57,13 @@ async def test_a_foreground_spawn_answers_with_the_childs_final_text(scripted, t
         (started,) = [e for e in events if isinstance(e, SubagentStarted)]
         assert started.provider == "spawn" and not started.background and started.session
         assert [e.stop for e in events if isinstance(e, SubagentSettled)] == ["completed"]
-        (child,) = parent.children  # continuable: it stays, idle, linked to its parent
-        assert child.header.parent_session == parent.session_id and child.header.parent_call == "call_1"
-        assert child.spec.depth == 1
+        assert not parent.children and not registry_of(host).entries  # disposed once its answer is in
+        header, _ = await host.session_store.read(started.session)  # its log stays, linked to its parent
+        assert header.parent_session == parent.session_id and header.parent_call == "call_1"
+        assert header.delegation_depth == 1 and started.id == started.session  # named by its session id
 
 
-async def test_a_background_child_settles_as_one_notice_in_the_next_request(scripted, tmp_path):
+async def test_a_background_child_settles_as_one_notice_in_the_original_words(scripted, tmp_path):
     script = scripted({"rules": [
         {"when": "^start", "steps": [
             {"tool": "subagent", "args": {"description": "bg", "prompt": "child: work"}},
@@ -74,16 +75,17 @@ async def test_a_background_child_settles_as_one_notice_in_the_next_request(scri
         parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
         events = _events(parent)
         (result,) = await _turn(parent, "start", events)
-        text = result.result.content[0].text
-        assert text.startswith("started subagent agent_")
         (child,) = parent.children
+        assert result.result.content[0].text == f"started subagent {child.session_id}"
         assert child.spec.extra["subagents.continuable"] and "report" in child.tools
         with anyio.fail_after(10):
             while not any(isinstance(e, SubagentSettled) for e in events):
                 await anyio.sleep(0.01)
         await _turn(parent, "next", events)
         notices = [e.message for e in events if isinstance(e, UserMessageEvent) and e.message.source == "notice"]
-        assert len(notices) == 1 and "CHILD_DONE" in notices[0].content[0].text and "completed" in notices[0].content[0].text
+        assert [n.content[0].text for n in notices] == [
+            f"Background subagent {child.session_id} finished and will do no further work unless you send it "
+            "more.\nIts closing message:\nCHILD_DONE"]
         assert parent.history[-1].content[0].text == "next turn"  # the rule matched the prompt, not the notice
 
 
@@ -134,16 +136,17 @@ async def test_depth_and_live_caps_refuse_before_anything_starts(scripted, tmp_p
         parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
         events = _events(parent)
         (result,) = await _turn(parent, "nest", events)
-        assert "depth limit" in result.result.content[0].text  # the child's own call was refused
-        (child,) = parent.children
-        assert not child.children
-    async with memory_host(script, plugins=PLUGINS, config={"subagents": {"max-live": 1, "max-depth": 3}}) as host:
+        # the child's own call was refused, in the original's words
+        assert result.result.content[0].text == "got: Error: subagent depth 2 exceeds maxDepth 1"
+        assert [e.id for e in events if isinstance(e, SubagentStarted)] and not registry_of(host).entries
+    config = {"subagents": {"max-running": 1, "max-depth": 3}}
+    async with memory_host(script, plugins=PLUGINS, config=config) as host:
         parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
         events = _events(parent)
         (result,) = await _turn(parent, "nest", events)
-        assert "got: Error: 1 subagents are live in this process (running or idle; the cap is 1)" in result.result.content[0].text
-        (child,) = parent.children
-        assert not child.children  # nothing started over the cap
+        assert ("got: Error: 1 subagents are running in this process (the cap is 1): wait for one to finish, or do "
+                "the task yourself.") in result.result.content[0].text
+        assert len([a for a in host.agents if a is not parent]) <= 1  # nothing started over the cap
 
 
 class _Blocking:
@@ -191,7 +194,8 @@ async def test_cancelling_the_parent_during_a_childs_tool_call_aborts_both_with_
         (result,) = [e for e in events if isinstance(e, ToolResultEvent)]
         text = result.result.content[0].text
         assert result.result.is_error and result.code == "ABORTED"
-        assert text.startswith("[subagent aborted]") and text.endswith("partial output:\nWORKING")
+        assert text.startswith("Error: subagent run was cancelled\nDiagnostic: ")
+        assert text.endswith("\nPartial output before the run ended:\nWORKING")
         assert [e.reason for e in child_events if isinstance(e, TurnEnd)] == ["aborted"]
         assert [e.reason for e in events if isinstance(e, TurnEnd)] == ["aborted"]
 
@@ -227,13 +231,13 @@ async def test_cancelling_the_parent_while_a_child_starts_leaves_nothing_behind(
         (result,) = [e for e in events if isinstance(e, ToolResultEvent)]
         assert result.result.is_error
         registry = registry_of(host)
-        assert registry.live == 0 and not registry.entries and not parent.children
+        assert registry.running == 0 and not registry.entries and not parent.children
 
 
 async def test_a_fake_provider_on_the_seam_non_completed_is_an_error_and_background_settles_once(scripted, tmp_path):
     class FakeRun:
         def __init__(self, request, stop):
-            self.id, self.description, self.session_id = f"agent_fake{stop[:3]}", request.description, None
+            self.id, self.description, self.session_id = f"fake-{id(self)}", request.description, None
             self.request, self.stop, self.disposed = request, stop, False
             self.done = anyio.Event()
 
@@ -287,20 +291,26 @@ async def test_a_fake_provider_on_the_seam_non_completed_is_an_error_and_backgro
         events = _events(parent)
         (fg,) = await _turn(parent, "fg", events)
         assert fg.result.is_error and fg.code == "SUBAGENT_MAX_TOKENS"
-        assert fg.result.content[0].text == "[subagent max-tokens] cut at the limit\npartial output:\nhalf an answer"
+        assert fg.result.content[0].text == ("Error: subagent run hit its token limit before finishing\n"
+                                             "Diagnostic: cut at the limit\n"
+                                             "Partial output before the run ended:\nhalf an answer")
+        assert runs[0].disposed  # a foreground run is disposed once collected
         results = await _turn(parent, "bg", events)
-        assert results[-1].result.content[0].text.startswith(f"started subagent {runs[1].id}")
+        assert results[-1].result.content[0].text == f"started subagent {runs[1].id}"
         with anyio.fail_after(5):
             await runs[1].done.wait()
         await _turn(parent, "then", events)
         notices = [e.message.content[0].text for e in events
                    if isinstance(e, UserMessageEvent) and e.message.source == "notice"]
-        assert notices == [f'[subagent {runs[1].id} "d" max-tokens] cut at the limit\npartial output:\nhalf an answer']
+        assert notices == [f"Background subagent {runs[1].id} ran out of room before it finished.\n"
+                           "Its closing message:\nhalf an answer"]
         await parent.dispose()
         assert runs[1].disposed  # the session's children go with it
 
 
 async def test_only_an_ancestor_may_steer_a_child(scripted, tmp_path):
+    """send_message reaches direct children only, interrupt_agent any descendant; both in the
+    original's words, and interrupting an agent between turns is an accepted no-op."""
     script = scripted({"rules": [
         {"when": "^start", "steps": [{"tool": "subagent", "args": {"description": "bg", "prompt": "child: wait"}},
                                      {"text": "ok"}]},
@@ -314,18 +324,22 @@ async def test_only_an_ancestor_may_steer_a_child(scripted, tmp_path):
         rid = next(e.id for e in events if isinstance(e, SubagentStarted))
         for name, args in (("send_message", {"subagent_id": rid, "message": "hi"}), ("interrupt_agent", {"agent_id": rid})):
             out = await stranger.call_tool(name, args, call_id="x1", turn=1, step=1)
-            assert out.is_error and "no subagent" in out.content[0].text, name
+            assert out.is_error and out.content[0].text == f'Error: subagent "{rid}" is unavailable', name
+        listing = await stranger.call_tool("list_agents", {}, call_id="x0", turn=1, step=1)
+        assert listing.content[0].text == "(no subagents)"
         listing = await owner.call_tool("list_agents", {}, call_id="x2", turn=1, step=1)
-        assert listing.content[0].text == f'{rid}  running  spawn  "bg"'
+        assert listing.content[0].text == f"{rid} [running] — bg"
+        listing = await owner.call_tool("list_agents", {"scope": "descendants"}, call_id="x2", turn=1, step=1)
+        assert listing.content[0].text == f"{rid} [running] parent={owner.session_id} depth=1 — bg"
         out = await owner.call_tool("interrupt_agent", {"agent_id": rid}, call_id="x3", turn=1, step=1)
-        assert out.content[0].text.startswith(f'interrupted {rid} "bg"')
+        assert out.content[0].text == f"interrupt requested for agent {rid}"
         (child,) = owner.children
         with anyio.fail_after(5):
             await child.wait_idle()
         listing = await owner.call_tool("list_agents", {}, call_id="x4", turn=1, step=1)
-        assert listing.content[0].text == f'{rid}  idle  spawn  "bg"'
+        assert listing.content[0].text == f"{rid} [ready] — bg"
         out = await owner.call_tool("interrupt_agent", {"agent_id": rid}, call_id="x5", turn=1, step=1)
-        assert "was not running; nothing to interrupt" in out.content[0].text and not out.is_error
+        assert out.content[0].text == f"interrupt requested for agent {rid}" and not out.is_error
 
 
 async def test_disposing_the_parent_ends_its_background_children(scripted, tmp_path):
@@ -343,7 +357,7 @@ async def test_disposing_the_parent_ends_its_background_children(scripted, tmp_p
         assert len(children) == 2 and all(c.busy for c in children)
         with anyio.fail_after(10):
             await parent.dispose()
-        assert all(c.disposed for c in children) and registry_of(host).live == 0
+        assert all(c.disposed for c in children) and registry_of(host).running == 0
         assert not [a for a in host.agents if not a.disposed and a is not parent]
 
 
@@ -394,20 +408,18 @@ async def test_a_fork_cancelled_with_its_parent_is_disposed_and_frees_its_place(
         with anyio.fail_after(10):
             await parent.wait_idle()
         (result,) = [e for e in events if isinstance(e, ToolResultEvent)]
-        assert result.code == "ABORTED" and result.result.content[0].text.endswith("partial output:\nHALF")
-        assert child.disposed and not parent.children and registry_of(host).live == 0
+        assert result.code == "ABORTED" and result.result.content[0].text.endswith("ended:\nHALF")
+        assert child.disposed and not parent.children and registry_of(host).running == 0
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 async def test_a_child_never_gets_more_than_its_parents_mode(scripted, tmp_path, mechanism):
     """The parent's read-only (a person's choice) is the child's: recorded as a delegation, and a
-    write by the child fails on this mechanism; a cwd outside the parent's is refused."""
+    write by the child fails on this mechanism."""
     require_mechanism(mechanism)
     script = scripted({"rules": [
         {"when": "^delegate", "steps": [
             {"tool": "subagent", "args": {"description": "writer", "prompt": "child: write", "run_in_background": False}},
-            {"tool": "subagent", "args": {"description": "escape", "prompt": "child: write", "cwd": "..",
-                                          "run_in_background": False}},
             {"text": "done"}]},
         {"when": "^child:", "steps": [{"tool": "bash", "args": {"command": "echo x > by-child.txt"}},
                                       {"text": "bash said: {tool_result}"}]},
@@ -419,13 +431,11 @@ async def test_a_child_never_gets_more_than_its_parents_mode(scripted, tmp_path,
         parent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
         parent.configure(mode="read-only")
         events = _events(parent)
-        first, second = await _turn(parent, "delegate", events)
+        (first,) = await _turn(parent, "delegate", events)
         assert not (work / "by-child.txt").exists()
         assert first.result.content[0].text.startswith("bash said:") and "by-child.txt" in first.result.content[0].text
-        assert second.result.is_error and "outside the working directory" in second.result.content[0].text
-        (child,) = parent.children
-        assert child.settings.mode == "read-only"
-        _, logged = await host.session_store.read(child.session_id)
+        (started,) = [e for e in events if isinstance(e, SubagentStarted)]
+        _, logged = await host.session_store.read(started.session)
         (changed,) = [e for e in logged if type(e).__name__ == "SettingsChanged"]
         assert changed.by == "delegation" and changed.settings.mode == "read-only"
 
@@ -461,11 +471,64 @@ async def test_interrupt_ends_the_current_turn_only_and_keeps_what_was_queued(sc
         rid = next(e.id for e in events if isinstance(e, SubagentStarted))
         sent = await owner.call_tool("send_message", {"subagent_id": rid, "message": "child: next"}, call_id="x1",
                                      turn=1, step=1)
-        assert sent.content[0].text.startswith(f'queued for {rid} "bg"')
+        assert sent.content[0].text == f"message queued as the next turn for subagent {rid}"
         out = await owner.call_tool("interrupt_agent", {"agent_id": rid}, call_id="x2", turn=1, step=1)
-        assert out.content[0].text.startswith(f'interrupted {rid} "bg"')
+        assert out.content[0].text == f"interrupt requested for agent {rid}"
         with anyio.fail_after(10):
             while [e.stop for e in events if isinstance(e, SubagentSettled)] != ["aborted", "completed"]:
                 await anyio.sleep(0.01)
         (settled,) = [e for e in events if isinstance(e, SubagentSettled) and e.stop == "completed"]
         assert settled.text == "NEXT_DONE"  # the queued message ran as the next turn
+
+
+def _waking(agent) -> list[tuple[str, bool]]:
+    """Record what each notice to ``agent`` asked: its text and whether it asked for a turn of its
+    own (``wake``, the spine's autonomous turn); the notice is queued as the spine does."""
+    asked: list[tuple[str, bool]] = []
+    queue = agent.notify
+
+    def notify(text, *, source="notice", unless=None, wake=False):
+        asked.append((text, wake))
+        queue(text, source=source, unless=unless)
+
+    agent.notify = notify
+    return asked
+
+
+async def test_report_takes_output_and_wakes_the_parent_and_the_settlement_does_too(scripted, tmp_path):
+    script = scripted({"rules": [
+        {"when": "^start", "steps": [{"tool": "subagent", "args": {"description": "find", "prompt": "child: find"}},
+                                     {"text": "ok"}]},
+        {"when": "^child:", "steps": [{"tool": "report", "args": {"output": "FOUND_IT"}}, {"text": "Reported."}]},
+    ]})
+    async with memory_host(script, plugins=PLUGINS) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        asked = _waking(parent)
+        events = _events(parent)
+        await _turn(parent, "start", events)
+        (child,) = parent.children
+        child_events = _events(child)
+        with anyio.fail_after(10):
+            while not any(isinstance(e, SubagentSettled) for e in events):
+                await anyio.sleep(0.01)
+        (reported,) = [e for e in child_events if isinstance(e, ToolResultEvent)]
+        assert reported.result.content[0].text.startswith("report accepted by the agent that started you as message ")
+        sid = child.session_id
+        assert asked == [(f"Background subagent {sid} reported:\nFOUND_IT", True),
+                         (f"Background subagent {sid} finished and will do no further work unless you send it "
+                          "more.\nIts closing message:\nReported.", True)]
+
+
+async def test_a_fork_refuses_run_in_background_as_the_original_does(scripted, tmp_path):
+    script = scripted({"rules": [
+        {"when": "^fork", "steps": [{"tool": "subagent_fork", "args": {"description": "f", "prompt": "p",
+                                                                       "run_in_background": True}}, {"text": "ok"}]},
+    ]})
+    async with memory_host(script, plugins=PLUGINS) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        events = _events(parent)
+        (result,) = await _turn(parent, "fork", events)
+        assert result.result.is_error and result.result.content[0].text == (
+            "Error: run_in_background is disabled for this tool instance (enableRunInBackground: false)")
+        assert not [e for e in events if isinstance(e, SubagentStarted)]
+        assert "cwd" not in host.tools["subagent"].spec.parameters["properties"]  # the original's arguments only

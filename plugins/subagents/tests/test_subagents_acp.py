@@ -86,7 +86,8 @@ async def test_cancelling_the_prompt_cancels_a_foreground_child_and_keeps_its_pa
         assert stops == ["cancelled"]
         events = session_log(acp_agent.home, sid)
         (result,) = [e for e in events if e["type"] == "tool/result"]
-        assert result["code"] == "ABORTED" and result["result"]["content"][0]["text"].endswith("partial output:\nWORKING")
+        assert result["code"] == "ABORTED" and result["result"]["content"][0]["text"].endswith(
+            "Partial output before the run ended:\nWORKING")
         (child,) = _children(acp_agent.home, sid)
         assert [e["reason"] for e in session_log(acp_agent.home, child) if e["type"] == "turn/end"] == ["aborted"]
 
@@ -131,9 +132,9 @@ async def test_after_a_restart_a_resumed_parent_lists_its_child_ready_and_send_m
         await run.conn.initialize(protocol_version=1)
         await run.conn.resume_session(session_id=sid, cwd=str(run.cwd))
         await run.conn.prompt(session_id=sid, prompt=[text_block("list them")])
-        assert run.client.text(sid)[-1] == 'agent_1  ready  spawn  "quick"'
+        assert run.client.text(sid)[-1] == f"{child} [ready] — quick"  # named by its session id
         await run.conn.prompt(session_id=sid, prompt=[text_block("more please")])
-        assert run.client.text(sid)[-1].startswith('sent to agent_1 "quick"')
+        assert run.client.text(sid)[-1] == f"message queued as the next turn for subagent {child}"
         await until(lambda: [e["type"] for e in session_log(acp_agent.home, child)].count("turn/end") == 2)
         assert _children(acp_agent.home, sid) == [child]  # the same child, its log continued
         turns = [e for e in session_log(acp_agent.home, child) if e["type"] == "assistant/message"]
@@ -142,4 +143,5 @@ async def test_after_a_restart_a_resumed_parent_lists_its_child_ready_and_send_m
         await run.conn.prompt(session_id=sid, prompt=[text_block("news")])
         notices = [e["message"]["content"][0]["text"] for e in session_log(acp_agent.home, sid)
                    if e["type"] == "user/message" and e["message"].get("source") == "notice"]
-        assert notices[-1] == '[subagent agent_1 "quick" completed]\nAGAIN_DONE after child: again'
+        assert notices[-1] == (f"Background subagent {child} finished and will do no further work unless you send it "
+                               "more.\nIts closing message:\nAGAIN_DONE after child: again")

@@ -206,7 +206,6 @@ class SessionJobs:
 
     jobs: dict[str, BgJob] = field(default_factory=dict)
     closed: bool = False
-    wakes: int = 0  # turns completion notices started since a person's last prompt
 
     def live(self) -> int:
         """What the cap counts: running and stopping jobs (the original's active jobs)."""
@@ -323,15 +322,26 @@ class JobRegistry:
         # whose end wakes it again stops there); a busy one reads it at its next model request.
         # Dropped if, before that request, a tool result shows this end (a job_output right after
         # the job ended, in the same step): the model is told once.
-        mine = self.mine(session)
-        wake = not session.busy and mine.wakes < self.limits.max_wakes
-        if wake:
-            mine.wakes += 1
+        # (A busy session's notice still asks for a wake: if its turn ends before the next request,
+        # the spine starts the turn that reads it, instead of leaving it for a person's prompt.)
+        streak = session.state(WakeStreak)
+        wake = streak.wakes < self.limits.max_wakes
+        if wake and not session.busy:
+            streak.wakes += 1
         session.notify(notice_text(job), unless=lambda: job.reported, wake=wake)
 
     def prompt_claimed(self, session: Agent) -> None:
         """A person's prompt entered a turn: completion notices may wake the session again."""
-        self.mine(session).wakes = 0
+        session.state(WakeStreak).wakes = 0
+
+
+@dataclass(eq=False)
+class WakeStreak:
+    """Turns completion notices started since a person's last prompt (a session's state slot of its
+    own: a prompt must not create ``SessionJobs``, whose close kills jobs through the session's
+    command servers and so must come before theirs — slots close newest first)."""
+
+    wakes: int = 0
 
 
 def notice_text(job: BgJob) -> str:

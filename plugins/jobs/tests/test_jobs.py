@@ -152,7 +152,8 @@ async def test_over_the_cap_the_call_says_so_and_a_stopping_job_still_counts(scr
     command that ignores SIGTERM: until the SIGKILL after the grace period); then a new one starts."""
     marker = new_marker()
     rules = [{"when": "^go", "steps": [
-        bg(f"trap '' TERM; sleep {marker}"), bg("echo second"),
+        bg(f"trap '' TERM; touch trapped; sleep {marker}"), bg("echo second"),
+        {"tool": "bash", "args": {"command": "while [ ! -e trapped ]; do sleep 0.01; done"}},  # TERM is ignored now
         {"tool": "job_kill", "args": {"job_id": "bash-1", "reason": "make room"}},
         {"tool": "job_list", "args": {}},
         bg("echo third"),
@@ -160,7 +161,7 @@ async def test_over_the_cap_the_call_says_so_and_a_stopping_job_still_counts(scr
         bg("echo fourth"), {"text": "done"}]}]
     config = tier_config("unconfined", {"max-live": 1, "kill-grace-ms": 500})
     async with session(scripted, tmp_path, rules, config) as s:
-        first, second, killed, stopping, third, waited, fourth = await s.turn("go")
+        first, second, _trapped, killed, stopping, third, waited, fourth = await s.turn("go")
         await s.settled(2)
     assert "bash-1" in text(first)
     limit = ("Error: background job limit reached for this owner (limit: 1); use job_kill to stop an unneeded "
@@ -168,7 +169,7 @@ async def test_over_the_cap_the_call_says_so_and_a_stopping_job_still_counts(scr
     assert second.is_error and text(second) == limit and third.is_error and text(third) == limit
     assert [e.code for e in s.events if isinstance(e, ToolResultEvent)][1] == "JOB_LIMIT"
     assert text(killed) == "requested cancellation of job bash-1"
-    assert text(stopping) == f"bash-1 [bash] stopping — trap '' TERM; sleep {marker}"
+    assert text(stopping) == f"bash-1 [bash] stopping — trap '' TERM; touch trapped; sleep {marker}"
     assert text(waited) == "(no new output)\n[status: killed, signal: SIGKILL]"  # it ignored SIGTERM
     assert "bash-2" in text(fourth)  # ids count the jobs that started, per kind
     assert not sleepers(marker)

@@ -26,7 +26,7 @@ def _headers(host) -> dict[str, RequestHeader]:
 async def test_only_the_continuable_child_is_told_to_report(scripted, tmp_path):
     script = scripted({"rules": [
         {"when": "^delegate", "steps": [
-            {"tool": "subagent", "args": {"description": "d", "prompt": "child: say OK", "run_in_background": False}},
+            {"tool": "subagent", "args": {"description": "d", "prompt": "child: say OK"}},  # continuable, in the background
             {"tool": "subagent_fork", "args": {"description": "f", "prompt": "fork: say OK"}},
             {"text": "done"}]},
         {"when": "^child:", "steps": [{"text": "OK"}]},
@@ -37,6 +37,9 @@ async def test_only_the_continuable_child_is_told_to_report(scripted, tmp_path):
         parent.submit(UserMessage(id="u1", content=[TextBlock(text="delegate")]))
         with anyio.fail_after(10):
             await parent.wait_idle()
+            for child in list(parent.children):
+                await child.wait_idle()
+            await parent.wait_idle()  # the child's settlement may have woken it
         headers = _headers(host)
         assert set(headers) == {None, "subagent:spawn", "subagent:fork"}
         for origin, header in headers.items():

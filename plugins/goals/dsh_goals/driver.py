@@ -1,0 +1,130 @@
+"""The round driver: while the session's goal is active and armed, each time a turn ends and the
+agent is idle, it starts the next round as an autonomous turn (``Agent.notify(prompt,
+source="goal", wake=True)``), until the goal is complete, blocked, paused or out of rounds.
+
+- A round is *admitted* when a turn claims its prompt (``dsh_prompt_submit`` sees the message,
+  source ``goal``): the ``goal/round`` note is written and that turn is the goal's current
+  round (so it may mark the goal complete or blocked).
+- Out of rounds: the goal is blocked (``round-limit``,
+  ``Goal reached its configured limit of N rounds.``) and no turn starts.
+- A turn that ends aborted (the person cancelled) pauses an active goal. One that ends in an
+  error, at the output limit, blocked by a hook or stopped disarms it (a person resumes it).
+- Nothing is replayed on resume: a resumed session's goal is disarmed (``domain``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from dsh_core.types import TurnEnd, UserMessage
+
+from . import domain
+from .domain import GoalState
+from .tools import state
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsh_core.protocols import Agent
+
+log = logging.getLogger("dsh.goals")
+
+SOURCE = "goal"
+
+
+def round_prompt(goal: dict[str, Any], n: int) -> str:
+    """The prompt of round ``n`` (kept in the session's history)."""
+    return ("<goal_round>\n"
+            f"Objective: {json.dumps(goal['objective'], ensure_ascii=False)}\n"
+            f"Round: {n}/{goal['maxGoalRounds']}\n\n"
+            "Keep working toward the objective in this same session. The workspace, tool results and the "
+            "session's recorded state are the truth: look at them rather than assuming earlier narration still "
+            "holds. Make real progress and check the result. Before you claim completion, gather evidence that "
+            "the whole objective is met, read the current goal, and mark it complete. If work remains, leave the "
+            "goal active for the next round. Follow the goal tools' guidance before reporting a blocker.\n"
+            "</goal_round>")
+
+
+def armed_goal(st: GoalState) -> dict[str, Any] | None:
+    g = st.goal
+    return g if g is not None and g["phase"] == "active" and st.armed else None
+
+
+def admit(session: Agent, messages: list[UserMessage], turn: int) -> None:
+    """At a turn's start: remember where its prompt came from, and admit the pending round if
+    this turn claimed it."""
+    st = state(session)
+    st.turn_sources = (turn, frozenset(m.source for m in messages))
+    pending = st.pending
+    if pending is None:
+        return
+    claimed = any(m.source == SOURCE and "".join(getattr(b, "text", "") for b in m.content) == st.pending_text
+                  for m in messages)
+    g = armed_goal(st)
+    if not claimed:
+        return
+    st.pending = None
+    if g is None or (g["id"], g["revision"], st.rounds + 1) != pending:
+        return  # the goal changed since the round was queued: this turn is not its round
+    session.emit(domain.Note(kind=domain.ROUND, data={"goalId": g["id"], "revision": g["revision"],
+                                                      "round": pending[2]}))
+    st.rounds = pending[2]
+    st.round_turn = (turn, g["id"], g["revision"], pending[2])
+
+
+def turn_ended(session: Agent, ev: TurnEnd) -> None:
+    """After a turn: pause or disarm as its end says, then (when still armed) drive."""
+    st = state(session)
+    was_round = st.round_turn is not None and st.round_turn[0] == ev.turn
+    st.round_turn = None
+    unclaimed = st.pending
+    g = st.goal
+    if ev.reason == "aborted":
+        st.pending = None
+        if g is not None and g["phase"] == "active" and (st.armed or was_round or unclaimed):
+            domain.commit(session, st, domain.pause(st, g["id"], g["revision"]))
+        return
+    if ev.reason in ("error", "max-tokens", "blocked", "stopped", "disposed"):
+        st.pending = None
+        st.armed = False
+        return
+    if unclaimed is not None and not was_round:
+        st.pending = None  # another turn read the queued round: queue it again (the old one is dropped)
+    if armed_goal(st) is not None:
+        schedule(session)
+
+
+def schedule(session: Agent) -> None:
+    st = state(session)
+    if st.driving or session.disposed:
+        return
+    st.driving = True
+    session.host.task_group.start_soon(_drive, session, name=f"goal rounds {session.session_id[:8]}")
+
+
+async def _drive(session: Agent) -> None:
+    st = state(session)
+    try:
+        await session.wait_idle()
+        await anyio.lowlevel.checkpoint()
+        g = armed_goal(st)
+        if g is None or st.pending is not None or session.busy or session.disposed:
+            return
+        if st.rounds >= g["maxGoalRounds"]:
+            domain.commit(session, st, domain.block(st, g["id"], g["revision"], "round-limit",
+                                                    f"Goal reached its configured limit of {g['maxGoalRounds']} rounds."))
+            return
+        n = st.rounds + 1
+        st.pending, st.pending_text = (g["id"], g["revision"], n), round_prompt(g, n)
+        st.issued += 1
+        issued = st.issued
+        # dropped if a later round was queued instead, or the goal stopped, before it is read
+        session.notify(st.pending_text, source=SOURCE, wake=True,
+                       unless=lambda: st.issued != issued or armed_goal(st) is None)
+    except Exception as exc:  # a driver's failure disarms the goal; it never takes the agent down
+        log.warning(f"goal round driver of session {session.session_id} failed: {exc!r}")
+        st.pending = None
+        st.armed = False
+    finally:
+        st.driving = False

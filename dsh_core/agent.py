@@ -28,6 +28,7 @@ from .diag import warn
 from .dispatch import ToolDispatch
 from .errors import AgentDisposed, SessionLogFailed
 from .history import History
+from .config import AgentConfig
 from .protocols import AgentSpec, Observer, new_id
 from .state import StateSlots
 from .turn import TurnLoop
@@ -103,6 +104,9 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._pending_context: list[str] = []  # told to the model before its next request (a settings change)
         # user-role messages for the next request (``notify``), each with its "already told" check
         self._notices: list[tuple[UserMessage, Callable[[], bool] | None]] = []
+        self._woken: set[str] = set()  # ids of the notices a wake moved into the inbox
+        self._wake_due = False  # a waking notice waits: the driver starts an autonomous turn for it
+        self._wakes: bool = host.config_for(AgentConfig).wake  # false: notices wait for the next prompt
         self._claimed_ids: frozenset[str] = frozenset()  # the running turn's prompt messages
         self._state = StateSlots()  # plugin state of this session (dsh_core.state)
         self._offered: list[str] | None = None  # None: every tool is offered to the model
@@ -336,12 +340,37 @@ class Agent(TurnLoop, ToolDispatch, History):
                 return history[:i]
         return history
 
-    def notify(self, text: str, *, source: str = "notice", unless: Callable[[], bool] | None = None) -> None:
-        """Queue ``text`` as a user-role message for the next model request (never starts a turn);
-        dropped if ``unless()`` is true by then (the news reached the model another way)."""
-        if text and not self._disposed:
-            self._notices.append((UserMessage(id=new_id("msg_"), content=[TextBlock(text=text)], source=source),
-                                  unless))
+    def notify(self, text: str, *, source: str = "notice", unless: Callable[[], bool] | None = None,
+               wake: bool = False) -> None:
+        """Queue ``text`` as a user-role message for the next model request; dropped if ``unless()``
+        is true by then (the news reached the model another way). ``wake``: an idle agent starts
+        a turn on its own for it (an autonomous turn, the original's ``followup``); a busy one reads
+        it at its next request, or in a new autonomous turn if its turn ends first. Wakes are off
+        when the composition says so (``[config.agent] wake = false``) and once teardown began."""
+        if not text or self._disposed:
+            return
+        self._notices.append((UserMessage(id=new_id("msg_"), content=[TextBlock(text=text)], source=source),
+                              unless))
+        if wake and self._wakes:
+            self._wake_due = True
+            if not self._busy:
+                self._start_driver()
+
+    def _claim_wake(self) -> bool:
+        """Move the waiting notices into the inbox for an autonomous turn (the driver, between turns):
+        False when no wake is due or every notice was already told another way."""
+        if not self._wake_due or self._disposed:
+            self._wake_due = False
+            return False
+        self._wake_due = False
+        notices, self._notices = self._notices, []
+        for message, unless in notices:
+            if unless is not None and unless():
+                continue
+            self.emit(UserMessageEvent(message=message))
+            self._inbox.append(message)
+            self._woken.add(message.id)
+        return bool(self._inbox)
 
     def splice(self, content: list[ContentBlock]) -> None:
         """Queue a user message (source ``tool``) for the history after the current step's tool results."""
@@ -358,16 +387,24 @@ class Agent(TurnLoop, ToolDispatch, History):
             raise SessionLogFailed(self._log_failure())
         self._inbox.append(message)
         if not self._busy:
-            self._busy = True
-            self._idle = anyio.Event()
-            if self._wake is None:  # the driver lives as long as the agent: no task per prompt
-                self._wake = anyio.Event()
-                self.host.task_group.start_soon(self._drive, name=f"agent {self.session_id[:8]}")
-            else:
-                self._wake.set()
+            self._start_driver()
+
+    def _start_driver(self) -> None:
+        self._busy = True
+        self._idle = anyio.Event()
+        if self._wake is None:  # the driver lives as long as the agent: no task per prompt
+            self._wake = anyio.Event()
+            self.host.task_group.start_soon(self._drive, name=f"agent {self.session_id[:8]}")
+        else:
+            self._wake.set()
 
     def cancel(self, kind: str = "user") -> None:
-        """Abort the running turn and drop unclaimed messages. Idempotent; returns at once."""
+        """Abort the running turn and drop unclaimed messages. Idempotent; returns at once. A due
+        wake is dropped too (its notices wait for the next request); after a ``disposed`` cancel
+        (teardown began) nothing wakes the agent again."""
+        self._wake_due = False
+        if kind == "disposed":
+            self._wakes = False
         if self._inbox:
             dropped = [m.id for m in self._inbox]
             self._inbox.clear()

@@ -68,6 +68,9 @@ class AgentBase:
     _header_reason: str
     _pending_context: list[str]
     _notices: list[tuple[UserMessage, Callable[[], bool] | None]]
+    _wake_due: bool
+    _woken: set[str]
+    _wakes: bool
     _claimed_ids: frozenset[str]
     settings: SessionSettings
     _sources_ready: anyio.Event

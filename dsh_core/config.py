@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
@@ -33,6 +33,15 @@ S = TypeVar("S")
 
 class PluginConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="kebab"):
     """Base of every plugin's config Struct: kebab-case keys, unknown keys refused."""
+
+
+class AgentConfig(PluginConfig, kw_only=True):
+    """``[config.agent]``: the spine's agent loop (declared by its builtin defaults)."""
+
+    wake: Annotated[bool, msgspec.Meta(description=(
+        "an idle agent starts a turn on its own when a plugin's notice asks for it (a background job or "
+        "subagent settled, a child reported, a goal round): an autonomous turn. false: notices wait for "
+        "the next prompt, so a controller sees exactly one answer per prompt"))] = True
 
 
 _AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")

@@ -209,11 +209,16 @@ class Agent(Protocol):
     def splice(self, content: list[ContentBlock]) -> None:
         """Show the model ``content`` as a user message after this step's tool results."""
 
-    def notify(self, text: str, *, source: str = "notice", unless: Callable[[], bool] | None = None) -> None:
+    def notify(self, text: str, *, source: str = "notice", unless: Callable[[], bool] | None = None,
+               wake: bool = False) -> None:
         """Tell the model ``text`` as a user-role message (``source``) appended before its next
-        request, in this turn or the next one; it never starts a turn (a subagent's settlement).
+        request, in this turn or the next one (a subagent's settlement, a job's end).
         ``unless``: checked when that request is built; true drops the notice (a tool result has
-        told the model the same since, e.g. a job's end read with ``job_output``)."""
+        told the model the same since, e.g. a job's end read with ``job_output``).
+        ``wake``: an idle agent starts an autonomous turn for it at once (``TurnStart.autonomous``);
+        a busy one reads it at its next request, or in a new autonomous turn if the running turn
+        ends first. Off when the composition sets ``[config.agent] wake = false`` and once the
+        agent's teardown began (a ``disposed`` cancel)."""
 
     def completed_history(self) -> list[Any]:
         """The committed history up to the last completed turn (what a fork starts from)."""

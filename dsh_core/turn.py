@@ -150,7 +150,7 @@ class TurnLoop(AgentBase):
     async def _drive(self) -> None:
         try:
             while True:
-                while self._inbox and not self._disposed:
+                while not self._disposed and (self._inbox or self._claim_wake()):
                     await self._run_turn()
                 self._busy = False
                 self._idle.set()
@@ -169,9 +169,13 @@ class TurnLoop(AgentBase):
         turn = self._turn
         claimed, self._inbox = self._inbox, []
         self._claimed_ids = frozenset(m.id for m in claimed)
+        # Autonomous: nothing the client sent is in it, only notices that woke the agent (no prompt
+        # interception runs for it; a front door tells its output from a prompt's by this flag)
+        autonomous = bool(claimed) and all(m.id in self._woken for m in claimed)
+        self._woken = set()
         self.emit(InboxClaimed(turn=turn, message_ids=[m.id for m in claimed]))
         self._history.extend(claimed)
-        self.emit(TurnStart(turn=turn))
+        self.emit(TurnStart(turn=turn, autonomous=autonomous))
         self._abort_kind = None
         self._halted = None
         reason, error, code = "completed", None, None
@@ -181,7 +185,7 @@ class TurnLoop(AgentBase):
                 if self.log_error is None:  # InboxClaimed/TurnStart already failed to record: do no work
                     if not self._sources_ready.is_set():  # the session's own tools (MCP servers) are listed
                         await self._sources_ready.wait()
-                    reason = await self._turn_body(turn, claimed)
+                    reason = await self._turn_body(turn, claimed, autonomous=autonomous)
             except _TurnFailed as exc:
                 reason, error, code = "error", exc.message, exc.code
             except Exception as exc:  # a plugin bug fails this turn, never the host's other sessions
@@ -246,8 +250,9 @@ class TurnLoop(AgentBase):
             self._history.append(message)
             self.emit(UserMessageEvent(message=message))
 
-    async def _intercept_prompt(self, turn: int, claimed: list[UserMessage]) -> bool:
-        """Session start (once per agent object) and prompt submit. False: the prompt is blocked."""
+    async def _intercept_prompt(self, turn: int, claimed: list[UserMessage], *, autonomous: bool = False) -> bool:
+        """Session start (once per agent object) and prompt submit (not for an autonomous turn: no
+        prompt is in it). False: the prompt is blocked."""
         hook = self.host.pm.hook
         context: list[str] = []
         if self._start_source is not None:
@@ -257,7 +262,7 @@ class TurnLoop(AgentBase):
             context += [c for a in started for c in a.context if c]
             self._halt(turn, "session_start", started)
         answers: list[PromptSubmit] = []
-        if not self._halted:  # a stop at session start: the prompt is not submitted
+        if not self._halted and not autonomous:  # a stop at session start: the prompt is not submitted
             answers = [a for a in await settle(hook.dsh_prompt_submit(session=self, messages=list(claimed), turn=turn))
                        if isinstance(a, PromptSubmit)]
             self._halt(turn, "prompt_submit", answers)
@@ -297,8 +302,8 @@ class TurnLoop(AgentBase):
             self.emit(Note(kind="turn/stopped", data=data))
         return self._halted is not None
 
-    async def _turn_body(self, turn: int, claimed: list[UserMessage] | None = None) -> str:
-        if claimed is not None and not await self._intercept_prompt(turn, claimed):
+    async def _turn_body(self, turn: int, claimed: list[UserMessage] | None = None, *, autonomous: bool = False) -> str:
+        if claimed is not None and not await self._intercept_prompt(turn, claimed, autonomous=autonomous):
             return "blocked"
         step = 0
         continued = 0

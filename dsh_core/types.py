@@ -130,6 +130,9 @@ class InboxDropped(Event, tag="agent/inbox/dropped", kw_only=True):
 
 class TurnStart(Event, tag="turn/start", kw_only=True):
     turn: int
+    # True: the agent started this turn on its own (a plugin's notice woke it while idle: a job or a
+    # background subagent settled, a goal round); no prompt of the client's is in it
+    autonomous: bool = False
 
 
 TurnEndReason = Literal["completed", "max-tokens", "max-steps", "aborted", "error", "blocked", "stopped", "disposed"]

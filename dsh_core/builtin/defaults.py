@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..agent import Agent
+from ..config import AgentConfig, PluginConfig
 from ..errors import DshError
 from ..hookspecs import hookimpl
 from ..types import DurableEvent, SessionHeader
@@ -43,6 +44,11 @@ class MemoryStore:
         if log is None:
             raise DshError(f"no session {session_id!r}")
         return log.header, list(log.events)
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return "agent", AgentConfig
 
 
 @hookimpl(trylast=True)

@@ -28,6 +28,7 @@ from dsh_core.types import (
     SettingsChanged,
     TextBlock,
     TurnEnd,
+    TurnStart,
     Usage,
     UserMessage,
 )
@@ -90,6 +91,8 @@ def observer(session: Session, usage_updates: bool,
             for update in shown:
                 session.delivery.push_update(update)
         slot = session.slot
+        if isinstance(event, TurnStart):  # turns are sequential: the last start says whose turn runs
+            session.autonomous_turn = event.turn if event.autonomous else None
         if on_settings is not None and isinstance(event, SettingsChanged):
             on_settings(event.changed)
         if isinstance(event, AssistantMessageEvent):
@@ -156,7 +159,9 @@ def _track(session: Session, slot: Slot, event: Any, usage_updates: bool) -> Non
             if usage_updates and slot.usage is not None:
                 session.delivery.push_update(_usage_update(session, slot))
     elif isinstance(event, AgentError):
-        if slot.in_inbox and event.turn != slot.turn and slot.interval_error is None:
+        # an autonomous turn the prompt waited behind failed: that work was the agent's own (ACP-7)
+        if (slot.in_inbox and event.turn != slot.turn and event.turn != session.autonomous_turn
+                and slot.interval_error is None):
             slot.interval_error = event.message
     elif isinstance(event, InboxDropped) and slot.message_id in event.message_ids:
         slot.dropped = True

@@ -50,6 +50,7 @@ class Session:
     closed: anyio.Event | None = None  # set by session/close; fires when the session is disposed
     streamed: set[str] = field(default_factory=set)  # messages whose text went out live (stream = "live")
     commands_sent: list[Any] = field(default_factory=list)  # the slash commands the client was last told of
+    autonomous_turn: int | None = None  # the running turn, when the agent started it on its own (a wake)
 
 
 class BridgeState:

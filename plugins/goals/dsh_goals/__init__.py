@@ -19,14 +19,13 @@ from msgspec import Meta
 
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig
-from dsh_core.types import TurnEnd
 
 from . import driver
 from .tools import make_tools, state
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Agent, Host, Tool
-    from dsh_core.types import DurableEvent, UserMessage
+    from dsh_core.types import DurableEvent
 
 NAME = "goals"
 
@@ -78,13 +77,12 @@ def dsh_session_start(session: Agent, source: str, turn: int) -> _Recall | None:
 
 
 @hookimpl
-def dsh_prompt_submit(session: Agent, messages: list[UserMessage], turn: int) -> None:
-    driver.admit(session, messages, turn)
+def dsh_check_step(session: Agent, turn: int, step: int) -> None:
+    driver.admit(session, turn, step)  # no opinion on the step itself
 
 
 @hookimpl
 def dsh_session_event(session: Agent, event: DurableEvent) -> None:
-    if isinstance(event, TurnEnd):
-        driver.turn_ended(session, event)
+    driver.observe(session, event)
 
 

@@ -52,8 +52,11 @@ class GoalState:
     pending: tuple[str, int, int] | None = None  # (goal id, revision, round) queued, not yet admitted
     pending_text: str = ""
     issued: int = 0  # rounds queued in this process (a queued round's notice is dropped once superseded)
+    pending_message: str | None = None  # the queued round's message, once the agent published it
+    claimed: tuple[int, tuple[str, int, int]] | None = None  # (turn, round) a turn claimed, not yet admitted
     round_turn: tuple[int, str, int, int] | None = None  # (turn, goal id, revision, round) running now
     turn_sources: tuple[int, frozenset[str]] = (0, frozenset())  # the running turn's prompt sources
+    sources: dict[str, str] = field(default_factory=dict)  # published, unclaimed message id -> source
     driving: bool = False
 
     # ------------------------------------------------------------------ reading

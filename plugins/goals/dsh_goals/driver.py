@@ -2,9 +2,9 @@
 agent is idle, it starts the next round as an autonomous turn (``Agent.notify(prompt,
 source="goal", wake=True)``), until the goal is complete, blocked, paused or out of rounds.
 
-- A round is *admitted* when a turn claims its prompt (``dsh_prompt_submit`` sees the message,
-  source ``goal``): the ``goal/round`` note is written and that turn is the goal's current
-  round (so it may mark the goal complete or blocked).
+- A round is *admitted* at the first model call of the turn that claimed its prompt (the
+  message, source ``goal``; ``dsh_check_step`` step 1): the ``goal/round`` note is written and
+  that turn is the goal's current round (so it may mark the goal complete or blocked).
 - Out of rounds: the goal is blocked (``round-limit``,
   ``Goal reached its configured limit of N rounds.``) and no turn starts.
 - A turn that ends aborted (the person cancelled) pauses an active goal. One that ends in an
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from dsh_core.types import TurnEnd, UserMessage
+from dsh_core.types import InboxClaimed, Note, TurnEnd, UserMessageEvent
 
 from . import domain
 from .domain import GoalState
@@ -51,26 +51,41 @@ def armed_goal(st: GoalState) -> dict[str, Any] | None:
     return g if g is not None and g["phase"] == "active" and st.armed else None
 
 
-def admit(session: Agent, messages: list[UserMessage], turn: int) -> None:
-    """At a turn's start: remember where its prompt came from, and admit the pending round if
-    this turn claimed it."""
+def observe(session: Agent, event: Any) -> None:
+    """Follow the session's events: which messages a turn claimed (whose prompt it runs), whether
+    it claimed the queued round, and how it ended."""
     st = state(session)
-    st.turn_sources = (turn, frozenset(m.source for m in messages))
-    pending = st.pending
-    if pending is None:
+    if isinstance(event, UserMessageEvent):
+        message = event.message
+        st.sources[message.id] = message.source
+        if (st.pending is not None and message.source == SOURCE
+                and "".join(getattr(b, "text", "") for b in message.content) == st.pending_text):
+            st.pending_message = message.id
+    elif isinstance(event, InboxClaimed):
+        st.turn_sources = (event.turn, frozenset(st.sources.get(i, "") for i in event.message_ids))
+        if st.pending_message is not None and st.pending_message in event.message_ids:
+            st.claimed = (event.turn, st.pending) if st.pending is not None else None
+        st.sources.clear()
+    elif isinstance(event, TurnEnd):
+        turn_ended(session, event)
+
+
+def admit(session: Agent, turn: int, step: int) -> None:
+    """Before the first model call of the turn that claimed the queued round: the round is
+    admitted (``goal/round`` in the log) and this turn is the goal's current round, unless the
+    goal changed since the round was queued."""
+    st = state(session)
+    claimed = st.claimed
+    if step != 1 or claimed is None or claimed[0] != turn:
         return
-    claimed = any(m.source == SOURCE and "".join(getattr(b, "text", "") for b in m.content) == st.pending_text
-                  for m in messages)
+    st.claimed = st.pending = st.pending_message = None
+    _, (goal_id, revision, n) = claimed
     g = armed_goal(st)
-    if not claimed:
+    if g is None or (g["id"], g["revision"], st.rounds + 1) != (goal_id, revision, n):
         return
-    st.pending = None
-    if g is None or (g["id"], g["revision"], st.rounds + 1) != pending:
-        return  # the goal changed since the round was queued: this turn is not its round
-    session.emit(domain.Note(kind=domain.ROUND, data={"goalId": g["id"], "revision": g["revision"],
-                                                      "round": pending[2]}))
-    st.rounds = pending[2]
-    st.round_turn = (turn, g["id"], g["revision"], pending[2])
+    session.emit(Note(kind=domain.ROUND, data={"goalId": goal_id, "revision": revision, "round": n}))
+    st.rounds = n
+    st.round_turn = (turn, goal_id, revision, n)
 
 
 def turn_ended(session: Agent, ev: TurnEnd) -> None:
@@ -79,18 +94,21 @@ def turn_ended(session: Agent, ev: TurnEnd) -> None:
     was_round = st.round_turn is not None and st.round_turn[0] == ev.turn
     st.round_turn = None
     unclaimed = st.pending
+    if st.claimed is not None and st.claimed[0] == ev.turn:  # it ended before its first step
+        st.claimed = None
     g = st.goal
     if ev.reason == "aborted":
-        st.pending = None
+        st.pending = st.pending_message = None
         if g is not None and g["phase"] == "active" and (st.armed or was_round or unclaimed):
             domain.commit(session, st, domain.pause(st, g["id"], g["revision"]))
         return
     if ev.reason in ("error", "max-tokens", "blocked", "stopped", "disposed"):
-        st.pending = None
+        st.pending = st.pending_message = None
         st.armed = False
         return
     if unclaimed is not None and not was_round:
-        st.pending = None  # another turn read the queued round: queue it again (the old one is dropped)
+        # another turn read the queued round, or none claimed it: queue it again (the old one is dropped)
+        st.pending = st.pending_message = None
     if armed_goal(st) is not None:
         schedule(session)
 

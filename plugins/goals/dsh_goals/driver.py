@@ -125,6 +125,9 @@ async def _drive(session: Agent) -> None:
     st = state(session)
     try:
         await session.wait_idle()
+        # One pass of the event loop before waking: whoever waited for this quiescence (the ACP
+        # door settles a prompt when the agent goes idle) sees it before the round's turn starts,
+        # or the prompt that created the goal would wait behind every round.
         await anyio.lowlevel.checkpoint()
         g = armed_goal(st)
         if g is None or st.pending is not None or session.busy or session.disposed:

@@ -125,6 +125,48 @@ def _cap(value: Any) -> Any:
     return None if value is None or (value == 0 and not isinstance(value, bool)) else value
 
 
+def _steer(ctx: ToolContext, goal_id: str, revision: int, action: str, objective: str | None, cap: Any,
+           reason: str | None) -> None:
+    """edit, pause, resume: a person's changes."""
+    session, st = ctx.agent, state(ctx.agent)
+    _require_human(session, st, ctx.turn)
+    if action == "edit":
+        if reason is not None:
+            raise GoalError("blocked_reason is valid only with action blocked", code="GOAL_TOOL_INVALID_UPDATE")
+        domain.commit(session, st, domain.edit(st, goal_id, revision, objective, cap))
+        return
+    if objective is not None or cap is not None or reason is not None:
+        raise GoalError("objective and max_goal_rounds are valid only with action edit; blocked_reason is valid only "
+                        "with action blocked", code="GOAL_TOOL_INVALID_UPDATE")
+    domain.commit(session, st, (domain.pause if action == "pause" else domain.resume)(st, goal_id, revision))
+
+
+def _finish(ctx: ToolContext, config: GoalsConfig, goal_id: str, revision: int, action: str,
+            objective: str | None, cap: Any, reason: str | None) -> None:
+    """complete, blocked: a person's, or the goal's own current round's (then the wrap-up follows)."""
+    session, st = ctx.agent, state(ctx.agent)
+    in_round = not direct_human(session, st, ctx.turn)
+    if in_round and not goal_round(st, ctx.turn):
+        raise GoalError("complete and blocked require a direct human turn or the current goal round",
+                        code="GOAL_TOOL_AUTHORITY_REQUIRED")
+    if objective is not None or cap is not None:
+        raise GoalError("objective and max_goal_rounds are valid only with action edit",
+                        code="GOAL_TOOL_INVALID_UPDATE")
+    if action == "complete" and reason is not None:
+        raise GoalError("blocked_reason is valid only with action blocked", code="GOAL_TOOL_INVALID_UPDATE")
+    if action == "blocked" and (reason is None or not reason.strip()):
+        raise GoalError("blocked_reason is required with action blocked", code="GOAL_TOOL_INVALID_UPDATE")
+    threshold = config.blocked_after_rounds
+    if action == "blocked" and in_round and st.rounds < threshold:
+        raise GoalError(f"blocked requires at least {threshold} consecutive goal rounds; current round is "
+                        f"{st.rounds}", code="GOAL_TOOL_BLOCK_THRESHOLD")
+    change = (domain.complete(st, goal_id, revision) if action == "complete"
+              else domain.block(st, goal_id, revision, "model-reported", reason or ""))
+    domain.commit(session, st, change)
+    if in_round:  # the round ends here: the model says so to the person, once
+        session.splice([TextBlock(text=wrapup(change.goal["objective"], reason if action == "blocked" else None))])
+
+
 def make_tools(config: GoalsConfig) -> list[FunctionTool]:
     async def get_goal(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         return answer(state(ctx.agent))
@@ -137,55 +179,19 @@ def make_tools(config: GoalsConfig) -> list[FunctionTool]:
         return answer(st)
 
     async def update_goal(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        session, st = ctx.agent, state(ctx.agent)
         goal_id, revision, action = args.get("goal_id"), args.get("revision"), args.get("action")
         if not isinstance(goal_id, str) or not goal_id or goal_id != goal_id.strip() or not domain.positive_whole(
                 revision):
             raise GoalError("goal_id must be non-empty and revision must be a positive safe integer",
                             code="GOAL_TOOL_INVALID_UPDATE")
-        revision = int(revision)
-        objective, cap, reason = _text(args.get("objective")), _cap(args.get("max_goal_rounds")), \
-            _text(args.get("blocked_reason"))
-        if action == "edit":
-            _require_human(session, st, ctx.turn)
-            if reason is not None:
-                raise GoalError("blocked_reason is valid only with action blocked", code="GOAL_TOOL_INVALID_UPDATE")
-            domain.commit(session, st, domain.edit(st, goal_id, revision, objective, cap))
-            return answer(st)
-        if action in ("pause", "resume"):
-            _require_human(session, st, ctx.turn)
-            if objective is not None or cap is not None or reason is not None:
-                raise GoalError("objective and max_goal_rounds are valid only with action edit; blocked_reason is "
-                                "valid only with action blocked", code="GOAL_TOOL_INVALID_UPDATE")
-            change = (domain.pause if action == "pause" else domain.resume)(st, goal_id, revision)
-            domain.commit(session, st, change)
-            return answer(st)
-        if action not in ("complete", "blocked"):
-            raise GoalError(f"action must be one of {', '.join(ACTIONS)}", code="GOAL_TOOL_INVALID_UPDATE")
-        in_round = not direct_human(session, st, ctx.turn)
-        if in_round and not goal_round(st, ctx.turn):
-            raise GoalError("complete and blocked require a direct human turn or the current goal round",
-                            code="GOAL_TOOL_AUTHORITY_REQUIRED")
-        if objective is not None or cap is not None:
-            raise GoalError("objective and max_goal_rounds are valid only with action edit",
-                            code="GOAL_TOOL_INVALID_UPDATE")
-        if action == "complete" and reason is not None:
-            raise GoalError("blocked_reason is valid only with action blocked", code="GOAL_TOOL_INVALID_UPDATE")
-        if action == "blocked" and (reason is None or not reason.strip()):
-            raise GoalError("blocked_reason is required with action blocked", code="GOAL_TOOL_INVALID_UPDATE")
-        threshold = config.blocked_after_rounds
-        if action == "blocked" and in_round and st.rounds < threshold:
-            raise GoalError(f"blocked requires at least {threshold} consecutive goal rounds; current round is "
-                            f"{st.rounds}", code="GOAL_TOOL_BLOCK_THRESHOLD")
-        if action == "complete":
-            change = domain.complete(st, goal_id, revision)
+        given = (_text(args.get("objective")), _cap(args.get("max_goal_rounds")), _text(args.get("blocked_reason")))
+        if action in ("edit", "pause", "resume"):
+            _steer(ctx, goal_id, int(revision), action, *given)
+        elif action in ("complete", "blocked"):
+            _finish(ctx, config, goal_id, int(revision), action, *given)
         else:
-            assert reason is not None
-            change = domain.block(st, goal_id, revision, "model-reported", reason)
-        domain.commit(session, st, change)
-        if in_round:  # the round ends here: the model says so to the person, once
-            session.splice([TextBlock(text=wrapup(change.goal["objective"], reason if action == "blocked" else None))])
-        return answer(st)
+            raise GoalError(f"action must be one of {', '.join(ACTIONS)}", code="GOAL_TOOL_INVALID_UPDATE")
+        return answer(state(ctx.agent))
 
     return [
         FunctionTool("get_goal", GET_DESCRIPTION, GET_PARAMETERS, get_goal, parallel_safe=True, kind="read"),

@@ -9,13 +9,13 @@ from typing import Any
 
 import anyio
 import pytest
-
-from dsh_core.contracts import AgentSpec
-from dsh_core.types import Note, TextBlock, ToolResultEvent, TurnEnd, TurnStart, UserMessage, UserMessageEvent
 from dsh_goals import domain
 from dsh_goals.driver import round_prompt
 from dsh_goals.guidance import GUIDANCE, guidance_text
 from dsh_goals.tools import state
+
+from dsh_core.contracts import AgentSpec
+from dsh_core.types import Note, TextBlock, ToolResultEvent, TurnEnd, TurnStart, UserMessage, UserMessageEvent
 from dsh_testing import memory_host
 
 pytestmark = pytest.mark.anyio

@@ -256,7 +256,7 @@ async def test_workflow_checks_meta_as_the_original_does(scripted, tmp_path, met
     args = {"script": "return 1", **({"meta": meta} if meta is not None else {})}
     script = _script(scripted, "workflow", args)
     async with memory_host(script, plugins=PLUGINS, config=_config()) as host:
-        agent, _seen, result = await _go(host, tmp_path, script)
+        _agent, _seen, result = await _go(host, tmp_path, script)
         text = result.result.content[0].text
         assert result.result.is_error and message in text, text
 

@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from dsh_core import ToolError
 from dsh_core.types import Note
@@ -32,7 +32,7 @@ class GoalError(ToolError):
     """A refused goal read or change: the model sees ``Error: <message>``."""
 
 
-def positive_whole(value: Any) -> bool:
+def positive_whole(value: Any) -> TypeGuard[int | float]:
     """A JSON number that is a positive safe integer (``3`` and ``3.0``, not ``2.5``, ``0``, ``true``)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False

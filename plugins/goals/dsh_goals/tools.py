@@ -184,11 +184,12 @@ def make_tools(config: GoalsConfig) -> list[FunctionTool]:
                 revision):
             raise GoalError("goal_id must be non-empty and revision must be a positive safe integer",
                             code="GOAL_TOOL_INVALID_UPDATE")
+        number = int(revision)  # a positive whole number (checked above)
         given = (_text(args.get("objective")), _cap(args.get("max_goal_rounds")), _text(args.get("blocked_reason")))
         if action in ("edit", "pause", "resume"):
-            _steer(ctx, goal_id, int(revision), action, *given)
+            _steer(ctx, goal_id, number, action, *given)
         elif action in ("complete", "blocked"):
-            _finish(ctx, config, goal_id, int(revision), action, *given)
+            _finish(ctx, config, goal_id, number, action, *given)
         else:
             raise GoalError(f"action must be one of {', '.join(ACTIONS)}", code="GOAL_TOOL_INVALID_UPDATE")
         return answer(state(ctx.agent))

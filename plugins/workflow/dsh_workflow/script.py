@@ -199,7 +199,7 @@ async def run_workflow(args: dict[str, Any], ctx: ToolContext, caps: Caps, *,
     text, offset = program(script, given, caps.max_items)
     members = Members(ctx=ctx, caps=caps, kind="workflow")
     hooks = Hooks(members, anyio.Event())
-    name = meta["name"]
+    name = str(meta["name"]) if isinstance(meta, dict) else "workflow"  # (check_meta made it a string)
     ctx.emit(Note(kind="workflow/start", data={"name": one_line(name, 120), "callId": ctx.call_id,
                                                 "maxAgents": caps.max_agents, "concurrency": caps.concurrency}))
     result: CodeRunResult | None = None

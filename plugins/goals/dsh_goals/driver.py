@@ -100,7 +100,9 @@ def turn_ended(session: Agent, ev: TurnEnd) -> None:
     if ev.reason == "aborted":
         st.pending = st.pending_message = None
         if g is not None and g["phase"] == "active" and (st.armed or was_round or unclaimed):
-            domain.commit(session, st, domain.pause(st, g["id"], g["revision"]))
+            st.armed = False  # at once: nothing wakes it; the pause is recorded just after this event
+            session.host.task_group.start_soon(_pause, session, g["id"], g["revision"],
+                                               name=f"goal pause {session.session_id[:8]}")
         return
     if ev.reason in ("error", "max-tokens", "blocked", "stopped", "disposed"):
         st.pending = st.pending_message = None
@@ -121,16 +123,32 @@ def schedule(session: Agent) -> None:
     session.host.task_group.start_soon(_drive, session, name=f"goal rounds {session.session_id[:8]}")
 
 
+async def _pause(session: Agent, goal_id: str, revision: int) -> None:
+    """A cancelled round pauses its goal (still that revision, still active). Not written from
+    inside the observation of the turn's end: every observer sees ``turn/end`` before the change."""
+    st = state(session)
+    g = st.goal
+    if session.disposed or g is None or (g["id"], g["revision"], g["phase"]) != (goal_id, revision, "active"):
+        return
+    try:
+        domain.commit(session, st, domain.pause(st, goal_id, revision))
+    except Exception as exc:  # e.g. the log failed: the goal stays disarmed
+        log.warning(f"session {session.session_id}: pausing its goal failed: {exc!r}")
+
+
 async def _drive(session: Agent) -> None:
     st = state(session)
     try:
-        await session.wait_idle()
-        # One pass of the event loop before waking: whoever waited for this quiescence (the ACP
-        # door settles a prompt when the agent goes idle) sees it before the round's turn starts,
-        # or the prompt that created the goal would wait behind every round.
-        await anyio.lowlevel.checkpoint()
+        while True:
+            await session.wait_idle()
+            # One pass of the event loop before waking: whoever waited for this quiescence (the ACP
+            # door settles a prompt when the agent goes idle) sees it before the round's turn starts,
+            # or the prompt that created the goal would wait behind every round.
+            await anyio.lowlevel.checkpoint()
+            if not session.busy:  # (a prompt came in meanwhile: after its turn)
+                break
         g = armed_goal(st)
-        if g is None or st.pending is not None or session.busy or session.disposed:
+        if g is None or st.pending is not None or session.disposed:
             return
         if st.rounds >= g["maxGoalRounds"]:
             domain.commit(session, st, domain.block(st, g["id"], g["revision"], "round-limit",

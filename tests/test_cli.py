@@ -57,7 +57,8 @@ def test_plugins_prints_the_exact_composition_as_json():
     rows = {r["name"]: r for r in data["plugins"] if not r["builtin"]}
     assert set(rows) == {"acp-transport", "jsonl-persistence", "attachment-store", "deepseek-model",
                          "scripted-model", "replay-model", "sandbox-tools", "agent-instructions", "guards", "todo",
-                         "compaction", "hooks-claude-code", "hooks-codex", "subagents", "code-mode", "workflow", "skills", "web", "jobs"}
+                         "compaction", "hooks-claude-code", "hooks-codex", "subagents", "code-mode", "workflow", "goals",
+                         "skills", "web", "jobs"}
     assert "dsh_before_tool" in rows["hooks-codex"]["hooks"]
     assert rows["acp-transport"]["distribution"] == "dsh-acp-transport"
     assert rows["compaction"]["distribution"] == "dsh-compaction"

@@ -52,8 +52,8 @@ def test_the_code_mode_demos_run_a_program_that_calls_tools(name, said, tmp_path
     ("delegate", "A subagent answered: the workspace holds: a.txt\nb.txt\n"),
     ("fork", "The fork (which saw this conversation) answered: I start from your conversation, so I know what was "
              "asked before me.\n"),
-    ("workflow", 'The workflow returned: {\n  "answers": [\n    "helper: one: done",\n    "helper: two: done"\n  ]\n}\n'
-                 "[workflow: 2 agents, 0 failed]\n"),
+    ("workflow", 'The workflow returned: workflow "two-helpers" completed (2 agents).\nReturn value:\n{\n  "answers": '
+                 '[\n    "helper: one: done",\n    "helper: two: done"\n  ]\n}\n'),
 ])
 def test_the_acp_agent_demo_delegates_forks_and_runs_a_workflow(prompt, said, tmp_path):
     require_mechanism("landlock")  # the workflow script runs in the confined runtime

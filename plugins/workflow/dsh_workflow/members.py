@@ -31,6 +31,7 @@ class Caps:
     concurrency: int
     max_depth: int
     provider: str
+    max_items: int = 4096  # items per parallel()/pipeline() call (workflow scripts)
 
 
 @dataclass(eq=False)
@@ -56,7 +57,8 @@ class Members:
             raise Tripped(f"a {self.kind} member would be at depth {parent.spec.depth + 1}; the limit is "
                           f"{self.caps.max_depth}")
         if self.started >= self.caps.max_agents:
-            raise Tripped(f"the {self.kind} started more than {self.caps.max_agents} agents (its cap)")
+            raise Tripped(f"this run reached its total agent cap ({self.caps.max_agents}) — a runaway-loop backstop; "
+                          "raise max-agents in [config.workflow] if the scale is intentional")
         name = provider or self.caps.provider
         seam = parent.host.subagent_providers.get(name)
         if seam is None:

@@ -301,3 +301,24 @@ async def test_wakes_off_a_notice_waits_for_the_next_prompt_over_stdio(acp_agent
     events = _log(acp_agent.home, sid)
     notices = [e["message"] for e in events if e["type"] == "user/message" and e["message"].get("source") == "notice"]
     assert [n["content"][0]["text"] for n in notices] == ["background job bash-1 finished"]
+
+
+async def test_a_prompt_settles_when_its_turn_ended_and_autonomous_work_began(acp_agent, scripted):
+    """A wake that arrived during the prompt's last model call starts a turn right after the
+    prompt's turn: the prompt answers then (that work is the agent's own, and may be long: a goal's
+    rounds), not when the agent is next quiescent."""
+    script = scripted({"rules": [{"when": "^go", "steps": [
+        {"tool": "wake_later", "args": {"ms": 100, "text": "background job bash-1 finished"}},
+        {"wait_for": "woke", "text": "started it"},  # its request was built before the notice came
+        {"partial": "on my own", "mark": "auto-started", "delay_ms": 60000},
+    ]}]})
+    async with acp_agent(script, example="acp-wake") as run:
+        sid = await run.start()
+        resp = await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("go")]), 20)
+        assert resp.stop_reason == "end_turn"
+        await _until(lambda: (run.cwd / "auto-started").exists())
+        assert _turns(acp_agent.home, sid) == [(1, False, "completed"), (2, True, None)]  # still running
+        await run.conn.cancel(session_id=sid)
+        await _until(lambda: _turns(acp_agent.home, sid)[-1][2] is not None)
+        assert await run.close_stdin() == 0
+    assert _turns(acp_agent.home, sid) == [(1, False, "completed"), (2, True, "aborted")]

@@ -93,6 +93,8 @@ def observer(session: Session, usage_updates: bool,
         slot = session.slot
         if isinstance(event, TurnStart):  # turns are sequential: the last start says whose turn runs
             session.autonomous_turn = event.turn if event.autonomous else None
+            if event.autonomous and slot is not None and slot.end is not None:
+                slot.released.set()  # the prompt's turn is over and the agent works on its own now
         if on_settings is not None and isinstance(event, SettingsChanged):
             on_settings(event.changed)
         if isinstance(event, AssistantMessageEvent):
@@ -167,6 +169,22 @@ def _track(session: Session, slot: Slot, event: Any, usage_updates: bool) -> Non
         slot.dropped = True
 
 
+async def _interval_end(session: Session, slot: Slot) -> None:
+    """The end of a prompt's interval (ACP-5, ACP-7): the agent is quiescent, or, after the
+    prompt's own turn ended, it started an autonomous turn (a wake that arrived meanwhile, a
+    goal's next round): that work is the agent's own, not this prompt's, and may go on for long."""
+    if not session.agent.busy:
+        return
+    async with anyio.create_task_group() as tg:
+        async def idle() -> None:
+            await _interval_end(session, slot)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(idle)
+        await slot.released.wait()
+        tg.cancel_scope.cancel()
+
+
 def _usage_update(session: Session, slot: Slot) -> wire.UsageUpdate:
     """Context in use after the turn (the last call's prompt plus its answer) of the routed window."""
     return wire.UsageUpdate(used=slot.context, size=session.agent.route.context_window)
@@ -229,7 +247,7 @@ class Settlement(PromptContent, Controls):
                 detail = "the agent was disposed outside the bridge" if session.agent.disposed else str(exc)
                 raise internal_error(f"prompt was not queued: {detail}") from None
             slot.in_inbox = True
-            await session.agent.wait_idle()
+            await _interval_end(session, slot)
             await session.delivery.drain()
             result = self._settle(session, slot)
             if slot.usage is not None:

@@ -36,6 +36,7 @@ class Slot:
     calls: int = 0  # model calls of the turn that reported usage
     context: int = 0  # tokens in context after the last such call: its prompt plus its answer
     settled: anyio.Event = field(default_factory=anyio.Event)  # the prompt handler is done with it
+    released: anyio.Event = field(default_factory=anyio.Event)  # its turn ended and autonomous work began
 
 
 @dataclass(eq=False)

@@ -24,7 +24,7 @@ def ask(name: str, prompt: str, cwd, home) -> subprocess.CompletedProcess:
 
 
 def test_the_examples_are_the_shipped_five():
-    assert EXAMPLES == ["acp-agent", "acp-agent-subagent", "acp-editor", "both-mode", "code-mode"]
+    assert EXAMPLES == ["acp-agent", "acp-agent-subagent", "acp-editor", "acp-extended", "both-mode", "code-mode"]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -323,10 +323,12 @@ class Terminal:
         line, column = self.screen.cursor()
         emitted = line  # progress: lines before this one were handed out
         fg0 = self.foreground()
-        left_wait = not self.reading_stdin(fg0)
+        data = (text + ("\r" if submit else "")).encode()
+        # A wait that was there before the write may be the one the write answers: only a wait seen
+        # after the program left it counts. With nothing written, the wait there is the answer.
+        left_wait = not data or not self.reading_stdin(fg0)
         markers0 = self.markers
         interrupted = False
-        data = (text + ("\r" if submit else "")).encode()
         started = time.monotonic()
         self.last_output = started
         if data:

@@ -1,0 +1,110 @@
+"""Terminals behind the real door: ``dsh run --example acp-extended`` over real stdio, driven by
+the official SDK client. A terminal outlives the turn that opened it, and ends with its session:
+``session/close``, end of file on stdin, and ``kill -9`` of dsh itself leave no process behind."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+
+import anyio
+import pytest
+from acp import text_block
+from dsh_sandbox_tools.testing import require_mechanism
+
+from dsh_testing import REPO, live_processes, session_log
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLES = str(REPO / "examples")
+TIERS = {"bwrap": {"DSH_SANDBOX_MECHANISM": "bwrap"}, "landlock": {"DSH_SANDBOX_MECHANISM": "landlock"},
+         "unconfined": {"DSH_PERMISSION_MODE": "danger-full-access"}}
+
+
+def new_marker() -> str:
+    return f"{5000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
+
+
+def sleepers(marker: str) -> list[int]:
+    return live_processes(lambda argv, cwd: argv[:2] == [b"sleep", marker.encode()])
+
+
+async def gone(marker: str, within: float = 10.0) -> bool:
+    with anyio.move_on_after(within):
+        while sleepers(marker):
+            await anyio.sleep(0.05)
+        return True
+    return False
+
+
+def script(marker: str) -> dict:
+    """``start`` opens a terminal that leaves three sleeps (one setsid'd, one nohup'd, one in the
+    foreground); ``more`` sends to the same terminal in a later turn."""
+    def send(text: str) -> dict:
+        return {"tool": "terminal_send", "args": {"sessionId": "pty-1", "text": text}}
+
+    return {"rules": [
+        {"when": "^start", "steps": [
+            {"tool": "terminal_open", "args": {"type": "shell", "name": "main"}},
+            send("export KEPT=yes"),
+            send(f"(setsid sleep {marker} &); nohup sleep {marker} >/dev/null 2>&1 & sleep {marker}"),
+            {"text": "started"}]},
+        {"when": "^more", "steps": [
+            {"tool": "terminal_signal", "args": {"sessionId": "pty-1", "signal": "SIGINT"}},
+            send("echo kept=$KEPT"), {"text": "{tool_result}"}]},
+    ]}
+
+
+async def _started(run, sid, marker) -> None:
+    resp = await run.conn.prompt(session_id=sid, prompt=[text_block("start")])
+    assert resp.stop_reason == "end_turn" and run.client.text(sid) == ["started"]
+    with anyio.fail_after(10):
+        while len(sleepers(marker)) < 3:
+            await anyio.sleep(0.02)
+
+
+@pytest.mark.parametrize("tier", list(TIERS))
+async def test_kill_9_of_dsh_leaves_no_terminal_process_behind(acp_agent, scripted, tier):
+    if tier != "unconfined":
+        require_mechanism(tier)
+    marker = new_marker()
+    env = {"DSH_EXAMPLES_PATH": EXAMPLES, **TIERS[tier]}
+    async with acp_agent(scripted(script(marker)), example="acp-extended", env=env, check=False) as run:
+        sid = await run.start()
+        await _started(run, sid, marker)
+        os.kill(run.proc.pid, signal.SIGKILL)
+        await run.proc.wait()
+        assert await gone(marker), f"left running after kill -9 of dsh: {sleepers(marker)}"
+
+
+async def test_a_terminal_survives_turns_and_ends_with_session_close(acp_agent, scripted):
+    marker = new_marker()
+    env = {"DSH_EXAMPLES_PATH": EXAMPLES, "DSH_SANDBOX_MECHANISM": "bwrap"}
+    require_mechanism("bwrap")
+    async with acp_agent(scripted(script(marker)), example="acp-extended", env=env) as run:
+        sid = await run.start()
+        await _started(run, sid, marker)
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("more")])
+        assert resp.stop_reason == "end_turn"
+        # (the prompt the interrupt brought back may land after the send began: it may lead the output)
+        assert run.client.text(sid)[-1].endswith("echo kept=$KEPT\nkept=yes\ndsh> \n[wait: stdin_read]\n"
+                                                 "[session: running]")
+        await anyio.sleep(0.2)
+        assert len(sleepers(marker)) == 2  # SIGINT ended the foreground sleep only
+        with anyio.fail_after(20):
+            await run.conn.close_session(session_id=sid)
+        assert await gone(marker), f"left running after session/close: {sleepers(marker)}"
+    events = session_log(acp_agent.home, sid)
+    calls = [e["name"] for e in events if e.get("type") == "tool/call"]
+    assert calls == ["terminal_open", "terminal_send", "terminal_send", "terminal_signal", "terminal_send"]
+
+
+async def test_end_of_file_on_stdin_ends_the_terminals(acp_agent, scripted):
+    marker = new_marker()
+    env = {"DSH_EXAMPLES_PATH": EXAMPLES, "DSH_PERMISSION_MODE": "danger-full-access"}
+    async with acp_agent(scripted(script(marker)), example="acp-extended", env=env) as run:
+        sid = await run.start()
+        await _started(run, sid, marker)
+        assert await run.close_stdin() == 0
+    assert not sleepers(marker)

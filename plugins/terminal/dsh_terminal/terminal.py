@@ -34,6 +34,7 @@ PROMPT = "dsh> "
 # does not break readiness.
 PROMPT_COMMAND = r'printf "\033]133;D;%s\007" "$?"; PS1=' + f"'{PROMPT}'"
 MARKER = re.compile(rb"\x1b\]133;D;(\d*)\x07")
+CSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL,
            "SIGTSTP": signal.SIGTSTP, "SIGHUP": signal.SIGHUP}
 WaitReason = Literal["stdin_read", "inferred_idle", "timeout", "session_exit"]
@@ -116,6 +117,9 @@ class Terminal:
         self.closing = False
         self.ended = anyio.Event()  # the PTY closed and the keeper was reaped
         self._scan = b""
+        self._after_marker = b""  # what followed the last prompt marker (its first bytes)
+        self.prompt_shown = False  # the last output was a marker and then exactly the prompt
+        self._wake = anyio.Event()  # set when output arrives or the terminal ends
         self._replies = bytearray()
         self._tty_rdev: int | None = None
         self._reader_scope: anyio.CancelScope | None = None
@@ -176,6 +180,7 @@ class Terminal:
                              signal=signal.Signals(sig).name if sig is not None else None)
 
     def _finish(self) -> None:
+        self._wake.set()
         if self.status.kind == "running":
             self.status = Status("exited")
         if self._lifeline >= 0:
@@ -210,14 +215,17 @@ class Terminal:
     def _feed(self, data: bytes) -> None:
         self.last_output = time.monotonic()
         buf = self._scan + data
-        end = 0
+        end = -1
         for m in MARKER.finditer(buf):
             self.markers += 1
             end = m.end()
-        tail = buf[end:]
+        tail = buf[max(end, 0):]
         cut = tail.rfind(b"\x1b")
         self._scan = tail[cut:][-64:] if cut >= 0 else b""
+        self._after_marker = (tail if end >= 0 else self._after_marker + data)[:64]
+        self.prompt_shown = self.markers > 0 and CSI.sub(b"", self._after_marker) == PROMPT.encode()
         self.screen.feed(data)
+        self._wake.set()
         if self._replies:
             self._write_nowait(bytes(self._replies))
             self._replies.clear()
@@ -335,8 +343,10 @@ class Terminal:
             await self.write(data)
         reason: WaitReason
         while True:
-            with anyio.move_on_after(t.poll_s):
-                await self.ended.wait()
+            if not self._wake.is_set():
+                with anyio.move_on_after(t.poll_s):
+                    await self._wake.wait()
+            self._wake = anyio.Event()
             if on_progress is not None:
                 cursor_line = self.screen.cursor()[0]
                 if cursor_line > emitted and not self.screen.alternate:
@@ -360,7 +370,7 @@ class Terminal:
             prompted = self.markers > markers0
             if prompted and self.shell_pgid is None and fg is not None:
                 self.shell_pgid = fg
-            if prompted and idle >= t.poll_s and fg is not None and fg == self.shell_pgid:
+            if prompted and (self.prompt_shown or idle >= t.poll_s) and fg is not None and fg == self.shell_pgid:
                 reason = "stdin_read"
                 break
             waiting = self.reading_stdin(fg)

@@ -108,3 +108,28 @@ async def test_end_of_file_on_stdin_ends_the_terminals(acp_agent, scripted):
         await _started(run, sid, marker)
         assert await run.close_stdin() == 0
     assert not sleepers(marker)
+
+
+@pytest.mark.parametrize("tier", ["bwrap", "landlock"])
+async def test_a_terminal_cannot_signal_dsh(acp_agent, scripted, tier):
+    """``kill -9`` up the whole ancestor chain from inside a terminal (its keeper and dsh
+    included): dsh answers, and the terminal's keeper still ends the shell with the session."""
+    from dsh_sandbox_tools import _landlock_exec
+
+    require_mechanism(tier)
+    if tier == "landlock" and not _landlock_exec.signal_scoped():
+        pytest.skip(f"Landlock ABI {_landlock_exec.abi_version()} has no signal scoping (ABI 6)")
+    attack = ("p=$PPID; while [ \"$p\" -gt 1 ] 2>/dev/null; do n=$(cut -d' ' -f4 /proc/$p/stat 2>/dev/null || echo 0); "
+              "kill -9 $p 2>/dev/null; p=$n; done; echo survived")
+    steps = {"default": [
+        {"tool": "terminal_open", "args": {"type": "shell"}},
+        {"tool": "terminal_send", "args": {"sessionId": "pty-1", "text": attack}},
+        {"text": "dsh is alive: {tool_result}"}]}
+    env = {"DSH_EXAMPLES_PATH": EXAMPLES, **TIERS[tier]}
+    async with acp_agent(scripted(steps), example="acp-extended", env=env) as run:
+        sid = await run.start()
+        reply = await run.conn.prompt(session_id=sid, prompt=[text_block("attack")])
+        assert reply.stop_reason == "end_turn"
+        (answer,) = run.client.text(sid)
+        assert answer.startswith("dsh is alive") and "survived\ndsh> " in answer, answer
+        assert run.proc.returncode is None

@@ -75,7 +75,11 @@ def bound_with_prefix(prefix: str, content: str, max_bytes: int) -> str:
 
 
 def _render(line: dict, columns: int) -> str:
-    return "".join(line[x].data for x in range(columns)).rstrip()
+    """One row's text (only its written cells are visited: a wide, mostly empty screen is cheap)."""
+    if not line:
+        return ""
+    width = min(columns, max(line) + 1)
+    return "".join(line[x].data for x in range(width)).rstrip()
 
 
 class _Screen(pyte.Screen):
@@ -199,7 +203,7 @@ class TermScreen:
         """The screen's rows up to the cursor's or the last written one; the cursor's row keeps
         what stands before the cursor (a prompt's trailing space)."""
         s = self.screen
-        rows = [_render(s.buffer[y], s.columns) for y in range(s.lines)]
+        rows = [_render(s.buffer[y], s.columns) if y in s.buffer else "" for y in range(s.lines)]
         cy, cx = s.cursor.y, s.cursor.x
         if cx > len(rows[cy]):
             rows[cy] = "".join(s.buffer[cy][x].data for x in range(min(cx, s.columns)))

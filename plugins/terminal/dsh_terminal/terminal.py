@@ -7,6 +7,7 @@ wait for a prompt, a read on stdin, silence, a timeout or the shell's exit, and 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import platform
 import re
@@ -319,8 +320,7 @@ class Terminal:
         except anyio.get_cancelled_exc_class():
             # The call was cancelled (the person pressed stop): interrupt what runs in the foreground.
             if self.status.kind == "running" and self.foreground() not in (None, self.shell_pgid):
-                with contextlib.suppress(ToolError):
-                    self.signal("SIGINT")
+                self._write_nowait(b"\x03")  # Ctrl-C: SIGINT to the foreground group
             raise
         finally:
             self.active = False
@@ -336,7 +336,7 @@ class Terminal:
         # after the program left it counts. With nothing written, the wait there is the answer.
         left_wait = not data or not self.reading_stdin(fg0)
         markers0 = self.markers
-        interrupted = False
+        interrupted = -math.inf  # when Ctrl-C was last pressed for ``stop``
         started = time.monotonic()
         self.last_output = started
         if data:
@@ -358,11 +358,13 @@ class Terminal:
             if self.ended.is_set() or self.status.kind != "running":
                 reason = "session_exit"
                 break
-            if stop is not None and stop.is_set() and not interrupted:
-                interrupted = True
-                with contextlib.suppress(ToolError):
-                    self.signal("SIGINT")
-                self.last_output = time.monotonic()
+            if stop is not None and stop.is_set() and time.monotonic() - interrupted >= 1.0:
+                # Ctrl-C, as a person would press it: the line discipline signals whatever group
+                # holds the foreground at that instant (no race with a group that just ended);
+                # pressed again each second until the send settles.
+                interrupted = time.monotonic()
+                self._write_nowait(b"\x03")
+                self.last_output = interrupted
                 continue
             now = time.monotonic()
             idle = now - self.last_output

@@ -187,9 +187,10 @@ async def test_a_terminal_is_no_less_confined_than_bash(scripted, tmp_path, tier
         shutil.rmtree(outside, ignore_errors=True)
 
 
-async def test_read_only_mode_writes_nowhere(scripted, tmp_path):
+@pytest.mark.parametrize("tier", MECHANISMS)
+async def test_read_only_mode_writes_nowhere(scripted, tmp_path, tier):
     rules = [{"when": "^go", "steps": [OPEN, send("touch here; echo rc=$?"), {"text": "done"}]}]
-    async with session(scripted, tmp_path, rules, tier_config("bwrap", mode="read-only")) as s:
+    async with session(scripted, tmp_path, rules, tier_config(tier, mode="read-only")) as s:
         out = await s.turn("go")
     assert "rc=1" in out[1] and not (tmp_path / "here").exists()
 
@@ -266,10 +267,11 @@ async def test_retention_is_bounded_per_terminal_and_per_session(scripted, tmp_p
     assert total <= 3000 and len(after) < len(before)  # pty-2's lines took from pty-1's share
 
 
-async def test_persistent_bash_keeps_cwd_and_environment(scripted, tmp_path):
+@pytest.mark.parametrize("tier", TIERS)
+async def test_persistent_bash_keeps_cwd_and_environment(scripted, tmp_path, tier):
     (tmp_path / "sub").mkdir()
-    config = {**tier_config("bwrap", {"tools": "persistent-bash"}), "sandbox-tools": {
-        "mechanism": "bwrap", "permission-mode": "workspace-write", "bash": False}}
+    config = tier_config(tier, {"tools": "persistent-bash"})
+    config["sandbox-tools"]["bash"] = False
     rules = [{"when": "^go", "steps": [
         call("bash", command="cd sub && export X=42"), call("bash", command="echo $X; pwd"),
         call("bash", command="false"), call("bash", command="printf 'a\\nb\\n'; echo err >&2; exit 3"),

@@ -78,10 +78,11 @@ async def test_kill_9_of_dsh_leaves_no_terminal_process_behind(acp_agent, script
         assert await gone(marker), f"left running after kill -9 of dsh: {sleepers(marker)}"
 
 
-async def test_a_terminal_survives_turns_and_ends_with_session_close(acp_agent, scripted):
+@pytest.mark.parametrize("tier", ["bwrap", "landlock"])
+async def test_a_terminal_survives_turns_and_ends_with_session_close(acp_agent, scripted, tier):
     marker = new_marker()
-    env = {"DSH_EXAMPLES_PATH": EXAMPLES, "DSH_SANDBOX_MECHANISM": "bwrap"}
-    require_mechanism("bwrap")
+    env = {"DSH_EXAMPLES_PATH": EXAMPLES, **TIERS[tier]}
+    require_mechanism(tier)
     async with acp_agent(scripted(script(marker)), example="acp-extended", env=env) as run:
         sid = await run.start()
         await _started(run, sid, marker)

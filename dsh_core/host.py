@@ -83,7 +83,8 @@ def installed_plugins() -> dict[str, EntryPoint]:
 SHIPPED_PLUGINS = frozenset({
     "acp-presentation", "acp-transport", "agent-instructions", "attachment-store", "batch", "code-mode", "compaction",
     "deepseek-model", "guards", "hooks-claude-code", "hooks-codex", "jobs", "jsonl-persistence", "mcp-client", "replay-model",
-    "sandbox-tools", "scripted-model", "session-controls", "skills", "subagent-acp", "subagents", "todo", "web", "workflow",
+    "sandbox-tools", "scripted-model", "session-controls", "skills", "subagent-acp", "subagents", "terminal", "todo", "web",
+    "workflow",
 })  # fmt: skip
 
 

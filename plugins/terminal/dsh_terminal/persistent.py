@@ -14,7 +14,7 @@ import anyio
 
 from dsh_core import FunctionTool, ToolError
 
-from .sessions import Limits, start_terminal
+from .sessions import Limits, check_mode, start_terminal
 from .terminal import Terminal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,7 +51,11 @@ class PersistentShell:
 
     async def get(self, agent: Agent, limits: Limits) -> Terminal:
         if self.term is not None and self.term.status.kind == "running" and not self.term.closing:
-            return self.term
+            try:
+                await check_mode(agent, self.term)
+                return self.term
+            except ToolError:  # the session's mode changed: a fresh shell in the tier it has now
+                pass
         await self.reset()
         term = Terminal("bash", name=None, kind="shell", rows=limits.rows, cols=limits.cols,
                         max_lines=limits.scrollback_lines, max_bytes=limits.scrollback_max_bytes,

@@ -58,6 +58,7 @@ async def start_terminal(agent: Agent, term: Terminal, cwd: str) -> str:
                         "runs unconfined", code="SANDBOX_UNAVAILABLE")
     home = os.path.realpath(agent.cwd)
     confined = await confinement.confine(shell_argv(None if cwd == home else cwd), cwd=home, session=agent)
+    term.mode = confined.mode
     try:
         term.spawn(confined.argv, shell_env(confined.env), home)
     except OSError as exc:
@@ -75,6 +76,20 @@ async def start_terminal(agent: Agent, term: Terminal, cwd: str) -> str:
             "did not reach readiness before startup timeout"
         raise ToolError(f"PTY shell {what}" + (f": {text[-500:]}" if text else ""), code="SPAWN_FAILED")
     return result.viewport
+
+
+async def check_mode(agent: Agent, term: Terminal) -> None:
+    """Refuse to type into a terminal whose confinement is no longer the session's (the session
+    changed its mode, e.g. to plan): it keeps the one it started with, and must never be less
+    confined than a ``bash`` call of the session now."""
+    confinement = agent.host.confinement
+    if confinement is None or term.mode is None:
+        return
+    now = (await confinement.confine(["true"], cwd=os.path.realpath(agent.cwd), session=agent)).mode
+    if now != term.mode:
+        raise ToolError(f'the session\'s sandbox mode is now "{now}", and PTY session {term.id} was opened in '
+                        f'"{term.mode}"; a terminal keeps the confinement it started with: close it (terminal_close) '
+                        "and open a new one", code="MODE_CHANGED")
 
 
 class TerminalSet:

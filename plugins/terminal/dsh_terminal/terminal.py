@@ -107,6 +107,7 @@ class Terminal:
         self.screen = TermScreen(cols, rows, max_lines=max_lines, max_bytes=max_bytes, reply=self._reply,
                                  on_grow=on_grow)
         self.status = Status()
+        self.mode: str | None = None  # the sandbox tier it was started in
         self.proc: ptyprocess.PtyProcess | None = None
         self.pid: int | None = None
         self.fd = -1

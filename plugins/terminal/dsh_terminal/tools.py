@@ -10,7 +10,7 @@ from dsh_core.protocols import JobEnd
 from dsh_core.types import ToolOutput
 
 from .screen import bound_text, bound_with_prefix, bound_with_suffix
-from .sessions import Limits, TerminalSet, cwd_for, start_terminal
+from .sessions import Limits, TerminalSet, check_mode, cwd_for, start_terminal
 from .terminal import SIGNALS, SendResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,6 +92,7 @@ def make_tools(settings: ToolSettings, jobs: Jobs | None) -> list[FunctionTool]:
 
     async def terminal_send(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         term = terms(ctx.agent).get(args.get("sessionId"))
+        await check_mode(ctx.agent, term)
         data = args.get("text")
         if not isinstance(data, str):
             raise ToolError("text must be a string", code="INVALID_ARGUMENTS")

@@ -292,3 +292,23 @@ async def test_persistent_bash_beside_sandbox_tools_bash_is_refused_clearly(scri
     with pytest.raises(CompositionError, match=r"set \[config.sandbox-tools\] bash = false"):
         async with session(scripted, tmp_path, [], config):
             pass
+
+
+@pytest.mark.parametrize("tier", MECHANISMS)
+async def test_a_terminal_refuses_input_once_the_session_mode_narrowed(scripted, tmp_path, tier):
+    """Opened in workspace-write; the session then goes to plan (read-only): the terminal would be
+    less confined than a bash call now, so a send is refused until a new one is opened."""
+    rules = [
+        {"when": "^open", "steps": [OPEN, {"text": "opened"}]},
+        {"when": "^write", "steps": [send("touch later; echo rc=$?"),
+                                     call("terminal_open", type="shell", name="narrow"),
+                                     call("terminal_send", sessionId="pty-2", text="touch later; echo rc=$?"),
+                                     {"text": "done"}]},
+    ]
+    async with session(scripted, tmp_path, rules, tier_config(tier)) as s:
+        await s.turn("open")
+        s.agent.configure(mode="plan")
+        refused, _, narrow = await s.turn("write")
+    assert refused.startswith('Error: the session\'s sandbox mode is now "read-only", and PTY session pty-1 was '
+                              'opened in "workspace-write"'), refused
+    assert "rc=1" in narrow and not (tmp_path / "later").exists()

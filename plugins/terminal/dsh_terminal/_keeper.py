@@ -25,7 +25,7 @@ import time
 GRACE_S = 1.0  # after SIGTERM, how long the tree may take to end before SIGKILL
 
 
-def _load(path: str):  # noqa: ANN202
+def _load(path: str):
     spec = importlib.util.spec_from_file_location("dsh_reaping", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

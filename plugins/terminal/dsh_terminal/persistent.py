@@ -80,9 +80,8 @@ class PersistentShell:
 def _between(text: str, start: str, end: str) -> tuple[str, int | None, bool]:
     """The output between the markers, the status after the end one (None: not there yet), and
     whether the start marker was lost (scrolled out of what is kept)."""
-    m = None
-    for m in re.finditer(re.escape(end) + r"(\d+)\n", text + "\n"):
-        pass
+    ends = list(re.finditer(re.escape(end) + r"(\d+)\n", text + "\n"))
+    m = ends[-1] if ends else None
     s = text.rfind(start, 0, m.start() if m else len(text))
     body_start = s + len(start) if s >= 0 else 0
     body = text[body_start: m.start() if m else len(text)]

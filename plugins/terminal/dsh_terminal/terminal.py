@@ -14,7 +14,7 @@ import re
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -82,6 +82,40 @@ class SendResult:
     wait_reason: WaitReason
     status: Status
     truncated: bool
+
+
+@dataclass
+class _Wait:
+    """One send's bookkeeping: where it began, what the foreground was, what it handed out."""
+
+    line: int
+    column: int
+    emitted: int  # progress: the lines before this one were handed out
+    fg0: int | None
+    markers0: int
+    startup: bool
+    left_wait: bool
+    on_progress: Callable[[str], None] | None
+    interrupted: float = -math.inf  # when Ctrl-C was last pressed for ``stop``
+    started: float = field(default_factory=time.monotonic)
+
+    def progress(self, screen: TermScreen, *, final: bool = False) -> None:
+        """Hand the finished lines (all of them when ``final``) to ``on_progress``."""
+        if self.on_progress is None:
+            return
+        column = self.column if self.emitted == self.line else 0
+        if final:
+            rest, _ = screen.lines_from(self.emitted, column)
+            if rest:
+                self.on_progress(rest)
+            return
+        cursor_line = screen.cursor()[0]
+        if cursor_line > self.emitted and not screen.alternate:
+            done, _ = screen.lines_from(self.emitted, column)
+            finished = done.split("\n")[: cursor_line - max(self.emitted, screen.scrollback.first)]
+            if finished:
+                self.on_progress("\n".join(finished) + "\n")
+            self.emitted = cursor_line
 
 
 def _stat_rdev(path: str) -> int | None:
@@ -328,78 +362,68 @@ class Terminal:
 
     async def _send(self, text: str, submit: bool, startup: bool, stop: anyio.Event | None,
                     on_progress: Callable[[str], None] | None) -> SendResult:
-        t = self.timing
-        line, column = self.screen.cursor()
-        emitted = line  # progress: lines before this one were handed out
-        fg0 = self.foreground()
         data = (text + ("\r" if submit else "")).encode()
+        line, column = self.screen.cursor()
+        fg0 = self.foreground()
         # A wait that was there before the write may be the one the write answers: only a wait seen
         # after the program left it counts. With nothing written, the wait there is the answer.
-        left_wait = not data or not self.reading_stdin(fg0)
-        markers0 = self.markers
-        interrupted = -math.inf  # when Ctrl-C was last pressed for ``stop``
-        started = time.monotonic()
-        self.last_output = started
+        wait = _Wait(line=line, column=column, emitted=line, fg0=fg0, markers0=self.markers, startup=startup,
+                     left_wait=not data or not self.reading_stdin(fg0), on_progress=on_progress)
+        self.last_output = wait.started
         if data:
             await self.write(data)
-        reason: WaitReason
         while True:
             if not self._wake.is_set():
-                with anyio.move_on_after(t.poll_s):
+                with anyio.move_on_after(self.timing.poll_s):
                     await self._wake.wait()
             self._wake = anyio.Event()
-            if on_progress is not None:
-                cursor_line = self.screen.cursor()[0]
-                if cursor_line > emitted and not self.screen.alternate:
-                    done, _ = self.screen.lines_from(emitted, column if emitted == line else 0)
-                    finished = done.split("\n")[: cursor_line - max(emitted, self.screen.scrollback.first)]
-                    if finished:
-                        on_progress("\n".join(finished) + "\n")
-                    emitted = cursor_line
+            wait.progress(self.screen)
             if self.ended.is_set() or self.status.kind != "running":
-                reason = "session_exit"
+                reason: WaitReason = "session_exit"
                 break
-            if stop is not None and stop.is_set() and time.monotonic() - interrupted >= 1.0:
+            if stop is not None and stop.is_set() and time.monotonic() - wait.interrupted >= 1.0:
                 # Ctrl-C, as a person would press it: the line discipline signals whatever group
                 # holds the foreground at that instant (no race with a group that just ended);
                 # pressed again each second until the send settles.
-                interrupted = time.monotonic()
+                wait.interrupted = self.last_output = time.monotonic()
                 self._write_nowait(b"\x03")
-                self.last_output = interrupted
                 continue
-            now = time.monotonic()
-            idle = now - self.last_output
-            fg = self.foreground()
-            prompted = self.markers > markers0
-            if prompted and self.shell_pgid is None and fg is not None:
-                self.shell_pgid = fg
-            if prompted and (self.prompt_shown or idle >= t.poll_s) and fg is not None and fg == self.shell_pgid:
-                reason = "stdin_read"
-                break
-            waiting = self.reading_stdin(fg)
-            if fg == fg0 and not waiting:
-                left_wait = True
-            accepts = waiting and (fg != fg0 or left_wait)
-            has_output = not startup or self.screen.display() != ""
-            if now - started >= t.exact_probe_after_s and accepts and has_output and idle >= t.poll_s:
-                reason = "stdin_read"
-                break
-            if has_output and idle >= t.idle_silence_s + (t.handoff_grace_s if prompted else 0):
-                reason = "inferred_idle"
-                break
-            if now - started >= t.timeout_s:
-                reason = "timeout"
+            found = self._ready(wait)
+            if found is not None:
+                reason = found
                 break
         if self.screen.alternate:
             viewport, lost = self.screen.display(), False
         else:
             viewport, lost = self.screen.lines_from(line, column)
-        if on_progress is not None:
-            rest, _ = self.screen.lines_from(emitted, column if emitted == line else 0)
-            if rest:
-                on_progress(rest)
+        wait.progress(self.screen, final=True)
         viewport, cut = utf8_tail(viewport, self.max_read_bytes)
         return SendResult(viewport, reason, self.status, lost or cut or self.screen.scrollback.dropped)
+
+    def _ready(self, wait: _Wait) -> WaitReason | None:
+        """Why the send returns now, if it does: the shell's prompt with the foreground back, a
+        read on the terminal, silence, or the time."""
+        t = self.timing
+        now = time.monotonic()
+        idle = now - self.last_output
+        fg = self.foreground()
+        prompted = self.markers > wait.markers0
+        if prompted and self.shell_pgid is None and fg is not None:
+            self.shell_pgid = fg
+        if prompted and (self.prompt_shown or idle >= t.poll_s) and fg is not None and fg == self.shell_pgid:
+            return "stdin_read"
+        waiting = self.reading_stdin(fg)
+        if fg == wait.fg0 and not waiting:
+            wait.left_wait = True
+        accepts = waiting and (fg != wait.fg0 or wait.left_wait)
+        has_output = not wait.startup or self.screen.display() != ""
+        if now - wait.started >= t.exact_probe_after_s and accepts and has_output and idle >= t.poll_s:
+            return "stdin_read"
+        if has_output and idle >= t.idle_silence_s + (t.handoff_grace_s if prompted else 0):
+            return "inferred_idle"
+        if now - wait.started >= t.timeout_s:
+            return "timeout"
+        return None
 
     def read(self, offset: int, count: int) -> Page:
         return self.screen.page(offset, count, self.max_read_bytes)

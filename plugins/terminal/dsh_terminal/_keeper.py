@@ -91,7 +91,9 @@ def main(argv: list[str]) -> int:
         return 0
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset
+            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
         os.kill(os.getpid(), sig)
         return 128 + sig
     return os.WEXITSTATUS(status)

@@ -312,3 +312,15 @@ async def test_a_terminal_refuses_input_once_the_session_mode_narrowed(scripted,
     assert refused.startswith('Error: the session\'s sandbox mode is now "read-only", and PTY session pty-1 was '
                               'opened in "workspace-write"'), refused
     assert "rc=1" in narrow and not (tmp_path / "later").exists()
+
+
+async def test_sigkill_to_the_shell_is_refused_and_a_killed_shell_says_so(scripted, tmp_path):
+    rules = [{"when": "^go", "steps": [
+        OPEN, call("terminal_signal", sessionId="pty-1", signal="SIGKILL"), send("kill -9 $$"),
+        call("terminal_list"), call("terminal_send", sessionId="pty-1", text="echo no"), {"text": "done"}]}]
+    async with session(scripted, tmp_path, rules, tier_config("unconfined")) as s:
+        out = await s.turn("go")
+    assert out[1] == "Error: refusing to SIGKILL the shell of PTY session pty-1; use terminal_close"
+    assert out[2].endswith("[wait: session_exit]\n[session: exited code=null signal=SIGKILL]"), out[2]
+    assert out[3].startswith("pty-1 (main) [shell] exited code=null signal=SIGKILL pid=")
+    assert out[4] == "Error: PTY session pty-1 has exited"

@@ -134,3 +134,43 @@ async def test_a_terminal_cannot_signal_dsh(acp_agent, scripted, tier):
         (answer,) = run.client.text(sid)
         assert answer.startswith("dsh is alive") and "survived\ndsh> " in answer, answer
         assert run.proc.returncode is None
+
+
+async def test_cancelling_a_send_interrupts_the_foreground_and_the_terminal_lives(acp_agent, scripted):
+    """session/cancel during a send that would run on: the call ends, the foreground program gets
+    Ctrl-C (SIGINT), and the same terminal takes the next send."""
+    marker = new_marker()
+    looping = f"bash -c 'while :; do echo tick; sleep 0.1; done' {marker}"
+    steps = {"rules": [
+        {"when": "^hold", "steps": [
+            {"tool": "terminal_open", "args": {"type": "shell"}},
+            {"tool": "terminal_send", "args": {"sessionId": "pty-1", "text": looping}}, {"text": "never"}]},
+        {"when": "^again", "steps": [
+            {"tool": "terminal_send", "args": {"sessionId": "pty-1", "text": "echo back"}}, {"text": "{tool_result}"}]},
+    ]}
+
+    def loopers() -> list[int]:
+        return live_processes(lambda argv, cwd: argv[-2:] == [marker.encode(), b""] or argv[-1:] == [marker.encode()])
+
+    env = {"DSH_EXAMPLES_PATH": EXAMPLES, "DSH_PERMISSION_MODE": "danger-full-access"}
+    async with acp_agent(scripted(steps), example="acp-extended", env=env) as run:
+        sid = await run.start()
+        async with anyio.create_task_group() as tg:
+            stop_reason = []
+
+            async def prompt() -> None:
+                resp = await run.conn.prompt(session_id=sid, prompt=[text_block("hold")])
+                stop_reason.append(resp.stop_reason)
+
+            tg.start_soon(prompt)
+            with anyio.fail_after(10):
+                while not loopers():
+                    await anyio.sleep(0.02)
+            await run.conn.cancel(session_id=sid)
+        assert stop_reason == ["cancelled"]
+        with anyio.fail_after(10):
+            while loopers():
+                await anyio.sleep(0.05)
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("again")])
+        assert resp.stop_reason == "end_turn"
+        assert run.client.text(sid)[-1].endswith("echo back\nback\ndsh> \n[wait: stdin_read]\n[session: running]")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import copy
+import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -222,10 +223,11 @@ class TermScreen:
         """The text from absolute (line, column) to the end: the output since a send began.
         True when part of it has already left the scrollback."""
         sb = self.scrollback
-        all_lines = list(sb.lines) + self.screen_lines()
         lost = line < sb.first
-        start = max(line, sb.first) - sb.first
-        chunk = all_lines[start:]
+        start = max(line, sb.first)
+        # only the scrollback's newest lines from ``start`` on (a short delta stays cheap however much is kept)
+        kept = list(itertools.islice(reversed(sb.lines), max(0, sb.end - start)))[::-1]
+        chunk = kept + self.screen_lines()[max(0, start - sb.end):]
         if not chunk:
             return "", lost
         if not lost:

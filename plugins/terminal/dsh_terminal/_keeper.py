@@ -33,60 +33,48 @@ def _load(path: str):
     return module
 
 
-def main(argv: list[str]) -> int:
-    reaping_path = argv[argv.index("--reaping") + 1]
-    lifeline = int(argv[argv.index("--lifeline") + 1])
-    command = argv[argv.index("--") + 1:]
-    reaping = _load(reaping_path)
-    reaping.become_subreaper()
-    wake_r, wake_w = socket.socketpair()
-    wake_w.setblocking(False)
-    signal.set_wakeup_fd(wake_w.fileno())
-    for sig in (signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, lambda *_: None)
-    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU):
-        signal.signal(sig, signal.SIG_IGN)
+ENDED_BY_US = (signal.SIGHUP, signal.SIGTERM)
+IGNORED = (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+
+
+def _spawn(command: list[str], keep_out: list[int]) -> int:
+    """Fork ``command`` with the default signal dispositions and none of the keeper's own descriptors."""
     pid = os.fork()
-    if pid == 0:
+    if pid:
+        return pid
+    try:
+        for sig in (*ENDED_BY_US, *IGNORED):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        for fd in keep_out:
+            os.close(fd)
+        os.execvp(command[0], command)
+    except OSError as exc:
+        os.write(2, f"terminal: cannot start {command[0]}: {exc}\r\n".encode())
+    os._exit(127)
+
+
+def _end_tree(reaping, pid: int) -> int | None:  # reaping: dsh_core/reaping.py, loaded by path
+    """SIGHUP (an interactive shell ignores SIGTERM; SIGHUP ends it and its jobs) and SIGTERM to
+    the tree, then a grace period; the shell's wait status if it was reaped meanwhile."""
+    status = None
+    reaping.kill(pid, signal.SIGHUP)
+    reaping.terminate(pid)
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and reaping.children():
         try:
-            for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP,
-                        signal.SIGTTIN, signal.SIGTTOU):
-                signal.signal(sig, signal.SIG_DFL)
-            signal.set_wakeup_fd(-1)
-            os.close(lifeline)
-            wake_r.close()
-            wake_w.close()
-            os.execvp(command[0], command)
-        except OSError as exc:
-            os.write(2, f"terminal: cannot start {command[0]}: {exc}\r\n".encode())
-        os._exit(127)
-    pidfd = os.pidfd_open(pid)
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    poller.register(lifeline, select.POLLIN)
-    poller.register(wake_r.fileno(), select.POLLIN)
-    status: int | None = None
-    ended = False
-    while not ended:
-        for fd, _ in poller.poll():
-            if fd == pidfd:
-                ended = True
-            else:  # the lifeline closed (or spoke), or SIGHUP/SIGTERM arrived: end the tree
-                ended = True
-                reaping.kill(pid, signal.SIGHUP)  # an interactive shell ignores SIGTERM; SIGHUP ends it and its jobs
-                reaping.terminate(pid)
-                deadline = time.monotonic() + GRACE_S
-                while time.monotonic() < deadline and reaping.children():
-                    try:
-                        done, st = os.waitpid(-1, os.WNOHANG)
-                    except ChildProcessError:
-                        break
-                    if done == pid:
-                        status = st
-                    if done == 0:
-                        time.sleep(0.01)
-    reaped = reaping.reap_all(pid)
-    status = reaped if reaped is not None else status
+            done, st = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if done == pid:
+            status = st
+        if done == 0:
+            time.sleep(0.01)
+    return status
+
+
+def _exit_as(status: int | None) -> int:
+    """Exit the way the shell did: its code, or by the same signal."""
     if status is None:
         return 0
     if os.WIFSIGNALED(status):
@@ -97,6 +85,30 @@ def main(argv: list[str]) -> int:
         os.kill(os.getpid(), sig)
         return 128 + sig
     return os.WEXITSTATUS(status)
+
+
+def main(argv: list[str]) -> int:
+    reaping = _load(argv[argv.index("--reaping") + 1])
+    lifeline = int(argv[argv.index("--lifeline") + 1])
+    command = argv[argv.index("--") + 1:]
+    reaping.become_subreaper()
+    wake_r, wake_w = socket.socketpair()
+    wake_w.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno())
+    for sig in ENDED_BY_US:
+        signal.signal(sig, lambda *_: None)
+    for sig in IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
+    pid = _spawn(command, [lifeline, wake_r.fileno(), wake_w.fileno()])
+    pidfd = os.pidfd_open(pid)
+    poller = select.poll()
+    for fd in (pidfd, lifeline, wake_r.fileno()):
+        poller.register(fd, select.POLLIN)
+    ready = {fd for fd, _ in poller.poll()}
+    # the shell ended, or the lifeline closed (or spoke), or SIGHUP/SIGTERM arrived: end the tree
+    status = None if pidfd in ready else _end_tree(reaping, pid)
+    reaped = reaping.reap_all(pid)
+    return _exit_as(reaped if reaped is not None else status)
 
 
 if __name__ == "__main__":

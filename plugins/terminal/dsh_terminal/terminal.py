@@ -334,6 +334,19 @@ class Terminal:
             raise ToolError(f"could not signal PTY session {self.id}: {exc}", code="SIGNAL_FAILED") from None
         return pgid
 
+    async def settle(self, since: float, within: float = 0.5) -> None:
+        """After a signal: wait (up to ``within``) until what it caused has been drawn — the
+        shell's prompt back with the foreground, or output that went quiet — so that the next
+        send does not take a prompt the signal brought back for its own answer."""
+        with anyio.move_on_after(within):
+            while self.status.kind == "running":
+                at_prompt = self.prompt_shown and self.foreground() == self.shell_pgid
+                if at_prompt or (self.last_output > since and time.monotonic() - self.last_output >= self.timing.poll_s):
+                    return
+                self._wake = anyio.Event()
+                with anyio.move_on_after(self.timing.poll_s):
+                    await self._wake.wait()
+
     # ------------------------------------------------------------------ sends
 
     async def send(self, text: str, *, submit: bool, startup: bool = False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -136,7 +137,9 @@ class TerminalTools:
         name = args.get("signal")
         if name not in SIGNALS:
             raise ToolError(f"signal must be one of {', '.join(SIGNALS)}", code="INVALID_ARGUMENTS")
+        since = time.monotonic()
         pgid = term.signal(name)
+        await term.settle(since)
         return self.text(f"delivered {name} to foreground process group {pgid}",
                     structured={"delivered": True, "targetPgid": pgid})
 

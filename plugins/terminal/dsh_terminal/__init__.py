@@ -77,7 +77,7 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]]:
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     c = host.config_for(TerminalConfig)
-    if c.tools != "terminals" and "sandbox-tools" in host.composition.plugins and \
+    if c.tools != "terminals" and host.pm.get_plugin("sandbox-tools") is not None and \
             config.get("sandbox-tools", {}).get("bash", True):
         raise CompositionError(
             f'[config.terminal] tools = "{c.tools}" registers the persistent `bash`, and sandbox-tools registers its '

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-import ptyprocess
+import ptyprocess  # type: ignore[import-untyped]  # (no type information shipped)
 
 from dsh_core import ToolError, reaping
 

@@ -30,12 +30,15 @@ def _dsh(tmp_path: Path, *args: str, examples: Path | None = None) -> subprocess
                           env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
 
 
-def _typed_configs() -> dict[str, type[PluginConfig]]:
-    """Every shipped plugin's declared config Struct, from the example that mounts them all."""
-    composition = load_composition("acp-extended")
-    pm = plugin_manager()
-    load_plugins(pm, composition)
-    return {name: cls for name, cls in (e for e in pm.hook.dsh_config_type() if e)}
+def _typed_configs(*examples: str) -> dict[str, type[PluginConfig]]:
+    """Every shipped plugin's declared config Struct, from the examples that mount them all
+    (acp-agent's roster, and acp-extended's beyond it)."""
+    found: dict[str, type[PluginConfig]] = {}
+    for example in examples or ("acp-agent", "acp-extended"):
+        pm = plugin_manager()
+        load_plugins(pm, load_composition(example))
+        found.update({name: cls for name, cls in (e for e in pm.hook.dsh_config_type() if e)})
+    return found
 
 
 def test_dsh_config_prints_each_schema_and_the_effective_values_as_json(tmp_path):
@@ -74,10 +77,10 @@ def test_the_host_hands_out_the_decoded_config_and_defaults_without_a_table():
     pm = plugin_manager()
     load_plugins(pm, composition)
     configs = decode_plugin_configs(pm, composition)
-    types = _typed_configs()
+    types = _typed_configs("acp-agent")
     assert set(configs) == set(types)
     assert all(type(configs[name]) is cls for name, cls in types.items())
-    assert configs["todo"] == types["todo"]()  # no [config.todo] in acp-extended: the defaults
+    assert configs["todo"] == types["todo"]()  # no [config.todo] in acp-agent: the defaults
 
 
 @pytest.mark.parametrize("plugin", sorted(_typed_configs()))

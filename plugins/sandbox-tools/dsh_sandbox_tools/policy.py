@@ -44,6 +44,9 @@ class SandboxConfig(PluginConfig):
     timeout_ms: Annotated[Positive, Meta(description="a command's default timeout")] = 120_000
     max_timeout_ms: Annotated[Positive, Meta(description="the longest timeout a call may ask for")] = 600_000
     spill_dir: Annotated[str | None, Meta(description="where full outputs go (default $DSH_HOME/spill)")] = None
+    bash: Annotated[bool, Meta(description=(
+        "offer the one-shot `bash` tool; false when another plugin offers a `bash` (the terminal plugin's "
+        "persistent one): the confinement and the file tools stay"))] = True
 
 
 @dataclass
@@ -56,6 +59,7 @@ class Settings:
     default_timeout_ms: int = 120_000
     max_timeout_ms: int = 600_000
     spill_dir: Path | None = None  # default: $DSH_HOME/spill
+    bash: bool = True  # offer the one-shot ``bash`` tool
 
     @classmethod
     def from_typed(cls, config: SandboxConfig, environ: Mapping[str, str] | None = None) -> Settings:
@@ -69,7 +73,7 @@ class Settings:
                 f"{PLUGIN}: sandbox mechanism {mech!r} (DSH_SANDBOX_MECHANISM) is not one of {', '.join(MECHANISMS)}")
         return cls(mode=mode, mechanism=mech, max_output_bytes=config.max_output_bytes,
                    default_timeout_ms=config.timeout_ms, max_timeout_ms=config.max_timeout_ms,
-                   spill_dir=Path(config.spill_dir) if config.spill_dir is not None else None)
+                   spill_dir=Path(config.spill_dir) if config.spill_dir is not None else None, bash=config.bash)
 
     @classmethod
     def from_config(cls, table: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> Settings:

@@ -24,4 +24,5 @@ __all__ = [
 def make_tools(sb: Sandbox, jobs: Jobs | None = None) -> list[SandboxTool]:
     """One of each tool over ``sb``, in the order the model is offered them (``jobs``: the host's
     job registry, for ``bash``'s ``run_in_background``)."""
-    return [BashTool(sb, jobs), ReadTool(sb), WriteTool(sb), EditTool(sb), GlobTool(sb), GrepTool(sb), ReadImageTool(sb)]
+    bash: list[SandboxTool] = [BashTool(sb, jobs)] if sb.settings.bash else []
+    return [*bash, ReadTool(sb), WriteTool(sb), EditTool(sb), GlobTool(sb), GrepTool(sb), ReadImageTool(sb)]

@@ -1,0 +1,82 @@
+"""Terminals, through a real host's tool path, beside bash measured in the same run and sandbox:
+
+1. ``terminal_send {text: "true"}`` on an open terminal (a real PTY, the shell already running:
+   the write, the shell's prompt marker, the readiness check; ``true`` is a builtin there) against
+   a one-shot ``bash {command: "true"}`` (a fork and an exec through the session's warm command
+   server), and ``terminal_send {text: "/bin/true"}`` (the shell forks and execs a program).
+2. ``terminal_open`` (a confined shell started and at its first prompt) beside them, once per run.
+3. The persistent ``bash {command: "true"}`` (a terminal under the hood) beside the one-shot one.
+
+    python bench/terminals.py [--repeat 30] [--mechanism auto|bwrap|landlock]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from dsh_core.contracts import AgentSpec
+from dsh_testing import memory_host
+
+
+def ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000
+
+
+async def main(repeat: int, mechanism: str) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        work = Path(d)
+        script = work / "s.json"
+        script.write_text(json.dumps({"default": [{"text": "ok"}]}))
+        plugins = ("scripted-model", "sandbox-tools", "jobs", "terminal")
+        config = {"sandbox-tools": {"mechanism": mechanism}, "terminal": {"max-terminals": repeat + 5}}
+        persistent = {"sandbox-tools": {"mechanism": mechanism, "bash": False},
+                      "terminal": {"tools": "persistent-bash"}}
+        async with memory_host(script, plugins=plugins, config=config) as host, \
+                memory_host(script, plugins=plugins, config=persistent) as phost:
+            agent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
+            pagent = phost.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
+            n = 0
+
+            async def call(who, name: str, args: dict) -> float:
+                nonlocal n
+                n += 1
+                t0 = time.perf_counter()
+                out = await who.call_tool(name, args, call_id=f"c{n}", turn=1, step=1)
+                took = ms(t0)
+                assert not out.is_error, out.content
+                return took
+
+            await call(agent, "bash", {"command": "true"})  # the session's command server starts once
+            await call(agent, "terminal_open", {"type": "shell"})
+            await call(pagent, "bash", {"command": "true"})  # the persistent shell starts once
+            one_shot, sent, forked, kept, opened = [], [], [], [], []
+            for _ in range(repeat):
+                one_shot.append(await call(agent, "bash", {"command": "true"}))
+                sent.append(await call(agent, "terminal_send", {"sessionId": "pty-1", "text": "true"}))
+                forked.append(await call(agent, "terminal_send", {"sessionId": "pty-1", "text": "/bin/true"}))
+                kept.append(await call(pagent, "bash", {"command": "true"}))
+            for i in range(min(repeat, 10)):
+                opened.append(await call(agent, "terminal_open", {"type": "shell"}))
+                await call(agent, "terminal_close", {"sessionId": f"pty-{i + 2}"})
+
+    med = statistics.median
+    print(f"terminal_send of `true` ({repeat} runs, {mechanism}): median {med(sent):.2f} ms, max {max(sent):.2f} ms; "
+          f"bash `true`: median {med(one_shot):.2f} ms, max {max(one_shot):.2f} ms  ({med(sent) / med(one_shot):.2f}x)")
+    print(f"terminal_send of `/bin/true` (the shell forks and execs, as bash's call does): median "
+          f"{med(forked):.2f} ms ({med(forked) / med(one_shot):.2f}x bash `true`)")
+    print(f"persistent bash `true`: median {med(kept):.2f} ms ({med(kept) / med(one_shot):.2f}x one-shot bash)")
+    print(f"terminal_open (confined shell to its first prompt, {len(opened)} runs): median {med(opened):.2f} ms")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--mechanism", default="auto", choices=["auto", "bwrap", "landlock"])
+    a = ap.parse_args()
+    asyncio.run(main(a.repeat, a.mechanism))

@@ -31,6 +31,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from lsprotocol import types as t
 from pygls.io_ import run_async
 from pygls.lsp.client import LanguageClient
+from pygls.protocol import LanguageServerProtocol
 
 log = logging.getLogger("dsh.lsp")
 
@@ -74,6 +75,23 @@ class _Reader:
             return b""
 
 
+class _Protocol(LanguageServerProtocol):
+    """pygls's protocol, except that a response lsprotocol cannot read fails its request at once
+    (pygls logs it and leaves the request waiting for its timeout)."""
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except Exception:
+            msg_id = data.get("id") if isinstance(data, dict) else None
+            if msg_id is not None and "method" not in data:
+                future = self._request_futures.pop(msg_id, None)
+                if future is not None and not future.done():
+                    future.set_exception(ServerFailed(
+                        "the language server answered with a result that does not match the LSP specification"))
+            raise
+
+
 class _Writer:
     """pygls's synchronous writer: bytes go to a queue the pump task writes to the server's stdin."""
 
@@ -107,7 +125,7 @@ class Connection:
     log_tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_KEEP))  # window/logMessage
 
     def __post_init__(self) -> None:
-        self.client = LanguageClient("dsh", "0.1")
+        self.client = LanguageClient("dsh", "0.1", protocol_cls=_Protocol)
         self._seq = 0
         self._changed = anyio.Event()
         self._stop = anyio.Event()

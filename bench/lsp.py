@@ -79,7 +79,7 @@ async def tool_path(repeat: int, cold: int, mechanism: str) -> None:
                 agent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
                 n = 0
 
-                async def call(name: str, args: dict) -> float:
+                async def call(name: str, args: dict, agent=agent) -> float:
                     nonlocal n
                     n += 1
                     t0 = time.perf_counter()

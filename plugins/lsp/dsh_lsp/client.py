@@ -15,6 +15,7 @@ so a caller can wait for the publication that follows a change it made (``diagno
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -99,10 +100,8 @@ class _Writer:
         self._send = send
 
     def write(self, data: bytes) -> None:
-        try:
-            self._send.send_nowait(data)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # the server is gone; its pending requests were failed
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait(data)  # (else the server is gone; its pending requests were failed)
 
     def close(self) -> None:
         self._send.close()
@@ -195,10 +194,8 @@ class Connection:
         finally:
             with anyio.CancelScope(shield=True):
                 send.close()
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)  # the group: a wrapper's children too
-                except (ProcessLookupError, PermissionError):
-                    pass
                 with anyio.move_on_after(5):
                     await proc.wait()
                 await proc.aclose()

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import MAIN, text
-
-from dsh_core.types import ToolResultEvent
 from dsh_lsp import LspServers
+
+from conftest import MAIN, text
+from dsh_core.types import ToolResultEvent
 
 pytestmark = pytest.mark.anyio
 

@@ -11,9 +11,9 @@ import signal
 import anyio
 import pytest
 from acp import text_block
-from conftest import MAIN, SHAPES
 from dsh_sandbox_tools.testing import require_mechanism
 
+from conftest import MAIN, SHAPES
 from dsh_testing import REPO, session_log
 from dsh_testing.harness import live_processes
 

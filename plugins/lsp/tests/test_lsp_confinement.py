@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import text
 from dsh_sandbox_tools import _landlock_exec
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
+from conftest import text
 from dsh_core.paths import credentials_home
 
 pytestmark = pytest.mark.anyio

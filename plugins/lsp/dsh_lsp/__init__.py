@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
@@ -192,46 +193,57 @@ class LspTool:
             raise ToolError(f"{file_path} does not exist or is not UTF-8 text", code="NOT_FOUND")
         timeout_s = c.timeout_ms / 1000
         name, server = chosen
-        conn = await ctx.agent.state(LspServers).get(ctx.agent, name, server, root, mode=c.mode, timeout_s=timeout_s)
+        servers = ctx.agent.state(LspServers)
+        for attempt in (1, 2):
+            conn = await servers.get(ctx.agent, name, server, root, mode=c.mode, timeout_s=timeout_s)
+            try:
+                result = await self._ask(conn, name, server, operation, path, text, line, character, timeout_s)
+                break
+            except ServerFailed as exc:
+                # it died before or while answering (found out only now): once more, with a fresh one
+                if attempt == 1 and conn.failure is not None:
+                    continue
+                raise ToolError(str(exc), code="LSP_SERVER_FAILED") from None
+        if operation == "hover":
+            hover = None if result is None else _hover(result)
+            out = ToolOutput.text(format_hover(hover, c.max_result_chars))
+            out.structured = {"kind": "hover", "hover": hover}
+            return out
+        locations = _locations(result)
+        out = ToolOutput.text(format_locations(locations, root, c.max_locations, c.max_result_chars))
+        out.structured = {"kind": "locations", "locations": locations, "resolvedWorkspaceUri": file_uri(root)}
+        return out
+
+    async def _ask(self, conn: Connection, name: str, server: ServerConfig, operation: str, path: str, text: str,
+                   line: int, character: int, timeout_s: float) -> Any:
+        """The server's raw answer (lsprotocol types); ServerFailed when it could not give one."""
         capability = getattr(conn.capabilities, _CAPABILITY[operation], None)
         if not capability:
             raise ToolError(f"the language server {name!r} does not support {operation}",
                             code="LSP_UNSUPPORTED_OPERATION")
-        known, seq = conn_root_uri(path) in conn.docs, conn.seq
+        known, seq = file_uri(path) in conn.docs, conn.seq
         uri, version = conn.sync(path, text)
         if not known and server.open_wait_ms:  # a file it has not seen: let it analyse it before asking
             await conn.diagnostics_after(uri, seq, version, server.open_wait_ms / 1000)
         doc = t.TextDocumentIdentifier(uri=uri)
         pos = t.Position(line=line - 1, character=character - 1)
         client = conn.client
-        try:
-            if operation == "hover":
-                result = await conn.request(client.text_document_hover_async(
-                    t.HoverParams(text_document=doc, position=pos)), timeout_s)
-                hover = None if result is None else _hover(result)
-                out = ToolOutput.text(format_hover(hover, c.max_result_chars))
-                out.structured = {"kind": "hover", "hover": hover}
-                return out
-            if operation == "goToDefinition":
-                awaitable = client.text_document_definition_async(t.DefinitionParams(text_document=doc, position=pos))
-            elif operation == "goToImplementation":
-                awaitable = client.text_document_implementation_async(
-                    t.ImplementationParams(text_document=doc, position=pos))
-            else:
-                awaitable = client.text_document_references_async(t.ReferenceParams(
-                    text_document=doc, position=pos, context=t.ReferenceContext(include_declaration=True)))
-            locations = _locations(await conn.request(awaitable, timeout_s))
-        except ServerFailed as exc:
-            raise ToolError(str(exc), code="LSP_SERVER_FAILED") from None
-        out = ToolOutput.text(format_locations(locations, root, c.max_locations, c.max_result_chars))
-        out.structured = {"kind": "locations", "locations": locations, "resolvedWorkspaceUri": conn_root_uri(root)}
-        return out
+        awaitable: Coroutine[Any, Any, Any]
+        if operation == "hover":
+            awaitable = client.text_document_hover_async(t.HoverParams(text_document=doc, position=pos))
+        elif operation == "goToDefinition":
+            awaitable = client.text_document_definition_async(t.DefinitionParams(text_document=doc, position=pos))
+        elif operation == "goToImplementation":
+            awaitable = client.text_document_implementation_async(
+                t.ImplementationParams(text_document=doc, position=pos))
+        else:
+            awaitable = client.text_document_references_async(t.ReferenceParams(
+                text_document=doc, position=pos, context=t.ReferenceContext(include_declaration=True)))
+        return await conn.request(awaitable, timeout_s)
 
 
-def conn_root_uri(root: str) -> str:
-    from pathlib import Path
-
-    return Path(root).as_uri()
+def file_uri(path: str) -> str:
+    return Path(path).as_uri()
 
 
 def _range(r: t.Range) -> dict[str, Any]:
@@ -305,7 +317,7 @@ class _TakeBaseline:
         text = await anyio.to_thread.run_sync(read_text, self.path)
         items: list[t.Diagnostic] = []
         if text is not None:
-            uri = conn_root_uri(self.path)
+            uri = file_uri(self.path)
             doc = self.conn.docs.get(uri)
             pub = self.conn.published.get(uri)
             if doc is not None and doc.text == text and pub is not None and (pub.version or doc.version) >= doc.version:

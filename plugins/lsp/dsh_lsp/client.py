@@ -311,14 +311,16 @@ class Connection:
     async def diagnostics_after(self, uri: str, seq: int, version: int, wait_s: float,
                                 settle_s: float = 0.2) -> list[t.Diagnostic] | None:
         """The diagnostics the server published for ``uri`` after publication ``seq`` (and for
-        ``version`` or later, when it says), once it has been quiet for ``settle_s``; None when
-        none came within ``wait_s`` or the server stopped."""
+        ``version`` or later, when it says), once it has been quiet for ``settle_s`` (a burst is
+        followed at most until ``wait_s`` + ``settle_s``); None when none came within ``wait_s``
+        or the server stopped."""
         def fresh() -> Published | None:
             pub = self.published.get(uri)
             if pub is None or pub.seq <= seq or (pub.version is not None and pub.version < version):
                 return None
             return pub
 
+        deadline = anyio.current_time() + wait_s
         with anyio.move_on_after(wait_s):
             while fresh() is None:
                 if self.failure is not None:
@@ -330,7 +332,7 @@ class Connection:
             return None
         while True:  # a server may publish in passes (syntax, then semantics): take the last of a burst
             last = pub.seq
-            with anyio.move_on_after(settle_s):
+            with anyio.move_on_after(max(0.0, min(settle_s, deadline + settle_s - anyio.current_time()))):
                 while self.published[uri].seq == last and self.failure is None:
                     await self._changed.wait()
             if self.published[uri].seq == last or self.failure is not None:

@@ -5,6 +5,7 @@
 - ``textDocument/hover``: what this process could do from inside its confinement, as JSON: write
   a file outside the workspace, read a key file, signal each of its ancestors and another process
   (the targets come from ``initializationOptions``);
+- ``textDocument/implementation``: an answer that does not match the specification;
 - every opened or changed document gets an empty ``publishDiagnostics`` (it analysed it).
 
 Run with the Python that has pygls: ``python fixture_server.py``.
@@ -48,6 +49,11 @@ def _at(uri: str, line: int) -> t.Location:
 @server.feature(t.TEXT_DOCUMENT_DEFINITION)
 def _definition(ls: LanguageServer, params: t.DefinitionParams) -> list[t.Location]:
     return [_at(params.text_document.uri, 0), _at(params.text_document.uri, 1)]
+
+
+@server.feature(t.TEXT_DOCUMENT_IMPLEMENTATION)
+def _implementation(ls: LanguageServer, params: t.ImplementationParams) -> object:
+    return [{"uri": 5, "range": "nowhere"}]  # not a Location: what a strict client cannot read
 
 
 def _attempt(fn) -> str:

@@ -86,6 +86,19 @@ async def test_no_server_for_the_file_is_the_originals_LSP_UNAVAILABLE(lsp_host,
     assert (py.code, text(py)) == ("LSP_UNAVAILABLE", 'Error: no LSP provider handles "main.py"')
 
 
+async def test_an_answer_that_does_not_match_the_specification_fails_at_once(lsp_host, workspace):
+    (workspace / "subject.ts").write_text("export const answer = 42\n")
+    fixture = {"servers": {"fixture": {"command": [sys.executable, FIXTURE], "extensions": {".ts": "typescript"}}},
+               "timeout-ms": 30_000}
+    async with lsp_host(lsp=fixture) as s:
+        with anyio.fail_after(10):  # not the 30 s timeout
+            out = await s.call("lsp", operation="goToImplementation", file_path="subject.ts", line=1, character=14)
+        again = await s.call("lsp", operation="goToDefinition", file_path="subject.ts", line=1, character=14)
+    assert (out.code, text(out)) == ("LSP_SERVER_FAILED", "Error: the language server answered with a result that "
+                                                         "does not match the LSP specification")
+    assert text(again) == "subject.ts:1:7\nsubject.ts:2:7"  # the server is fine: only that answer was
+
+
 async def test_a_server_without_the_operation_says_so(lsp_host, workspace):
     (workspace / "subject.ts").write_text("export const answer = 42\nconsole.log(answer)\n")
     fixture = {"servers": {"fixture": {"command": [sys.executable, FIXTURE], "extensions": {".ts": "typescript"}}},

@@ -23,8 +23,8 @@ def ask(name: str, prompt: str, cwd, home) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def test_the_examples_are_the_shipped_five():
-    assert EXAMPLES == ["acp-agent", "acp-agent-subagent", "acp-editor", "both-mode", "code-mode"]
+def test_the_examples_are_the_shipped_six():
+    assert EXAMPLES == ["acp-agent", "acp-agent-subagent", "acp-editor", "acp-extended", "both-mode", "code-mode"]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -99,3 +99,20 @@ async def test_no_server_outlives_dsh(acp_agent, scripted, how, tier):
         with anyio.fail_after(15):
             while servers_in(acp_agent.work):
                 await anyio.sleep(0.05)
+
+
+def test_the_acp_extended_demo_hovers_keylessly(tmp_path):
+    """``dsh ask --example acp-extended … "lsp"``: the example's own demo script, the real server."""
+    import subprocess
+    import sys
+
+    from dsh_testing import minimal_env
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "main.py").write_text("import os\n")
+    proc = subprocess.run([sys.executable, "-m", "dsh_core.cli", "ask", "--example", "acp-extended", "--provider",
+                           "scripted", "--model", "demo.json", "lsp"], capture_output=True, timeout=120, cwd=work,
+                          env=minimal_env(DSH_HOME=str(tmp_path / "home")))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode().startswith("The language server says: ```python\n(module) os"), proc.stdout

@@ -30,6 +30,7 @@ from msgspec import Meta
 
 from dsh_core import FunctionTool, ToolError, hookimpl
 from dsh_core.config import PluginConfig
+from dsh_core.doctor import Finding
 from dsh_core.types import AfterTool, ToolOutput
 
 from .client import Connection, ServerFailed
@@ -42,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Agent, Host
     from dsh_core.types import ToolCallBlock
 
-__all__ = ["Connection", "LspConfig", "LspServers", "ServerConfig", "resolve_command"]
+__all__ = ["Connection", "LspConfig", "LspServers", "ServerCheck", "ServerConfig", "resolve_command"]
 
 NAME = "lsp"
 
@@ -150,6 +151,33 @@ def dsh_register_tools(register: Callable[[Any], None], host: Host) -> None:
 @hookimpl
 def dsh_system_prompt(spec: AgentSpec, host: Host) -> str:
     return PROMPT
+
+
+@dataclass
+class ServerCheck:
+    """``dsh doctor``: is a configured server's program there? (Nothing is started.)"""
+
+    server: str
+    config: ServerConfig
+
+    @property
+    def name(self) -> str:
+        return f"lsp {self.server}"
+
+    async def run(self) -> Finding:
+        argv = resolve_command(list(self.config.command))
+        exts = ", ".join(sorted(self.config.extensions))
+        if os.access(argv[0], os.X_OK) and os.path.isfile(argv[0]):
+            return Finding(self.name, "ok", f"{argv[0]} serves {exts}")
+        return Finding(self.name, "warn", f"{self.config.command[0]!r} is not installed: lsp answers "
+                                          f"LSP_SERVER_FAILED for {exts}",
+                       fix=f"install it (on PATH or beside dsh's Python), or change [config.lsp.servers.{self.server}]")
+
+
+@hookimpl
+def dsh_register_doctor_checks(register: Callable[[ServerCheck], None], host: Host) -> None:
+    for name, server in config_of(host).servers.items():
+        register(ServerCheck(name, server))
 
 
 # ---------------------------------------------------------------------- the tool

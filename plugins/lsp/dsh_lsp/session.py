@@ -82,8 +82,7 @@ class LspServers:
             try:
                 await conn.start(confined.argv, confined.env, agent.host.task_group, timeout_s)
             except ServerFailed as exc:
-                raise ToolError(f"the language server {name!r} could not start: {exc}",
-                                code="LSP_SERVER_FAILED") from None
+                raise ToolError(f"could not start {server.command[0]!r}: {exc}", code="LSP_SERVER_FAILED") from None
             return conn
 
     async def aclose(self) -> None:

@@ -197,3 +197,25 @@ async def test_no_diagnostics_when_turned_off_or_no_server_is_warm(lsp_host):
         await s.prompt()
         assert servers(s).running == {}
     assert reminders(s)[0] == "overwrote main.py (12 bytes)"
+
+
+async def test_doctor_says_whether_each_servers_program_is_there():
+    from dsh_lsp import ServerCheck, ServerConfig
+
+    there = await ServerCheck("python", ServerConfig(command=["basedpyright-langserver", "--stdio"],
+                                                     extensions={".py": "python"})).run()
+    missing = await ServerCheck("rust", ServerConfig(command=["no-such-language-server"],
+                                                     extensions={".rs": "rust"})).run()
+    assert there.status == "ok" and there.detail.endswith("basedpyright-langserver serves .py")
+    assert (missing.status, missing.detail) == (
+        "warn", "'no-such-language-server' is not installed: lsp answers LSP_SERVER_FAILED for .rs")
+
+
+async def test_a_server_that_is_not_installed_fails_the_call_not_the_session(lsp_host):
+    missing = {"servers": {"python": {"command": ["no-such-language-server"], "extensions": {".py": "python"}}}}
+    async with lsp_host(lsp=missing) as s:
+        with anyio.fail_after(20):
+            out = await s.call("lsp", operation="hover", file_path="main.py", line=1, character=1)
+    assert out.code == "LSP_SERVER_FAILED", text(out)
+    assert text(out).startswith("Error: could not start 'no-such-language-server': "), text(out)
+    assert "No such file or directory" in text(out)  # the server's (or the sandbox's) own words

@@ -251,8 +251,10 @@ class LspTool:
                             code="LSP_UNSUPPORTED_OPERATION")
         known, seq = file_uri(path) in conn.docs, conn.seq
         uri, version = conn.sync(path, text)
-        if not known and server.open_wait_ms:  # a file it has not seen: let it analyse it before asking
-            await conn.diagnostics_after(uri, seq, version, server.open_wait_ms / 1000)
+        if not known and server.open_wait_ms and not conn.silent:  # a file it has not seen: let it analyse it
+            published = await conn.diagnostics_after(uri, seq, version, server.open_wait_ms / 1000)
+            if published is None and conn.seq == 0:  # it publishes none at all: never wait for it again
+                conn.silent = True
         doc = t.TextDocumentIdentifier(uri=uri)
         pos = t.Position(line=line - 1, character=character - 1)
         client = conn.client

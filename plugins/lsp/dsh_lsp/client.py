@@ -120,6 +120,7 @@ class Connection:
     published: dict[str, Published] = field(default_factory=dict)
     capabilities: t.ServerCapabilities | None = None
     failure: str | None = None  # why it stopped, once it did
+    silent: bool = False  # it published no diagnostics for the first file it was given: no waiting for them
     stderr_tail: bytes = b""
     log_tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_KEEP))  # window/logMessage
 

@@ -6,7 +6,8 @@
   a file outside the workspace, read a key file, signal each of its ancestors and another process
   (the targets come from ``initializationOptions``);
 - ``textDocument/implementation``: an answer that does not match the specification;
-- every opened or changed document gets an empty ``publishDiagnostics`` (it analysed it).
+- every opened or changed document gets an empty ``publishDiagnostics`` (it analysed it), unless
+  ``initializationOptions`` say ``quiet``.
 
 Run with the Python that has pygls: ``python fixture_server.py``.
 """
@@ -31,6 +32,8 @@ def _initialized(ls: LanguageServer, params: t.InitializedParams) -> None:
 
 @server.feature(t.TEXT_DOCUMENT_DID_OPEN)
 def _opened(ls: LanguageServer, params: t.DidOpenTextDocumentParams) -> None:
+    if (getattr(ls.protocol, "_initialization_options", None) or {}).get("quiet"):
+        return  # a server that publishes no diagnostics
     ls.text_document_publish_diagnostics(t.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[],
                                                                     version=params.text_document.version))
 

@@ -99,6 +99,20 @@ async def test_an_answer_that_does_not_match_the_specification_fails_at_once(lsp
     assert text(again) == "subject.ts:1:7\nsubject.ts:2:7"  # the server is fine: only that answer was
 
 
+async def test_a_server_that_publishes_no_diagnostics_costs_one_open_wait(lsp_host, workspace):
+    (workspace / "a.ts").write_text("export const a = 1\n")
+    (workspace / "b.ts").write_text("export const b = 2\n")
+    quiet = {"servers": {"fixture": {"command": [sys.executable, FIXTURE], "extensions": {".ts": "typescript"},
+                                     "initialization-options": {"quiet": True}, "open-wait-ms": 1500}}}
+    async with lsp_host(lsp=quiet) as s:
+        await s.call("lsp", operation="goToDefinition", file_path="a.ts", line=1, character=14)  # starts it
+        t0 = anyio.current_time()
+        out = await s.call("lsp", operation="goToDefinition", file_path="b.ts", line=1, character=14)
+        took = anyio.current_time() - t0
+    assert text(out) == "b.ts:1:7\nb.ts:2:7"
+    assert took < 1.0, took  # the second new file did not wait the 1.5 s again
+
+
 async def test_a_server_without_the_operation_says_so(lsp_host, workspace):
     (workspace / "subject.ts").write_text("export const answer = 42\nconsole.log(answer)\n")
     fixture = {"servers": {"fixture": {"command": [sys.executable, FIXTURE], "extensions": {".ts": "typescript"}}},

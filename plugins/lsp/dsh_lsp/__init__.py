@@ -119,9 +119,9 @@ class LspConfig(PluginConfig):
     max_locations: Annotated[int, Meta(ge=1, description="locations shown before an omission line")] = 100
     max_result_chars: Annotated[int, Meta(ge=1, description="characters of one result, its notices included")] = 16_000
     timeout_ms: Annotated[int, Meta(ge=1, description="a server's start or one request, at most")] = 60_000
-    mode: Annotated[Literal["read-only", "workspace-write"] | None, Meta(description=(
-        "narrow the servers' confinement to this tier (never wider than the session's); none: the session's"))] = (
-        "read-only")
+    mode: Annotated[Literal["read-only", "workspace-write", "session"], Meta(description=(
+        "the servers' confinement: this tier, narrowed further by the session's, never wider; \"session\": "
+        "the session's own tier"))] = "read-only"
     diagnostics: Annotated[bool, Meta(description=(
         "after a write or edit of a file a warm server handles, add the diagnostics the change introduced"))] = True
     diagnostics_severity: Annotated[Literal["error", "warning", "information", "hint"], Meta(description=(
@@ -183,6 +183,17 @@ def dsh_register_doctor_checks(register: Callable[[ServerCheck], None], host: Ho
 # ---------------------------------------------------------------------- the tool
 
 
+def owner_of(agent: Agent, c: LspConfig) -> Agent:
+    """Whose servers a session uses: read-only servers (the default ``mode``, the narrowest tier,
+    so never wider than any session's) are shared down a session's tree of subagents and belong to
+    its root (children end with it); with ``mode = "session"`` each session confines its own in its tier."""
+    if c.mode != "read-only":
+        return agent
+    while agent.spec.parent is not None:
+        agent = agent.spec.parent
+    return agent
+
+
 def server_for(c: LspConfig, path: str) -> tuple[str, ServerConfig] | None:
     ext = os.path.splitext(path)[1].lower()
     for name, server in c.servers.items():
@@ -221,9 +232,11 @@ class LspTool:
             raise ToolError(f"{file_path} does not exist or is not UTF-8 text", code="NOT_FOUND")
         timeout_s = c.timeout_ms / 1000
         name, server = chosen
-        servers = ctx.agent.state(LspServers)
+        owner = owner_of(ctx.agent, c)
+        servers = owner.state(LspServers)
         for attempt in (1, 2):
-            conn = await servers.get(ctx.agent, name, server, root, mode=c.mode, timeout_s=timeout_s)
+            conn = await servers.get(owner, name, server, root, mode=None if c.mode == "session" else c.mode,
+                                     timeout_s=timeout_s)
             try:
                 result = await self._ask(conn, name, server, operation, path, text, line, character, timeout_s)
                 break
@@ -332,7 +345,7 @@ def _warm(session: Agent, path: str) -> Connection | None:
     chosen = server_for(c, path)
     if chosen is None:
         return None
-    return session.state(LspServers).find(chosen[0], os.path.realpath(session.cwd))
+    return owner_of(session, c).state(LspServers).find(chosen[0], os.path.realpath(session.cwd))
 
 
 @dataclass

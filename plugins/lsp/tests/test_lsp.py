@@ -143,6 +143,26 @@ async def test_the_server_stays_warm_restarts_after_it_died_and_stops_with_the_s
         assert servers(s).running == {}
 
 
+@pytest.mark.parametrize("mode", ["read-only", "session"])
+async def test_subagents_share_their_roots_read_only_server(lsp_host, workspace, mode):
+    from dsh_core.contracts import AgentSpec, ToolContext
+
+    async with lsp_host(lsp={"mode": mode}) as s:
+        child = s.host.create_agent(AgentSpec(cwd=str(workspace), provider="scripted", model=s.agent.spec.model,
+                                              parent=s.agent))
+        await s.call("lsp", operation="hover", file_path="main.py", line=3, character=15)
+        ctx = ToolContext(agent=child, call_id="k1", tool_name="lsp", turn=1, step=1)
+        out = await s.host.tools["lsp"].run(
+            {"operation": "hover", "file_path": "main.py", "line": 3, "character": 15}, ctx)
+        assert "class Square" in text(out)
+        mine, childs = servers(s).pids(), child.state(LspServers).pids()
+        if mode == "read-only":  # one server, the root's
+            assert len(mine) == 1 and childs == []
+        else:  # each session confines its own in its own tier
+            assert len(mine) == 1 and len(childs) == 1 and childs != mine
+        await child.dispose()
+
+
 async def test_closing_the_host_stops_the_servers_of_every_session(lsp_host):
     async with lsp_host() as s:
         await s.call("lsp", operation="hover", file_path="main.py", line=3, character=15)

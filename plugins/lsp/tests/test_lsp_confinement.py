@@ -33,12 +33,12 @@ def outside():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def fixture(options: dict, mode: str | None = "read-only") -> dict:
+def fixture(options: dict, mode: str = "read-only") -> dict:
     return {"servers": {"fixture": {"command": [sys.executable, FIXTURE], "extensions": {".ts": "typescript"},
                                     "initialization-options": options}}, "mode": mode}
 
 
-async def report(lsp_host, workspace: Path, mechanism: str, options: dict, mode: str | None = "read-only") -> dict:
+async def report(lsp_host, workspace: Path, mechanism: str, options: dict, mode: str = "read-only") -> dict:
     (workspace / "subject.ts").write_text("export const answer = 42\n")
     async with lsp_host(lsp=fixture(options, mode), sandbox={"mechanism": mechanism}) as s:
         out = await s.call("lsp", operation="hover", file_path="subject.ts", line=1, character=1)
@@ -52,7 +52,7 @@ async def test_the_server_writes_nowhere_outside_the_roots_and_by_default_nowher
     require_mechanism(mechanism)
     options = {"outside": str(outside), "inside": str(workspace)}
     read_only = await report(lsp_host, workspace, mechanism, options)
-    session_tier = await report(lsp_host, workspace, mechanism, options, mode=None)
+    session_tier = await report(lsp_host, workspace, mechanism, options, mode="session")
     assert read_only["write_outside"] != "done" and session_tier["write_outside"] != "done"
     assert read_only["write_inside"] != "done"  # read-only, the default mode
     assert session_tier["write_inside"] == "done"  # the session's workspace-write tier

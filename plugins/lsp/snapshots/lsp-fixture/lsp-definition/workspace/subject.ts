@@ -1,0 +1,2 @@
+export const answer = 42
+console.log(answer)

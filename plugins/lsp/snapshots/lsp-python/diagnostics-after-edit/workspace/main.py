@@ -1,0 +1,3 @@
+from shapes import Square, total
+
+print(total([Square(2), Square(3)]))

@@ -12,6 +12,11 @@ durable events through ``dsh_present_event`` (the ACP door asks; nothing here im
 - each model call's usage → ``usage_update`` (the context used of the route's window);
 - ``subagent/progress`` (a delegation's child committed text) → ``tool_call_update`` of the
   delegating call's card with the child's latest text, while the call runs;
+- ``mcp/failed`` (one of the session's MCP servers did not start, or went away) →
+  ``agent_message_chunk`` naming the server and why, once until it connects again, and once
+  more when its link gives up; ``mcp/connected`` after a shown failure says it is back;
+- ``llm/retry`` (a model call failed and is tried again) → ``agent_thought_chunk`` saying why,
+  and when the next attempt starts;
 - ``session/titled`` (a titler such as session-controls writes it after a new session's first
   turn) → ``session_info_update`` with the title, as ``session/list`` shows it.
 
@@ -35,10 +40,14 @@ from msgspec import Meta
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.paths import open_inside
+from dsh_core.contracts import new_id
 from dsh_core.types import (
     AssistantMessageEvent,
     LiveText,
+    McpConnected,
+    McpFailed,
     ReasoningBlock,
+    RetryEvent,
     SessionTitled,
     SubagentProgress,
     TextBlock,
@@ -83,6 +92,7 @@ class Shown:
     files: dict[str, str | None] = field(default_factory=dict)  # full path -> text now (None: absent)
     cost: tuple[float, str] | None = None  # the calls priced so far in this process (amount, currency)
     live_thoughts: set[str] = field(default_factory=set)  # messages whose thinking went out live
+    mcp_down: set[str] = field(default_factory=set)  # MCP servers whose failure the person was shown
 
 
 def title_of(name: str, args: dict[str, Any]) -> str:
@@ -272,7 +282,49 @@ def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
         return _finish(session, event, cfg.output_bytes)
     if isinstance(event, SubagentProgress):
         return _progress(session, event, cfg.output_bytes)
+    if isinstance(event, (McpFailed, McpConnected)):
+        return _mcp(session, event)
+    if isinstance(event, RetryEvent):
+        return [_retry(event)]
     return None
+
+
+def _say(text: str) -> wire.MessageChunk:
+    """A message of the harness to the person (a message of its own: never part of an answer)."""
+    return wire.MessageChunk(content=wire.TextOut(text=text), message_id=new_id("msg_"))
+
+
+def _mcp(session: Agent, event: McpFailed | McpConnected) -> list[Any] | None:
+    """An MCP server the person should know about: it failed (the first time, and when its link
+    gives up), or it is back after a failure they were shown. A failure reaches the person as an
+    agent message because it happens outside any turn (at session/new), where a tool card or a
+    thought has nothing to belong to."""
+    down = session.state(Shown).mcp_down
+    name = one_line(event.server, 100)
+    if isinstance(event, McpConnected):
+        if event.server not in down:
+            return None
+        down.discard(event.server)
+        return [_say(f"MCP server **{name}** is connected again ({event.tools} tools).")]
+    why = one_line(strip_unsafe(event.error), 1000)
+    if event.retry_in is None:
+        down.add(event.server)
+        return [_say(f"MCP server **{name}** is not available: {why}. Its tools are gone for the rest of this "
+                     "session.")]
+    if event.server in down:
+        return None
+    down.add(event.server)
+    return [_say(f"MCP server **{name}** failed to start: {why}. Its tools are unavailable until it "
+                 f"connects (next try in {event.retry_in:g} s).")]
+
+
+def _retry(event: RetryEvent) -> wire.ThoughtChunk:
+    """A model call that failed and is tried again, said where thinking shows: the person sees a
+    retry (and why), not a hang."""
+    why = one_line(strip_unsafe(event.failure), 300)
+    return wire.ThoughtChunk(content=wire.TextOut(
+        text=f"The model call failed ({why}); trying again in {event.delay_ms / 1000:g} s "
+             f"(retry {event.retry} of {event.max_retries}).\n"), message_id=new_id("msg_"))
 
 
 def _progress(session: Agent, event: SubagentProgress, output_bytes: int) -> list[Any] | None:

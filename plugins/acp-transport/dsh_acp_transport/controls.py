@@ -173,9 +173,10 @@ class Controls(BridgeState):
         name, rest = match.group(1), first.text[match.end():]
         command = next((c for c in commands if c.name == name), None)
         if command is None:
-            listed = "\n".join(f"/{c.name}{' ' + c.hint if c.hint else ''} — {one_line(c.description, 200)}"
-                               for c in commands)
-            return self._answer(session, slot, f"/{name} is not a command here. Commands:\n{listed}")
+            # a Markdown list: an editor renders the answer as Markdown, where single newlines fold
+            listed = "\n".join(f"- `/{c.name}`{' *' + one_line(c.hint, 100) + '*' if c.hint else ''} — "
+                               f"{one_line(c.description, 200)}" for c in commands)
+            return self._answer(session, slot, f"/{name} is not a command here. Commands:\n\n{listed}")
         try:
             with slot.admission:  # cancelling the prompt cancels the command
                 result = await command.run(session.agent, rest.strip())

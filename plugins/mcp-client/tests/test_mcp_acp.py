@@ -12,7 +12,7 @@ import pytest
 from acp import RequestError, text_block
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
 
-from dsh_testing import REPO
+from dsh_testing import REPO, until
 
 pytestmark = pytest.mark.anyio
 
@@ -78,3 +78,45 @@ async def test_acp_agent_still_refuses_mcp_servers(acp_agent, scripted, tmp_path
             assert err.value.code == -32602
             assert err.value.data == {"details": "mcpServers is not supported"}  # byte for byte as before
         assert await run.close_stdin() == 0
+
+
+async def test_acp_editor_shows_a_server_that_fails_to_start_and_names_it_to_the_model(acp_agent, scripted):
+    """Issue 42 bug 3: the person sees which server failed and why within a second of session/new
+    (an agent message, and /status), and the model's call of its tool names the server."""
+    script = scripted({"rules": [{"when": "^use it", "steps": [
+        {"tool": "mcp__broken__lookup", "args": {"q": "x"}}, {"text": "the tool said: {tool_result}"}]}]})
+    broken = McpServerStdio(name="broken", command=sys.executable, env=[], args=[
+        "-c", "import sys; sys.stderr.write('config file missing: /etc/broken.toml\\n'); sys.exit(3)"])
+    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+        await run.conn.initialize(protocol_version=1)
+        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[broken])).session_id
+
+        def said() -> list[str]:
+            return [u.content.text for s, u in run.client.updates
+                    if s == sid and u.session_update == "agent_message_chunk"]
+
+        await until(said, timeout=1.0)  # within a second of the answer to session/new
+        (message,) = said()
+        assert message.startswith("MCP server **broken** failed to start: ")
+        assert "config file missing: /etc/broken.toml" in message  # the server's own words: why
+        frames = [json.loads(line) for line in bytes(run.stdout).splitlines() if line.strip()]
+        answer = next(i for i, f in enumerate(frames) if (f.get("result") or {}).get("sessionId") == sid)
+        shown = next(i for i, f in enumerate(frames) if f.get("method") == "session/update"
+                     and f["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        assert answer < shown  # after the session/new answer, never before it
+
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("/status")])
+        assert resp.stop_reason == "end_turn"
+        status = run.client.text(sid)[-1]
+        assert "\n- **MCP server `broken`:** **failed** (stdio): " in status and "config file missing" in status
+
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("use it")])
+        assert resp.stop_reason == "end_turn"
+        (card,) = [u for s, u in run.client.updates if s == sid and u.session_update == "tool_call_update"
+                   and u.status == "failed"]
+        shown = card.content[0].content.text
+        assert "MCP server 'broken', which is not connected" in shown and "unknown tool" not in shown
+        assert "config file missing" in shown
+        assert await run.close_stdin() == 0
+    results = [e["result"] for e in session_log(acp_agent.home, sid) if e["type"] == "tool/result"]
+    assert "MCP server 'broken'" in results[0]["content"][0]["text"]  # what the model read

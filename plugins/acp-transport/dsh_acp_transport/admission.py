@@ -46,6 +46,7 @@ from .delivery import Delivery
 from .editor import ClientBuffers, ClientQuestions, client_buffers, client_questions
 from .settlement import live_observer, observer
 from .state import CLOSING, Session
+from .waiting import Waiting
 
 log = logging.getLogger("dsh.acp-transport")
 
@@ -210,6 +211,20 @@ class Admission(Controls):
             return None
         return client_questions(self.client_capabilities, self.peer, session_id, self.settings.permission_timeout)
 
+    def _watch_silence(self, session: Session, unsubscribe: Any) -> Any:
+        waiting = Waiting(session, self.settings.waiting, live=self.settings.stream == "live")
+        off = session.agent.subscribe(waiting.observe)
+        unwatch = session.agent.watch(waiting.watch)
+        self.peer.start_soon(waiting.run)
+
+        def unsubscribe_all() -> None:
+            unsubscribe()
+            off()
+            unwatch()
+            waiting.close()
+
+        return unsubscribe_all
+
     def _publish(self, agent: Agent) -> Session:
         session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self.peer, self.host, agent.session_id))
         controlled = bool(self.host.pm.hook.dsh_session_controls.get_hookimpls())
@@ -227,6 +242,8 @@ class Admission(Controls):
             session.unsubscribe = unsubscribe_both
         else:
             session.unsubscribe = unsubscribe
+        if self.settings.waiting > 0:  # acp-editor: a silent model call is said to be one
+            session.unsubscribe = self._watch_silence(session, session.unsubscribe)
         self.sessions[session.id] = session
         self.peer.start_soon(session.delivery.run)
         return session

@@ -35,13 +35,14 @@ from dsh_core.types import (
     DurableEvent,
     ImageBlock,
     McpServer,
+    Note,
     RequestHeader,
     SessionHeader,
     TextBlock,
     UserMessageEvent,
 )
 
-from .controls import Controls
+from .controls import COMMAND_ANSWERED, COMMAND_TYPED, Controls
 from .delivery import Delivery
 from .editor import ClientBuffers, ClientQuestions, client_buffers, client_questions
 from .settlement import live_observer, observer
@@ -314,12 +315,30 @@ class Admission(Controls):
         before answering — each user prompt as ``user_message_chunk``s and each committed
         assistant message as ``agent_message_chunk``s (text and images as stored; reasoning,
         tool calls and the harness's own messages are not shown again) — for clients that resume
-        only this way (Toad, acpc)."""
+        only this way (Toad, acpc). A slash command (``commands = true``) is shown as the person
+        typed it: one whose prompt went to the model by its text instead of that prompt, one that
+        answered by itself with its answer (the ``acp/command-*`` notes in the log)."""
         p = decode_params(params, wire.LoadSessionParams)
         result, session, events = await self._reopen(p, "session/load")
+        typed: dict[str, str] = {}  # a command's prompt (message id) -> the command as typed
         for event in events:
+            if isinstance(event, Note) and event.kind in (COMMAND_TYPED, COMMAND_ANSWERED):
+                text, message_id = event.data.get("text"), event.data.get("messageId")
+                if not isinstance(text, str) or not isinstance(message_id, str):
+                    continue
+                if event.kind == COMMAND_TYPED:
+                    typed[message_id] = text
+                    continue
+                reply, typed_id = event.data.get("reply"), event.data.get("typedId")
+                session.delivery.push(TextBlock(text=text), typed_id if isinstance(typed_id, str) else new_id("msg_"),
+                                      user=True)
+                if isinstance(reply, str):
+                    session.delivery.push(TextBlock(text=reply), message_id)
+                continue
             if isinstance(event, UserMessageEvent) and event.message.source == "user":
                 blocks, message_id, user = event.message.content, event.message.id, True
+                if message_id in typed and blocks and isinstance(blocks[0], TextBlock):
+                    blocks = [TextBlock(text=typed[message_id]), *blocks[1:]]  # as the person typed it
             elif isinstance(event, AssistantMessageEvent):
                 blocks, message_id, user = event.message.content, event.message.id, False
             else:

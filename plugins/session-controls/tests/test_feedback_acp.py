@@ -89,3 +89,28 @@ async def test_a_silent_model_call_is_said_to_be_waited_for(acp_agent, scripted,
         updates = [u.session_update for s, u in run.client.updates if s == sid]
         assert updates[-1] == "agent_message_chunk" and updates[-2] == "agent_thought_chunk"  # then the answer
         assert await run.close_stdin() == 0
+
+
+async def test_session_load_shows_commands_as_the_person_typed_them(acp_agent, scripted):
+    """Issue 42 bug 7: a reloaded session shows ``/init …`` as typed (not the instruction it
+    became), and a command that answered by itself (``/status``) with its answer."""
+    script = scripted({"rules": [{"when": "^Write AGENTS.md", "steps": [{"text": "init ran"}]}],
+                       "default": [{"text": "the model answered: {prompt}"}]})
+    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+        await run.conn.initialize(protocol_version=1)
+        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        assert await _ask(run, sid, "hello") == "the model answered: hello"
+        status = await _ask(run, sid, "/status")
+        assert await _ask(run, sid, "/init cover the tests") == "init ran"
+        assert await run.close_stdin() == 0
+    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+        await run.conn.initialize(protocol_version=1)
+        await run.conn.load_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[])
+        shown = [(u.session_update, u.content.text) for s, u in run.client.updates
+                 if s == sid and u.session_update in ("user_message_chunk", "agent_message_chunk")]
+        assert shown == [
+            ("user_message_chunk", "hello"), ("agent_message_chunk", "the model answered: hello"),
+            ("user_message_chunk", "/status"), ("agent_message_chunk", status),
+            ("user_message_chunk", "/init cover the tests"), ("agent_message_chunk", "init ran"),
+        ]
+        assert await run.close_stdin() == 0

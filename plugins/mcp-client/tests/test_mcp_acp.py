@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 from pathlib import Path
 
 import pytest
 from acp import RequestError, text_block
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
+from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
 from dsh_testing import REPO, until
 
@@ -22,6 +24,19 @@ EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 
 def session_log(home: Path, session_id: str) -> list[dict]:
     return [json.loads(line) for line in (home / "sessions" / f"{session_id}.jsonl").read_text().splitlines()]
+
+
+def _running_with(value: str) -> list[int]:
+    """Live (not zombie) processes whose environment holds ``value``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and value.encode() in (entry / "environ").read_bytes() \
+                    and "Z" not in (entry / "stat").read_text().rsplit(")", 1)[1][:3]:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
 
 
 def _server(marks: Path) -> McpServerStdio:
@@ -42,9 +57,9 @@ async def test_acp_editor_takes_a_stdio_server_and_the_model_calls_its_tool(acp_
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("call it")])
         assert resp.stop_reason == "end_turn"
         assert run.client.text(sid) == ["the server said: echo: from the editor"]
-        pid = int((marks / "started").read_text())
+        assert (marks / "started").exists()  # its pid is the sandbox's own under bubblewrap (a pid namespace)
         assert await run.close_stdin() == 0
-    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+    assert not _running_with(str(marks))  # the server ended with the session, wherever it ran
     log = session_log(acp_agent.home, sid)
     connected = [e for e in log if e["type"] == "mcp/connected"]
     assert connected and connected[0]["server"] == "fx" and connected[0]["source"] == "client"
@@ -120,3 +135,40 @@ async def test_acp_editor_shows_a_server_that_fails_to_start_and_names_it_to_the
         assert await run.close_stdin() == 0
     results = [e["result"] for e in session_log(acp_agent.home, sid) if e["type"] == "tool/result"]
     assert "MCP server 'broken'" in results[0]["content"][0]["text"]  # what the model read
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("tier", ["workspace-write", "danger-full-access"])
+async def test_acp_editor_runs_a_stdio_server_confined_like_bash_and_says_so(acp_agent, scripted, tmp_path,
+                                                                            mechanism, tier):
+    """Issue 42 bug 4: a stdio server from session/new starts in the session's sandbox tier (it
+    cannot write outside the workspace and the temp dirs under workspace-write), unconfined only in
+    danger-full-access, and /status says which."""
+    require_mechanism(mechanism)
+    outside = Path("/var/tmp") / f"dsh-mcp-confine-{secrets.token_hex(4)}"  # no writable root of the tier
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    server = McpServerStdio(name="fx", command="/bin/sh", env=[EnvVariable(name="FIXTURE_MARKS", value=str(marks))],
+                            args=["-c", f'touch "{outside}" 2>/dev/null; exec "{sys.executable}" "{FIXTURE}" stdio'])
+    script = scripted({"default": [{"tool": "mcp__fx__echo", "args": {"text": "hi"}}, {"text": "said: {tool_result}"}]})
+    env = {**EXAMPLES, "DSH_SANDBOX_MECHANISM": mechanism, "DSH_PERMISSION_MODE": tier}
+    try:
+        async with acp_agent(script, example="acp-editor", env=env) as run:
+            await run.conn.initialize(protocol_version=1)
+            sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[server])).session_id
+            resp = await run.conn.prompt(session_id=sid, prompt=[text_block("call it")])
+            assert resp.stop_reason == "end_turn" and run.client.text(sid) == ["said: echo: hi"]
+            await run.conn.prompt(session_id=sid, prompt=[text_block("/status")])
+            status = run.client.text(sid)[-1]
+            assert await run.close_stdin() == 0
+        if tier == "workspace-write":
+            assert not outside.exists()  # the write outside the roots was refused
+            assert f"- **MCP server `fx`:** connected (stdio, " in status
+            assert "; confined: workspace-write)" in status and f"sandbox workspace-write ({mechanism})" in status
+        else:
+            assert outside.exists()  # the person's own rights: said plainly
+            assert "; unconfined: the session runs in danger-full-access)" in status
+        connected = [e for e in session_log(acp_agent.home, sid) if e["type"] == "mcp/connected"]
+        assert connected[0]["confinement"] == tier
+    finally:
+        outside.unlink(missing_ok=True)

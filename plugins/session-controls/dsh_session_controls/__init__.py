@@ -481,7 +481,9 @@ def dsh_session_event(session: Agent, event: Any) -> None:
     elif isinstance(event, CompactionSummary):  # the policy's own count of what is left
         session.state(_Metered).tokens = event.tokens_after
     elif isinstance(event, McpConnected):
-        session.state(_Servers)[event.server] = f"connected ({event.transport}, {event.tools} tools)"
+        how = {None: "", "none": "; unconfined: no sandbox", "danger-full-access":
+               "; unconfined: the session runs in danger-full-access"}.get(event.confinement, f"; confined: {event.confinement}")
+        session.state(_Servers)[event.server] = f"connected ({event.transport}, {event.tools} tools{how})"
     elif isinstance(event, McpFailed):
         why = cut(strip_unsafe(event.error, " ").replace("\n", " "), 500)
         then = f"; next try in {event.retry_in:g} s" if event.retry_in is not None else "; its tools are gone"

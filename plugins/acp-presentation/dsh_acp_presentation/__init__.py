@@ -39,8 +39,8 @@ from msgspec import Meta
 
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig
-from dsh_core.paths import open_inside
 from dsh_core.contracts import new_id
+from dsh_core.paths import open_inside
 from dsh_core.types import (
     AssistantMessageEvent,
     LiveText,

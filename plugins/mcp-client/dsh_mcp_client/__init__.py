@@ -29,8 +29,8 @@ from .names import tool_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.doctor import Finding
-    from dsh_core.types import ToolCallBlock, ToolOutput
     from dsh_core.protocols import Agent, Host
+    from dsh_core.types import ToolCallBlock, ToolOutput
 
 log = logging.getLogger("dsh.mcp-client")
 

@@ -163,7 +163,7 @@ async def test_acp_editor_runs_a_stdio_server_confined_like_bash_and_says_so(acp
             assert await run.close_stdin() == 0
         if tier == "workspace-write":
             assert not outside.exists()  # the write outside the roots was refused
-            assert f"- **MCP server `fx`:** connected (stdio, " in status
+            assert "- **MCP server `fx`:** connected (stdio, " in status
             assert "; confined: workspace-write)" in status and f"sandbox workspace-write ({mechanism})" in status
         else:
             assert outside.exists()  # the person's own rights: said plainly

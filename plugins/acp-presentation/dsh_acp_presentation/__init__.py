@@ -17,6 +17,8 @@ durable events through ``dsh_present_event`` (the ACP door asks; nothing here im
   more when its link gives up; ``mcp/connected`` after a shown failure says it is back;
 - ``llm/retry`` (a model call failed and is tried again) → ``agent_thought_chunk`` saying why,
   and when the next attempt starts;
+- on ``session/load`` (``dsh_present_replay``), the recorded session again: each tool call's
+  card with its final status and output (no diff), the thoughts, each plan;
 - ``session/titled`` (a titler such as session-controls writes it after a new session's first
   turn) → ``session_info_update`` with the title, as ``session/list`` shows it.
 
@@ -216,12 +218,19 @@ def _finish(session: Agent, event: ToolResultEvent, output_bytes: int) -> list[A
         content.append(_tail(text, output_bytes))
     updates: list[Any] = [wire.ToolCallProgress(tool_call_id=result.call_id, status="failed" if result.is_error else "completed",
                                                 **({"content": content} if content else {}))]
-    if name == "todo_write" and not result.is_error and isinstance(args.get("todos"), list):
-        entries = [wire.PlanEntry(content=one_line(str(t.get("content", "")), 500), priority="medium",
-                                  status=PLAN_STATUSES.get(str(t.get("status")), "pending"))
-                   for t in args["todos"] if isinstance(t, dict)]
-        updates.append(wire.PlanUpdate(entries=entries))
+    plan = _plan(name, args, result.is_error)
+    if plan is not None:
+        updates.append(plan)
     return updates
+
+
+def _plan(name: str, args: dict[str, Any], is_error: bool) -> wire.PlanUpdate | None:
+    """The plan a successful ``todo_write`` set, every entry with its status."""
+    if name != "todo_write" or is_error or not isinstance(args.get("todos"), list):
+        return None
+    return wire.PlanUpdate(entries=[wire.PlanEntry(content=one_line(str(t.get("content", "")), 500), priority="medium",
+                                                   status=PLAN_STATUSES.get(str(t.get("status")), "pending"))
+                                    for t in args["todos"] if isinstance(t, dict)])
 
 
 @hookimpl
@@ -286,6 +295,47 @@ def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
         return _mcp(session, event)
     if isinstance(event, RetryEvent):
         return [_retry(event)]
+    return None
+
+
+@dataclass
+class Replayed:
+    """The calls of a session being shown again (``dsh_present_replay``) between their card and
+    their result: the tool and its arguments (its state slot; nothing of ``Shown`` is touched)."""
+
+    calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+
+
+@hookimpl
+def dsh_present_replay(session: Agent, event: Any) -> list[Any] | None:
+    """A reopened session shown again: each tool call's card with its final status and output
+    (no diff: the file of then is not on the disk of now), the model's thoughts, each plan."""
+    cfg = session.host.config_for(PresentationConfig)
+    if isinstance(event, AssistantMessageEvent):
+        if not cfg.thoughts:
+            return None
+        return [wire.ThoughtChunk(content=wire.TextOut(text=b.text), message_id=event.message.id)
+                for b in event.message.content if isinstance(b, ReasoningBlock) and b.text] or None
+    calls = session.state(Replayed).calls
+    if isinstance(event, ToolCallEvent):
+        args = _args(event.arguments)
+        calls[event.call_id] = (event.name, args)
+        tool = session.tools.get(event.name)
+        kind = tool.spec.kind if tool is not None and tool.spec.kind in wire.TOOL_KINDS else "other"
+        locations = _where(session.cwd, args)
+        return [wire.ToolCallStart(tool_call_id=event.call_id, title=title_of(event.name, args), kind=kind or "other",
+                                   status="pending", raw_input=bound_input(args),
+                                   **({"locations": locations} if locations else {}))]
+    if isinstance(event, ToolResultEvent):
+        result = event.result
+        name, args = calls.pop(result.call_id, (result.name, {}))
+        text = "\n".join(b.text for b in result.content if isinstance(b, TextBlock))
+        content = [_tail(text, cfg.output_bytes)] if text and cfg.output_bytes else []
+        updates: list[Any] = [wire.ToolCallProgress(tool_call_id=result.call_id,
+                                                    status="failed" if result.is_error else "completed",
+                                                    **({"content": content} if content else {}))]
+        plan = _plan(name, args, result.is_error)
+        return updates + ([plan] if plan is not None else [])
     return None
 
 

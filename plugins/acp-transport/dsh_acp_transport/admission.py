@@ -314,14 +314,25 @@ class Admission(Controls):
         """``session/load``: re-open as ``session/resume`` does, then replay the conversation
         before answering — each user prompt as ``user_message_chunk``s and each committed
         assistant message as ``agent_message_chunk``s (text and images as stored; reasoning,
-        tool calls and the harness's own messages are not shown again) — for clients that resume
+        tool calls and the harness's own messages are shown again only by a ``dsh_present_replay``
+        implementation: acp-presentation's cards, thoughts and plans) — for clients that resume
         only this way (Toad, acpc). A slash command (``commands = true``) is shown as the person
         typed it: one whose prompt went to the model by its text instead of that prompt, one that
         answered by itself with its answer (the ``acp/command-*`` notes in the log)."""
         p = decode_params(params, wire.LoadSessionParams)
         result, session, events = await self._reopen(p, "session/load")
         typed: dict[str, str] = {}  # a command's prompt (message id) -> the command as typed
+        hook = self.host.pm.hook.dsh_present_replay
+        present = hook if hook.get_hookimpls() else None  # none mounted (acp-agent): not even the call
         for event in events:
+            if present is not None:
+                try:
+                    shown_then = [u for updates in present(session=session.agent, event=event) for u in updates or ()]
+                except Exception as exc:  # a presentation plugin's bug costs its updates, never the load
+                    log.warning(f"replaying {type(event).__name__} failed: {exc!r}")
+                    shown_then = []
+                for update in shown_then:
+                    session.delivery.push_update(update)
             if isinstance(event, Note) and event.kind in (COMMAND_TYPED, COMMAND_ANSWERED):
                 text, message_id = event.data.get("text"), event.data.get("messageId")
                 if not isinstance(text, str) or not isinstance(message_id, str):

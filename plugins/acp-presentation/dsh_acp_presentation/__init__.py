@@ -330,7 +330,7 @@ def dsh_present_replay(session: Agent, event: Any) -> list[Any] | None:
         result = event.result
         name, args = calls.pop(result.call_id, (result.name, {}))
         text = "\n".join(b.text for b in result.content if isinstance(b, TextBlock))
-        content = [_tail(text, cfg.output_bytes)] if text and cfg.output_bytes else []
+        content: list[wire.ContentOut | wire.DiffOut] = [_tail(text, cfg.output_bytes)] if text and cfg.output_bytes else []
         updates: list[Any] = [wire.ToolCallProgress(tool_call_id=result.call_id,
                                                     status="failed" if result.is_error else "completed",
                                                     **({"content": content} if content else {}))]

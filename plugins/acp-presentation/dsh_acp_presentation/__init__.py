@@ -95,6 +95,7 @@ class Shown:
     cost: tuple[float, str] | None = None  # the calls priced so far in this process (amount, currency)
     live_thoughts: set[str] = field(default_factory=set)  # messages whose thinking went out live
     mcp_down: set[str] = field(default_factory=set)  # MCP servers whose failure the person was shown
+    mcp_up: set[str] = field(default_factory=set)  # MCP servers that were connected once
 
 
 def title_of(name: str, args: dict[str, Any]) -> str:
@@ -349,9 +350,10 @@ def _mcp(session: Agent, event: McpFailed | McpConnected) -> list[Any] | None:
     gives up), or it is back after a failure they were shown. A failure reaches the person as an
     agent message because it happens outside any turn (at session/new), where a tool card or a
     thought has nothing to belong to."""
-    down = session.state(Shown).mcp_down
+    down, up = session.state(Shown).mcp_down, session.state(Shown).mcp_up
     name = one_line(event.server, 100)
     if isinstance(event, McpConnected):
+        up.add(event.server)
         if event.server not in down:
             return None
         down.discard(event.server)
@@ -364,7 +366,8 @@ def _mcp(session: Agent, event: McpFailed | McpConnected) -> list[Any] | None:
     if event.server in down:
         return None
     down.add(event.server)
-    return [_say(f"MCP server **{name}** failed to start: {why}. Its tools are unavailable until it "
+    what = "went away" if event.server in up else "failed to start"
+    return [_say(f"MCP server **{name}** {what}: {why}. Its tools are unavailable until it "
                  f"connects (next try in {event.retry_in:g} s).")]
 
 

@@ -72,7 +72,9 @@ PLAN_TOOLS = frozenset({"bash", "run_code", "todo_write", "exit_plan_mode"})  # 
 
 TELL = {
     "read-only": "The person set this session's permission mode to read-only: commands and file tools may "
-                 "read anywhere and write nowhere.",
+                 "read anywhere and write nowhere. If one call really must write, call it again with "
+                 'sandbox_permissions="workspace-write" (inside the workspace) and a justification; the person '
+                 "approves or rejects that single call.",
     "workspace-write": "The person set this session's permission mode to workspace-write: commands and the "
                        "write/edit tools may write inside the workspace and the temporary directory.",
     "full-access": "The person set this session's permission mode to full-access: commands and file tools run "

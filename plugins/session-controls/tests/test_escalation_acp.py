@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO, Recorder
+from dsh_testing import REPO, Recorder, session_log
 
 pytestmark = pytest.mark.anyio
 
@@ -42,3 +42,6 @@ async def test_read_only_offers_workspace_write_first_and_the_card_asks_for_it(a
         assert call.title.endswith("→ workspace-write") and call.raw_input["tier"] == "workspace-write"
         assert (run.cwd / "a.txt").read_text() == "x"  # approved once, in workspace-write
         assert await run.close_stdin() == 0
+    told = [e["message"]["content"][0]["text"] for e in session_log(acp_agent.home, sid)
+            if e["type"] == "user/message" and e["message"].get("source") == "hook"]
+    assert len(told) == 1 and 'sandbox_permissions="workspace-write"' in told[0]  # the model knew the way out

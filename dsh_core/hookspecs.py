@@ -24,7 +24,8 @@ The hooks are grouped by the phase in which they are called:
   deciding inside its turns (``dsh_check_step``, ``dsh_after_tool``, ``dsh_check_approval``), and
   cleaning up after it (``dsh_session_artifacts``);
 - **observation** — see every durable event, change nothing (``dsh_session_event``), or say
-  what a door shows a person for it (``dsh_present_event``);
+  what a door shows a person for it (``dsh_present_event``; ``dsh_present_replay`` when a
+  reopened session is shown again);
 - **interception** — steer a session at fixed points of its turns, as a hook bridge does
   (``dsh_session_start``, ``dsh_prompt_submit``, ``dsh_before_tool``, ``dsh_before_stop``, and
   ``dsh_after_tool`` above), with typed decisions from ``dsh_core.interception``.
@@ -464,6 +465,22 @@ def dsh_present_live(session: Agent, piece: LiveText) -> list[Any] | None:
     ``ThoughtChunk``) or None. Called synchronously, in order; must not block or raise. An
     implementation that shows a message's thinking live should not show it again when the message
     commits (``dsh_present_event``).
+    """
+
+
+@hookspec
+def dsh_present_replay(session: Agent, event: DurableEvent) -> list[Any] | None:
+    """Say what a front door shows of one *recorded* event of ``session`` when it shows a
+    reopened session again (ACP ``session/load``), beyond the text the door replays itself: a tool
+    call's card with its final status and output, the model's thoughts, the plan.
+
+    Called by such a door synchronously, for each event of the session's log in order, before
+    the door's own replay of that event and before it answers the load; the session is restored
+    and no turn runs. Unlike ``dsh_present_event`` it shows what happened then, not now: no file
+    is read (a diff of then cannot be rebuilt from the disk of now), no usage or cost is counted
+    again, no notice of the moment (a failed server, a retry) is repeated. Returns the door's
+    update objects or None. A door with no implementation replays what it did without it. Must
+    not block or raise.
     """
 
 

@@ -359,7 +359,8 @@ class McpServer(_Base, kw_only=True):
 class McpConnected(Event, tag="mcp/connected", kw_only=True):
     """A session's MCP server is connected and its tools listed (again, after a reconnect or a
     ``list_changed``): ``tools`` is how many it offers now, ``attempt`` the connection attempt
-    (1 for the first), ``source`` where the server came from (``config`` or ``client``)."""
+    (1 for the first), ``source`` where the server came from (``config`` or ``client``),
+    ``confinement`` the tier its process runs in."""
 
     server: str
     transport: str
@@ -367,6 +368,9 @@ class McpConnected(Event, tag="mcp/connected", kw_only=True):
     attempt: int = 1
     source: str = "config"
     protocol_version: str | None = None
+    # a stdio server's sandbox tier as the confinement seam started it ("workspace-write"; danger-full-access
+    # and "none" run unconfined); None for a remote (http) server
+    confinement: str | None = None
 
 
 class McpFailed(Event, tag="mcp/failed", kw_only=True):

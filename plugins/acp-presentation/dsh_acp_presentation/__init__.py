@@ -12,6 +12,13 @@ durable events through ``dsh_present_event`` (the ACP door asks; nothing here im
 - each model call's usage → ``usage_update`` (the context used of the route's window);
 - ``subagent/progress`` (a delegation's child committed text) → ``tool_call_update`` of the
   delegating call's card with the child's latest text, while the call runs;
+- ``mcp/failed`` (one of the session's MCP servers did not start, or went away) →
+  ``agent_message_chunk`` naming the server and why, once until it connects again, and once
+  more when its link gives up; ``mcp/connected`` after a shown failure says it is back;
+- ``llm/retry`` (a model call failed and is tried again) → ``agent_thought_chunk`` saying why,
+  and when the next attempt starts;
+- on ``session/load`` (``dsh_present_replay``), the recorded session again: each tool call's
+  card with its final status and output (no diff), the thoughts, each plan;
 - ``session/titled`` (a titler such as session-controls writes it after a new session's first
   turn) → ``session_info_update`` with the title, as ``session/list`` shows it.
 
@@ -34,11 +41,15 @@ from msgspec import Meta
 
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig
+from dsh_core.contracts import new_id
 from dsh_core.paths import open_inside
 from dsh_core.types import (
     AssistantMessageEvent,
     LiveText,
+    McpConnected,
+    McpFailed,
     ReasoningBlock,
+    RetryEvent,
     SessionTitled,
     SubagentProgress,
     TextBlock,
@@ -83,6 +94,8 @@ class Shown:
     files: dict[str, str | None] = field(default_factory=dict)  # full path -> text now (None: absent)
     cost: tuple[float, str] | None = None  # the calls priced so far in this process (amount, currency)
     live_thoughts: set[str] = field(default_factory=set)  # messages whose thinking went out live
+    mcp_down: set[str] = field(default_factory=set)  # MCP servers whose failure the person was shown
+    mcp_up: set[str] = field(default_factory=set)  # MCP servers that were connected once
 
 
 def title_of(name: str, args: dict[str, Any]) -> str:
@@ -206,12 +219,19 @@ def _finish(session: Agent, event: ToolResultEvent, output_bytes: int) -> list[A
         content.append(_tail(text, output_bytes))
     updates: list[Any] = [wire.ToolCallProgress(tool_call_id=result.call_id, status="failed" if result.is_error else "completed",
                                                 **({"content": content} if content else {}))]
-    if name == "todo_write" and not result.is_error and isinstance(args.get("todos"), list):
-        entries = [wire.PlanEntry(content=one_line(str(t.get("content", "")), 500), priority="medium",
-                                  status=PLAN_STATUSES.get(str(t.get("status")), "pending"))
-                   for t in args["todos"] if isinstance(t, dict)]
-        updates.append(wire.PlanUpdate(entries=entries))
+    plan = _plan(name, args, result.is_error)
+    if plan is not None:
+        updates.append(plan)
     return updates
+
+
+def _plan(name: str, args: dict[str, Any], is_error: bool) -> wire.PlanUpdate | None:
+    """The plan a successful ``todo_write`` set, every entry with its status."""
+    if name != "todo_write" or is_error or not isinstance(args.get("todos"), list):
+        return None
+    return wire.PlanUpdate(entries=[wire.PlanEntry(content=one_line(str(t.get("content", "")), 500), priority="medium",
+                                                   status=PLAN_STATUSES.get(str(t.get("status")), "pending"))
+                                    for t in args["todos"] if isinstance(t, dict)])
 
 
 @hookimpl
@@ -272,7 +292,92 @@ def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
         return _finish(session, event, cfg.output_bytes)
     if isinstance(event, SubagentProgress):
         return _progress(session, event, cfg.output_bytes)
+    if isinstance(event, (McpFailed, McpConnected)):
+        return _mcp(session, event)
+    if isinstance(event, RetryEvent):
+        return [_retry(event)]
     return None
+
+
+@dataclass
+class Replayed:
+    """The calls of a session being shown again (``dsh_present_replay``) between their card and
+    their result: the tool and its arguments (its state slot; nothing of ``Shown`` is touched)."""
+
+    calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+
+
+@hookimpl
+def dsh_present_replay(session: Agent, event: Any) -> list[Any] | None:
+    """A reopened session shown again: each tool call's card with its final status and output
+    (no diff: the file of then is not on the disk of now), the model's thoughts, each plan."""
+    cfg = session.host.config_for(PresentationConfig)
+    if isinstance(event, AssistantMessageEvent):
+        if not cfg.thoughts:
+            return None
+        return [wire.ThoughtChunk(content=wire.TextOut(text=b.text), message_id=event.message.id)
+                for b in event.message.content if isinstance(b, ReasoningBlock) and b.text] or None
+    calls = session.state(Replayed).calls
+    if isinstance(event, ToolCallEvent):
+        args = _args(event.arguments)
+        calls[event.call_id] = (event.name, args)
+        tool = session.tools.get(event.name)
+        kind = tool.spec.kind if tool is not None and tool.spec.kind in wire.TOOL_KINDS else "other"
+        locations = _where(session.cwd, args)
+        return [wire.ToolCallStart(tool_call_id=event.call_id, title=title_of(event.name, args), kind=kind or "other",
+                                   status="pending", raw_input=bound_input(args),
+                                   **({"locations": locations} if locations else {}))]
+    if isinstance(event, ToolResultEvent):
+        result = event.result
+        name, args = calls.pop(result.call_id, (result.name, {}))
+        text = "\n".join(b.text for b in result.content if isinstance(b, TextBlock))
+        content: list[wire.ContentOut | wire.DiffOut] = [_tail(text, cfg.output_bytes)] if text and cfg.output_bytes else []
+        updates: list[Any] = [wire.ToolCallProgress(tool_call_id=result.call_id,
+                                                    status="failed" if result.is_error else "completed",
+                                                    **({"content": content} if content else {}))]
+        plan = _plan(name, args, result.is_error)
+        return updates + ([plan] if plan is not None else [])
+    return None
+
+
+def _say(text: str) -> wire.MessageChunk:
+    """A message of the harness to the person (a message of its own: never part of an answer)."""
+    return wire.MessageChunk(content=wire.TextOut(text=text), message_id=new_id("msg_"))
+
+
+def _mcp(session: Agent, event: McpFailed | McpConnected) -> list[Any] | None:
+    """An MCP server the person should know about: it failed (the first time, and when its link
+    gives up), or it is back after a failure they were shown. A failure reaches the person as an
+    agent message because it happens outside any turn (at session/new), where a tool card or a
+    thought has nothing to belong to."""
+    down, up = session.state(Shown).mcp_down, session.state(Shown).mcp_up
+    name = one_line(event.server, 100)
+    if isinstance(event, McpConnected):
+        up.add(event.server)
+        if event.server not in down:
+            return None
+        down.discard(event.server)
+        return [_say(f"MCP server **{name}** is connected again ({event.tools} tools).")]
+    why = one_line(strip_unsafe(event.error), 1000)
+    if event.retry_in is None:
+        down.add(event.server)
+        return [_say(f"MCP server **{name}** is not available: {why}. Its tools are gone for the rest of this "
+                     "session.")]
+    if event.server in down:
+        return None
+    down.add(event.server)
+    what = "went away" if event.server in up else "failed to start"
+    return [_say(f"MCP server **{name}** {what}: {why}. Its tools are unavailable until it "
+                 f"connects (next try in {event.retry_in:g} s).")]
+
+
+def _retry(event: RetryEvent) -> wire.ThoughtChunk:
+    """A model call that failed and is tried again, said where thinking shows: the person sees a
+    retry (and why), not a hang."""
+    why = one_line(strip_unsafe(event.failure), 300)
+    return wire.ThoughtChunk(content=wire.TextOut(
+        text=f"The model call failed ({why}); trying again in {event.delay_ms / 1000:g} s "
+             f"(retry {event.retry} of {event.max_retries}).\n"), message_id=new_id("msg_"))
 
 
 def _progress(session: Agent, event: SubagentProgress, output_bytes: int) -> list[Any] | None:

@@ -118,3 +118,28 @@ def test_every_update_it_sends_validates_against_the_acp_schema():
            + b'","update":{"sessionUpdate":"tool_call","title":"no id"}}}\n')
     with pytest.raises(AssertionError, match="violates ACP schema"):  # the check can fail
         check_frames(bad)
+
+
+async def test_an_mcp_server_is_shown_failing_once_then_gone_or_back(scripted, tmp_path):
+    """A server's failures reach the person once per outage (not once per retry), named as what
+    happened: failed to start, went away, back, gone for good."""
+    from dsh_core.types import McpConnected, McpFailed
+
+    script = scripted({})
+    async with memory_host(script, plugins=("scripted-model", "acp-presentation")) as host:
+        agent = await _agent(host, tmp_path, script)
+
+        def said(event):
+            out = dsh_present_event(agent, event)
+            return [u.content.text for u in out or ()]
+
+        fail = dict(server="fx", transport="stdio", error="boom")
+        assert said(McpFailed(**fail, retry_in=0.5)) == [
+            "MCP server **fx** failed to start: boom. Its tools are unavailable until it connects (next try in 0.5 s)."]
+        assert said(McpFailed(**fail, attempt=2, retry_in=1.0)) == []  # the same outage
+        assert said(McpConnected(server="fx", transport="stdio", tools=2)) == [
+            "MCP server **fx** is connected again (2 tools)."]
+        assert said(McpConnected(server="fx", transport="stdio", tools=3)) == []  # a relisting: nothing to say
+        assert said(McpFailed(**fail, retry_in=0.5))[0].startswith("MCP server **fx** went away: boom.")
+        assert said(McpFailed(**fail, attempt=6)) == [
+            "MCP server **fx** is not available: boom. Its tools are gone for the rest of this session."]

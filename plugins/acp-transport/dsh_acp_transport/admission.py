@@ -35,17 +35,19 @@ from dsh_core.types import (
     DurableEvent,
     ImageBlock,
     McpServer,
+    Note,
     RequestHeader,
     SessionHeader,
     TextBlock,
     UserMessageEvent,
 )
 
-from .controls import Controls
+from .controls import COMMAND_ANSWERED, COMMAND_TYPED, Controls
 from .delivery import Delivery
 from .editor import ClientBuffers, ClientQuestions, client_buffers, client_questions
 from .settlement import live_observer, observer
 from .state import CLOSING, Session
+from .waiting import Waiting
 
 log = logging.getLogger("dsh.acp-transport")
 
@@ -210,6 +212,20 @@ class Admission(Controls):
             return None
         return client_questions(self.client_capabilities, self.peer, session_id, self.settings.permission_timeout)
 
+    def _watch_silence(self, session: Session, unsubscribe: Any) -> Any:
+        waiting = Waiting(session, self.settings.waiting, live=self.settings.stream == "live")
+        off = session.agent.subscribe(waiting.observe)
+        unwatch = session.agent.watch(waiting.watch)
+        self.peer.start_soon(waiting.run)
+
+        def unsubscribe_all() -> None:
+            unsubscribe()
+            off()
+            unwatch()
+            waiting.close()
+
+        return unsubscribe_all
+
     def _publish(self, agent: Agent) -> Session:
         session = Session(id=agent.session_id, agent=agent, delivery=Delivery(self.peer, self.host, agent.session_id))
         controlled = bool(self.host.pm.hook.dsh_session_controls.get_hookimpls())
@@ -227,6 +243,8 @@ class Admission(Controls):
             session.unsubscribe = unsubscribe_both
         else:
             session.unsubscribe = unsubscribe
+        if self.settings.waiting > 0:  # acp-editor: a silent model call is said to be one
+            session.unsubscribe = self._watch_silence(session, session.unsubscribe)
         self.sessions[session.id] = session
         self.peer.start_soon(session.delivery.run)
         return session
@@ -296,13 +314,42 @@ class Admission(Controls):
         """``session/load``: re-open as ``session/resume`` does, then replay the conversation
         before answering — each user prompt as ``user_message_chunk``s and each committed
         assistant message as ``agent_message_chunk``s (text and images as stored; reasoning,
-        tool calls and the harness's own messages are not shown again) — for clients that resume
-        only this way (Toad, acpc)."""
+        tool calls and the harness's own messages are shown again only by a ``dsh_present_replay``
+        implementation: acp-presentation's cards, thoughts and plans) — for clients that resume
+        only this way (Toad, acpc). A slash command (``commands = true``) is shown as the person
+        typed it: one whose prompt went to the model by its text instead of that prompt, one that
+        answered by itself with its answer (the ``acp/command-*`` notes in the log)."""
         p = decode_params(params, wire.LoadSessionParams)
         result, session, events = await self._reopen(p, "session/load")
+        typed: dict[str, str] = {}  # a command's prompt (message id) -> the command as typed
+        hook = self.host.pm.hook.dsh_present_replay
+        present = hook if hook.get_hookimpls() else None  # none mounted (acp-agent): not even the call
         for event in events:
+            if present is not None:
+                try:
+                    shown_then = [u for updates in present(session=session.agent, event=event) for u in updates or ()]
+                except Exception as exc:  # a presentation plugin's bug costs its updates, never the load
+                    log.warning(f"replaying {type(event).__name__} failed: {exc!r}")
+                    shown_then = []
+                for update in shown_then:
+                    session.delivery.push_update(update)
+            if isinstance(event, Note) and event.kind in (COMMAND_TYPED, COMMAND_ANSWERED):
+                text, message_id = event.data.get("text"), event.data.get("messageId")
+                if not isinstance(text, str) or not isinstance(message_id, str):
+                    continue
+                if event.kind == COMMAND_TYPED:
+                    typed[message_id] = text
+                    continue
+                reply, typed_id = event.data.get("reply"), event.data.get("typedId")
+                session.delivery.push(TextBlock(text=text), typed_id if isinstance(typed_id, str) else new_id("msg_"),
+                                      user=True)
+                if isinstance(reply, str):
+                    session.delivery.push(TextBlock(text=reply), message_id)
+                continue
             if isinstance(event, UserMessageEvent) and event.message.source == "user":
                 blocks, message_id, user = event.message.content, event.message.id, True
+                if message_id in typed and blocks and isinstance(blocks[0], TextBlock):
+                    blocks = [TextBlock(text=typed[message_id]), *blocks[1:]]  # as the person typed it
             elif isinstance(event, AssistantMessageEvent):
                 blocks, message_id, user = event.message.content, event.message.id, False
             else:

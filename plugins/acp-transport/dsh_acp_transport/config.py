@@ -28,3 +28,6 @@ class TransportConfig(PluginConfig):
     stream: Annotated[Literal["committed", "live"], Meta(
         description="committed: each assistant message once it is committed (ACP-6); live: its text as it is written")] = (
         "committed")
+    waiting: Annotated[float, Meta(
+        ge=0, description="seconds a model call may be silent before the person is told it is still waiting "
+                          "(an agent_thought_chunk, repeated as long as it lasts); 0: never")] = 0.0

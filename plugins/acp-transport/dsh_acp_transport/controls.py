@@ -22,7 +22,7 @@ from dsh_acp.display import one_line
 from dsh_acp.rpc import METHOD_NOT_FOUND, RpcFailure, decode_params, invalid_params, shown
 
 from dsh_core.contracts import new_id
-from dsh_core.types import TextBlock
+from dsh_core.types import Note, TextBlock
 
 from .state import BridgeState, Session, Slot
 
@@ -30,6 +30,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Agent, Control, SlashCommand
 
 log = logging.getLogger("dsh.acp")
+
+# Notes in the session log of what a person typed as a command (``session/load`` shows it again):
+# a command that answered by itself (the typed text and the answer), and one whose prompt went to
+# the model (the typed text and that prompt's message id).
+COMMAND_ANSWERED = "acp/command-answered"
+COMMAND_TYPED = "acp/command-typed"
 
 # ``/name`` then a space or the end: ``/usr/bin is slow`` is a prompt, not a command.
 COMMAND = re.compile(r"/([A-Za-z][\w-]{0,63})(?:\s+|$)")
@@ -171,11 +177,13 @@ class Controls(BridgeState):
             return content
         assert isinstance(first, TextBlock)
         name, rest = match.group(1), first.text[match.end():]
+        slot.typed = first.text
         command = next((c for c in commands if c.name == name), None)
         if command is None:
-            listed = "\n".join(f"/{c.name}{' ' + c.hint if c.hint else ''} — {one_line(c.description, 200)}"
-                               for c in commands)
-            return self._answer(session, slot, f"/{name} is not a command here. Commands:\n{listed}")
+            # a Markdown list: an editor renders the answer as Markdown, where single newlines fold
+            listed = "\n".join(f"- `/{c.name}`{' *' + one_line(c.hint, 100) + '*' if c.hint else ''} — "
+                               f"{one_line(c.description, 200)}" for c in commands)
+            return self._answer(session, slot, f"/{name} is not a command here. Commands:\n\n{listed}")
         try:
             with slot.admission:  # cancelling the prompt cancels the command
                 result = await command.run(session.agent, rest.strip())
@@ -192,7 +200,11 @@ class Controls(BridgeState):
         return self._answer(session, slot, result.reply or f"/{name}: done")
 
     def _answer(self, session: Session, slot: Slot, text: str) -> wire.PromptResult:
-        session.delivery.push(TextBlock(text=text), new_id("msg_"))
+        message_id = new_id("msg_")
+        if slot.typed is not None:  # for session/load: the command as typed, and its answer
+            session.agent.emit(Note(kind=COMMAND_ANSWERED, data={"text": slot.typed, "typedId": new_id("msg_"),
+                                                                 "reply": text, "messageId": message_id}))
+        session.delivery.push(TextBlock(text=text), message_id)
         return wire.PromptResult(stop_reason="end_turn")
 
 

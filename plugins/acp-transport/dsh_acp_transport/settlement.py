@@ -25,6 +25,7 @@ from dsh_core.types import (
     InboxClaimed,
     InboxDropped,
     LiveText,
+    Note,
     SettingsChanged,
     TextBlock,
     TurnEnd,
@@ -34,7 +35,7 @@ from dsh_core.types import (
 )
 
 from .content import PromptContent
-from .controls import Controls
+from .controls import COMMAND_TYPED, Controls
 from .permission import tool_call_of
 from .state import CLOSING, Session, Slot
 
@@ -241,6 +242,8 @@ class Settlement(PromptContent, Controls):
             content = [b for b in content if not (isinstance(b, TextBlock) and not b.text)]
             message = UserMessage(id=new_id("msg_"), content=content)
             slot.message_id = message.id
+            if slot.typed is not None:  # a command's prompt: what the person typed, for session/load
+                session.agent.emit(Note(kind=COMMAND_TYPED, data={"text": slot.typed, "messageId": message.id}))
             try:
                 session.agent.submit(message)
             except Exception as exc:

@@ -27,6 +27,7 @@ class Slot:
     cancelled: bool = False
     admission: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     message_id: str | None = None
+    typed: str | None = None  # the slash command as the person typed it, when it became this prompt
     in_inbox: bool = False
     turn: int | None = None
     end: TurnEnd | None = None

@@ -135,6 +135,13 @@ def render_transcript(messages: Sequence[Any], budget_tokens: int) -> str:
     return f"{head}\n\n[... {len(raw) - limit} bytes of the transcript omitted ...]\n\n{tail}"
 
 
+class LastFailure:
+    """Why the session's last compaction failed (its state slot), for ``/compact`` to tell the person."""
+
+    def __init__(self) -> None:
+        self.error: str | None = None
+
+
 class Compactor:
     """One agent's history policy (see ``dsh_core.protocols.HistoryPolicy``)."""
 
@@ -175,6 +182,7 @@ class Compactor:
 
         def failed(error: str, code: str = "") -> None:
             self._failed_at = (ctx.turn, ctx.step)
+            agent.state(LastFailure).error = error
             agent.emit(CompactionFailed(turn=ctx.turn, step=ctx.step, reason=reason, error=error, code=code))
 
         cut = split_point(history, self._retain(window))
@@ -224,10 +232,12 @@ async def _compact_command(session: Any, text: str) -> CommandResult:
     before = len(session.history)
     if before == 0:
         return CommandResult(reply="Nothing to compact: the conversation is empty.")
+    session.state(LastFailure).error = None
     if await session.compact_history():
         return CommandResult(reply=f"Compacted: {before} messages are now {len(session.history)} "
                                    "(a summary of the older ones, then the most recent).")
-    return CommandResult(reply="Nothing was compacted (see the session log's compaction/failed for why).")
+    why = session.state(LastFailure).error
+    return CommandResult(reply=f"Nothing was compacted: {why}." if why else "Nothing was compacted.")
 
 
 @hookimpl

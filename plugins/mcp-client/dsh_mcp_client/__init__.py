@@ -21,13 +21,16 @@ import anyio
 from dsh_core import hookimpl
 from dsh_core.errors import ConfigError
 from dsh_core.protocols import ClientMcp
+from dsh_core.types import AfterTool
 
 from .config import McpClientConfig, ServerSpec, from_client, from_config, problems
 from .link import ServerLink, probe
+from .names import tool_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.doctor import Finding
     from dsh_core.protocols import Agent, Host
+    from dsh_core.types import ToolCallBlock, ToolOutput
 
 log = logging.getLogger("dsh.mcp-client")
 
@@ -47,6 +50,7 @@ class McpSource:
 
     async def serve(self, session: Agent, ready: Callable[[], None]) -> None:
         self.links = [ServerLink(spec, session, lambda: self._publish(session)) for spec in self.specs]
+        session.state(Served).source = self
         waiting = set(range(len(self.links)))
 
         def ready_of(i: int) -> Callable[[], None]:
@@ -65,6 +69,36 @@ class McpSource:
 
     def __repr__(self) -> str:
         return f"McpSource({', '.join(f'{link.spec.name}: {link.status}' for link in self.links)})"
+
+
+class Served:
+    """The session's ``McpSource`` (its state slot), for what the model is told of a server that is away."""
+
+    source: McpSource | None = None
+
+
+def away(session: Agent, name: str) -> tuple[str, str] | None:
+    """(server, status) when ``name`` is a tool name of one of ``session``'s servers that is not
+    connected now (failed to start, or gone): the model called a tool it cannot have."""
+    source = session.state(Served).source
+    for link in source.links if source is not None else ():
+        if link.client is None and name.startswith(tool_name(link.spec.name, "")):
+            return link.spec.name, link.status
+    return None
+
+
+@hookimpl
+def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> AfterTool | None:
+    """A call of ``mcp__<server>__…`` that found no tool, while that server is not connected: the
+    model is told which server and why, instead of "unknown tool"."""
+    if output.code != "UNKNOWN_TOOL":
+        return None
+    found = away(session, call.name)
+    if found is None:
+        return None
+    server, status = found
+    return AfterTool(block=f"Error: {call.name} is a tool of MCP server {server!r}, which is not connected "
+                           f"({status}). Its tools are unavailable until it connects; tell the person if you need it.")
 
 
 @hookimpl

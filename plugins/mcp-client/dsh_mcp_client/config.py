@@ -40,6 +40,8 @@ class McpClientConfig(PluginConfig):
     connect_timeout: Annotated[Seconds, Meta(description="seconds a server may take to start, initialize and list its tools")] = 30.0
     call_timeout: Annotated[Seconds, Meta(description="seconds one tool call may take before it is cancelled")] = 300.0
     reconnect_attempts: Annotated[Attempts, Meta(description="reconnects (exponential backoff from 0.5 s, at most 30 s apart) before a crashed server's tools go away")] = 5
+    confine: Annotated[bool, Meta(description="start stdio servers confined like the session's bash (its tier, "
+                                              "writable roots and mechanism); false: unconfined, as the person's own process")] = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +61,7 @@ class ServerSpec:
     call_timeout: float = 300.0
     reconnect_attempts: int = 5
     source: str = "config"
+    confine: bool = True
 
     def __repr__(self) -> str:
         return f"ServerSpec({self.name!r}, {self.transport}, {self.source})"
@@ -87,6 +90,7 @@ def from_config(cfg: McpClientConfig) -> list[ServerSpec]:
             cwd=s.cwd, url=s.url, headers=tuple(s.headers.items()),
             connect_timeout=s.connect_timeout or cfg.connect_timeout, call_timeout=s.call_timeout or cfg.call_timeout,
             reconnect_attempts=cfg.reconnect_attempts if s.reconnect_attempts is None else s.reconnect_attempts,
+            confine=cfg.confine,
         )
         for s in cfg.servers
     ]
@@ -96,5 +100,5 @@ def from_client(cfg: McpClientConfig, server: McpServer) -> ServerSpec:
     return ServerSpec(
         name=server.name, transport=server.transport, command=server.command, args=tuple(server.args),
         env=tuple(server.env), url=server.url, headers=tuple(server.headers), connect_timeout=cfg.connect_timeout,
-        call_timeout=cfg.call_timeout, reconnect_attempts=cfg.reconnect_attempts, source="client",
+        call_timeout=cfg.call_timeout, reconnect_attempts=cfg.reconnect_attempts, source="client", confine=cfg.confine,
     )

@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -175,6 +176,7 @@ class ServerLink:
         self.client: Client | None = None
         self.tools: list[McpTool] = []
         self.status = "connecting"
+        self.confinement: str | None = None  # the tier a stdio server runs in ("none": unconfined; None: http)
         self._relist = anyio.Event()
         self._stderr: TextIO | None = None
 
@@ -221,7 +223,8 @@ class ServerLink:
                     self.status = "connected"
                     self.session.emit(McpConnected(
                         server=self.spec.name, transport=self.spec.transport, tools=len(self.tools), attempt=attempt,
-                        source=self.spec.source, protocol_version=client.protocol_version))
+                        source=self.spec.source, protocol_version=client.protocol_version,
+                        confinement=self.confinement))
                     ready()
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(self._listen, client)
@@ -250,8 +253,8 @@ class ServerLink:
                     os.ftruncate(self._stderr.fileno(), 0)
                 cwd = self.spec.cwd
                 cwd = os.path.join(self.session.cwd, cwd) if cwd else self.session.cwd
-                params = StdioServerParameters(command=self.spec.command, args=list(self.spec.args),
-                                               env=server_env(self.spec.env), cwd=cwd)
+                argv, env = await self._confined([self.spec.command, *self.spec.args], cwd)
+                params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=cwd)
                 group = Group(self._stderr)
                 stack.callback(group.kill)  # after the SDK's own shutdown (LIFO): what it left behind
                 read, write = await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
@@ -279,6 +282,23 @@ class ServerLink:
                 finally:
                     tg.cancel_scope.cancel()
                     receive.close()
+
+    async def _confined(self, argv: list[str], cwd: str) -> tuple[list[str], dict[str, str]]:
+        """``argv`` and its environment as the server starts: confined like the session's ``bash``
+        (its tier, the mechanism, the writable roots) when ``confine`` is on and the host has a
+        confinement, else as is. ``confinement`` records the tier it runs in (``none``: not
+        confined at all), for the log and ``/status``. A confined tier with no working mechanism
+        refuses to start the server (``SANDBOX_UNAVAILABLE``), as it refuses ``bash``."""
+        env = server_env(self.spec.env)
+        confinement = getattr(getattr(self.session, "host", None), "confinement", None)
+        if not self.spec.confine or confinement is None:
+            self.confinement = "none"
+            return argv, env
+        if os.sep not in argv[0] and shutil.which(argv[0], path=env.get("PATH")) is None:
+            raise FileNotFoundError(argv[0])  # said as "no such program", not as the wrapper's exec failure
+        confined = await confinement.confine(argv, cwd=cwd, session=self.session)
+        self.confinement = confined.mode
+        return list(confined.argv), {**confined.env, **dict(self.spec.env)}
 
     async def _list(self, client: Client) -> list[mcp_types.Tool]:
         tools: list[mcp_types.Tool] = []
@@ -331,7 +351,8 @@ class ServerLink:
                 continue
             self._set(listing)
             self.session.emit(McpConnected(server=self.spec.name, transport=self.spec.transport, tools=len(self.tools),
-                                           source=self.spec.source, protocol_version=client.protocol_version))
+                                           source=self.spec.source, protocol_version=client.protocol_version,
+                                           confinement=self.confinement))
 
     def _give_up(self, error: str, attempt: int) -> None:
         names = [t.spec.name for t in self.tools]

@@ -453,7 +453,9 @@ async def test_a_server_gone_for_good_takes_its_tools_and_the_model_is_told(scri
         assert not [n for n in s.agent.tools if n.startswith("mcp__fx")]
         await s.turn("again")
         echo = s.results()[-1]
-        assert echo.code == "UNKNOWN_TOOL"
+        # not "unknown tool": the model is told whose tool it was, and why it is gone
+        assert echo.code == "BLOCKED" and echo.result.is_error
+        assert "mcp__fx__echo is a tool of MCP server 'fx', which is not connected (gone: " in echo.result.content[0].text
         notes = [b.text for e in s.of(UserMessageEvent) for b in e.message.content
                  if "did not come back" in getattr(b, "text", "")]
         assert len(notes) == 1 and "MCP server 'fx' stopped" in notes[0] and "mcp__fx__echo" in notes[0]

@@ -51,8 +51,9 @@ class Sandbox:
         records: ReadRecords = agent.state(ReadRecords)
         return records
 
-    def escalation_targets(self) -> list[str]:
-        return [m for m in MODES if wider(m, self.settings.mode)]
+    def escalation_targets(self, mode: str | None = None) -> list[str]:
+        """The tiers wider than ``mode`` (the session's current one), else than this deployment's."""
+        return [m for m in MODES if wider(m, mode or self.settings.mode)]
 
     # -------------------------------------------------------------- escalation
 
@@ -132,7 +133,7 @@ class Sandbox:
 
     def hint(self, mode: str) -> str:
         """The escalation note appended to a denied write (empty when escalation is not offered)."""
-        nxt = [m for m in self.escalation_targets() if wider(m, mode)]
+        nxt = self.escalation_targets(mode)
         if not nxt:
             return ""
         opts = " or ".join(f'"{m}"' for m in nxt)

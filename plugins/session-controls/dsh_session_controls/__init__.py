@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
@@ -40,6 +41,8 @@ from dsh_core.types import (
     AssistantMessageEvent,
     CompactionSummary,
     ImageBlock,
+    McpConnected,
+    McpFailed,
     ModelRequest,
     SessionTitled,
     TextBlock,
@@ -69,7 +72,9 @@ PLAN_TOOLS = frozenset({"bash", "run_code", "todo_write", "exit_plan_mode"})  # 
 
 TELL = {
     "read-only": "The person set this session's permission mode to read-only: commands and file tools may "
-                 "read anywhere and write nowhere.",
+                 "read anywhere and write nowhere. If one call really must write, call it again with "
+                 'sandbox_permissions="workspace-write" (inside the workspace) and a justification; the person '
+                 "approves or rejects that single call.",
     "workspace-write": "The person set this session's permission mode to workspace-write: commands and the "
                        "write/edit tools may write inside the workspace and the temporary directory.",
     "full-access": "The person set this session's permission mode to full-access: commands and file tools run "
@@ -460,6 +465,10 @@ def context_used(session: Agent) -> int | None:
     return session.state(_Metered).tokens
 
 
+class _Servers(dict[str, str]):
+    """The session's MCP servers as their last event left them (name -> what /status says)."""
+
+
 class _Metered:
     def __init__(self) -> None:
         self.tokens: int | None = None
@@ -473,6 +482,14 @@ def dsh_session_event(session: Agent, event: Any) -> None:
         session.state(_Metered).tokens = event.usage.input_tokens + event.usage.output_tokens
     elif isinstance(event, CompactionSummary):  # the policy's own count of what is left
         session.state(_Metered).tokens = event.tokens_after
+    elif isinstance(event, McpConnected):
+        how = {None: "", "none": "; unconfined: no sandbox", "danger-full-access":
+               "; unconfined: the session runs in danger-full-access"}.get(event.confinement, f"; confined: {event.confinement}")
+        session.state(_Servers)[event.server] = f"connected ({event.transport}, {event.tools} tools{how})"
+    elif isinstance(event, McpFailed):
+        why = cut(strip_unsafe(event.error, " ").replace("\n", " "), 500)
+        then = f"; next try in {event.retry_in:g} s" if event.retry_in is not None else "; its tools are gone"
+        session.state(_Servers)[event.server] = f"**failed** ({event.transport}): {why}{then}"
 
 
 async def _status(session: Agent, text: str) -> CommandResult:
@@ -484,15 +501,27 @@ async def _status(session: Agent, text: str) -> CommandResult:
     context = (f"{used:,} of {window:,} tokens ({used / window:.0%})" if used is not None
                else f"no model call yet (window {window:,} tokens)")
     effort = session.settings.effort or route.effort
-    lines = [
-        f"Session: {session.session_id}",
-        f"Workspace: {session.cwd}",
-        f"Route: {route.provider}/{route.model}" + (f" (thinking: {effort})" if effort else ""),
-        f"Mode: {current_mode(session) or 'none'} — sandbox {sandbox}",
-        f"Context: {context}",
-        f"Tools: {len(session.tools)}",
+    rows = [
+        ("Session", code(session.session_id)),
+        ("Workspace", code(session.cwd)),
+        ("Route", code(f"{route.provider}/{route.model}") + (f" (thinking: {effort})" if effort else "")),
+        ("Mode", f"{current_mode(session) or 'none'} — sandbox {sandbox}"),
+        ("Context", context),
+        ("Tools", str(len(session.tools))),
     ]
-    return CommandResult(reply="\n".join(lines))
+    rows += [(f"MCP server {code(name)}", state) for name, state in session.state(_Servers).items()]
+    # Markdown, one list item per line: editors render the reply as Markdown, where single
+    # newlines fold into one paragraph.
+    return CommandResult(reply="\n".join(f"- **{name}:** {value}" for name, value in rows))
+
+
+def code(text: str) -> str:
+    """``text`` as a Markdown code span, whatever backticks it holds."""
+    text = strip_unsafe(text, " ")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 async def _init(session: Agent, text: str) -> CommandResult:

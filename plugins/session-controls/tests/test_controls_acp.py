@@ -140,7 +140,8 @@ async def test_slash_commands_are_offered_after_the_session_opens_and_run(acp_ag
             return answer
 
         status = await ask("/status")
-        assert f"Session: {sid}" in status and "Mode: workspace-write" in status and "Context: no model call" in status
+        assert f"- **Session:** `{sid}`\n" in status and "\n- **Mode:** workspace-write" in status  # Markdown lines
+        assert "\n- **Context:** no model call" in status
         unknown = await ask("/nope please")
         assert unknown.startswith("/nope is not a command here") and "/status" in unknown and "/compact" in unknown
         assert await ask("/compact") == "Nothing to compact: the conversation is empty."
@@ -151,8 +152,8 @@ async def test_slash_commands_are_offered_after_the_session_opens_and_run(acp_ag
         compacted = await ask("/compact")
         assert compacted.startswith("Compacted: 10 messages are now ")  # five prompts and five answers
         status = await ask("/status")
-        assert "Context: 3,010 of 40,000 tokens (8%)" not in status  # counted again after the compaction
-        assert "Context: " in status and "of 40,000 tokens" in status
+        assert "**Context:** 3,010 of 40,000 tokens (8%)" not in status  # counted again after the compaction
+        assert "**Context:** " in status and "of 40,000 tokens" in status
         assert await run.close_stdin() == 0
     users = [e["message"] for e in session_log(acp_agent.home, sid) if e["type"] == "user/message"]
     texts = [m["content"][0]["text"] for m in users if m.get("source", "user") == "user"]

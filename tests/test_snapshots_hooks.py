@@ -26,14 +26,14 @@ pytestmark = [pytest.mark.anyio]
 
 
 SAY_RESULT = {"text": "tool said: {tool_result}"}
-BASH_HELLO = {"tool": "bash", "args": {"command": "echo HELLO"}}
+BASH_HELLO = {"tool": "bash", "args": {"description": "Run a command", "command": "echo HELLO"}}
 SCRIPT = {
     "rules": [
         {"when": "^ping", "steps": [{"text": "PONG"}]},
         {"when": "^run echo once", "steps": [BASH_HELLO, SAY_RESULT]},
         {"when": "^retry echo", "steps": [BASH_HELLO, BASH_HELLO, SAY_RESULT]},
         {"when": "^create the file", "steps": [
-            {"tool": "bash", "args": {"command": "echo HELLO > created.txt && cat created.txt"}}, SAY_RESULT]},
+            {"tool": "bash", "args": {"description": "Run a command", "command": "echo HELLO > created.txt && cat created.txt"}}, SAY_RESULT]},
         {"when": "favorite color is teal", "steps": [{"text": "teal"}]},
         {"when": "^What is my favorite color", "steps": [{"text": "no idea"}]},
         {"when": "^Reply with the single word FIRST", "steps": [{"text": "FIRST"}]},
@@ -373,7 +373,7 @@ async def test_cancel_during_a_hook_kills_it(acp_agent, scripted):
     assert any(e["type"] == "turn/end" and e["reason"] == "aborted" for e in events)
 
 
-NESTED = 'r = await tools.bash(command="echo NESTED > nested.txt")\nreturn r["output"]'
+NESTED = 'r = await tools.bash(description="Run a command", command="echo NESTED > nested.txt")\nreturn r["output"]'
 CODE_SCRIPT = {"rules": [{"when": "^code", "steps": [
     {"tool": "run_code", "args": {"code": NESTED, "description": "one nested call"}},
     {"text": "program said: {tool_result}"}]}]}

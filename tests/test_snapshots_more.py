@@ -44,11 +44,11 @@ def _then(*steps: dict, say: str = "DONE") -> list[dict]:
 
 
 def _read(path: str, **extra: Any) -> dict:
-    return {"tool": "read", "args": {"path": path, **extra}}
+    return {"tool": "read", "args": {"file_path": path, **extra}}
 
 
 def _bash(command: str) -> dict:
-    return {"tool": "bash", "args": {"command": command}}
+    return {"tool": "bash", "args": {"description": "Run a command", "command": command}}
 
 
 # --------------------------------------------------------------------------------------- scripts
@@ -58,33 +58,33 @@ FS_SCRIPT = {
     "rules": [
         {"when": "^delete", "steps": _then(
             _read("deleted.txt"), _bash("rm deleted.txt"), _read("deleted.txt"),
-            {"tool": "write", "args": {"path": "deleted.txt", "content": "fresh\n"}})},
+            {"tool": "write", "args": {"file_path": "deleted.txt", "content": "fresh\n"}})},
         {"when": "^escalate", "steps": _then(
-            {"tool": "write", "args": {"path": "escalated.md", "content": "escalated\n",
+            {"tool": "write", "args": {"file_path": "escalated.md", "content": "escalated\n",
                                        "sandbox_permissions": "workspace-write",
                                        "justification": "the user asked to escalate this write"}})},
         {"when": "^window", "steps": _then(_read("big.txt", offset=5, limit=4))},
         {"when": "^overwrite", "steps": _then(
-            _read("data.txt"), {"tool": "write", "args": {"path": "data.txt", "content": "replaced\n"}})},
+            _read("data.txt"), {"tool": "write", "args": {"file_path": "data.txt", "content": "replaced\n"}})},
         {"when": "^glob", "steps": _then({"tool": "glob", "args": {"pattern": "**/*", "path": "tree"}},
                                          say="GLOB_SAMPLED")},
-        {"when": "^parallel", "steps": _then({"tools": [{"name": "read", "args": {"path": "a.txt"}},
-                                                        {"name": "read", "args": {"path": "b.txt"}}]})},
-        {"when": "^wide", "steps": _then({"tool": "read_image", "args": {"path": "wide.png"}}, say="WIDE")},
+        {"when": "^parallel", "steps": _then({"tools": [{"name": "read", "args": {"file_path": "a.txt"}},
+                                                        {"name": "read", "args": {"file_path": "b.txt"}}]})},
+        {"when": "^wide", "steps": _then({"tool": "read_image", "args": {"file_path": "wide.png"}}, say="WIDE")},
         {"when": "^root", "steps": _then(
-            {"tool": "write", "args": {"path": "session-root.txt", "content": "session root\n"}},
+            {"tool": "write", "args": {"file_path": "session-root.txt", "content": "session root\n"}},
             _bash("pwd && touch made-by-bash"))},
         {"when": "^append", "steps": _then(_bash("echo WORLD >> greeting.txt"), _bash("cat greeting.txt"))},
         # read-only: each call escalates once, so it runs one-shot through the Landlock launcher,
         # which prints the partial-enforcement notice before it execs the command
         {"when": "^landlock", "steps": _then(*[
-            {"tool": "bash", "args": {"command": command, "sandbox_permissions": "workspace-write",
+            {"tool": "bash", "args": {"description": "Run a command", "command": command, "sandbox_permissions": "workspace-write",
                                       "justification": "pin the partial Landlock path"}}
             for command in ("false", "echo out; echo err >&2; exit 125")], say="CHILD_EXIT_PRESERVED")},
         # max tokens while the second of two calls streams: neither runs; the next prompt goes on
         {"when": "^cut", "steps": [{"text": "Reading both. ", "finish": "length",
-                                    "tools": [{"name": "read", "args": {"path": "a.txt"}},
-                                              {"name": "read", "args": {"path": "b.txt"}}]}]},
+                                    "tools": [{"name": "read", "args": {"file_path": "a.txt"}},
+                                              {"name": "read", "args": {"file_path": "b.txt"}}]}]},
         {"when": "^continue", "steps": _then(_read("b.txt"), say="b says: {tool_result}")},
     ],
 }

@@ -288,11 +288,11 @@ def _pgid(pid: int) -> int | None:
 OUTSIDE = "/var/tmp/dsh-stdio-escalation.txt"
 BASH_ESCALATION = {
     "rules": [{"when": "escalate", "steps": [
-        {"tool": "bash", "args": {"description": "Run a command", "command": f"echo escalated > {OUTSIDE}",
+        {"tool": "bash", "args": {"description": "Run the command", "command": f"echo escalated > {OUTSIDE}",
                                   "sandbox_permissions": "danger-full-access",
                                   "justification": "the report lives outside the workspace"}},
         {"text": "model saw: {tool_result}"}]}],
-    "default": [{"tool": "bash", "args": {"description": "Run a command", "command": f"echo confined > {OUTSIDE}"}}, {"text": "model saw: {tool_result}"}],
+    "default": [{"tool": "bash", "args": {"description": "Run the command", "command": f"echo confined > {OUTSIDE}"}}, {"text": "model saw: {tool_result}"}],
 }
 
 
@@ -326,7 +326,7 @@ async def test_bash_escalation_is_one_shot_over_acp(acp_agent, scripted, answer,
             (_, tool_call, _) = client.permission_requests[0]
             assert tool_call.kind == "execute"
             assert tool_call.title == f"bash: echo escalated > {OUTSIDE} → danger-full-access"
-            assert tool_call.raw_input == {"description": "Run a command", "command": f"echo escalated > {OUTSIDE}",
+            assert tool_call.raw_input == {"description": "Run the command", "command": f"echo escalated > {OUTSIDE}",
                                            "tier": "danger-full-access",
                                            "justification": "the report lives outside the workspace"}
     finally:

@@ -189,7 +189,7 @@ def _then_say(*steps):
 TOOLS_SCRIPT = {
     "rules": [
         {"when": "^bash", "steps": _then_say(
-            {"tool": "bash", "args": {"description": "Run a command", "command": "echo hello > greeting.txt && cat greeting.txt"}})},
+            {"tool": "bash", "args": {"description": "Run the command", "command": "echo hello > greeting.txt && cat greeting.txt"}})},
         {"when": "^read", "steps": _then_say({"tool": "read", "args": {"file_path": "notes.txt"}})},
         {"when": "^write", "steps": _then_say(
             {"tool": "write", "args": {"file_path": "out/new.txt", "content": "fresh\n"}})},
@@ -202,9 +202,9 @@ TOOLS_SCRIPT = {
             {"tool": "edit", "args": {"file_path": "notes.txt", "old_string": "beta", "new_string": "BETA"}},
             {"text": "second try: {tool_result}"}]},
         {"when": "^spill", "steps": _then_say(
-            {"tool": "bash", "args": {"description": "Run a command", "command": "for i in $(seq 1 20000); do echo line-$i; done"}})},
+            {"tool": "bash", "args": {"description": "Run the command", "command": "for i in $(seq 1 20000); do echo line-$i; done"}})},
         {"when": "run forever", "steps": [
-            {"tool": "bash", "args": {"description": "Run a command", "command": "touch started.txt; sleep 60 & sleep 60"}}]},
+            {"tool": "bash", "args": {"description": "Run the command", "command": "touch started.txt; sleep 60 & sleep 60"}}]},
     ]
 }
 
@@ -330,15 +330,15 @@ TEXT_ROUTE_SCRIPT = {**VISION_SCRIPT, "capabilities": {"image_input": False}}
 ESCALATION_TARGET = "/var/tmp/dsh-snapshot-escalation.txt"
 ESCALATION_SCRIPT = {
     "rules": [{"when": "escalate", "steps": [
-        {"tool": "bash", "args": {"description": "Run a command", "command": f"echo escalated > {ESCALATION_TARGET} && cat {ESCALATION_TARGET}",
+        {"tool": "bash", "args": {"description": "Run the command", "command": f"echo escalated > {ESCALATION_TARGET} && cat {ESCALATION_TARGET}",
                                   "sandbox_permissions": "danger-full-access",
                                   "justification": "write the report outside the workspace"}},
         {"text": "tool said: {tool_result}"}]}],
 }
 
 CODE_TURN = """\
-first = await tools.bash(description="Run a command", command="echo CODE_ONE")
-second = await tools.bash(description="Run a command", command="echo CODE_TWO")
+first = await tools.bash(description="Run the command", command="echo CODE_ONE")
+second = await tools.bash(description="Run the command", command="echo CODE_TWO")
 print("captured output")
 return first["output"].strip() + "+" + second["output"].strip()
 """
@@ -353,7 +353,7 @@ CODE_SCRIPT = {
             {"text": "program said: {tool_result}"}]},
         {"when": "^both", "steps": [
             {"tool": "read", "args": {"file_path": "notes.txt"}},
-            {"tool": "run_code", "args": {"code": 'r = await tools.bash(description="Run a command", command="wc -l < notes.txt")\n'
+            {"tool": "run_code", "args": {"code": 'r = await tools.bash(description="Run the command", command="wc -l < notes.txt")\n'
                                                   'return "lines: " + r["output"].strip()',
                                           "description": "count the lines"}},
             {"text": "program said: {tool_result}"}]},
@@ -370,7 +370,7 @@ CODE_VISION_SCRIPT = {**CODE_SCRIPT, "capabilities": {"image_input": True}}
 # take ~3100 of it; it was 4000 before acp-agent mounted the subagent, workflow, skill and web
 # tools, 4800 before the job tools), so a handful of 800-byte tool results passes the 0.8
 # threshold; the summary call is a separate request whose only message starts with "<transcript>".
-_BURST = {"tool": "bash", "args": {"description": "Run a command", "command": "head -c 800 /dev/zero | tr '\\0' x"}}
+_BURST = {"tool": "bash", "args": {"description": "Run the command", "command": "head -c 800 /dev/zero | tr '\\0' x"}}
 _SUMMARY_OK = {"when": "^<transcript>", "steps": [{"text": "SUMMARY: the user asked for output bursts; they came."}]}
 COMPACTION_SCRIPT = {
     "capabilities": {"context_window": 5400},

@@ -26,14 +26,14 @@ pytestmark = [pytest.mark.anyio]
 
 
 SAY_RESULT = {"text": "tool said: {tool_result}"}
-BASH_HELLO = {"tool": "bash", "args": {"description": "Run a command", "command": "echo HELLO"}}
+BASH_HELLO = {"tool": "bash", "args": {"description": "Run the command", "command": "echo HELLO"}}
 SCRIPT = {
     "rules": [
         {"when": "^ping", "steps": [{"text": "PONG"}]},
         {"when": "^run echo once", "steps": [BASH_HELLO, SAY_RESULT]},
         {"when": "^retry echo", "steps": [BASH_HELLO, BASH_HELLO, SAY_RESULT]},
         {"when": "^create the file", "steps": [
-            {"tool": "bash", "args": {"description": "Run a command", "command": "echo HELLO > created.txt && cat created.txt"}}, SAY_RESULT]},
+            {"tool": "bash", "args": {"description": "Run the command", "command": "echo HELLO > created.txt && cat created.txt"}}, SAY_RESULT]},
         {"when": "favorite color is teal", "steps": [{"text": "teal"}]},
         {"when": "^What is my favorite color", "steps": [{"text": "no idea"}]},
         {"when": "^Reply with the single word FIRST", "steps": [{"text": "FIRST"}]},
@@ -127,11 +127,12 @@ def pretool_block(file, dialect):
         assert sent["hook_event_name"] == "PreToolUse" and sent["tool_name"] == "bash"
         assert sent["session_id"] == sids[0] and sent["cwd"] == str(run.cwd)
         assert sent["transcript_path"] == str(run.home / "sessions" / f"{sids[0]}.jsonl")
+        sent_input = {"description": "Run the command", "command": "echo HELLO > created.txt && cat created.txt"}
         if dialect == "codex":
-            assert sent["tool_input"] == {"command": "echo HELLO > created.txt && cat created.txt"}
+            assert sent["tool_input"] == sent_input  # exactly as the model sent it
             assert sent["turn_id"] == "1" and sent["model"]
         else:
-            assert sent["tool_input"] == {"command": "echo HELLO > created.txt && cat created.txt"}
+            assert sent["tool_input"] == sent_input
             assert "turn_id" not in sent
 
     return body
@@ -373,7 +374,7 @@ async def test_cancel_during_a_hook_kills_it(acp_agent, scripted):
     assert any(e["type"] == "turn/end" and e["reason"] == "aborted" for e in events)
 
 
-NESTED = 'r = await tools.bash(description="Run a command", command="echo NESTED > nested.txt")\nreturn r["output"]'
+NESTED = 'r = await tools.bash(description="Run the command", command="echo NESTED > nested.txt")\nreturn r["output"]'
 CODE_SCRIPT = {"rules": [{"when": "^code", "steps": [
     {"tool": "run_code", "args": {"code": NESTED, "description": "one nested call"}},
     {"text": "program said: {tool_result}"}]}]}
@@ -487,7 +488,8 @@ async def test_post_tool_hook_sees_a_run_code_nested_call(acp_agent, scripted, m
     assert (cwd / "nested.txt").exists()  # the nested call ran; its hook came after
     sent = payload(cwd, ".nested-post.json")
     assert sent["hook_event_name"] == "PostToolUse" and sent["tool_name"] == "bash"
-    assert ":code:" in sent["tool_use_id"] and sent["tool_input"] == {"command": "echo NESTED > nested.txt"}
+    assert ":code:" in sent["tool_use_id"] and sent["tool_input"] == {"description": "Run the command",
+                                                                 "command": "echo NESTED > nested.txt"}
     events = _events(acp_agent.home, sids[0])
     (dispatch,) = [e for e in events if e["type"] == "tool/code-dispatch"]
     if mode == "block":

@@ -48,7 +48,7 @@ def _read(path: str, **extra: Any) -> dict:
 
 
 def _bash(command: str) -> dict:
-    return {"tool": "bash", "args": {"description": "Run a command", "command": command}}
+    return {"tool": "bash", "args": {"description": "Run the command", "command": command}}
 
 
 # --------------------------------------------------------------------------------------- scripts
@@ -78,7 +78,7 @@ FS_SCRIPT = {
         # read-only: each call escalates once, so it runs one-shot through the Landlock launcher,
         # which prints the partial-enforcement notice before it execs the command
         {"when": "^landlock", "steps": _then(*[
-            {"tool": "bash", "args": {"description": "Run a command", "command": command, "sandbox_permissions": "workspace-write",
+            {"tool": "bash", "args": {"description": "Run the command", "command": command, "sandbox_permissions": "workspace-write",
                                       "justification": "pin the partial Landlock path"}}
             for command in ("false", "echo out; echo err >&2; exit 125")], say="CHILD_EXIT_PRESERVED")},
         # max tokens while the second of two calls streams: neither runs; the next prompt goes on

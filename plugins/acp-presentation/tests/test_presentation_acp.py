@@ -15,7 +15,7 @@ EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 SCRIPT = {"default": [
     {"reasoning": "First write the notes, then look at them.",
      "tools": [{"name": "write", "args": {"file_path": "notes.txt", "content": "one\ntwo\n"}},
-               {"name": "bash", "args": {"description": "Run a command", "command": "cat notes.txt"}},
+               {"name": "bash", "args": {"description": "Run the command", "command": "cat notes.txt"}},
                {"name": "edit", "args": {"file_path": "notes.txt", "old_string": "two", "new_string": "2"}},
                {"name": "read", "args": {"file_path": "missing.txt"}}]},
     {"tool": "todo_write", "args": {"todos": [{"content": "write the notes", "status": "completed"},

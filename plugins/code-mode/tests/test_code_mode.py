@@ -32,7 +32,7 @@ def _text(result: ToolResultEvent) -> str:
 async def test_a_program_writes_through_tools_and_reads_back_through_bash(code_host, workspace):
     code = textwrap.dedent('''
         w = await tools.write(file_path="notes/a.txt", content="alpha\\n")
-        b = await tools.bash(description="Run a command", command="cat notes/a.txt && echo beta")
+        b = await tools.bash(description="Run the command", command="cat notes/a.txt && echo beta")
         print("wrote", w["bytes"], "bytes; created:", w["created"])
         return b["output"].strip() + f" (exit {b['exit_code']})"
     ''')
@@ -46,7 +46,7 @@ async def test_a_program_writes_through_tools_and_reads_back_through_bash(code_h
     assert [s.call_id for s in starts] == ["call_1:code:1", "call_1:code:2"]
     assert [(d.name, d.is_error, json.loads(d.arguments)) for d in dispatches] == [
         ("write", False, {"file_path": "notes/a.txt", "content": "alpha\n"}),
-        ("bash", False, {"description": "Run a command", "command": "cat notes/a.txt && echo beta"}),
+        ("bash", False, {"description": "Run the command", "command": "cat notes/a.txt && echo beta"}),
     ]
     assert dispatches[1].result[0].text == "alpha\nbeta\n"  # the native result, recorded durably
     assert all(d.parent_call_id == "call_1" for d in starts + dispatches)
@@ -55,7 +55,7 @@ async def test_a_program_writes_through_tools_and_reads_back_through_bash(code_h
 
 
 async def test_code_mode_offers_only_run_code_and_points_direct_calls_at_it(code_host):
-    steps = [{"tool": "bash", "args": {"description": "Run a command", "command": "echo hi"}}, {"text": "{tool_result}"}]
+    steps = [{"tool": "bash", "args": {"description": "Run the command", "command": "echo hi"}}, {"text": "{tool_result}"}]
     async with code_host(steps) as turn:
         await turn.agent.wait_idle()
     (header,) = turn.of(RequestHeader)
@@ -71,8 +71,8 @@ async def test_code_mode_offers_only_run_code_and_points_direct_calls_at_it(code
 
 
 async def test_both_mode_offers_the_native_tools_and_run_code(code_host):
-    steps = [{"tool": "bash", "args": {"description": "Run a command", "command": "echo native"}},
-             run('return (await tools.bash(description="Run a command", command="echo coded"))["output"]'), {"text": "{tool_result}"}]
+    steps = [{"tool": "bash", "args": {"description": "Run the command", "command": "echo native"}},
+             run('return (await tools.bash(description="Run the command", command="echo coded"))["output"]'), {"text": "{tool_result}"}]
     async with code_host(steps, mode="both") as turn:
         await turn.agent.wait_idle()
     (header,) = turn.of(RequestHeader)
@@ -137,7 +137,7 @@ async def test_an_uncaught_tool_call_error_fails_the_run(code_host):
 
 
 async def test_bash_does_not_raise_for_a_non_zero_exit(code_host):
-    code = 'r = await tools.bash(description="Run a command", command="echo oops; exit 3")\nreturn [r["exit_code"], r["output"], r["timed_out"]]'
+    code = 'r = await tools.bash(description="Run the command", command="echo oops; exit 3")\nreturn [r["exit_code"], r["output"], r["timed_out"]]'
     async with code_host([run(code), {"text": "{tool_result}"}]) as turn:
         await turn.agent.wait_idle()
     assert json.loads(_text(_result(turn))) == [3, "oops\n", False]
@@ -205,7 +205,7 @@ async def test_gathered_reads_overlap_and_writes_run_alone_in_order(code_host, w
 async def test_outstanding_calls_are_cancelled_and_drained_when_the_program_ends(code_host):
     code = textwrap.dedent('''
         import asyncio
-        asyncio.ensure_future(tools.bash(description="Run a command", command="sleep 30"))
+        asyncio.ensure_future(tools.bash(description="Run the command", command="sleep 30"))
         await asyncio.sleep(0.3)
         return "left early"
     ''')
@@ -225,7 +225,7 @@ async def test_unknown_attribute_on_tools_names_the_tools(code_host):
 
 
 async def test_the_model_history_holds_only_the_outer_result(code_host):
-    async with code_host([run('await tools.bash(description="Run a command", command="echo secret-$((40+2))")\nreturn "outer"'),
+    async with code_host([run('await tools.bash(description="Run the command", command="echo secret-$((40+2))")\nreturn "outer"'),
                           {"text": "{tool_result}"}]) as turn:
         await turn.agent.wait_idle()
     history = turn.agent._history

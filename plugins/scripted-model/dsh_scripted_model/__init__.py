@@ -56,7 +56,7 @@ ERRORS: dict[str, tuple[str, str, bool, int]] = {
 
 _SUBST = re.compile(r"\{(prompt|tool_result|cwd|started_id)\}")
 # What a tool result says when something keeps running after it (a background subagent, a job).
-_STARTED = re.compile(r"\b(?:started subagent|job id) ([A-Za-z0-9_:-]*[A-Za-z0-9])")
+_STARTED = re.compile(r"\b(?:started subagent|started background job|job id) ([A-Za-z0-9_:-]*[A-Za-z0-9])")
 
 
 class Step(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -199,7 +199,8 @@ class _Values(dict[str, str]):
 
 
 def _started_id(messages: Any) -> str:
-    """The id the latest ``started subagent <id>`` (or ``job id <id>``) tool result named; "" for none."""
+    """The id the latest ``started subagent <id>`` (or ``started background job <id>``, ``job id <id>``)
+    tool result named; "" for none."""
     for m in reversed(messages):
         if isinstance(m, ToolResultMessage):
             found = _STARTED.search(_flatten(m.content))

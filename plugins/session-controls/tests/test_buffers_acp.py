@@ -43,7 +43,7 @@ SCRIPT = {"default": [
     {"tool": "edit", "args": {"file_path": "notes.txt", "old_string": "unsaved", "new_string": "edited"}},
     {"tool": "write", "args": {"file_path": "new.txt", "content": "fresh\n"}},
     {"tool": "read", "args": {"file_path": "/etc/hostname"}},
-    {"tool": "bash", "args": {"description": "Run a command", "command": "cat notes.txt"}},
+    {"tool": "bash", "args": {"description": "Run the command", "command": "cat notes.txt"}},
     {"text": "done: {tool_result}"},
 ]}
 

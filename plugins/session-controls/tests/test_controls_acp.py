@@ -185,8 +185,8 @@ async def test_a_narrower_mode_confines_commands_on_every_mechanism(acp_agent, s
     bubblewrap and under Landlock alone, and in plan mode even an escalation is refused unasked."""
     require_mechanism(mechanism)
     script = scripted({"rules": [{"when": "^touch", "steps": [
-        {"tool": "bash", "args": {"description": "Run a command", "command": "touch made.txt; echo > made-too.txt; ls"}},
-        {"tool": "bash", "args": {"description": "Run a command", "command": "touch escalated.txt", "sandbox_permissions": "danger-full-access",
+        {"tool": "bash", "args": {"description": "Run the command", "command": "touch made.txt; echo > made-too.txt; ls"}},
+        {"tool": "bash", "args": {"description": "Run the command", "command": "touch escalated.txt", "sandbox_permissions": "danger-full-access",
                                   "justification": "needs to write"}},
         {"text": "done"}]}]})
     client = Recorder(permission_answers=["reject-once"])

@@ -366,14 +366,14 @@ CODE_SCRIPT = {
 }
 CODE_VISION_SCRIPT = {**CODE_SCRIPT, "capabilities": {"image_input": True}}
 
-# Compaction (plugins/compaction): a 5400-token window (the tools' schemas and the system prompt
-# take ~3100 of it; it was 4000 before acp-agent mounted the subagent, workflow, skill and web
-# tools, 4800 before the job tools), so a handful of 800-byte tool results passes the 0.8
+# Compaction (plugins/compaction): a 5700-token window (the tools' schemas and the system prompt
+# take ~3400 of it; it was 4000 before acp-agent mounted the subagent, workflow, skill and web
+# tools, 4800 before the job tools, 5400 before the original's bash and file-tool descriptions), so a handful of 800-byte tool results passes the 0.8
 # threshold; the summary call is a separate request whose only message starts with "<transcript>".
 _BURST = {"tool": "bash", "args": {"description": "Run the command", "command": "head -c 800 /dev/zero | tr '\\0' x"}}
 _SUMMARY_OK = {"when": "^<transcript>", "steps": [{"text": "SUMMARY: the user asked for output bursts; they came."}]}
 COMPACTION_SCRIPT = {
-    "capabilities": {"context_window": 5400},
+    "capabilities": {"context_window": 5700},
     "rules": [
         _SUMMARY_OK,
         {"when": "^grow", "steps": [*[_BURST] * 7, {"text": "still here"}]},
@@ -558,7 +558,7 @@ def test_read_spill_scenario_spills_the_whole_file():
 def test_escalation_scenarios_run_the_command_only_when_approved():
     approved = [e for e in _fixture("bash-escalation-approved")[0] if e["type"] == "tool/result"]
     rejected = [e for e in _fixture("bash-escalation-rejected")[0] if e["type"] == "tool/result"]
-    assert [e["result"]["content"][0]["text"] for e in approved] == ["escalated"]  # cat of the file it wrote
+    assert [e["result"]["content"][0]["text"] for e in approved] == ["escalated\n"]  # cat of the file it wrote
     assert [e.get("code") for e in rejected] == ["ESCALATION_REJECTED"]
 
 

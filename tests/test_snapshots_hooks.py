@@ -145,7 +145,7 @@ async def sc_cc_pretool_ask(run, sids):
     await _ask(run, sids[0], "create the file")
     assert not (run.cwd / "created.txt").exists()
     ((_, tool_call, _),) = run.client.permission_requests  # one one-shot question, answered reject-once
-    assert tool_call.raw_input == {"command": "echo HELLO > created.txt && cat created.txt"}
+    assert tool_call.raw_input == {"description": "Run the command", "command": "echo HELLO > created.txt && cat created.txt"}
     assert tool_call.kind == "execute"  # what bash's own escalation request would say
     assert tool_call.title == "bash: echo HELLO > created.txt && cat created.txt — bash requires manual approval in this session"
 
@@ -325,7 +325,7 @@ async def test_hanging_hook_is_killed_at_its_timeout(acp_agent, scripted):
         started = time.monotonic()
         assert (await _ask(run, sids[0], "run echo once")).stop_reason == "end_turn"
         took = time.monotonic() - started
-        assert run.client.text(sids[0]) == ["tool said: HELLO"]  # the turn went on: the tool ran
+        assert run.client.text(sids[0]) == ["tool said: HELLO\n"]  # the turn went on: the tool ran
     assert (cwd / "hook-started").exists() and took < 4.5, took
     # killed, not left running: when the turn has settled, no process of the hook is alive
     # (checked on the host's /proc, which sees bubblewrap's processes too; no sleep to wait out)
@@ -440,7 +440,7 @@ async def test_continue_false_stops_the_turn(acp_agent, scripted, file, event, s
                             "reason": "paused for review by the release hook"}
     (tool_result,) = [e for e in events if e["type"] == "tool/result"]
     said = tool_result["result"]["content"][0]["text"]
-    assert said == ("HELLO" if ran else "Error: not run: a hook stopped the turn")
+    assert said == ("HELLO\n" if ran else "Error: not run: a hook stopped the turn")
     model_saw = [json.dumps(e) for e in events if e["type"] in ("user/message", "tool/result", "assistant/message")]
     assert not any("release hook" in m for m in model_saw)
 
@@ -456,7 +456,7 @@ async def test_updated_input_and_system_message_are_warned_once_per_file(acp_age
     async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
         await _open(run, sids := [])
         await _ask(run, sids[0], "retry echo")  # two bash calls, two hook runs
-        assert run.client.text(sids[0]) == ["tool said: HELLO"]
+        assert run.client.text(sids[0]) == ["tool said: HELLO\n"]
         err = run.stderr.decode()
     assert err.count("returned updatedInput") == 1 and err.count("returned systemMessage") == 1, err
     assert f"{cwd / CC}: a PreToolUse hook returned updatedInput" in err
@@ -565,7 +565,8 @@ def test_pretool_ask_scenario_asks_once_and_is_rejected():
     asks = [f for f in map(json.loads, stdout.splitlines()) if f.get("method") == "session/request_permission"]
     (ask,) = asks
     call = ask["params"]["toolCall"]
-    assert call["kind"] == "execute" and call["rawInput"] == {"command": "echo HELLO > created.txt && cat created.txt"}
+    assert call["kind"] == "execute" and call["rawInput"] == {"description": "Run the command",
+                                                              "command": "echo HELLO > created.txt && cat created.txt"}
     assert call["title"].endswith("— bash requires manual approval in this session")
     assert not [r for r in log if r["type"] == "tool/result" and not r["result"]["isError"]]
 

@@ -127,12 +127,12 @@ def pretool_block(file, dialect):
         assert sent["hook_event_name"] == "PreToolUse" and sent["tool_name"] == "bash"
         assert sent["session_id"] == sids[0] and sent["cwd"] == str(run.cwd)
         assert sent["transcript_path"] == str(run.home / "sessions" / f"{sids[0]}.jsonl")
-        sent_input = {"description": "Run the command", "command": "echo HELLO > created.txt && cat created.txt"}
-        if dialect == "codex":
-            assert sent["tool_input"] == sent_input  # exactly as the model sent it
+        command = "echo HELLO > created.txt && cat created.txt"
+        if dialect == "codex":  # Codex's shape for every tool: the command alone
+            assert sent["tool_input"] == {"command": command}
             assert sent["turn_id"] == "1" and sent["model"]
-        else:
-            assert sent["tool_input"] == sent_input
+        else:  # Claude Code's: the arguments exactly as the model sent them
+            assert sent["tool_input"] == {"description": "Run the command", "command": command}
             assert "turn_id" not in sent
 
     return body
@@ -274,6 +274,26 @@ def test_every_hook_scenario_replays_from_its_directory():
 
 def _events(home: Path, sid: str) -> list[dict]:
     return [json.loads(line) for line in (home / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
+
+
+WRITE_NOTE = {"file_path": "note.txt", "content": "hi\n"}
+WRITE_SCRIPT = {"rules": [{"when": "^write", "steps": [{"tool": "write", "args": WRITE_NOTE}, SAY_RESULT]}]}
+
+
+async def test_hooks_see_a_file_tool_call_as_the_model_sent_it(acp_agent, scripted):
+    """A Claude Code hook gets ``tool_input`` exactly as the model sent it (the original's
+    ``file_path``); a Codex hook gets Codex's shape for every tool, ``{command}`` ('' for a file tool)."""
+    cwd = acp_agent.work
+    seed(cwd, CC, {"PreToolUse": [("write", "cc.sh")]}, {"cc.sh": "#!/bin/sh\ncat > .cc-payload.json\n"})
+    seed(cwd, CODEX, {"PreToolUse": [("write", "codex.sh")]}, {"codex.sh": "#!/bin/sh\ncat > .codex-payload.json\n"})
+    async with acp_agent(scripted(WRITE_SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        await _open(run, sids := [])
+        await _ask(run, sids[0], "write the note")
+    assert (cwd / "note.txt").read_text() == "hi\n"
+    cc, codex = payload(cwd, ".cc-payload.json"), payload(cwd, ".codex-payload.json")
+    assert cc["tool_name"] == codex["tool_name"] == "write"
+    assert cc["tool_input"] == WRITE_NOTE and list(cc["tool_input"]) == ["file_path", "content"]
+    assert codex["tool_input"] == {"command": ""}
 
 
 async def test_pretool_deny_from_claude_settings(acp_agent, scripted):

@@ -108,16 +108,10 @@ def _grep(base: str, rx: re.Pattern[str], name_glob: str | list[str] | None, cwd
 
     def scan(path: str) -> bool:
         nonlocal seen
-        try:
-            if os.path.getsize(path) > GREP_MAX_FILE:
-                return False
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
+        text = _text_of(path)
+        if text is None:
             return False
-        if b"\0" in data[:8192]:
-            return False
-        for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+        for n, line in enumerate(text.splitlines(), start=1):
             if rx.search(line):
                 seen += 1
                 if seen > GREP_COUNT_MAX:
@@ -143,6 +137,18 @@ def _grep(base: str, rx: re.Pattern[str], name_glob: str | list[str] | None, cwd
             if scan(path):
                 return out, seen
     return out, seen
+
+
+def _text_of(path: str) -> str | None:
+    """A searchable file's text: None for one too large, unreadable or binary."""
+    try:
+        if os.path.getsize(path) > GREP_MAX_FILE:
+            return None
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return None if b"\0" in data[:8192] else data.decode("utf-8", errors="replace")
 
 
 def _included(name: str, rel: str, globs: str | list[str]) -> bool:

@@ -92,15 +92,6 @@ def str_arg(args: dict[str, Any], key: str, *, required: bool = True, allow_empt
     return v
 
 
-def int_arg(args: dict[str, Any], key: str, default: int, *, minimum: int = 0) -> int:
-    v = args.get(key, default)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ToolError(f"argument {key!r} must be an integer ≥ {minimum}", code="INVALID_ARGUMENTS")
-    return v
-
-
 def positive_ms(args: dict[str, Any], key: str, default: int) -> int:
     """A JSON ``number`` of milliseconds, > 0 (a fraction is rounded up to a whole ms)."""
     v = args.get(key)

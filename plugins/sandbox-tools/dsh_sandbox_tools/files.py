@@ -110,10 +110,10 @@ class ReadTool(SandboxTool):
             raise ToolError(f"{raw} does not exist (paths are relative to {ctx.cwd})", code="NOT_FOUND") from None
         except PermissionError:
             raise ToolError(f"{raw}: permission denied", code="PERMISSION_DENIED") from None
+        if not text and offset > max(total, 1):  # not a read of the file: edit still needs one
+            raise ToolError(f'offset {offset} is out of range for "{path}" ({total} lines)', code="OUT_OF_RANGE")
         self.sb.reads(ctx.agent)[os.path.realpath(path)] = mtime
         data = {"path": raw, "text": "".join(exact), "first_line": first, "last_line": last, "total_lines": total}
-        if not text and offset > max(total, 1):
-            raise ToolError(f'offset {offset} is out of range for "{path}" ({total} lines)', code="OUT_OF_RANGE")
         if last < total:
             footer = f"(Showing lines {first}-{last} of {total}. Use offset={last + 1} to continue.)"
         else:

@@ -43,8 +43,10 @@ async def test_read_window_and_edit_rules(root: Path) -> None:
         assert text(out) == (f"<path>{f}</path>\n<type>file</type>\n<content>\n3: line 3\n4: line 4\n\n"
                              "(Showing lines 3-4 of 10. Use offset=5 to continue.)\n</content>")
         assert (await s.call("read", file_path="f.txt", offset=1.5)).code == "INVALID_ARGUMENTS"
-        out = await s.call("read", file_path="f.txt", offset=11)
+        fresh = Session(host, root)
+        out = await fresh.call("read", file_path="f.txt", offset=11)
         assert out.code == "OUT_OF_RANGE" and text(out) == f'Error: offset 11 is out of range for "{f}" (10 lines)'
+        assert (await fresh.call("edit", file_path="f.txt", old_string="line 1", new_string="x")).code == "NOT_READ"
         out = await s.call("read", file_path="f.txt", offset=9)
         assert text(out).endswith("\n9: line 9\n10: line 10\n\n(End of file - total 10 lines)\n</content>")
         out = await s.call("edit", file_path="f.txt", old_string="line 3\n", new_string="LINE 3\n")

@@ -55,14 +55,14 @@ async def main(repeat: int, mechanism: str) -> None:
                 assert not out.is_error, out.content
                 return took, out
 
-            await call("bash", {"command": "true"})  # the session's command server starts once
+            await call("bash", {"description": "Run the command", "command": "true"})  # the session's command server starts once
 
             # 1. job_output on 10 MB
             out_times, peaks, naive_times, naive_peaks = [], [], [], []
             for i in range(max(3, repeat // 5)):
-                _, started = await call("bash", {"command": f"head -c {MB10} /dev/zero | tr '\\0' x",
+                _, started = await call("bash", {"description": "Run the command", "command": f"head -c {MB10} /dev/zero | tr '\\0' x",
                                                  "run_in_background": True})
-                jid = started.content[0].text.split()[2].rstrip(":")
+                jid = started.content[0].text.split()[-1]
                 job = registry_of(host).get(agent, jid)
                 await job.wait()
                 assert job.log.size == MB10
@@ -82,11 +82,11 @@ async def main(repeat: int, mechanism: str) -> None:
             # 2. start a background job vs a foreground `true`
             fg, bg, whole = [], [], []
             for _ in range(repeat):
-                fg.append((await call("bash", {"command": "true"}))[0])
+                fg.append((await call("bash", {"description": "Run the command", "command": "true"}))[0])
                 t0 = time.perf_counter()
-                took, started = await call("bash", {"command": "true", "run_in_background": True})
+                took, started = await call("bash", {"description": "Run the command", "command": "true", "run_in_background": True})
                 bg.append(took)
-                await registry_of(host).get(agent, started.content[0].text.split()[2].rstrip(":")).wait()
+                await registry_of(host).get(agent, started.content[0].text.split()[-1]).wait()
                 whole.append(ms(t0))
 
     med = statistics.median

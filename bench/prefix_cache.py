@@ -81,13 +81,13 @@ def script() -> list[Turn]:
     turns = []
     for i in range(CALLS - 1):
         if i % 3 == 0:
-            calls = [("read", json.dumps({"path": f"src/m{i}.py"}))]
+            calls = [("read", json.dumps({"file_path": f"src/m{i}.py"}))]
         elif i % 3 == 1:
             calls = [("grep", json.dumps({"pattern": f"def f{i}_", "path": "src"})),
-                     ("read", json.dumps({"path": f"tests/test_m{i}.py"}))]
+                     ("read", json.dumps({"file_path": f"tests/test_m{i}.py"}))]
         else:
             calls = [("glob", json.dumps({"pattern": f"**/*m{i}*.py"})),
-                     ("read", json.dumps({"path": f"src/m{i}.py", "offset": 5, "limit": 10})),
+                     ("read", json.dumps({"file_path": f"src/m{i}.py", "offset": 5, "limit": 10})),
                      ("grep", json.dumps({"pattern": "TODO", "path": f"src/m{i}.py"}))]
         turns.append(Turn(reasoning=f"Step {i}: look at module {i} and its test.", tool_calls=calls))
     turns.append(Turn(reasoning="All modules inspected.", content=f"Checked {CALLS - 1} modules; every TODO is a bounds check."))

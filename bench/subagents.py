@@ -217,7 +217,7 @@ def teardown_kill(work: Path, n: int = 6) -> tuple[int, int]:
         {"when": "^fan out", "steps": [{"tools": [{"name": "subagent", "args": {"description": f"c{i}",
                                                                                  "prompt": f"child {i}"}}
                                                   for i in range(n)]}, {"text": "started"}]},
-        {"when": "^child", "steps": [{"tool": "bash", "args": {"command": f"sleep 600.{marker}", "timeout": 600}},
+        {"when": "^child", "steps": [{"tool": "bash", "args": {"description": "Run the command", "command": f"sleep 600.{marker}", "timeout": 600}},
                                      {"text": "done"}]}]}))
     env = {**os.environ, **EXAMPLES, "DSH_HOME": str(work / "home-kill")}
     proc = subprocess.Popen([sys.executable, "-m", "dsh_core.cli", "run", "--example", "acp-agent", "--provider",

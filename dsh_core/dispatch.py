@@ -218,7 +218,7 @@ class ToolDispatch(AgentBase):
 
 def _subject(args: dict[str, Any], reason: str) -> str:
     """What a person judging the call reads: what it acts on, then why it is asked."""
-    for key in ("command", "path", "pattern", "description"):
+    for key in ("command", "file_path", "path", "pattern", "description"):
         if isinstance(args.get(key), str):
             return f"{args[key]} — {reason}"
     return reason

@@ -288,11 +288,11 @@ def _pgid(pid: int) -> int | None:
 OUTSIDE = "/var/tmp/dsh-stdio-escalation.txt"
 BASH_ESCALATION = {
     "rules": [{"when": "escalate", "steps": [
-        {"tool": "bash", "args": {"command": f"echo escalated > {OUTSIDE}",
+        {"tool": "bash", "args": {"description": "Run the command", "command": f"echo escalated > {OUTSIDE}",
                                   "sandbox_permissions": "danger-full-access",
                                   "justification": "the report lives outside the workspace"}},
         {"text": "model saw: {tool_result}"}]}],
-    "default": [{"tool": "bash", "args": {"command": f"echo confined > {OUTSIDE}"}}, {"text": "model saw: {tool_result}"}],
+    "default": [{"tool": "bash", "args": {"description": "Run the command", "command": f"echo confined > {OUTSIDE}"}}, {"text": "model saw: {tool_result}"}],
 }
 
 
@@ -326,7 +326,8 @@ async def test_bash_escalation_is_one_shot_over_acp(acp_agent, scripted, answer,
             (_, tool_call, _) = client.permission_requests[0]
             assert tool_call.kind == "execute"
             assert tool_call.title == f"bash: echo escalated > {OUTSIDE} → danger-full-access"
-            assert tool_call.raw_input == {"command": f"echo escalated > {OUTSIDE}", "tier": "danger-full-access",
+            assert tool_call.raw_input == {"description": "Run the command", "command": f"echo escalated > {OUTSIDE}",
+                                           "tier": "danger-full-access",
                                            "justification": "the report lives outside the workspace"}
     finally:
         Path(OUTSIDE).unlink(missing_ok=True)
@@ -340,7 +341,7 @@ async def test_a_write_escalation_shows_why_and_the_diff(acp_agent, scripted, tm
     (outside / "notes.txt").write_text("old line\n")
     client = Recorder(permission_answers=["reject-once"])
     script = scripted({"default": [{"tool": "write", "args": {
-        "path": str(outside / "notes.txt"), "content": "new line\n", "sandbox_permissions": "danger-full-access",
+        "file_path": str(outside / "notes.txt"), "content": "new line\n", "sandbox_permissions": "danger-full-access",
         "justification": "the notes live outside the workspace"}}, {"text": "{tool_result}"}]})
     async with acp_agent(script, client=client, env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
         sid = await run.start()
@@ -358,7 +359,7 @@ async def test_cancelling_a_running_bash_kills_its_grandchild(acp_agent, scripte
     require_mechanism(mechanism)
     marker = f"{os.getpid() % 1000}.{time.time_ns() % 10**6}"  # a unique sleep length to find the processes by
     script = scripted({"default": [{"tool": "bash", "args": {
-        "command": f"(sleep {marker} & sleep {marker}; wait) & touch started; wait"}}]})
+        "description": "Start sleepers", "command": f"(sleep {marker} & sleep {marker}; wait) & touch started; wait"}}]})
     env = {"DSH_PERMISSION_MODE": "workspace-write", "DSH_SANDBOX_MECHANISM": mechanism}
     async with acp_agent(script, env=env) as run:
         sid = await run.start()

@@ -46,7 +46,7 @@ def recorded(tmp_path, monkeypatch):
     """A scenario recorded through the fake DeepSeek server, which is stopped afterwards."""
     d = _scenario(tmp_path)
     with FakeDeepSeek(keepalive_every_s=0.05) as fake:
-        fake.push(Turn(reasoning="Read the file first.", tool_calls=[("read", '{"path": "notes.txt"}')]),
+        fake.push(Turn(reasoning="Read the file first.", tool_calls=[("read", '{"file_path": "notes.txt"}')]),
                   Turn(content="The notes say alpha and beta."))
         monkeypatch.setenv("DEEPSEEK_API_KEY", fake.api_key)
         monkeypatch.setenv("DEEPSEEK_BASE_URL", fake.base_url)
@@ -170,7 +170,7 @@ def test_session_cwd_and_workspace_checks_run_on_every_replay(tmp_path):
     d = tmp_path / "snapshots" / "acp-agent" / "write-in-sub"
     d.mkdir(parents=True)
     (d / "script.json").write_text(json.dumps({"rules": [{"when": "^write", "steps": [
-        {"tool": "write", "args": {"path": "out.txt", "content": "hi\n"}}, {"text": "written"}]}]}))
+        {"tool": "write", "args": {"file_path": "out.txt", "content": "hi\n"}}, {"text": "written"}]}]}))
     inp = {"example": "acp-agent", "recordable": True,
            "record": {"provider": "scripted", "model": "{{scenario}}/script.json"}, "mkdir": ["sub"],
            "steps": [{"op": "initialize"}, {"op": "newSession", "cwd": "sub"},

@@ -189,38 +189,38 @@ def _then_say(*steps):
 TOOLS_SCRIPT = {
     "rules": [
         {"when": "^bash", "steps": _then_say(
-            {"tool": "bash", "args": {"command": "echo hello > greeting.txt && cat greeting.txt"}})},
-        {"when": "^read", "steps": _then_say({"tool": "read", "args": {"path": "notes.txt"}})},
+            {"tool": "bash", "args": {"description": "Run the command", "command": "echo hello > greeting.txt && cat greeting.txt"}})},
+        {"when": "^read", "steps": _then_say({"tool": "read", "args": {"file_path": "notes.txt"}})},
         {"when": "^write", "steps": _then_say(
-            {"tool": "write", "args": {"path": "out/new.txt", "content": "fresh\n"}})},
+            {"tool": "write", "args": {"file_path": "out/new.txt", "content": "fresh\n"}})},
         {"when": "^edit", "steps": _then_say(
-            {"tool": "read", "args": {"path": "notes.txt"}},
-            {"tool": "edit", "args": {"path": "notes.txt", "old_string": "beta", "new_string": "BETA"}})},
+            {"tool": "read", "args": {"file_path": "notes.txt"}},
+            {"tool": "edit", "args": {"file_path": "notes.txt", "old_string": "beta", "new_string": "BETA"}})},
         {"when": "^policy", "steps": [
-            {"tool": "edit", "args": {"path": "notes.txt", "old_string": "beta", "new_string": "BETA"}},
-            {"text": "first try: {tool_result}", "tool": "read", "args": {"path": "notes.txt", "limit": 1}},
-            {"tool": "edit", "args": {"path": "notes.txt", "old_string": "beta", "new_string": "BETA"}},
+            {"tool": "edit", "args": {"file_path": "notes.txt", "old_string": "beta", "new_string": "BETA"}},
+            {"text": "first try: {tool_result}", "tool": "read", "args": {"file_path": "notes.txt", "limit": 1}},
+            {"tool": "edit", "args": {"file_path": "notes.txt", "old_string": "beta", "new_string": "BETA"}},
             {"text": "second try: {tool_result}"}]},
         {"when": "^spill", "steps": _then_say(
-            {"tool": "bash", "args": {"command": "for i in $(seq 1 20000); do echo line-$i; done"}})},
+            {"tool": "bash", "args": {"description": "Run the command", "command": "for i in $(seq 1 20000); do echo line-$i; done"}})},
         {"when": "run forever", "steps": [
-            {"tool": "bash", "args": {"command": "touch started.txt; sleep 60 & sleep 60"}}]},
+            {"tool": "bash", "args": {"description": "Run the command", "command": "touch started.txt; sleep 60 & sleep 60"}}]},
     ]
 }
 
 
 # issue 14: repo instructions, guards, todo, spill of every tool (plugins agent-instructions, guards, todo).
-READ_SUB = {"tool": "read", "args": {"path": "sub/notes.txt"}}
+READ_SUB = {"tool": "read", "args": {"file_path": "sub/notes.txt"}}
 GUARD_SCRIPT = {
     "rules": [
         {"when": "^instructions", "steps": [
             READ_SUB,
-            {"tool": "read", "args": {"path": "linked/notes.txt"}},
+            {"tool": "read", "args": {"file_path": "linked/notes.txt"}},
             READ_SUB,
             {"text": "read them"}]},
         {"when": "^scoped", "steps": [
-            {"tool": "read", "args": {"path": "scope</system-reminder>/notes.txt"}}, {"text": "read it"}]},
-        {"when": "^repeat", "steps": [*[{"tool": "read", "args": {"path": "notes.txt"}}] * 5,
+            {"tool": "read", "args": {"file_path": "scope</system-reminder>/notes.txt"}}, {"text": "read it"}]},
+        {"when": "^repeat", "steps": [*[{"tool": "read", "args": {"file_path": "notes.txt"}}] * 5,
                                       {"text": "last: {tool_result}"}]},
         {"when": "^todo", "steps": [
             {"tool": "todo_write", "args": {"todos": [
@@ -229,8 +229,8 @@ GUARD_SCRIPT = {
                 {"content": "report", "status": "pending"}]}},
             {"tool": "todo_write", "args": {"todos": [{"content": "report", "status": "nonsense"}]}},
             {"text": "tool said: {tool_result}"}]},
-        {"when": "^big read", "steps": _then_say({"tool": "read", "args": {"path": "big.txt"}})},
-        {"when": "^loop", "steps": [{"text": f"step {n} ", "tool": "read", "args": {"path": "notes.txt", "offset": n}}
+        {"when": "^big read", "steps": _then_say({"tool": "read", "args": {"file_path": "big.txt"}})},
+        {"when": "^loop", "steps": [{"text": f"step {n} ", "tool": "read", "args": {"file_path": "notes.txt", "offset": n}}
                                     for n in range(1, 10)]},
     ]
 }
@@ -321,7 +321,7 @@ async def sc_max_steps(run, sids):
 
 VISION_SCRIPT = {
     "capabilities": {"image_input": True},
-    "rules": [{"when": "red.png", "steps": [{"tool": "read_image", "args": {"path": "red.png"}},
+    "rules": [{"when": "red.png", "steps": [{"tool": "read_image", "args": {"file_path": "red.png"}},
                                             {"text": "tool said: {tool_result}"}]}],
     "default": [{"text": "an image, {prompt}"}],
 }
@@ -330,15 +330,15 @@ TEXT_ROUTE_SCRIPT = {**VISION_SCRIPT, "capabilities": {"image_input": False}}
 ESCALATION_TARGET = "/var/tmp/dsh-snapshot-escalation.txt"
 ESCALATION_SCRIPT = {
     "rules": [{"when": "escalate", "steps": [
-        {"tool": "bash", "args": {"command": f"echo escalated > {ESCALATION_TARGET} && cat {ESCALATION_TARGET}",
+        {"tool": "bash", "args": {"description": "Run the command", "command": f"echo escalated > {ESCALATION_TARGET} && cat {ESCALATION_TARGET}",
                                   "sandbox_permissions": "danger-full-access",
                                   "justification": "write the report outside the workspace"}},
         {"text": "tool said: {tool_result}"}]}],
 }
 
 CODE_TURN = """\
-first = await tools.bash(command="echo CODE_ONE")
-second = await tools.bash(command="echo CODE_TWO")
+first = await tools.bash(description="Run the command", command="echo CODE_ONE")
+second = await tools.bash(description="Run the command", command="echo CODE_TWO")
 print("captured output")
 return first["output"].strip() + "+" + second["output"].strip()
 """
@@ -348,17 +348,17 @@ CODE_SCRIPT = {
             {"tool": "run_code", "args": {"code": CODE_TURN, "description": "two commands, one answer"}},
             {"text": "program said: {tool_result}"}]},
         {"when": "^nested", "steps": [
-            {"tool": "run_code", "args": {"code": 'r = await tools.read(path="sub/notes.txt")\nreturn "read it"',
+            {"tool": "run_code", "args": {"code": 'r = await tools.read(file_path="sub/notes.txt")\nreturn "read it"',
                                           "description": "read a file below the workspace root"}},
             {"text": "program said: {tool_result}"}]},
         {"when": "^both", "steps": [
-            {"tool": "read", "args": {"path": "notes.txt"}},
-            {"tool": "run_code", "args": {"code": 'r = await tools.bash(command="wc -l < notes.txt")\n'
+            {"tool": "read", "args": {"file_path": "notes.txt"}},
+            {"tool": "run_code", "args": {"code": 'r = await tools.bash(description="Run the command", command="wc -l < notes.txt")\n'
                                                   'return "lines: " + r["output"].strip()',
                                           "description": "count the lines"}},
             {"text": "program said: {tool_result}"}]},
         {"when": "red.png", "steps": [
-            {"tool": "run_code", "args": {"code": 'r = await tools.read_image(path="red.png")\n'
+            {"tool": "run_code", "args": {"code": 'r = await tools.read_image(file_path="red.png")\n'
                                                   'return f"{r[\'mime\']} {r[\'width\']}x{r[\'height\']}"',
                                           "description": "look at the image"}},
             {"text": "program said: {tool_result}"}]},
@@ -376,7 +376,7 @@ CODE_VISION_SCRIPT = {**CODE_SCRIPT, "capabilities": {"image_input": True}}
 # summary call is a separate request whose only message starts with "<transcript>". The scenario
 # directories keep these scripts as script.json (re-recorded keylessly with
 # `pytest -m snapshot_scenario --dsh-snapshots=record snapshots/acp-agent/compaction-*`).
-_BURST = {"tool": "bash", "args": {"command": "head -c 4000 /dev/zero | tr '\\0' x"}}
+_BURST = {"tool": "bash", "args": {"description": "Run the command", "command": "head -c 4000 /dev/zero | tr '\\0' x"}}
 _SUMMARY_OK = {"when": "^<transcript>", "steps": [{"text": "SUMMARY: the user asked for output bursts; they came."}]}
 COMPACTION_SCRIPT = {
     "capabilities": {"context_window": 14000},
@@ -564,7 +564,7 @@ def test_read_spill_scenario_spills_the_whole_file():
 def test_escalation_scenarios_run_the_command_only_when_approved():
     approved = [e for e in _fixture("bash-escalation-approved")[0] if e["type"] == "tool/result"]
     rejected = [e for e in _fixture("bash-escalation-rejected")[0] if e["type"] == "tool/result"]
-    assert [e["result"]["content"][0]["text"] for e in approved] == ["escalated"]  # cat of the file it wrote
+    assert [e["result"]["content"][0]["text"] for e in approved] == ["escalated\n"]  # cat of the file it wrote
     assert [e.get("code") for e in rejected] == ["ESCALATION_REJECTED"]
 
 

@@ -26,14 +26,14 @@ pytestmark = [pytest.mark.anyio]
 
 
 SAY_RESULT = {"text": "tool said: {tool_result}"}
-BASH_HELLO = {"tool": "bash", "args": {"command": "echo HELLO"}}
+BASH_HELLO = {"tool": "bash", "args": {"description": "Run the command", "command": "echo HELLO"}}
 SCRIPT = {
     "rules": [
         {"when": "^ping", "steps": [{"text": "PONG"}]},
         {"when": "^run echo once", "steps": [BASH_HELLO, SAY_RESULT]},
         {"when": "^retry echo", "steps": [BASH_HELLO, BASH_HELLO, SAY_RESULT]},
         {"when": "^create the file", "steps": [
-            {"tool": "bash", "args": {"command": "echo HELLO > created.txt && cat created.txt"}}, SAY_RESULT]},
+            {"tool": "bash", "args": {"description": "Run the command", "command": "echo HELLO > created.txt && cat created.txt"}}, SAY_RESULT]},
         {"when": "favorite color is teal", "steps": [{"text": "teal"}]},
         {"when": "^What is my favorite color", "steps": [{"text": "no idea"}]},
         {"when": "^Reply with the single word FIRST", "steps": [{"text": "FIRST"}]},
@@ -127,11 +127,12 @@ def pretool_block(file, dialect):
         assert sent["hook_event_name"] == "PreToolUse" and sent["tool_name"] == "bash"
         assert sent["session_id"] == sids[0] and sent["cwd"] == str(run.cwd)
         assert sent["transcript_path"] == str(run.home / "sessions" / f"{sids[0]}.jsonl")
-        if dialect == "codex":
-            assert sent["tool_input"] == {"command": "echo HELLO > created.txt && cat created.txt"}
+        command = "echo HELLO > created.txt && cat created.txt"
+        if dialect == "codex":  # Codex's shape for every tool: the command alone
+            assert sent["tool_input"] == {"command": command}
             assert sent["turn_id"] == "1" and sent["model"]
-        else:
-            assert sent["tool_input"] == {"command": "echo HELLO > created.txt && cat created.txt"}
+        else:  # Claude Code's: the arguments exactly as the model sent them
+            assert sent["tool_input"] == {"description": "Run the command", "command": command}
             assert "turn_id" not in sent
 
     return body
@@ -144,7 +145,7 @@ async def sc_cc_pretool_ask(run, sids):
     await _ask(run, sids[0], "create the file")
     assert not (run.cwd / "created.txt").exists()
     ((_, tool_call, _),) = run.client.permission_requests  # one one-shot question, answered reject-once
-    assert tool_call.raw_input == {"command": "echo HELLO > created.txt && cat created.txt"}
+    assert tool_call.raw_input == {"description": "Run the command", "command": "echo HELLO > created.txt && cat created.txt"}
     assert tool_call.kind == "execute"  # what bash's own escalation request would say
     assert tool_call.title == "bash: echo HELLO > created.txt && cat created.txt — bash requires manual approval in this session"
 
@@ -275,6 +276,26 @@ def _events(home: Path, sid: str) -> list[dict]:
     return [json.loads(line) for line in (home / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
 
 
+WRITE_NOTE = {"file_path": "note.txt", "content": "hi\n"}
+WRITE_SCRIPT = {"rules": [{"when": "^write", "steps": [{"tool": "write", "args": WRITE_NOTE}, SAY_RESULT]}]}
+
+
+async def test_hooks_see_a_file_tool_call_as_the_model_sent_it(acp_agent, scripted):
+    """A Claude Code hook gets ``tool_input`` exactly as the model sent it (the original's
+    ``file_path``); a Codex hook gets Codex's shape for every tool, ``{command}`` ('' for a file tool)."""
+    cwd = acp_agent.work
+    seed(cwd, CC, {"PreToolUse": [("write", "cc.sh")]}, {"cc.sh": "#!/bin/sh\ncat > .cc-payload.json\n"})
+    seed(cwd, CODEX, {"PreToolUse": [("write", "codex.sh")]}, {"codex.sh": "#!/bin/sh\ncat > .codex-payload.json\n"})
+    async with acp_agent(scripted(WRITE_SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
+        await _open(run, sids := [])
+        await _ask(run, sids[0], "write the note")
+    assert (cwd / "note.txt").read_text() == "hi\n"
+    cc, codex = payload(cwd, ".cc-payload.json"), payload(cwd, ".codex-payload.json")
+    assert cc["tool_name"] == codex["tool_name"] == "write"
+    assert cc["tool_input"] == WRITE_NOTE and list(cc["tool_input"]) == ["file_path", "content"]
+    assert codex["tool_input"] == {"command": ""}
+
+
 async def test_pretool_deny_from_claude_settings(acp_agent, scripted):
     """Done when: a PreToolUse deny in the workspace's .claude/settings.json stops a scripted bash
     call (the file it would create does not exist) and the model sees the reason."""
@@ -324,7 +345,7 @@ async def test_hanging_hook_is_killed_at_its_timeout(acp_agent, scripted):
         started = time.monotonic()
         assert (await _ask(run, sids[0], "run echo once")).stop_reason == "end_turn"
         took = time.monotonic() - started
-        assert run.client.text(sids[0]) == ["tool said: HELLO"]  # the turn went on: the tool ran
+        assert run.client.text(sids[0]) == ["tool said: HELLO\n"]  # the turn went on: the tool ran
     assert (cwd / "hook-started").exists() and took < 4.5, took
     # killed, not left running: when the turn has settled, no process of the hook is alive
     # (checked on the host's /proc, which sees bubblewrap's processes too; no sleep to wait out)
@@ -373,7 +394,7 @@ async def test_cancel_during_a_hook_kills_it(acp_agent, scripted):
     assert any(e["type"] == "turn/end" and e["reason"] == "aborted" for e in events)
 
 
-NESTED = 'r = await tools.bash(command="echo NESTED > nested.txt")\nreturn r["output"]'
+NESTED = 'r = await tools.bash(description="Run the command", command="echo NESTED > nested.txt")\nreturn r["output"]'
 CODE_SCRIPT = {"rules": [{"when": "^code", "steps": [
     {"tool": "run_code", "args": {"code": NESTED, "description": "one nested call"}},
     {"text": "program said: {tool_result}"}]}]}
@@ -439,7 +460,7 @@ async def test_continue_false_stops_the_turn(acp_agent, scripted, file, event, s
                             "reason": "paused for review by the release hook"}
     (tool_result,) = [e for e in events if e["type"] == "tool/result"]
     said = tool_result["result"]["content"][0]["text"]
-    assert said == ("HELLO" if ran else "Error: not run: a hook stopped the turn")
+    assert said == ("HELLO\n" if ran else "Error: not run: a hook stopped the turn")
     model_saw = [json.dumps(e) for e in events if e["type"] in ("user/message", "tool/result", "assistant/message")]
     assert not any("release hook" in m for m in model_saw)
 
@@ -455,7 +476,7 @@ async def test_updated_input_and_system_message_are_warned_once_per_file(acp_age
     async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
         await _open(run, sids := [])
         await _ask(run, sids[0], "retry echo")  # two bash calls, two hook runs
-        assert run.client.text(sids[0]) == ["tool said: HELLO"]
+        assert run.client.text(sids[0]) == ["tool said: HELLO\n"]
         err = run.stderr.decode()
     assert err.count("returned updatedInput") == 1 and err.count("returned systemMessage") == 1, err
     assert f"{cwd / CC}: a PreToolUse hook returned updatedInput" in err
@@ -487,7 +508,8 @@ async def test_post_tool_hook_sees_a_run_code_nested_call(acp_agent, scripted, m
     assert (cwd / "nested.txt").exists()  # the nested call ran; its hook came after
     sent = payload(cwd, ".nested-post.json")
     assert sent["hook_event_name"] == "PostToolUse" and sent["tool_name"] == "bash"
-    assert ":code:" in sent["tool_use_id"] and sent["tool_input"] == {"command": "echo NESTED > nested.txt"}
+    assert ":code:" in sent["tool_use_id"] and sent["tool_input"] == {"description": "Run the command",
+                                                                 "command": "echo NESTED > nested.txt"}
     events = _events(acp_agent.home, sids[0])
     (dispatch,) = [e for e in events if e["type"] == "tool/code-dispatch"]
     if mode == "block":
@@ -563,7 +585,8 @@ def test_pretool_ask_scenario_asks_once_and_is_rejected():
     asks = [f for f in map(json.loads, stdout.splitlines()) if f.get("method") == "session/request_permission"]
     (ask,) = asks
     call = ask["params"]["toolCall"]
-    assert call["kind"] == "execute" and call["rawInput"] == {"command": "echo HELLO > created.txt && cat created.txt"}
+    assert call["kind"] == "execute" and call["rawInput"] == {"description": "Run the command",
+                                                              "command": "echo HELLO > created.txt && cat created.txt"}
     assert call["title"].endswith("— bash requires manual approval in this session")
     assert not [r for r in log if r["type"] == "tool/result" and not r["result"]["isError"]]
 

@@ -44,11 +44,11 @@ def _then(*steps: dict, say: str = "DONE") -> list[dict]:
 
 
 def _read(path: str, **extra: Any) -> dict:
-    return {"tool": "read", "args": {"path": path, **extra}}
+    return {"tool": "read", "args": {"file_path": path, **extra}}
 
 
 def _bash(command: str) -> dict:
-    return {"tool": "bash", "args": {"command": command}}
+    return {"tool": "bash", "args": {"description": "Run the command", "command": command}}
 
 
 # --------------------------------------------------------------------------------------- scripts
@@ -58,33 +58,33 @@ FS_SCRIPT = {
     "rules": [
         {"when": "^delete", "steps": _then(
             _read("deleted.txt"), _bash("rm deleted.txt"), _read("deleted.txt"),
-            {"tool": "write", "args": {"path": "deleted.txt", "content": "fresh\n"}})},
+            {"tool": "write", "args": {"file_path": "deleted.txt", "content": "fresh\n"}})},
         {"when": "^escalate", "steps": _then(
-            {"tool": "write", "args": {"path": "escalated.md", "content": "escalated\n",
+            {"tool": "write", "args": {"file_path": "escalated.md", "content": "escalated\n",
                                        "sandbox_permissions": "workspace-write",
                                        "justification": "the user asked to escalate this write"}})},
         {"when": "^window", "steps": _then(_read("big.txt", offset=5, limit=4))},
         {"when": "^overwrite", "steps": _then(
-            _read("data.txt"), {"tool": "write", "args": {"path": "data.txt", "content": "replaced\n"}})},
+            _read("data.txt"), {"tool": "write", "args": {"file_path": "data.txt", "content": "replaced\n"}})},
         {"when": "^glob", "steps": _then({"tool": "glob", "args": {"pattern": "**/*", "path": "tree"}},
                                          say="GLOB_SAMPLED")},
-        {"when": "^parallel", "steps": _then({"tools": [{"name": "read", "args": {"path": "a.txt"}},
-                                                        {"name": "read", "args": {"path": "b.txt"}}]})},
-        {"when": "^wide", "steps": _then({"tool": "read_image", "args": {"path": "wide.png"}}, say="WIDE")},
+        {"when": "^parallel", "steps": _then({"tools": [{"name": "read", "args": {"file_path": "a.txt"}},
+                                                        {"name": "read", "args": {"file_path": "b.txt"}}]})},
+        {"when": "^wide", "steps": _then({"tool": "read_image", "args": {"file_path": "wide.png"}}, say="WIDE")},
         {"when": "^root", "steps": _then(
-            {"tool": "write", "args": {"path": "session-root.txt", "content": "session root\n"}},
+            {"tool": "write", "args": {"file_path": "session-root.txt", "content": "session root\n"}},
             _bash("pwd && touch made-by-bash"))},
         {"when": "^append", "steps": _then(_bash("echo WORLD >> greeting.txt"), _bash("cat greeting.txt"))},
         # read-only: each call escalates once, so it runs one-shot through the Landlock launcher,
         # which prints the partial-enforcement notice before it execs the command
         {"when": "^landlock", "steps": _then(*[
-            {"tool": "bash", "args": {"command": command, "sandbox_permissions": "workspace-write",
+            {"tool": "bash", "args": {"description": "Run the command", "command": command, "sandbox_permissions": "workspace-write",
                                       "justification": "pin the partial Landlock path"}}
             for command in ("false", "echo out; echo err >&2; exit 125")], say="CHILD_EXIT_PRESERVED")},
         # max tokens while the second of two calls streams: neither runs; the next prompt goes on
         {"when": "^cut", "steps": [{"text": "Reading both. ", "finish": "length",
-                                    "tools": [{"name": "read", "args": {"path": "a.txt"}},
-                                              {"name": "read", "args": {"path": "b.txt"}}]}]},
+                                    "tools": [{"name": "read", "args": {"file_path": "a.txt"}},
+                                              {"name": "read", "args": {"file_path": "b.txt"}}]}]},
         {"when": "^continue", "steps": _then(_read("b.txt"), say="b says: {tool_result}")},
     ],
 }
@@ -222,7 +222,7 @@ def _files(**files: str | bytes) -> Callable[[Path], None]:
 def _check_delete(run: Run) -> None:
     assert (run.cwd / "deleted.txt").read_text() == "fresh\n"
     first, _, again, write = run.results()
-    assert "old contents" in first and "does not exist" in again and write.startswith("created")
+    assert "old contents" in first and "does not exist" in again and write.endswith("\nCreated file\n</content>")
 
 
 def _check_escalation(run: Run) -> None:
@@ -686,7 +686,7 @@ def test_startup_activation_error_scenario_stops_before_the_front_door():
 
 def test_delete_recreate_scenario():
     first, _rm, again, write = _results(_logs("fs-delete-recreate")[0])
-    assert "old contents" in first and "does not exist" in again and write.startswith("created")
+    assert "old contents" in first and "does not exist" in again and write.endswith("\nCreated file\n</content>")
 
 
 def test_escalation_scenarios_ask_once_per_call():
@@ -694,7 +694,7 @@ def test_escalation_scenarios_ask_once_per_call():
     assert _permission_requests("partial-landlock-child-failure") == 2
     (log,) = _logs("fs-escalation-approved")
     assert [e["outcome"] for e in log if e["type"] == "approval/decided"] == ["allowed-once"]
-    assert _results(log) == ["created escalated.md (10 bytes)"]
+    assert _results(log) == ["<path>{{cwd}}/escalated.md</path>\n<type>file</type>\n<content>\nCreated file\n</content>"]
 
 
 def test_read_window_scenario():
@@ -704,7 +704,7 @@ def test_read_window_scenario():
 
 def test_overwrite_scenario_reads_then_overwrites():
     read, write = _results(_logs("fs-write-overwrite")[0])
-    assert "original" in read and write.startswith("overwrote data.txt")
+    assert "\n1: original\n" in read and write == "<path>{{cwd}}/data.txt</path>\n<type>file</type>\n<content>\nUpdated file\n</content>"
 
 
 def test_glob_scenario_samples_over_the_cap():
@@ -720,7 +720,7 @@ def test_parallel_tool_calls_scenario():
     (log,) = _logs("parallel-tool-calls")
     (call,) = [e for e in log if e["type"] == "assistant/message" and e.get("finish") == "tool-calls"]
     assert [b["name"] for b in call["message"]["content"] if b["type"] == "tool-call"] == ["read", "read"]
-    assert [r.splitlines()[0].split("\t")[-1] for r in _results(log)] == ["contents of a", "contents of b"]
+    assert [r.splitlines()[3] for r in _results(log)] == ["1: contents of a", "1: contents of b"]
 
 
 def test_wide_image_scenario_stores_the_bytes_unchanged():
@@ -741,7 +741,7 @@ def test_workspace_edit_scenario_appends():
 
 def test_partial_landlock_scenario_keeps_the_notice_off_the_results():
     (log,) = _logs("partial-landlock-child-failure")
-    assert _results(log) == ["(no output)\n[exit code 1]", "out\nerr\n[exit code 125]"]
+    assert _results(log) == ["(no output)\n[exit code: 1]", "out\n[stderr]\nerr\n[exit code: 125]"]
     text = json.dumps(log) + json.dumps(_wire("partial-landlock-child-failure"))
     assert "SANDBOX_UNAVAILABLE" not in text and "landlock-run" not in text
 
@@ -753,7 +753,9 @@ def test_max_tokens_mid_tool_call_scenario_drops_the_calls_and_continues():
     assert [e["reason"] for e in log if e["type"] == "turn/end"] == ["max-tokens", "completed"]
     (result,) = _results(log)  # neither call of the cut message ran; the next turn's one did
     assert "contents of b" in result
-    assert _chunks("max-tokens-tool-call") == ["Reading both. ", "b says:      1\tcontents of b"]
+    assert _chunks("max-tokens-tool-call") == [
+        "Reading both. ", "b says: <path>{{cwd}}/b.txt</path>\n<type>file</type>\n<content>\n1: contents of b\n\n"
+        "(End of file - total 1 lines)\n</content>"]
 
 
 @pytest.mark.parametrize("name, needles", [

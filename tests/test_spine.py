@@ -176,6 +176,8 @@ async def test_unknown_tool_and_bad_arguments_become_error_results(scripted, tmp
     ({}, "missing required argument 'x'"),
     ({"x": 3}, "argument 'x' must be string, not int"),
     ({"x": "a", "n": True}, "argument 'n' must be integer, not bool"),
+    ({"x": "a", "path": "f"}, "unknown argument 'path' (it takes: x, n)"),
+    ({"x": "a", "glob": "*", "timeout_ms": 5}, "unknown arguments 'glob', 'timeout_ms' (it takes: x, n)"),
 ])
 async def test_arguments_that_break_the_schema_never_reach_the_tool(scripted, tmp_path, args, problem):
     ran: list[dict] = []
@@ -201,6 +203,30 @@ async def test_arguments_that_break_the_schema_never_reach_the_tool(scripted, tm
     assert result.code == "INVALID_ARGUMENTS" and result.result.is_error
     assert result.result.content[0].text == (f"Error: strict: {problem}. "
                                              "Call it again with arguments that match its schema.")
+
+
+@pytest.mark.parametrize(("extra", "runs"), [(True, True), ({"type": "string"}, True), (False, False)])
+async def test_undeclared_arguments_pass_only_when_the_schema_opens_itself(scripted, tmp_path, extra, runs):
+    ran: list[dict] = []
+
+    class Open:
+        @hookimpl
+        def dsh_register_tools(self, register):
+            async def open_tool(a, ctx):
+                ran.append(a)
+                return "ran"
+
+            schema = {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": extra}
+            register(FunctionTool("open", "Takes x and more.", schema, open_tool))
+
+    script = scripted({"default": [{"tool": "open", "args": {"x": "a", "y": "b"}}, {"text": "{tool_result}"}]})
+    async with memory_host(script, Open()) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await agent.wait_idle()
+        (result,) = [e for e in _events(host, agent) if isinstance(e, ToolResultEvent)]
+    assert ran == ([{"x": "a", "y": "b"}] if runs else [])
+    assert result.result.is_error is not runs
 
 
 async def test_cancel_mid_delay_commits_partial_and_aborts(scripted, tmp_path):

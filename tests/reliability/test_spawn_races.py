@@ -18,7 +18,7 @@ from dsh_sandbox_tools.testing import require_mechanism
 from raw_stdio import STRESS, RawAgent, frame, live_in_dir, live_with_marker
 
 # The prompt text is the command: {prompt} is substituted into the bash call's arguments.
-SCRIPT = {"default": [{"tool": "bash", "args": {"command": "{prompt}"}}, {"text": "done: {tool_result}"}]}
+SCRIPT = {"default": [{"tool": "bash", "args": {"description": "Run the command", "command": "{prompt}"}}, {"text": "done: {tool_result}"}]}
 DELAYS_MS = [i / 2 for i in range(0, 33, 1 if STRESS else 2)]  # 0–16 ms, every 0.5 ms under stress
 SWEEPS = 6 if STRESS else 1
 

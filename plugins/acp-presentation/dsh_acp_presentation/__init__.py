@@ -104,7 +104,7 @@ def title_of(name: str, args: dict[str, Any]) -> str:
     if name == "bash" and isinstance(args.get("command"), str):
         how = "bash (background)" if args.get("run_in_background") is True else "bash"
         return one_line(f"{how}: {args['command']}", TITLE_MAX)
-    for key in ("path", "pattern", "query", "url", "description", "job_id", "name"):
+    for key in ("file_path", "path", "pattern", "query", "url", "description", "job_id", "name"):
         if isinstance(args.get(key), str) and args[key]:
             return one_line(f"{name} {args[key]}", TITLE_MAX)
     queries = args.get("queries")  # web_search
@@ -114,12 +114,15 @@ def title_of(name: str, args: dict[str, Any]) -> str:
 
 
 def _where(cwd: str, args: dict[str, Any]) -> list[wire.ToolCallLocation]:
-    path = args.get("path")
+    """Where a call acts, from its arguments: the file tools' ``file_path`` (with ``read``'s
+    ``offset`` as the line), else a search's ``path``."""
+    path = args.get("file_path", args.get("path"))
     if not isinstance(path, str) or not path:
         return []
     full = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
     offset = args.get("offset")
-    line = offset if isinstance(offset, int) and not isinstance(offset, bool) and offset > 0 else None
+    whole = isinstance(offset, (int, float)) and not isinstance(offset, bool) and float(offset).is_integer()
+    line = int(offset) if whole and offset > 0 else None
     return [wire.ToolCallLocation(path=full, **({"line": line} if line else {}))]
 
 
@@ -165,7 +168,7 @@ def _start(session: Agent, event: ToolCallEvent) -> list[Any]:
     shown = session.state(Shown)
     if shown.step != (event.turn, event.step):
         shown.step, shown.files = (event.turn, event.step), {}
-    path = args.get("path")
+    path = args.get("file_path")
     if event.name in ("write", "edit") and isinstance(path, str) and path and _full(session.cwd, path) not in shown.files:
         showable, text = _text(session.cwd, path)
         shown.files[_full(session.cwd, path)] = text if showable else UNSHOWABLE
@@ -183,7 +186,7 @@ def _start(session: Agent, event: ToolCallEvent) -> list[Any]:
 def _diff(session: Agent, name: str, args: dict[str, Any]) -> wire.DiffOut | None:
     """What a successful write or edit did to its file, from the text before the step and the
     step's earlier changes (see ``Shown``)."""
-    path = args.get("path")
+    path = args.get("file_path")
     if not isinstance(path, str) or not path:
         return None
     shown = session.state(Shown)

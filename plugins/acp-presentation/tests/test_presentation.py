@@ -36,9 +36,9 @@ async def test_two_edits_of_one_file_in_one_step_each_show_exactly_their_change(
     async with memory_host(script, plugins=("scripted-model", "sandbox-tools", "acp-presentation")) as host:
         agent = await _agent(host, tmp_path, script)
         # the step's calls are recorded before any runs, their results after all ran
-        for e in (_call(1, 1, "c1", "edit", path="f.txt", old_string="a", new_string="A"),
-                  _call(1, 1, "c2", "edit", path="f.txt", old_string="b", new_string="B"),
-                  _call(1, 1, "c3", "write", path="new.txt", content="fresh\n")):
+        for e in (_call(1, 1, "c1", "edit", file_path="f.txt", old_string="a", new_string="A"),
+                  _call(1, 1, "c2", "edit", file_path="f.txt", old_string="b", new_string="B"),
+                  _call(1, 1, "c3", "write", file_path="new.txt", content="fresh\n")):
             dsh_present_event(agent, e)
         (tmp_path / "f.txt").write_text("A\nB\nc\n")  # what the two edits did
         first = dsh_present_event(agent, _result(1, 1, "c1", "edit"))[0].content[0]
@@ -63,7 +63,7 @@ async def test_a_failed_edit_shows_no_diff_and_a_file_outside_the_workspace_is_n
                                            content="x"))
             (end,) = dsh_present_event(agent, _result(1, 1, f"c-{path}", name))
             assert [type(c) for c in end.content] == [wire.ContentOut], path  # the output, no diff
-        dsh_present_event(agent, _call(1, 2, "bad", "edit", path="f.txt", old_string="zzz", new_string="y"))
+        dsh_present_event(agent, _call(1, 2, "bad", "edit", file_path="f.txt", old_string="zzz", new_string="y"))
         (end,) = dsh_present_event(agent, _result(1, 2, "bad", "edit", error=True))
         assert end.status == "failed" and [type(c) for c in end.content] == [wire.ContentOut]
         await agent.dispose()
@@ -72,7 +72,7 @@ async def test_a_failed_edit_shows_no_diff_and_a_file_outside_the_workspace_is_n
 def test_titles_are_one_clean_bounded_line():
     title = title_of("bash", {"command": "echo hi\nrm -rf /\x1b[2J\u202e"})
     assert title == "bash: echo hi ↵ rm -rf /\\x1b[2J\\u202e"  # controls shown as escapes, never acted on
-    assert len(title_of("read", {"path": "x" * 500})) == 200
+    assert len(title_of("read", {"file_path": "x" * 500})) == 200
     assert title_of("mcp__notes__search", {"query": "release"}) == "mcp__notes__search release"
     assert title_of("bash", {"command": "npm run dev", "run_in_background": True}) == "bash (background): npm run dev"
     assert title_of("job_output", {"job_id": "job_2", "wait": True}) == "job_output job_2"
@@ -102,7 +102,7 @@ def test_every_update_it_sends_validates_against_the_acp_schema():
 
     updates = [
         wire.ToolCallStart(tool_call_id="c1", title="edit a.py", kind="edit", status="pending",
-                           locations=[wire.ToolCallLocation(path="/w/a.py", line=3)], raw_input={"path": "a.py"}),
+                           locations=[wire.ToolCallLocation(path="/w/a.py", line=3)], raw_input={"file_path": "a.py"}),
         wire.ToolCallProgress(tool_call_id="c1", status="completed", content=[
             wire.DiffOut(path="/w/a.py", old_text=None, new_text="x\n"),
             wire.ContentOut(content=wire.TextOut(text="ok"))]),

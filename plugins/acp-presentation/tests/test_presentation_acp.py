@@ -14,10 +14,10 @@ pytestmark = pytest.mark.anyio
 EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 SCRIPT = {"default": [
     {"reasoning": "First write the notes, then look at them.",
-     "tools": [{"name": "write", "args": {"path": "notes.txt", "content": "one\ntwo\n"}},
-               {"name": "bash", "args": {"command": "cat notes.txt"}},
-               {"name": "edit", "args": {"path": "notes.txt", "old_string": "two", "new_string": "2"}},
-               {"name": "read", "args": {"path": "missing.txt"}}]},
+     "tools": [{"name": "write", "args": {"file_path": "notes.txt", "content": "one\ntwo\n"}},
+               {"name": "bash", "args": {"description": "Run the command", "command": "cat notes.txt"}},
+               {"name": "edit", "args": {"file_path": "notes.txt", "old_string": "two", "new_string": "2"}},
+               {"name": "read", "args": {"file_path": "missing.txt"}}]},
     {"tool": "todo_write", "args": {"todos": [{"content": "write the notes", "status": "completed"},
                                               {"content": "review them", "status": "in_progress"}]},
      "usage": {"inputTokens": 1200, "outputTokens": 30}},
@@ -48,7 +48,7 @@ async def test_acp_editor_shows_tool_cards_diffs_thoughts_and_the_plan(acp_agent
         ("edit", "edit notes.txt", "pending"), ("read", "read missing.txt", "pending"),
         ("other", "todo_write", "pending")]
     assert starts[0].locations[0].path == str(run.cwd / "notes.txt")
-    assert starts[0].raw_input == {"path": "notes.txt", "content": "one\ntwo\n"}
+    assert starts[0].raw_input == {"file_path": "notes.txt", "content": "one\ntwo\n"}
     ends = {u.tool_call_id: u for u in updates if u.session_update == "tool_call_update" and u.status in ("completed", "failed")}
     write, bash, edit, read, todo = (ends[s.tool_call_id] for s in starts)
     assert todo.status == "completed"

@@ -14,8 +14,8 @@ pytestmark = pytest.mark.anyio
 
 EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 SCRIPT = {"default": [
-    {"reasoning": "LOOK-FIRST", "tool": "bash", "args": {"command": "echo BASH-OUT"}},
-    {"tool": "bash", "args": {"command": "exit 3"}},
+    {"reasoning": "LOOK-FIRST", "tool": "bash", "args": {"description": "Run the command", "command": "echo BASH-OUT"}},
+    {"tool": "bash", "args": {"description": "Run the command", "command": "exit 3"}},
     {"tool": "todo_write", "args": {"todos": [{"content": "write the notes", "status": "completed"},
                                               {"content": "check them", "status": "in_progress"}]}},
     {"text": "all done"},

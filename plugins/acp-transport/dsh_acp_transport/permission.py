@@ -66,12 +66,12 @@ def content_of(request: ApprovalRequest) -> list[wire.ContentOut | wire.DiffOut]
 
 
 def diff_of(request: ApprovalRequest) -> wire.DiffOut | None:
-    """``write`` (path, content) or ``edit`` (path, old_string, new_string[, replace_all]) as a
+    """``write`` (file_path, content) or ``edit`` (file_path, old_string, new_string[, replace_all]) as a
     whole-file diff: the file as it is now (None when it does not exist) and as it would be. None
     when the change cannot be shown honestly: not a regular UTF-8 file, larger than ``DIFF_MAX``,
     or an edit whose ``old_string`` is not in it (the tool will refuse that call anyway)."""
     args = request.args or {}
-    path = args.get("path")
+    path = args.get("file_path")
     if request.tool_name not in ("write", "edit") or not isinstance(path, str) or not path:
         return None
     cwd = getattr(request.agent, "cwd", None) or "/"

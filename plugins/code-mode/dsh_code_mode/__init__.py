@@ -2,7 +2,7 @@
 
 ``run_code {code, description}`` runs ``code`` — the body of an async Python function — in a
 fresh fork of the session's warm Python process, confined like ``bash``; inside it ``tools`` is the agent's own tool
-set (``await tools.read(path="a.py")``), each call a real tool call through the host's tool
+set (``await tools.read(file_path="a.py")``), each call a real tool call through the host's tool
 path (approvals included). Only the program's output returns to the model.
 
 ``[config.code-mode] mode``: ``code`` (only ``run_code`` is offered; the system prompt

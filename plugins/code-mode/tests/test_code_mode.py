@@ -31,8 +31,8 @@ def _text(result: ToolResultEvent) -> str:
 
 async def test_a_program_writes_through_tools_and_reads_back_through_bash(code_host, workspace):
     code = textwrap.dedent('''
-        w = await tools.write(path="notes/a.txt", content="alpha\\n")
-        b = await tools.bash(command="cat notes/a.txt && echo beta")
+        w = await tools.write(file_path="notes/a.txt", content="alpha\\n")
+        b = await tools.bash(description="Run the command", command="cat notes/a.txt && echo beta")
         print("wrote", w["bytes"], "bytes; created:", w["created"])
         return b["output"].strip() + f" (exit {b['exit_code']})"
     ''')
@@ -45,17 +45,17 @@ async def test_a_program_writes_through_tools_and_reads_back_through_bash(code_h
     starts, dispatches = turn.of(CodeDispatchStart), turn.of(CodeDispatch)
     assert [s.call_id for s in starts] == ["call_1:code:1", "call_1:code:2"]
     assert [(d.name, d.is_error, json.loads(d.arguments)) for d in dispatches] == [
-        ("write", False, {"path": "notes/a.txt", "content": "alpha\n"}),
-        ("bash", False, {"command": "cat notes/a.txt && echo beta"}),
+        ("write", False, {"file_path": "notes/a.txt", "content": "alpha\n"}),
+        ("bash", False, {"description": "Run the command", "command": "cat notes/a.txt && echo beta"}),
     ]
-    assert dispatches[1].result[0].text == "alpha\nbeta"  # the native result, recorded durably
+    assert dispatches[1].result[0].text == "alpha\nbeta\n"  # the native result, recorded durably
     assert all(d.parent_call_id == "call_1" for d in starts + dispatches)
     # Only the outer run_code result is in the model's history: one tool result, no nested ones.
     assert [r.result.name for r in turn.of(ToolResultEvent)] == ["run_code"]
 
 
 async def test_code_mode_offers_only_run_code_and_points_direct_calls_at_it(code_host):
-    steps = [{"tool": "bash", "args": {"command": "echo hi"}}, {"text": "{tool_result}"}]
+    steps = [{"tool": "bash", "args": {"description": "Run the command", "command": "echo hi"}}, {"text": "{tool_result}"}]
     async with code_host(steps) as turn:
         await turn.agent.wait_idle()
     (header,) = turn.of(RequestHeader)
@@ -71,15 +71,15 @@ async def test_code_mode_offers_only_run_code_and_points_direct_calls_at_it(code
 
 
 async def test_both_mode_offers_the_native_tools_and_run_code(code_host):
-    steps = [{"tool": "bash", "args": {"command": "echo native"}},
-             run('return (await tools.bash(command="echo coded"))["output"]'), {"text": "{tool_result}"}]
+    steps = [{"tool": "bash", "args": {"description": "Run the command", "command": "echo native"}},
+             run('return (await tools.bash(description="Run the command", command="echo coded"))["output"]'), {"text": "{tool_result}"}]
     async with code_host(steps, mode="both") as turn:
         await turn.agent.wait_idle()
     (header,) = turn.of(RequestHeader)
     assert [t["name"] for t in header.tools] == ["bash", "read", "write", "edit", "glob", "grep", "read_image",
                                                  "run_code"]
     assert "only tool" not in header.system and "class Tools(Protocol):" in header.system
-    assert [_text(r) for r in turn.of(ToolResultEvent)] == ["native", "coded\n"]
+    assert [_text(r) for r in turn.of(ToolResultEvent)] == ["native\n", "coded\n"]
 
 
 async def test_a_blank_description_is_refused(code_host):
@@ -118,7 +118,7 @@ async def test_an_exception_is_an_error_result_with_the_captured_output(code_hos
 async def test_a_failed_call_raises_tool_call_error_with_the_tool_name_and_code(code_host):
     code = textwrap.dedent('''
         try:
-            await tools.read(path="missing.txt")
+            await tools.read(file_path="missing.txt")
         except ToolCallError as e:
             return f"{e.tool_name} {e.code}: {e.message}"
     ''')
@@ -130,14 +130,14 @@ async def test_a_failed_call_raises_tool_call_error_with_the_tool_name_and_code(
 
 
 async def test_an_uncaught_tool_call_error_fails_the_run(code_host):
-    async with code_host([run('await tools.read(path="nope")'), {"text": "{tool_result}"}]) as turn:
+    async with code_host([run('await tools.read(file_path="nope")'), {"text": "{tool_result}"}]) as turn:
         await turn.agent.wait_idle()
     text = _text(_result(turn))
     assert text.startswith("code run failed (exception): ToolCallError: read: nope does not exist")
 
 
 async def test_bash_does_not_raise_for_a_non_zero_exit(code_host):
-    code = 'r = await tools.bash(command="echo oops; exit 3")\nreturn [r["exit_code"], r["output"], r["timed_out"]]'
+    code = 'r = await tools.bash(description="Run the command", command="echo oops; exit 3")\nreturn [r["exit_code"], r["output"], r["timed_out"]]'
     async with code_host([run(code), {"text": "{tool_result}"}]) as turn:
         await turn.agent.wait_idle()
     assert json.loads(_text(_result(turn))) == [3, "oops\n", False]
@@ -146,7 +146,7 @@ async def test_bash_does_not_raise_for_a_non_zero_exit(code_host):
 async def test_structured_results_of_read_glob_grep(code_host, workspace):
     (workspace / "a.py").write_text("one\ntwo\nthree\n")
     code = textwrap.dedent('''
-        r = await tools.read(path="a.py", offset=2, limit=1)
+        r = await tools.read(file_path="a.py", offset=2, limit=1)
         g = await tools.glob(pattern="*.py")
         m = await tools.grep(pattern="t", path="a.py")
         return {"read": r, "glob": g, "grep": m}
@@ -205,7 +205,7 @@ async def test_gathered_reads_overlap_and_writes_run_alone_in_order(code_host, w
 async def test_outstanding_calls_are_cancelled_and_drained_when_the_program_ends(code_host):
     code = textwrap.dedent('''
         import asyncio
-        asyncio.ensure_future(tools.bash(command="sleep 30"))
+        asyncio.ensure_future(tools.bash(description="Run the command", command="sleep 30"))
         await asyncio.sleep(0.3)
         return "left early"
     ''')
@@ -225,7 +225,7 @@ async def test_unknown_attribute_on_tools_names_the_tools(code_host):
 
 
 async def test_the_model_history_holds_only_the_outer_result(code_host):
-    async with code_host([run('await tools.bash(command="echo secret-$((40+2))")\nreturn "outer"'),
+    async with code_host([run('await tools.bash(description="Run the command", command="echo secret-$((40+2))")\nreturn "outer"'),
                           {"text": "{tool_result}"}]) as turn:
         await turn.agent.wait_idle()
     history = turn.agent._history
@@ -241,7 +241,7 @@ async def test_an_image_from_a_nested_read_image_is_spliced_in_before_the_next_s
     from dsh_testing import make_png
 
     (workspace / "red.png").write_bytes(make_png(3, 2))
-    code = 'r = await tools.read_image(path="red.png")\nreturn [r["mime"], r["width"], r["height"]]'
+    code = 'r = await tools.read_image(file_path="red.png")\nreturn [r["mime"], r["width"], r["height"]]'
     async with code_host([run(code), {"text": "{tool_result}"}], capabilities={"image_input": vision}) as turn:
         await turn.agent.wait_idle()
     kinds = [type(e).__name__ for e in turn.events]

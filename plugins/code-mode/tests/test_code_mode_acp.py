@@ -34,8 +34,8 @@ def _log(home: Path, sid: str) -> list[dict]:
 
 async def test_code_mode_serves_acp_offering_only_run_code_and_commits_the_program_output(acp_agent, scripted):
     program = '''
-        w = await tools.write(path="report.txt", content="written by a program\\n")
-        r = await tools.bash(command="cat report.txt; wc -c < report.txt")
+        w = await tools.write(file_path="report.txt", content="written by a program\\n")
+        r = await tools.bash(description="Run the command", command="cat report.txt; wc -c < report.txt")
         print(f"created={w['created']}")
         return r["output"].strip()
     '''
@@ -65,9 +65,9 @@ async def test_an_escalation_inside_code_is_a_one_shot_permission_request(acp_ag
 
     target = Path("/var/tmp") / f"dsh-code-escalation-{os.getpid()}-{answer}.txt"
     program = f'''
-        r = await tools.bash(command="echo out > {target}", sandbox_permissions="danger-full-access",
+        r = await tools.bash(description="Run the command", command="echo out > {target}", sandbox_permissions="danger-full-access",
                              justification="write outside")
-        again = await tools.bash(command="echo again > {target}.2")
+        again = await tools.bash(description="Run the command", command="echo again > {target}.2")
         return [r["exit_code"] == 0, again["exit_code"] == 0]
     '''
     script = scripted({"default": [step(program), {"text": "{tool_result}"}]})
@@ -115,7 +115,7 @@ async def test_cancel_kills_the_program_and_everything_it_started(acp_agent, scr
     require_mechanism(mechanism)
     marker = f"{os.getpid() % 1000}.{time.time_ns() % 10**6}"
     if kind == "bash-sleep":
-        program = f'await tools.bash(command="(sleep {marker} & sleep {marker}; wait) & wait")'
+        program = f'await tools.bash(description="Run the command", command="(sleep {marker} & sleep {marker}; wait) & wait")'
     else:  # a pure-Python spin with a process of its own started beside it
         program = f'''
             import subprocess

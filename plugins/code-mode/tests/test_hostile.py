@@ -84,7 +84,7 @@ async def test_an_endless_line_on_the_channel_is_cut_at_the_message_limit(code_h
 async def test_a_flood_of_calls_is_refused_past_the_in_flight_cap(code_host):
     result, turn = await _one(code_host, '''
         import asyncio
-        await asyncio.gather(*[tools.bash(command="sleep 0.01") for _ in range(2000)])
+        await asyncio.gather(*[tools.bash(description="Run the command", command="sleep 0.01") for _ in range(2000)])
     ''')
     assert result.code == "CODE_EXCEPTION", _text(result)
     assert "ToolCallError: bash: 256 tool calls are already in flight; await some first" in _text(result)

@@ -65,7 +65,7 @@ async def test_deepseek_session_outgrowing_a_small_window_completes(tmp_path: Pa
     examples = _example(tmp_path, window=window, threshold=threshold)
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
-    burst = json.dumps({"command": "head -c 3000 /dev/zero | tr '\\0' y"})
+    burst = json.dumps({"command": "head -c 3000 /dev/zero | tr '\\0' y", "description": "Print a burst"})
     steps = 10
     with FakeDeepSeek(keepalive_every_s=0.05, context_window=window) as fake:
         # Every answer carries text, so whichever one the summary call takes is a usable summary;

@@ -38,7 +38,7 @@ async def test_acp_agent_example_over_stdio_with_the_sdk_client(fake: FakeDeepSe
     env = {"DSH_HOME": str(home), "DEEPSEEK_BASE_URL": fake.base_url, "DEEPSEEK_API_KEY": fake.api_key}
     fake.push(
         Turn(reasoning="A greeting; answer briefly.", content="Hello from the fake DeepSeek."),
-        Turn(reasoning="I should read notes.txt first.", tool_calls=[("read", json.dumps({"path": "notes.txt"}))]),
+        Turn(reasoning="I should read notes.txt first.", tool_calls=[("read", json.dumps({"file_path": "notes.txt"}))]),
         Turn(reasoning="The file names the code 0451.", content="notes.txt says the launch code is 0451."),
     )
     async with spawn_acp(None, cwd=work, env=env) as run:  # no --provider/--model: the manifest's route
@@ -62,7 +62,7 @@ async def test_acp_agent_example_over_stdio_with_the_sdk_client(fake: FakeDeepSe
     stdout, stderr = bytes(run.stdout).decode(), bytes(run.stderr).decode()
     for reasoning in ("A greeting; answer briefly.", "I should read notes.txt first.", "The file names the code 0451."):
         assert reasoning not in stdout
-    assert "launch code is 0451.\\nNothing" not in stdout  # the tool output stayed between agent and model
+    assert "1: The launch code is 0451." not in stdout  # the tool output stayed between agent and model
 
     # The manifest's route reached the fake; the tool result went back with the reasoning replayed.
     chats = fake.chat_requests

@@ -42,7 +42,7 @@ async def test_a_goal_runs_its_rounds_as_autonomous_turns_the_client_sees(acp_ag
             {"tool": "create_goal", "args": {"objective": "report.txt is written", "max_goal_rounds": 4}},
             {"text": "goal set"}]},
         {"when": "Round: 1/4", "steps": [
-            {"tool": "write", "args": {"path": "report.txt", "content": "draft\n"}}, {"text": "drafted"}]},
+            {"tool": "write", "args": {"file_path": "report.txt", "content": "draft\n"}}, {"text": "drafted"}]},
         {"when": "Round: 2/4", "steps": [
             {"tool": "get_goal", "args": {}},
             {"tool": "update_goal", "args": {"goal_id": "goal-1", "revision": 1, "action": "complete"}},

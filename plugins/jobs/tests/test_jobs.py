@@ -91,7 +91,7 @@ async def session(scripted, cwd, rules, config):
 
 
 def bg(command: str) -> dict:
-    return {"tool": "bash", "args": {"command": command, "run_in_background": True}}
+    return {"tool": "bash", "args": {"description": "Run the command", "command": command, "run_in_background": True}}
 
 
 def text(result) -> str:
@@ -104,16 +104,16 @@ async def test_a_background_command_answers_at_once_and_is_read_as_it_goes(scrip
             "echo to-stderr >&2; exit 3")
     rules = [{"when": "^go", "steps": [
         bg(gate),
-        {"tool": "bash", "args": {"command": "while [ ! -e printed ]; do sleep 0.01; done"}},
+        {"tool": "bash", "args": {"description": "Run the command", "command": "while [ ! -e printed ]; do sleep 0.01; done"}},
         {"tool": "job_output", "args": {"job_id": "{started_id}"}},
-        {"tool": "bash", "args": {"command": "touch gate"}},
+        {"tool": "bash", "args": {"description": "Run the command", "command": "touch gate"}},
         {"tool": "job_output", "args": {"job_id": "{started_id}", "wait": True, "timeout_ms": 20000}},
         {"tool": "job_output", "args": {"job_id": "{started_id}"}},
         {"tool": "job_list", "args": {}},
         {"text": "done"}]}]
     async with session(scripted, tmp_path, rules, tier_config(tier)) as s:
         started, _, first, _, final, again, listed = await s.turn("go")
-    assert "bash-1" in text(started) and not started.is_error  # the original's ids: kind and count
+    assert text(started) == "started background job bash-1" and not started.is_error  # the original's ids: kind and count
     assert text(first) == "one\n[status: running]"
     assert text(final) == "two\nto-stderr\n[status: completed, exit code: 3]"  # since the last read, both streams
     assert text(again) == "(no new output)\n[status: completed, exit code: 3]"
@@ -153,7 +153,7 @@ async def test_over_the_cap_the_call_says_so_and_a_stopping_job_still_counts(scr
     marker = new_marker()
     rules = [{"when": "^go", "steps": [
         bg(f"trap '' TERM; touch trapped; sleep {marker}"), bg("echo second"),
-        {"tool": "bash", "args": {"command": "while [ ! -e trapped ]; do sleep 0.01; done"}},  # TERM is ignored now
+        {"tool": "bash", "args": {"description": "Run the command", "command": "while [ ! -e trapped ]; do sleep 0.01; done"}},  # TERM is ignored now
         {"tool": "job_kill", "args": {"job_id": "bash-1", "reason": "make room"}},
         {"tool": "job_list", "args": {}},
         bg("echo third"),
@@ -163,7 +163,7 @@ async def test_over_the_cap_the_call_says_so_and_a_stopping_job_still_counts(scr
     async with session(scripted, tmp_path, rules, config) as s:
         first, second, _trapped, killed, stopping, third, waited, fourth = await s.turn("go")
         await s.settled(2)
-    assert "bash-1" in text(first)
+    assert text(first) == "started background job bash-1"
     limit = ("Error: background job limit reached for this owner (limit: 1); use job_kill to stop an unneeded "
              "job, wait for it to finish, then retry")
     assert second.is_error and text(second) == limit and third.is_error and text(third) == limit
@@ -171,7 +171,7 @@ async def test_over_the_cap_the_call_says_so_and_a_stopping_job_still_counts(scr
     assert text(killed) == "requested cancellation of job bash-1"
     assert text(stopping) == f"bash-1 [bash] stopping — trap '' TERM; touch trapped; sleep {marker}"
     assert text(waited) == "(no new output)\n[status: killed, signal: SIGKILL]"  # it ignored SIGTERM
-    assert "bash-2" in text(fourth)  # ids count the jobs that started, per kind
+    assert text(fourth) == "started background job bash-2"  # ids count the jobs that started, per kind
     assert not sleepers(marker)
     assert [(e.id, e.status, e.detail) for e in s.of(JobSettled)] == [("bash-1", "killed", "make room"),
                                                                       ("bash-2", "completed", None)]
@@ -183,7 +183,7 @@ async def test_job_kill_ends_the_group_and_what_escaped_it(scripted, tmp_path, t
     command = f"sleep {marker} & setsid sleep {marker} & (sleep {marker} &); touch started; sleep {marker}"
     rules = [
         {"when": "^start", "steps": [
-            bg(command), {"tool": "bash", "args": {"command": "while [ ! -e started ]; do sleep 0.01; done"}},
+            bg(command), {"tool": "bash", "args": {"description": "Run the command", "command": "while [ ! -e started ]; do sleep 0.01; done"}},
             {"text": "started"}]},
         {"when": "^kill", "steps": [{"tool": "job_kill", "args": {"job_id": "bash-1"}},
                                     {"tool": "job_output", "args": {"job_id": "bash-1", "wait": True}},
@@ -206,7 +206,7 @@ async def test_closing_the_session_kills_its_jobs(scripted, tmp_path, tier):
     marker = new_marker()
     rules = [{"when": "^start", "steps": [
         bg(f"setsid sleep {marker} & touch started; sleep {marker}"),
-        {"tool": "bash", "args": {"command": "while [ ! -e started ]; do sleep 0.01; done"}}, {"text": "ok"}]}]
+        {"tool": "bash", "args": {"description": "Run the command", "command": "while [ ! -e started ]; do sleep 0.01; done"}}, {"text": "ok"}]}]
     async with session(scripted, tmp_path, rules, tier_config(tier)) as s:
         await s.turn("start")
         with anyio.fail_after(10):  # `touch started` may run before both sleeps have exec'd
@@ -255,7 +255,7 @@ async def test_no_usable_sandbox_refuses_the_background_call_before_any_job(scri
     """The original's missing-sandbox-runner, foreground and background: both calls fail closed
     with SANDBOX_UNAVAILABLE; no job is left to chase."""
     rules = [{"when": "^go", "steps": [
-        {"tool": "bash", "args": {"command": "echo hi"}}, bg("echo hi"), {"tool": "job_list", "args": {}},
+        {"tool": "bash", "args": {"description": "Run the command", "command": "echo hi"}}, bg("echo hi"), {"tool": "job_list", "args": {}},
         {"text": "done"}]}]
     config = {"sandbox-tools": {"mechanism": "none", "permission-mode": "workspace-write"}}
     async with session(scripted, tmp_path, rules, config) as s:
@@ -416,17 +416,17 @@ async def test_an_escalated_job_runs_once_in_the_wider_tier_on_a_server_of_its_o
     require_mechanism(tier)
     policy = Approve()
     rules = [{"when": "^go", "steps": [
-        {"tool": "bash", "args": {"command": "echo made > made.txt && echo wrote", "run_in_background": True,
+        {"tool": "bash", "args": {"description": "Run the command", "command": "echo made > made.txt && echo wrote", "run_in_background": True,
                                   "sandbox_permissions": "workspace-write", "justification": "write the file"}},
         {"tool": "job_output", "args": {"job_id": "{started_id}", "wait": True}},
-        {"tool": "bash", "args": {"command": "echo again > again.txt || echo refused"}},
+        {"tool": "bash", "args": {"description": "Run the command", "command": "echo again > again.txt || echo refused"}},
         {"text": "done"}]}]
     script = scripted({"rules": rules})
     config = {"sandbox-tools": {"mechanism": tier, "permission-mode": "read-only"}}
     async with memory_host(script, policy, plugins=PLUGINS, config=config) as host:
         s = Session(host, host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))))
         started, out, after = await s.turn("go")
-        assert "bash-1" in text(started) and "workspace-write" in text(started)
+        assert text(started) == "started background job bash-1"
         (asked,) = policy.asked
         assert asked.tool_name == "bash" and asked.tier == "workspace-write"
         assert text(out) == "wrote\n[status: completed, exit code: 0]" and (tmp_path / "made.txt").read_text() == "made\n"
@@ -449,7 +449,7 @@ async def test_a_resumed_session_never_reuses_a_job_id(scripted, tmp_path, dsh_h
     config = tier_config("unconfined")
     async with memory_host(script, plugins=plugins, config=config) as host:
         first = Session(host, host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))))
-        assert "bash-1" in text((await first.turn("go"))[0])
+        assert text((await first.turn("go"))[0]) == "started background job bash-1"
         sid = first.agent.session_id
     async with memory_host(script, plugins=plugins, config=config) as host:  # another process, later
         _, events = await host.session_store.read(sid)
@@ -457,11 +457,11 @@ async def test_a_resumed_session_never_reuses_a_job_id(scripted, tmp_path, dsh_h
         agent.restore(events)
         again = Session(host, agent)
         started, out = await again.turn("go")
-        assert "bash-2" in text(started) and text(out) == "hi\n[status: completed, exit code: 0]"
+        assert text(started) == "started background job bash-2" and text(out) == "hi\n[status: completed, exit code: 0]"
 
 
 async def test_programs_in_code_mode_start_and_read_jobs(scripted, tmp_path):
-    program = ('started = await tools.bash(command="echo from-a-program", run_in_background=True)\n'
+    program = ('started = await tools.bash(description="Run the command", command="echo from-a-program", run_in_background=True)\n'
                'out = await tools.job_output(job_id=started["job_id"], wait=True)\n'
                'return [out["status"], out["exit_code"], out["output"]]')
     rules = [{"when": "^go", "steps": [{"tool": "run_code", "args": {"description": "start and read a job", "code": program}}, {"text": "{tool_result}"}]}]
@@ -540,7 +540,7 @@ async def test_an_end_read_before_the_next_request_is_not_told_again(scripted, t
     in the same step: the queued notice is dropped, the model is told once."""
     rules = [{"when": "^go", "steps": [
         bg("echo fast"),
-        {"tools": [{"name": "bash", "args": {"command": "sleep 0.5"}},  # one step: run in order
+        {"tools": [{"name": "bash", "args": {"description": "Run the command", "command": "sleep 0.5"}},  # one step: run in order
                    {"name": "job_output", "args": {"job_id": "bash-1"}}]},
         {"text": "done"}]},
         {"when": "^next", "steps": [{"text": "next"}]}]

@@ -26,9 +26,9 @@ EXAMPLES = str(REPO / "examples")
 def script(marker: str) -> dict:
     return {"rules": [
         {"when": "^start", "steps": [
-            {"tool": "bash", "args": {"command": f"setsid sleep {marker} & touch started; sleep {marker}",
+            {"tool": "bash", "args": {"description": "Run the command", "command": f"setsid sleep {marker} & touch started; sleep {marker}",
                                       "run_in_background": True}},
-            {"tool": "bash", "args": {"command": "while [ ! -e started ]; do sleep 0.01; done"}},
+            {"tool": "bash", "args": {"description": "Run the command", "command": "while [ ! -e started ]; do sleep 0.01; done"}},
             {"text": "started {started_id}"}]},
         {"when": "^read", "steps": [
             {"tool": "job_list", "args": {}}, {"text": "{tool_result}"}]},
@@ -93,7 +93,7 @@ async def test_kill_9_of_dsh_during_a_foreground_command_leaves_nothing_either(a
         require_mechanism(tier)
     marker = new_marker()
     steps = {"rules": [{"when": "^hold", "steps": [
-        {"tool": "bash", "args": {"command": f"setsid sleep {marker} & sleep {marker}"}}, {"text": "never"}]}]}
+        {"tool": "bash", "args": {"description": "Run the command", "command": f"setsid sleep {marker} & sleep {marker}"}}, {"text": "never"}]}]}
     async with acp_agent(scripted(steps), env={"DSH_EXAMPLES_PATH": EXAMPLES, **TIERS[tier]}, check=False) as run:
         sid = await run.start()
         async with anyio.create_task_group() as tg:

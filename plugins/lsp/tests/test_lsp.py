@@ -188,9 +188,9 @@ def lsp_step(path: str = "main.py", line: int = 3, character: int = 15) -> dict:
 async def test_an_edit_that_breaks_the_code_brings_its_new_diagnostics(lsp_host, workspace):
     steps = [
         lsp_step(),
-        {"tool": "read", "args": {"path": "main.py"}},
-        {"tool": "edit", "args": {"path": "main.py", "old_string": "total([", "new_string": "totl(["}},
-        {"tool": "write", "args": {"path": "fine.py", "content": "x: int = 1\n"}},
+        {"tool": "read", "args": {"file_path": "main.py"}},
+        {"tool": "edit", "args": {"file_path": "main.py", "old_string": "total([", "new_string": "totl(["}},
+        {"tool": "write", "args": {"file_path": "fine.py", "content": "x: int = 1\n"}},
         {"text": "done"},
     ]
     async with lsp_host(steps) as s:
@@ -210,7 +210,7 @@ async def test_only_what_the_change_introduced_is_reported_and_bounded(lsp_host,
     new = "".join(f"v{i}: int = 'x{i}'\n" for i in range(5))
     steps = [
         lsp_step(),
-        {"tool": "write", "args": {"path": "main.py", "content": MAIN + "broken: int = 'old'\n" + new}},
+        {"tool": "write", "args": {"file_path": "main.py", "content": MAIN + "broken: int = 'old'\n" + new}},
         {"text": "done"},
     ]
     async with lsp_host(steps, lsp={"diagnostics-max": 2}) as s:
@@ -223,7 +223,7 @@ async def test_only_what_the_change_introduced_is_reported_and_bounded(lsp_host,
 
 
 async def test_no_diagnostics_when_turned_off_or_no_server_is_warm(lsp_host):
-    edit = {"tool": "write", "args": {"path": "main.py", "content": "print(nope)\n"}}
+    edit = {"tool": "write", "args": {"file_path": "main.py", "content": "print(nope)\n"}}
     async with lsp_host([lsp_step(), edit, {"text": "done"}], lsp={"diagnostics": False}) as s:
         await s.prompt()
     assert reminders(s)[1] == "overwrote main.py (12 bytes)"

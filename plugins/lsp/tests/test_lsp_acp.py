@@ -26,7 +26,7 @@ SCRIPT = {"rules": [
         {"tool": "lsp", "args": {"operation": "hover", "file_path": "main.py", "line": 3, "character": 15}},
         {"text": "{tool_result}"}]},
     {"when": "^break", "steps": [
-        {"tool": "write", "args": {"path": "main.py", "content": "from shapes import Square\n\nprint(totl([Square(2)]))\n"}},
+        {"tool": "write", "args": {"file_path": "main.py", "content": "from shapes import Square\n\nprint(totl([Square(2)]))\n"}},
         {"text": "{tool_result}"}]},
     {"when": "^where", "steps": [
         {"tool": "lsp", "args": {"operation": "goToDefinition", "file_path": "subject.ts", "line": 1, "character": 7}},

@@ -3,6 +3,7 @@ pieces, and argument checking."""
 
 from __future__ import annotations
 
+import math
 import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -91,13 +92,25 @@ def str_arg(args: dict[str, Any], key: str, *, required: bool = True, allow_empt
     return v
 
 
-def int_arg(args: dict[str, Any], key: str, default: int, *, minimum: int = 0) -> int:
-    v = args.get(key, default)
+def positive_ms(args: dict[str, Any], key: str, default: int) -> int:
+    """A JSON ``number`` of milliseconds, > 0 (a fraction is rounded up to a whole ms)."""
+    v = args.get(key)
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ToolError(f"argument {key!r} must be an integer ≥ {minimum}", code="INVALID_ARGUMENTS")
-    return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ToolError(f"invalid {key}: expected a positive number, got {v!r}", code="INVALID_ARGUMENTS")
+    return math.ceil(v)
+
+
+def whole_number(args: dict[str, Any], key: str, default: int, *, minimum: int = 1) -> int:
+    """A JSON ``number`` that must be a whole number ≥ ``minimum`` (``5`` or ``5.0``)."""
+    v = args.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < minimum:
+        raise ToolError(f"{key} must be a {'positive' if minimum == 1 else f'≥ {minimum}'} integer",
+                        code="INVALID_ARGUMENTS")
+    return int(v)
 
 
 def display(path: str, cwd: str) -> str:

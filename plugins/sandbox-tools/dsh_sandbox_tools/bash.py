@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import signal
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import ToolError
 from dsh_core.protocols import JobEnd
 from dsh_core.types import ToolOutput
 
-from .base import BOOL, OPT_INT, OPT_STR, STR, SandboxTool, int_arg, out_schema, str_arg
+from .base import BOOL, OPT_INT, OPT_STR, STR, SandboxTool, out_schema, positive_ms, str_arg
 from .mechanisms import PARTIAL_NOTICE
 from .policy import Settings
 from .run import spill_path_for
@@ -26,8 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # text result is unchanged.
 BASH_OUTPUT = out_schema({
     "exit_code": {**OPT_INT, "description": "The exit status; None when timed out or killed by a signal."},
-    "output": {**STR, "description": "stdout and stderr merged, bounded; when spilled it names the file "
-               "holding the whole output."},
+    "output": {**STR, "description": "stdout, bounded; when spilled it names the file holding the whole output."},
+    "stderr": {**STR, "description": "stderr, bounded the same way."},
     "timed_out": BOOL,
     "signal": {**OPT_INT, "description": "The signal that killed the command, if any."},
     "spill_path": {**OPT_STR, "description": "The file with the full output when it was too long, else None."},
@@ -57,7 +58,7 @@ class _JobSink:
 class BashTool(SandboxTool):
     name = "bash"
     kind = "execute"
-    required = ("command",)
+    required = ("command", "description")
     output_schema = BASH_OUTPUT
     escalates = True
 
@@ -73,32 +74,48 @@ class BashTool(SandboxTool):
     def describe(self, settings: Settings) -> str:
         s = settings
         text = (
-            "Run a shell command with bash in the session workspace (cwd). Output (stdout+stderr) is returned, "
-            f"bounded to about {s.max_output_bytes} bytes; longer output is saved to a file whose path is given. "
-            f'Sandbox mode: "{s.mode}". Each call runs in a fresh process group; '
+            "Run a command with `bash -c` in the session workspace and get back its stdout, with its stderr after "
+            "a `[stderr]` line. Every call starts a new shell, so nothing (cwd, variables, functions) carries over "
+            "from one call to the next: give `workdir` rather than `cd`. A non-zero exit is reported as "
+            "`[exit code: N]` at the end of the result; a timeout as `[timed out after Nms]`. "
+            f'The command runs in the "{s.mode}" sandbox: an operation it blocks is reported as '
+            "`[sandbox: file access denied under <mode> mode]`, which is the policy speaking, not a bug in the "
+            f"command. Output past about {s.max_output_bytes} bytes is cut to its head and tail and saved whole to "
+            "a file whose path the result names. "
         )
         if self.jobs is None:
-            return text + "background jobs end with the call."
+            return text + "Background execution is not available here: a command must finish within its timeout."
         return text + (
-            "processes it leaves behind (`cmd &`) end with the call. For a long-running command (a dev server, a "
-            "watcher, a long build) set run_in_background: the call returns a job id at once and the command keeps "
-            "running (same sandbox, no timeout); read its output with job_output, stop it with job_kill, and you get "
-            "a notice when it ends."
+            "For a long-running command (a dev server, a watcher, a long build) set `run_in_background: true`: the "
+            "call returns a job id at once and the command keeps running (same sandbox, no timeout); read its output "
+            "with `job_output` and stop it with `job_kill`."
         )
 
     def arguments(self, settings: Settings) -> dict[str, Any]:
         s = settings
         args: dict[str, Any] = {
-            "command": {"type": "string", "description": "The bash command line to run."},
-            "timeout_ms": {
-                "type": "integer",
-                "description": f"Timeout in milliseconds (default {s.default_timeout_ms}, max {s.max_timeout_ms}).",
+            "command": {"type": "string", "description": "The bash command to run."},
+            "description": {
+                "type": "string",
+                "description": "What this command does, in 5-10 words of active voice (shown to the person), "
+                               'e.g. "git status" -> "Show working tree status".',
+            },
+            "timeoutMs": {
+                "type": "number",
+                "description": f"Timeout in milliseconds (default {s.default_timeout_ms}, at most "
+                               f"{s.max_timeout_ms}); the command is killed when it runs out.",
+            },
+            "workdir": {
+                "type": "string",
+                "description": "Directory to run the command in, inside the session workspace (the default); "
+                               "a relative path is taken from the workspace.",
             },
         }
         if self.jobs is not None:
             args["run_in_background"] = {
                 "type": "boolean",
-                "description": "Run as a background job: returns `job id <id>` at once; no timeout applies.",
+                "description": "Run as a background job and return its id at once (read it with job_output, stop "
+                               "it with job_kill). No timeout applies.",
             }
         return args
 
@@ -106,57 +123,59 @@ class BashTool(SandboxTool):
         s = self.sb.settings
         command = str_arg(args, "command")
         assert command is not None
+        if not command.strip():
+            raise ToolError("invalid command: expected a non-empty string", code="INVALID_ARGUMENTS")
+        description = str_arg(args, "description")
+        if description is None or not description.strip():
+            raise ToolError("invalid description: expected a non-empty string", code="INVALID_ARGUMENTS")
         background = args.get("run_in_background", False)
         if not isinstance(background, bool) or (background and self.jobs is None):
             raise ToolError("run_in_background must be true or false (and needs the jobs plugin)",
                             code="INVALID_ARGUMENTS")
-        timeout_ms = min(int_arg(args, "timeout_ms", s.default_timeout_ms, minimum=1), s.max_timeout_ms)
+        timeout_ms = min(positive_ms(args, "timeoutMs", s.default_timeout_ms), s.max_timeout_ms)
+        workspace = os.path.realpath(ctx.cwd)
+        if not os.path.isdir(workspace):
+            raise ToolError(f"the session directory {workspace} does not exist", code="NO_CWD")
+        cwd = resolve_workdir(str_arg(args, "workdir", required=False), workspace)
         mode = await self.sb.effective_mode(args, ctx, "command")
-        cwd = os.path.realpath(ctx.cwd)
-        if not os.path.isdir(cwd):
-            raise ToolError(f"the session directory {cwd} does not exist", code="NO_CWD")
         bash = shutil.which("bash") or "/bin/sh"
         if background:
-            return await self._background(command, [bash, "-c", command], mode, cwd, ctx)
+            return await self._background(command, [bash, "-c", command], mode, cwd, workspace, ctx)
         result, runner = await self.sb.run_argv(
             [bash, "-c", command],
             mode=mode,
             cwd=cwd,
+            workspace=workspace,
             owner=ctx.agent,
             timeout_s=timeout_ms / 1000,
             spill=spill_path_for(s.spill_root(), ctx.session_id, ctx.call_id),
+            split=True,
         )
-        text = result.text
+        stdout, stderr = result.text, result.stderr or ""
         if runner is not None and runner.name == "landlock":
-            text = text.replace(PARTIAL_NOTICE + "\n", "")
-            if result.exit_code == 125 and "landlock-run: " in text:
+            stdout, stderr = (t.replace(PARTIAL_NOTICE + "\n", "") for t in (stdout, stderr))
+            if result.exit_code == 125 and "landlock-run: " in stdout + stderr:
                 raise ToolError(
                     f'sandbox mode "{mode}" could not be applied (Landlock runner failed); refusing to run the '
-                    f"command unconfined. Runner output: {text.strip()[-500:]}",
+                    f"command unconfined. Runner output: {(stdout + stderr).strip()[-500:]}",
                     code="SANDBOX_UNAVAILABLE",
                 )
-        lines = [text.rstrip("\n")] if text.strip() else ["(no output)"]
-        is_error = False
-        if result.timed_out:
-            is_error = True
-            lines.append(f"[timed out after {timeout_ms} ms; the command and its process group were killed]")
-        elif result.signal is not None:
-            is_error = True
-            lines.append(f"[killed by signal {result.signal}]")
-        elif result.exit_code:
-            is_error = True
-            lines.append(f"[exit code {result.exit_code}]")
-        if runner is not None and is_error and runner.denial in text:
-            lines.append(f"[sandbox: file access denied under {mode} mode]")
-            hint = self.sb.hint(mode)
-            if hint:
-                lines.append(hint)
-        out = ToolOutput.text("\n".join(lines), is_error=is_error, code="TIMEOUT" if result.timed_out else None)
+        failed = result.timed_out or result.signal is not None or bool(result.exit_code)
+        denied = runner is not None and failed and runner.denial in stdout + stderr
+        text = render_result(stdout, stderr, timed_out=result.timed_out, timeout_ms=timeout_ms,
+                             signal_number=result.signal, exit_code=result.exit_code,
+                             denied=mode if denied else None, hint=self.sb.hint(mode) if denied else None)
+        # A non-zero exit, a timeout or a signal is the command's outcome, reported for the model to
+        # judge (the markers), not a failure of the tool: only a call that could not run is an error.
+        out = ToolOutput.text(text)
         if result.spill_path is not None:  # already bounded by the spine's Sink: the loop spills nothing more
             out.spill_path = str(result.spill_path)
+        elif result.stderr_spill_path is not None:
+            out.spill_path = str(result.stderr_spill_path)
         out.structured = {
             "exit_code": result.exit_code if result.signal is None else None,
-            "output": text,
+            "output": stdout,
+            "stderr": stderr,
             "timed_out": result.timed_out,
             "signal": result.signal,
             "spill_path": str(result.spill_path) if result.spill_path is not None else None,
@@ -165,7 +184,8 @@ class BashTool(SandboxTool):
             out.structured["job_id"] = None
         return out
 
-    async def _background(self, command: str, argv: list[str], mode: str, cwd: str, ctx: ToolContext) -> ToolOutput:
+    async def _background(self, command: str, argv: list[str], mode: str, cwd: str, workspace: str,
+                          ctx: ToolContext) -> ToolOutput:
         """Start ``argv`` as a job: the same sandbox, environment and limits as a foreground call,
         no timeout, always through a command server (its reaper is the job's lifeline)."""
         assert self.jobs is not None
@@ -175,7 +195,7 @@ class BashTool(SandboxTool):
 
         async def work(io: JobIO) -> JobEnd:
             result, _ = await sb.run_argv(
-                argv, mode=mode, cwd=cwd, owner=ctx.agent, timeout_s=math.inf, spill=spill,
+                argv, mode=mode, cwd=cwd, workspace=workspace, owner=ctx.agent, timeout_s=math.inf, spill=spill,
                 sink=_JobSink(io), stop=io.stopping, lifeline=True,
             )
             if result.signal is not None and not result.stopped:
@@ -183,10 +203,62 @@ class BashTool(SandboxTool):
             return JobEnd(status="completed", exit_code=result.exit_code)
 
         job = self.jobs.start(ctx.agent, kind="bash", title=command, work=work, call_id=ctx.call_id)
-        out = ToolOutput.text(
-            f"job id {job.id}: started in the background ({mode} sandbox). Read its output with job_output "
-            f'{{"job_id": "{job.id}"}}, stop it with job_kill; you get a notice when it ends.'
-        )
-        out.structured = {"exit_code": None, "output": "", "timed_out": False, "signal": None, "spill_path": None,
+        out = ToolOutput.text(f"started background job {job.id}")
+        out.structured = {"exit_code": None, "output": "", "stderr": "", "timed_out": False, "signal": None, "spill_path": None,
                           "job_id": job.id}
         return out
+
+
+def resolve_workdir(workdir: str | None, workspace: str) -> str:
+    """The directory a call runs in: ``workdir`` taken from the session workspace (canonical),
+    which it must not leave. The sandbox's writable roots stay the workspace's whatever the
+    workdir, and a workdir outside it is refused rather than run from: a command's directory is
+    never a way out of the session's confinement."""
+    if workdir is None:
+        return workspace
+    if not workdir.strip():
+        raise ToolError("invalid workdir: expected a non-empty string", code="INVALID_ARGUMENTS")
+    real = os.path.realpath(os.path.join(workspace, os.path.expanduser(workdir)))
+    if real != workspace and not real.startswith(workspace.rstrip(os.sep) + os.sep):
+        raise ToolError(
+            f"workdir {workdir!r} is outside the session workspace {workspace}; commands run inside it "
+            "(give a directory in the workspace, or no workdir)",
+            code="WORKDIR_OUTSIDE",
+        )
+    if not os.path.isdir(real):
+        raise ToolError(f"workdir {workdir!r} is not a directory in {workspace}", code="NO_CWD")
+    return real
+
+
+def render_result(stdout: str, stderr: str, *, timed_out: bool, timeout_ms: int, signal_number: int | None,
+                  exit_code: int | None, denied: str | None = None, hint: str | None = None) -> str:
+    """The text the model reads of a finished command: stdout, then ``[stderr]`` and stderr, then
+    one line per marker (sandbox denial, timeout, signal or non-zero exit; the exit marker last)."""
+    body = stdout
+    if stderr:
+        if body and not body.endswith("\n"):
+            body += "\n"
+        body += "[stderr]\n" + stderr
+    if not body:
+        body = "(no output)"
+    markers: list[str] = []
+    if denied is not None:
+        markers.append(f"[sandbox: file access denied under {denied} mode]")
+        if hint:
+            markers.append(hint)
+    if timed_out:
+        markers.append(f"[timed out after {timeout_ms}ms]")
+    if signal_number is not None:
+        markers.append(f"[killed by signal: {signal_name(signal_number)}]")
+    elif exit_code:
+        markers.append(f"[exit code: {exit_code}]")
+    if not markers:
+        return body
+    return body + ("" if body.endswith("\n") else "\n") + "\n".join(markers)
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)

@@ -17,7 +17,7 @@ from dsh_core import ToolError
 from dsh_core.media import sniff_image
 from dsh_core.types import ImageBlock, TextBlock, ToolOutput
 
-from .base import BOOL, INT, OPT_INT, STR, SandboxTool, int_arg, out_schema, str_arg
+from .base import BOOL, INT, OPT_INT, STR, SandboxTool, out_schema, str_arg, whole_number
 from .fspath import PathDenied, absolute, open_for_write
 from .policy import Settings
 from .sandbox import Sandbox
@@ -47,7 +47,7 @@ READ_IMAGE_OUTPUT = out_schema({"path": STR, "mime": STR, "bytes": INT,
 
 def _read_window(path: str, offset: int, limit: int, exact: list[str] | None = None,
                  buffered: str | None = None) -> tuple[str, int, int, int, int]:
-    """(numbered text, first line, last line, total lines, mtime_ns) of a text file — of
+    """(numbered lines ``N: text``, first line, last line, total lines, mtime_ns) of a text file — of
     ``buffered`` instead of its bytes when given (the editor's text of it), the file still deciding
     that it exists, is readable and is text; the window's exact lines are appended to ``exact``."""
     with open(path, "rb") as f:
@@ -66,36 +66,38 @@ def _read_window(path: str, offset: int, limit: int, exact: list[str] | None = N
             if offset <= n < offset + limit:
                 if exact is not None:
                     exact.append(raw.decode("utf-8", errors="replace"))
-                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                line = raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
                 if len(line) > READ_MAX_LINE:
-                    line = line[:READ_MAX_LINE] + f"… [line truncated, {len(line)} chars]"
-                out.append(f"{n:>6}\t{line}")
+                    line = line[:READ_MAX_LINE] + f"... (line truncated to {READ_MAX_LINE} chars)"
+                out.append(f"{n}: {line}")
     first = offset if out else 0
     return "\n".join(out), first, first + len(out) - 1 if out else 0, n, st.st_mtime_ns
+
+
+def file_envelope(path: str, body: str, kind: str = "file") -> str:
+    """The frame a file tool's answer comes in: which file (absolute), what it is, then the body."""
+    return f"<path>{path}</path>\n<type>{kind}</type>\n<content>\n{body}\n</content>"
 
 
 class ReadTool(SandboxTool):
     name = "read"
     kind = "read"
-    description = (
-        "Read a text file as numbered lines (`<line>\\t<text>`). Paths are absolute or relative to the "
-        f"workspace. offset is the first line (1-based), limit the number of lines (default {READ_DEFAULT_LIMIT})."
-    )
+    description = "Read a UTF-8 text file; its lines come back numbered (`N: text`)."
     properties: ClassVar[dict[str, Any]] = {
-        "path": {"type": "string", "description": "File to read."},
-        "offset": {"type": "integer", "description": "First line to show, 1-based (default 1)."},
-        "limit": {"type": "integer", "description": f"Lines to show (default {READ_DEFAULT_LIMIT})."},
+        "file_path": {"type": "string", "description": "The file to read: absolute, or relative to the workspace."},
+        "offset": {"type": "number", "description": "The first line to return, counting from 1 (default 1)."},
+        "limit": {"type": "number", "description": f"How many lines to return at most (default {READ_DEFAULT_LIMIT})."},
     }
-    required = ("path",)
+    required = ("file_path",)
     output_schema = READ_OUTPUT
     parallel_safe = True
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        raw = str_arg(args, "path")
+        raw = str_arg(args, "file_path")
         assert raw is not None
-        offset = int_arg(args, "offset", 1, minimum=1)
-        limit = int_arg(args, "limit", READ_DEFAULT_LIMIT, minimum=1)
-        path = absolute(raw, ctx.cwd)
+        offset = whole_number(args, "offset", 1)
+        limit = whole_number(args, "limit", READ_DEFAULT_LIMIT)
+        path = os.path.normpath(absolute(raw, ctx.cwd))
         if os.path.isdir(path):
             raise ToolError(f"{raw} is a directory; use glob to list it", code="IS_DIRECTORY")
         buffers = ctx.agent.spec.buffers
@@ -108,16 +110,16 @@ class ReadTool(SandboxTool):
             raise ToolError(f"{raw} does not exist (paths are relative to {ctx.cwd})", code="NOT_FOUND") from None
         except PermissionError:
             raise ToolError(f"{raw}: permission denied", code="PERMISSION_DENIED") from None
+        if not text and offset > max(total, 1):  # not a read of the file: edit still needs one
+            raise ToolError(f'offset {offset} is out of range for "{path}" ({total} lines)', code="OUT_OF_RANGE")
         self.sb.reads(ctx.agent)[os.path.realpath(path)] = mtime
         data = {"path": raw, "text": "".join(exact), "first_line": first, "last_line": last, "total_lines": total}
-        if total == 0:
-            text = f"{raw} is empty (0 lines)"
-        elif not text:
-            text = f"{raw} has {total} lines; offset {offset} is past the end"
-        elif first != 1 or last != total:
-            more = f"; continue with offset={last + 1}" if last < total else ""
-            text += f"\n[lines {first}–{last} of {total}{more}]"
-        return ToolOutput(content=[TextBlock(text=text)], structured=data)
+        if last < total:
+            footer = f"(Showing lines {first}-{last} of {total}. Use offset={last + 1} to continue.)"
+        else:
+            footer = f"(End of file - total {total} lines)"
+        body = f"{text}\n\n{footer}" if text else footer
+        return ToolOutput(content=[TextBlock(text=file_envelope(path, body))], structured=data)
 
 
 def _denied(sb: Sandbox, exc: PathDenied, mode: str, raw: str) -> ToolError:
@@ -146,25 +148,25 @@ class WriteTool(SandboxTool):
     name = "write"
     kind = "edit"
     properties: ClassVar[dict[str, Any]] = {
-        "path": {"type": "string", "description": "File to write (absolute or relative to the workspace)."},
-        "content": {"type": "string", "description": "The complete new content."},
+        "file_path": {"type": "string", "description": "The file to write: absolute, or relative to the workspace."},
+        "content": {"type": "string", "description": "The whole UTF-8 text the file is to hold."},
     }
-    required = ("path", "content")
+    required = ("file_path", "content")
     output_schema = WRITE_OUTPUT
     escalates = True
 
     def describe(self, settings: Settings) -> str:
         return (
-            "Create or overwrite a file with the given content (parent directories are created). "
-            f'Writes are allowed only where the sandbox mode "{settings.mode}" allows.'
+            "Create a UTF-8 text file, or replace all of an existing one (missing parent directories are made). "
+            f'Writes go only where the sandbox mode "{settings.mode}" allows.'
         )
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        raw = str_arg(args, "path")
+        raw = str_arg(args, "file_path")
         content = str_arg(args, "content", allow_empty=True)
         assert raw is not None and content is not None
         mode = await self.sb.effective_mode(args, ctx, "file operation")
-        path = absolute(raw, ctx.cwd)
+        path = os.path.normpath(absolute(raw, ctx.cwd))
         data = content.encode("utf-8")
         try:
             existed, mtime = await anyio.to_thread.run_sync(
@@ -179,8 +181,7 @@ class WriteTool(SandboxTool):
         self.sb.reads(ctx.agent)[os.path.realpath(path)] = mtime
         if ctx.agent.spec.buffers is not None:  # after the sandbox let the write happen: the editor shows it
             await ctx.agent.spec.buffers.wrote(os.path.realpath(path), content)
-        verb = "overwrote" if existed else "created"
-        out = ToolOutput.text(f"{verb} {raw} ({len(data)} bytes)")
+        out = ToolOutput.text(file_envelope(path, "Updated file" if existed else "Created file"))
         out.structured = {"path": raw, "created": not existed, "bytes": len(data)}
         return out
 
@@ -189,32 +190,33 @@ class EditTool(SandboxTool):
     name = "edit"
     kind = "edit"
     description = (
-        "Replace an exact string in a file you have read in this session. old_string must match exactly "
-        "(whitespace included) and be unique unless replace_all is true."
+        "Change an existing UTF-8 text file by replacing literal text, in a file you have read in this session "
+        "(and not changed since)."
     )
     properties: ClassVar[dict[str, Any]] = {
-        "path": {"type": "string", "description": "File to edit."},
-        "old_string": {"type": "string", "description": "Exact text to replace."},
-        "new_string": {"type": "string", "description": "Replacement text."},
-        "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."},
+        "file_path": {"type": "string", "description": "The file to edit: absolute, or relative to the workspace."},
+        "old_string": {"type": "string", "description": "The literal text to replace, matched exactly (whitespace too)."},
+        "new_string": {"type": "string", "description": "The literal text to put in its place; empty deletes it."},
+        "replace_all": {"type": "boolean", "description": "Replace every occurrence. Default false: old_string must "
+                        "then occur exactly once."},
     }
-    required = ("path", "old_string", "new_string")
+    required = ("file_path", "old_string", "new_string")
     output_schema = EDIT_OUTPUT
     escalates = True
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        raw = str_arg(args, "path")
+        raw = str_arg(args, "file_path")
         old = str_arg(args, "old_string")
         new = str_arg(args, "new_string", allow_empty=True)
         assert raw is not None and old is not None and new is not None
         replace_all = bool(args.get("replace_all", False))
         if old == new:
             raise ToolError("old_string and new_string are the same; nothing to change", code="INVALID_ARGUMENTS")
-        path = absolute(raw, ctx.cwd)
+        path = os.path.normpath(absolute(raw, ctx.cwd))
         real = os.path.realpath(path)
         reads = self.sb.reads(ctx.agent)
         if real not in reads:
-            raise ToolError(f"read {raw} with the read tool before editing it", code="NOT_READ")
+            raise ToolError(f'edit requires reading "{raw}" first — read the file, then retry', code="NOT_READ")
         try:
             st = os.stat(real)
             with open(real, "rb") as f:
@@ -254,7 +256,8 @@ class EditTool(SandboxTool):
         if buffers is not None:
             await buffers.wrote(real, updated)
         n = count if replace_all else 1
-        out = ToolOutput.text(f"edited {raw}: replaced {n} occurrence{'s' if n != 1 else ''}")
+        out = ToolOutput.text(f"The file {path} has been updated. All occurrences were successfully replaced."
+                              if replace_all else f"The file {path} has been updated successfully.")
         out.structured = {"path": raw, "replacements": n}
         return out
 
@@ -263,16 +266,17 @@ class ReadImageTool(SandboxTool):
     name = "read_image"
     kind = "read"
     description = (
-        "Look at an image file in the workspace (png, jpeg, gif, webp): it is attached to the "
-        "conversation so you can see it. Only for models with image input."
+        "Look at an image file (png, jpeg, gif, webp): it is attached to the conversation so you can see it. "
+        "Only for models with image input."
     )
-    properties: ClassVar[dict[str, Any]] = {"path": {"type": "string", "description": "Image file to view."}}
-    required = ("path",)
+    properties: ClassVar[dict[str, Any]] = {
+        "file_path": {"type": "string", "description": "The image file: absolute, or relative to the workspace."}}
+    required = ("file_path",)
     output_schema = READ_IMAGE_OUTPUT
     parallel_safe = True
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        raw = str_arg(args, "path")
+        raw = str_arg(args, "file_path")
         assert raw is not None
         route = ctx.route
         if not route.image_input:
@@ -287,7 +291,7 @@ class ReadImageTool(SandboxTool):
                 f'cannot read "{raw}" as an image: no attachment store is mounted in this composition',
                 code="NO_ATTACHMENT_STORE",
             )
-        path = absolute(raw, ctx.cwd)
+        path = os.path.normpath(absolute(raw, ctx.cwd))
         try:
             size = os.path.getsize(path)
             if size > IMAGE_MAX_BYTES:
@@ -307,7 +311,8 @@ class ReadImageTool(SandboxTool):
         except Exception as exc:
             raise ToolError(f'cannot attach "{raw}": {exc}', code="ATTACHMENT_FAILED") from None
         assert isinstance(block, ImageBlock)
+        size_text = f"{block.width}x{block.height} px, " if block.width and block.height else ""
         return ToolOutput(
-            content=[TextBlock(text=f"image {raw} ({mime}, {len(data)} bytes)"), block],
+            content=[TextBlock(text=file_envelope(path, f"{mime} image, {size_text}{len(data)} bytes", "image")), block],
             structured={"path": raw, "mime": mime, "bytes": len(data), "width": block.width, "height": block.height},
         )

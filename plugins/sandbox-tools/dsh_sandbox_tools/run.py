@@ -27,7 +27,8 @@ class CommandResult:
     text: str  # bounded: the whole output, or head + marker + tail (stdout only when captured apart)
     total_bytes: int
     spill_path: Path | None
-    stderr: str | None = None  # captured apart (``capture=True``): its first ``limit`` bytes
+    stderr: str | None = None  # captured apart: its first ``limit`` bytes (``capture``), or bounded as ``text`` (``split``)
+    stderr_spill_path: Path | None = None  # ``split``: the file with the whole stderr when it was too long
     stopped: bool = False  # ended because its ``stop`` event was set (a background job's kill)
 
 
@@ -84,19 +85,20 @@ async def kill_group(proc: anyio.abc.Process, pgid: int) -> None:
 
 async def run_command(
     argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path,
-    stdin: bytes | None = None, capture: bool = False,
+    stdin: bytes | None = None, capture: bool = False, split: bool = False,
 ) -> CommandResult:
-    """``capture``: stdout and stderr apart, each its first ``limit`` bytes (no spill); ``stdin``:
-    bytes written to the command's stdin (else /dev/null)."""
+    """``capture``: stdout and stderr apart, each its first ``limit`` bytes (no spill); ``split``:
+    stdout and stderr apart, each bounded head+tail with its own spill file (``stderr_spill``);
+    ``stdin``: bytes written to the command's stdin (else /dev/null)."""
     sink: _Sink | HeadSink = HeadSink(limit) if capture else _Sink(limit, spill)
-    err_sink = HeadSink(limit) if capture else None
+    err_sink: _Sink | HeadSink | None = HeadSink(limit) if capture else _Sink(limit, stderr_spill(spill)) if split else None
     # Shielded: a cancel that lands while the process is being spawned must not lose the handle
     # (asyncio would SIGKILL only the leader, leaving what it already forked running). The
     # cancel is seen at the first checkpoint inside the try below, whose finally kills the group.
     with anyio.CancelScope(shield=True):
         proc = await anyio.open_process(
             argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE if capture else subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True,
+            stderr=subprocess.PIPE if capture or split else subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True,
         )
     pgid = proc.pid  # start_new_session: the leader's pid is the group id
     timed_out = False
@@ -143,6 +145,8 @@ async def run_command(
             killpg(pgid, signal.SIGKILL)
             await proc.aclose()
             sink.close()
+            if err_sink is not None:
+                err_sink.close()
     rc = proc.returncode
     sig = -rc if rc is not None and rc < 0 else None
     return CommandResult(
@@ -153,4 +157,10 @@ async def run_command(
         total_bytes=sink.total,
         spill_path=spill if sink.file is not None else None,
         stderr=err_sink.text() if err_sink is not None else None,
+        stderr_spill_path=stderr_spill(spill) if getattr(err_sink, "file", None) is not None else None,
     )
+
+
+def stderr_spill(spill: Path) -> Path:
+    """Where a ``split`` call's too-long stderr goes: beside its stdout's spill file."""
+    return spill.with_name(spill.name + ".stderr")

@@ -108,7 +108,7 @@ class Sandbox:
         outcome = await ctx.approve(
             f"escalate sandbox to {target}: {justification.strip()}",
             kind="execute" if what == "command" else "edit",  # bash runs; write/edit modify files
-            subject=args.get("command") if what == "command" else args.get("path"),
+            subject=args.get("command") if what == "command" else args.get("file_path"),
             args=call,
             tier=target,
             justification=justification.strip(),
@@ -179,6 +179,8 @@ class Sandbox:
         sink: Any = None,
         stop: anyio.Event | None = None,
         lifeline: bool = False,
+        workspace: str | None = None,
+        split: bool = False,
     ) -> tuple[CommandResult, Runner | None]:
         """Run any ``argv`` in ``cwd`` confined by ``mode``; returns the result and the runner used.
 
@@ -192,15 +194,18 @@ class Sandbox:
         reaper kills everything it started even if this process is killed outright — the
         session's (an unconfined one in danger-full-access), or one of its own for an escalated
         call, ended with it. ``sink`` takes the output instead of the bounded spill sink;
-        ``stop`` ends the command early (SIGTERM, then SIGKILL).
+        ``stop`` ends the command early (SIGTERM, then SIGKILL). ``workspace``: the session's
+        directory, whose writable roots confine the call when ``cwd`` is another directory inside
+        it (the bash tool's ``workdir``); ``split``: stdout and stderr apart (``CommandResult.stderr``).
         """
         s = self.settings
         runner = await self.runner_for(mode)
         env = scrubbed_env(mode=mode) if env is None else env
         timeout_s = s.default_timeout_ms / 1000 if timeout_s is None else timeout_s
         limit = s.max_output_bytes if limit is None else limit
-        io: dict[str, Any] = {"stdin": stdin, "capture": capture}
-        roots = writable_roots(mode, cwd) if runner is not None else []
+        io: dict[str, Any] = {"stdin": stdin, "capture": capture, "split": split}
+        workspace = cwd if workspace is None else workspace
+        roots = writable_roots(mode, workspace) if runner is not None else []
         one_shot = owner is None or mode != self.mode_for(owner)
         if one_shot and not lifeline:  # a fresh (confined) process
             if runner is not None:
@@ -214,7 +219,8 @@ class Sandbox:
         label = (runner.detail or runner.name) if runner is not None else "unconfined"
 
         def make() -> CommandServer:
-            return CommandServer(lambda fd: server_argv(runner, roots, cwd, fd), env=scrubbed_env(mode=mode), cwd=cwd)
+            return CommandServer(lambda fd: server_argv(runner, roots, workspace, fd), env=scrubbed_env(mode=mode),
+                                 cwd=workspace)
 
         def unavailable(exc: ServerError) -> ToolError:
             return ToolError(f'sandbox mode "{mode}" could not be applied ({label} command server: {exc}); '

@@ -21,7 +21,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 GLOB_MAX = 1000
 GLOB_SCAN_MAX = 20 * GLOB_MAX  # matches looked at before sampling
-GREP_MAX = 500
+GREP_MAX = 250  # matches shown
+GREP_COUNT_MAX = 20 * GREP_MAX  # matches counted for the total
+GREP_MAX_LINE = 2000
 GREP_MAX_FILE = 5_000_000
 
 # The structured results (ToolOutput.structured) that programs see in code mode; the model's
@@ -97,55 +99,91 @@ class GlobTool(SandboxTool):
         return ToolOutput(content=[TextBlock(text="\n".join(lines))], structured=data)
 
 
-def _grep(base: str, rx: re.Pattern[str], name_glob: str | None, cwd: str,
-          found: list[dict[str, Any]] | None = None) -> tuple[list[str], bool]:
-    out: list[str] = []
+def _grep(base: str, rx: re.Pattern[str], name_glob: str | list[str] | None, cwd: str,
+          found: list[dict[str, Any]] | None = None) -> tuple[list[tuple[str, int, str]], int]:
+    """(the first ``GREP_MAX`` matches as (path, line, text), how many there are — counted up to
+    ``GREP_COUNT_MAX``, past which the count is that cap plus one)."""
+    out: list[tuple[str, int, str]] = []
+    seen = 0
 
     def scan(path: str) -> bool:
-        try:
-            if os.path.getsize(path) > GREP_MAX_FILE:
-                return False
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
+        nonlocal seen
+        text = _text_of(path)
+        if text is None:
             return False
-        if b"\0" in data[:8192]:
-            return False
-        for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+        for n, line in enumerate(text.splitlines(), start=1):
             if rx.search(line):
-                if len(line) > 500:
-                    line = line[:500] + "…"
-                out.append(f"{display(path, cwd)}:{n}: {line}")
+                seen += 1
+                if seen > GREP_COUNT_MAX:
+                    return True
+                if len(out) >= GREP_MAX:
+                    continue
+                if len(line) > GREP_MAX_LINE:
+                    line = line[:GREP_MAX_LINE] + "…"
+                out.append((display(path, cwd), n, line))
                 if found is not None:
                     found.append({"path": display(path, cwd), "line": n, "text": line})
-                if len(out) >= GREP_MAX:
-                    return True
         return False
 
     if os.path.isfile(base):
-        return out, scan(base)
+        scan(base)
+        return out, seen
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames[:] = sorted(d for d in dirnames if d != ".git")
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
-            if name_glob and not (fnmatch.fnmatch(name, name_glob) or fnmatch.fnmatch(os.path.relpath(path, base), name_glob)):
+            if name_glob and not _included(name, os.path.relpath(path, base), name_glob):
                 continue
             if scan(path):
-                return out, True
-    return out, False
+                return out, seen
+    return out, seen
+
+
+def _text_of(path: str) -> str | None:
+    """A searchable file's text: None for one too large, unreadable or binary."""
+    try:
+        if os.path.getsize(path) > GREP_MAX_FILE:
+            return None
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return None if b"\0" in data[:8192] else data.decode("utf-8", errors="replace")
+
+
+def _included(name: str, rel: str, globs: str | list[str]) -> bool:
+    return any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(rel, g) for g in ([globs] if isinstance(globs, str) else globs))
+
+
+def format_grep(hits: list[tuple[str, int, str]], seen: int) -> str:
+    """The model's view of a search: a count, then each file's path over its ``Line N: text`` rows."""
+    if not hits:
+        return "No matches found"
+    groups: dict[str, list[str]] = {}
+    for path, n, line in hits:
+        groups.setdefault(path, []).append(f"Line {n}: {line}")
+    body = "\n\n".join(f"{path}\n" + "\n".join(rows) for path, rows in groups.items())
+    if seen <= len(hits):
+        return f"Found {seen} {'match' if seen == 1 else 'matches'}\n\n{body}"
+    total = f"more than {GREP_COUNT_MAX}" if seen > GREP_COUNT_MAX else str(seen)
+    return (f"Found {len(hits)} of {total} matches\n\n{body}\n\n"
+            f"(Only the first {len(hits)} are shown; narrow pattern, path or include to see the others.)")
 
 
 class GrepTool(SandboxTool):
     name = "grep"
     kind = "search"
     description = (
-        "Search file contents with a regular expression (Python syntax). Returns `path:line: text`. "
-        "path is a file or directory (default: the workspace); glob filters file names (e.g. `*.py`)."
+        "Search file contents with a regular expression (Python `re` syntax); matching lines come back with "
+        f"their line numbers, grouped by file. The first {GREP_MAX} matches are shown, with the total count. "
+        "Read a matched file for the lines around a match. `.git` is skipped."
     )
     properties: ClassVar[dict[str, Any]] = {
-        "pattern": {"type": "string", "description": "Regular expression."},
-        "path": {"type": "string", "description": "File or directory to search (default: workspace)."},
-        "glob": {"type": "string", "description": "Only files whose name or relative path matches."},
+        "pattern": {"type": "string", "description": "The regular expression to search for."},
+        "path": {"type": "string", "description": "File or directory to search (default: the workspace; a relative "
+                 "path is taken from it)."},
+        "include": {"type": "string", "description": 'One glob naming the files to search (e.g. "*.py", '
+                    '"*.{js,jsx}"); matched against the name or the path under `path`.'},
     }
     required = ("pattern",)
     output_schema = GREP_OUTPUT
@@ -155,7 +193,10 @@ class GrepTool(SandboxTool):
         pattern = str_arg(args, "pattern")
         assert pattern is not None
         base = absolute(str_arg(args, "path", required=False) or ".", ctx.cwd)
-        name_glob = str_arg(args, "glob", required=False)
+        include = str_arg(args, "include", required=False)
+        if include is not None and include.startswith("!"):
+            raise ToolError("include must be a positive glob filter; negated patterns (\"!…\") are not supported",
+                            code="INVALID_ARGUMENTS")
         try:
             rx = re.compile(pattern)
         except re.error as exc:
@@ -163,11 +204,22 @@ class GrepTool(SandboxTool):
         if not os.path.exists(base):
             raise ToolError(f"{base} does not exist", code="NOT_FOUND")
         found: list[dict[str, Any]] = []
-        hits, more = await anyio.to_thread.run_sync(_grep, base, rx, name_glob, os.path.realpath(ctx.cwd), found,
-                                                    abandon_on_cancel=True)
-        data = {"matches": found, "truncated": more}
-        if not hits:
-            return ToolOutput(content=[TextBlock(text=f"no matches for {pattern!r}")], structured=data)
-        if more:
-            hits.append(f"[stopped after {GREP_MAX} matches; narrow the pattern or path]")
-        return ToolOutput(content=[TextBlock(text="\n".join(hits))], structured=data)
+        hits, seen = await anyio.to_thread.run_sync(
+            _grep, base, rx, _braces(include), os.path.realpath(ctx.cwd), found, abandon_on_cancel=True)
+        data = {"matches": found, "truncated": seen > len(hits)}
+        return ToolOutput(content=[TextBlock(text=format_grep(hits, seen))], structured=data)
+
+
+def _braces(glob: str | None) -> Any:
+    """``include`` as a name filter: ``{a,b}`` alternation expanded into several fnmatch globs."""
+    if glob is None:
+        return None
+    m = re.search(r"\{([^{}]*)\}", glob)
+    if m is None:
+        return glob
+    return [alt for part in m.group(1).split(",") for alt in _alts(glob[:m.start()] + part + glob[m.end():])]
+
+
+def _alts(glob: str) -> list[str]:
+    more = _braces(glob)
+    return more if isinstance(more, list) else [more]

@@ -27,7 +27,7 @@ import anyio
 from dsh_core import reaping
 from dsh_core.reaping import recv_datagram
 
-from .run import DRAIN_GRACE_S, TERM_GRACE_S, CommandResult, HeadSink, _Sink
+from .run import DRAIN_GRACE_S, TERM_GRACE_S, CommandResult, HeadSink, _Sink, stderr_spill
 
 SERVER = str(Path(__file__).with_name("_cmdserver.py").resolve())
 START_TIMEOUT_S = 20.0
@@ -130,14 +130,16 @@ class CommandServer:
     async def run(
         self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path,
         stdin: bytes | None = None, capture: bool = False, sink: Any = None, stop: anyio.Event | None = None,
+        split: bool = False,
     ) -> CommandResult:
         """Run one command through the server. ``capture``: stdout and stderr apart, each its first
         ``limit`` bytes (a hook's answer), instead of one spilling stream; ``stdin``: bytes the
         command reads (else /dev/null); ``sink``: where the output goes instead (``feed``,
         ``close``, ``text``: a background job's log); ``stop``: when set, the command is ended as
-        on a timeout (SIGTERM, then SIGKILL), and the result says ``stopped``."""
-        call = _Call(limit, spill, stdin=stdin, capture=capture, sink=sink)
-        payload = json.dumps({"argv": argv, "cwd": cwd, "env": env, "stderr": capture,
+        on a timeout (SIGTERM, then SIGKILL), and the result says ``stopped``; ``split``: stdout
+        and stderr apart, each bounded with its own spill file (the bash tool's result)."""
+        call = _Call(limit, spill, stdin=stdin, capture=capture, sink=sink, split=split)
+        payload = json.dumps({"argv": argv, "cwd": cwd, "env": env, "stderr": capture or split,
                               "stdin": stdin is not None}).encode()
         try:
             call.send(self._send, payload)
@@ -155,13 +157,14 @@ class CommandServer:
 class _Call:
     """One command through a server: its descriptors, its sinks, and the wait for the reaper's ``exit``."""
 
-    def __init__(self, limit: int, spill: Path, *, stdin: bytes | None, capture: bool, sink: Any = None) -> None:
+    def __init__(self, limit: int, spill: Path, *, stdin: bytes | None, capture: bool, sink: Any = None,
+                 split: bool = False) -> None:
         self.spill = spill
         self.stdin = stdin
         self.sink: Any = sink if sink is not None else HeadSink(limit) if capture else _Sink(limit, spill)
-        self.err_sink = HeadSink(limit) if capture else None
+        self.err_sink: Any = HeadSink(limit) if capture else _Sink(limit, stderr_spill(spill)) if split else None
         self.out_r, self.out_w = os.pipe2(os.O_CLOEXEC)
-        self.err_r, self.err_w = os.pipe2(os.O_CLOEXEC) if capture else (-1, -1)
+        self.err_r, self.err_w = os.pipe2(os.O_CLOEXEC) if capture or split else (-1, -1)
         self.in_r, self.in_w = os.pipe2(os.O_CLOEXEC) if stdin is not None else (-1, -1)
         self.call, self.call_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.drained = anyio.Event()
@@ -194,6 +197,8 @@ class _Call:
                 os.close(fd)
                 setattr(self, name, -1)
         self.sink.close()
+        if self.err_sink is not None:
+            self.err_sink.close()
 
     async def _drain(self, fd: int, into: _Sink | HeadSink) -> None:
         while True:
@@ -288,6 +293,8 @@ class _Call:
             total_bytes=self.sink.total,
             spill_path=self.spill if getattr(self.sink, "file", None) is not None else None,
             stderr=self.err_sink.text() if self.err_sink is not None else None,
+            stderr_spill_path=(stderr_spill(self.spill) if getattr(self.err_sink, "file", None) is not None
+                               else None),
             stopped=self.stopped,
         )
 

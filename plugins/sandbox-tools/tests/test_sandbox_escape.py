@@ -81,7 +81,7 @@ async def test_escape_fails(mechanism: str, attempt: str, root: Path, outside: P
     try:
         async with running_host(mechanism=mechanism) as host:
             s = Session(host, root)
-            out = await s.call("bash", command=fill(ESCAPES[attempt], root, outside, rand, token))
+            out = await s.call("bash", description="test command", command=fill(ESCAPES[attempt], root, outside, rand, token))
             if attempt in LATE:  # wait until the attempt was made or its shell is gone
                 with anyio.fail_after(10):
                     while host_alive_with(token):
@@ -100,7 +100,7 @@ async def test_escape_fails(mechanism: str, attempt: str, root: Path, outside: P
 async def test_inside_root_and_temp_succeed(mechanism: str, case: str, root: Path) -> None:
     async with running_host(mechanism=mechanism) as host:
         s = Session(host, root)
-        out = await s.call("bash", command=fill(INSIDE[case], root, root, secrets.token_hex(4)))
+        out = await s.call("bash", description="test command", command=fill(INSIDE[case], root, root, secrets.token_hex(4)))
     assert not out.is_error, text(out)
     assert text(out).strip().endswith("x"), text(out)
 
@@ -108,10 +108,10 @@ async def test_inside_root_and_temp_succeed(mechanism: str, case: str, root: Pat
 @pytest.mark.parametrize("mechanism", mechanisms())
 async def test_denied_write_says_so_and_offers_escalation(mechanism: str, root: Path, outside: Path) -> None:
     async with running_host(mechanism=mechanism) as host:
-        out = await Session(host, root).call("bash", command=f"echo x > {outside}/a")
+        out = await Session(host, root).call("bash", description="test command", command=f"echo x > {outside}/a")
     t = text(out)
-    assert out.is_error
-    assert "[exit code 1]" in t
+    assert not out.is_error  # the command's outcome, reported by its markers
+    assert t.endswith("\n[exit code: 1]") and t.startswith("[stderr]\n")
     assert "[sandbox: file access denied under workspace-write mode]" in t
     assert 'sandbox_permissions="danger-full-access"' in t
 
@@ -139,12 +139,12 @@ async def test_file_tools_refuse_escapes(root: Path, outside: Path) -> None:
             "/dev/shm/dsh-escape-file-tool",
         ]
         for p in attempts:
-            out = await s.call("write", path=p, content="pwned")
+            out = await s.call("write", file_path=p, content="pwned")
             assert out.is_error and out.code == "SANDBOX_DENIED", (p, text(out))
             assert "escalation available" in text(out)
         # edit through a symlink that leads outside, after reading it
-        assert not (await s.call("read", path="filelink")).is_error
-        out = await s.call("edit", path="filelink", old_string="original", new_string="pwned")
+        assert not (await s.call("read", file_path="filelink")).is_error
+        out = await s.call("edit", file_path="filelink", old_string="original", new_string="pwned")
         assert out.code == "SANDBOX_DENIED", text(out)
     assert sorted(os.listdir(outside)) == ["victim"]
     assert (outside / "victim").read_text() == "original\n"
@@ -159,7 +159,7 @@ async def test_file_tools_write_inside_root_and_temp(root: Path) -> None:
         async with running_host() as host:
             s = Session(host, root)
             for p in ["a.txt", str(root / "b" / "c.txt"), "b/../d.txt", "inlink", str(tmp_target), ".git/config"]:
-                out = await s.call("write", path=p, content="ok")
+                out = await s.call("write", file_path=p, content="ok")
                 assert not out.is_error, (p, text(out))
         assert (root / "a.txt").read_text() == "ok"
         assert (root / "b" / "c.txt").read_text() == "ok"
@@ -181,7 +181,7 @@ async def test_file_tools_write_inside_root_and_temp(root: Path) -> None:
 async def test_metadata_changes_outside(mechanism: str, root: Path, outside: Path) -> None:
     before = (outside / "victim").stat()
     async with running_host(mechanism=mechanism) as host:
-        await Session(host, root).call("bash", command=f"chmod 600 {outside}/victim; touch -d 2000-01-01 {outside}/victim")
+        await Session(host, root).call("bash", description="test command", command=f"chmod 600 {outside}/victim; touch -d 2000-01-01 {outside}/victim")
     after = (outside / "victim").stat()
     assert (after.st_mode, after.st_mtime) == (before.st_mode, before.st_mtime)
 
@@ -202,5 +202,48 @@ async def test_a_key_stored_by_login_is_hidden_from_commands(mechanism: str, roo
     creds.mkdir(parents=True, exist_ok=True)
     (creds / "deepseek-api-key").write_text("sk-stored-by-login-0451\n")
     async with running_host(mechanism=mechanism) as host:
-        out = await Session(host, root).call("bash", command=f"cat {creds}/deepseek-api-key; ls -a {creds}")
+        out = await Session(host, root).call("bash", description="test command", command=f"cat {creds}/deepseek-api-key; ls -a {creds}")
     assert "sk-stored-by-login" not in text(out)  # an empty directory in its place
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_workdir_runs_inside_the_workspace_and_never_leads_out(mechanism: str, root: Path, outside: Path) -> None:
+    """``workdir`` moves the command within the workspace; its confinement stays the workspace's,
+    and a workdir outside it (absolute, ``..``, a planted symlink) is refused before anything runs."""
+    (root / "sub" / "deep").mkdir(parents=True)
+    (root / "link-out").symlink_to(outside)
+    async with running_host(mechanism=mechanism) as host:
+        s = Session(host, root)
+        out = await s.call("bash", description="Show where it runs", command="pwd && echo in > ../made",
+                           workdir="sub/deep")
+        assert text(out) == f"{root}/sub/deep\n", text(out)
+        assert (root / "sub" / "made").read_text() == "in\n"
+        out = await s.call("bash", description="Show where it runs", command="pwd", workdir=str(root / "sub"))
+        assert text(out) == f"{root}/sub\n"
+        # inside the workspace the sandbox is unchanged: a write outside it is still denied
+        out = await s.call("bash", description="Write outside", command=f"echo x > {outside}/a", workdir="sub")
+        assert "[sandbox: file access denied under workspace-write mode]" in text(out), text(out)
+        for workdir in (str(outside), "..", "sub/../..", "link-out", "/"):
+            out = await s.call("bash", description="Leave the workspace", command="echo x > a; pwd", workdir=workdir)
+            assert out.is_error and out.code == "WORKDIR_OUTSIDE", (workdir, text(out))
+            assert text(out).startswith(f"Error: workdir {workdir!r} is outside the session workspace {root}")
+        out = await s.call("bash", description="Missing dir", command="pwd", workdir="nope")
+        assert out.is_error and out.code == "NO_CWD"
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+    assert not (root.parent / "a").exists()
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_stderr_is_its_own_section_and_signals_are_named(mechanism: str, root: Path) -> None:
+    async with running_host(mechanism=mechanism) as host:
+        s = Session(host, root)
+        out = await s.call("bash", description="Write both streams", command="echo out; echo err >&2; exit 2")
+        assert text(out) == "out\n[stderr]\nerr\n[exit code: 2]" and not out.is_error
+        out = await s.call("bash", description="Print nothing", command="true")
+        assert text(out) == "(no output)"
+        out = await s.call("bash", description="Kill itself", command="printf partial; kill -KILL $$")
+        assert text(out) == "partial\n[killed by signal: SIGKILL]" and not out.is_error
+        out = await s.call("bash", description="", command="true")
+        assert out.code == "INVALID_ARGUMENTS" and text(out) == "Error: argument 'description' must be a non-empty string"
+        out = await s.call("bash", description="Bad timeout", command="true", timeoutMs=0)
+        assert out.code == "INVALID_ARGUMENTS" and "invalid timeoutMs" in text(out)

@@ -36,32 +36,50 @@ async def test_read_window_and_edit_rules(root: Path) -> None:
     (root / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
     async with running_host() as host:
         s = Session(host, root)
-        out = await s.call("edit", path="f.txt", old_string="line 3", new_string="LINE 3")
+        out = await s.call("edit", file_path="f.txt", old_string="line 3", new_string="LINE 3")
         assert out.code == "NOT_READ"
-        out = await s.call("read", path="f.txt", offset=3, limit=2)
-        assert text(out) == "     3\tline 3\n     4\tline 4\n[lines 3–4 of 10; continue with offset=5]"
-        out = await s.call("edit", path="f.txt", old_string="line 3\n", new_string="LINE 3\n")
-        assert text(out) == "edited f.txt: replaced 1 occurrence", text(out)
-        out = await s.call("edit", path="f.txt", old_string="line", new_string="row")
+        out = await s.call("read", file_path="f.txt", offset=3, limit=2.0)  # a JSON number: 2.0 is 2
+        f = root / "f.txt"
+        assert text(out) == (f"<path>{f}</path>\n<type>file</type>\n<content>\n3: line 3\n4: line 4\n\n"
+                             "(Showing lines 3-4 of 10. Use offset=5 to continue.)\n</content>")
+        assert (await s.call("read", file_path="f.txt", offset=1.5)).code == "INVALID_ARGUMENTS"
+        fresh = Session(host, root)
+        out = await fresh.call("read", file_path="f.txt", offset=11)
+        assert out.code == "OUT_OF_RANGE" and text(out) == f'Error: offset 11 is out of range for "{f}" (10 lines)'
+        assert (await fresh.call("edit", file_path="f.txt", old_string="line 1", new_string="x")).code == "NOT_READ"
+        out = await s.call("read", file_path="f.txt", offset=9)
+        assert text(out).endswith("\n9: line 9\n10: line 10\n\n(End of file - total 10 lines)\n</content>")
+        out = await s.call("edit", file_path="f.txt", old_string="line 3\n", new_string="LINE 3\n")
+        assert text(out) == f"The file {f} has been updated successfully.", text(out)
+        out = await s.call("edit", file_path="f.txt", old_string="line", new_string="row")
         assert out.code == "AMBIGUOUS_MATCH" and "9 times" in text(out)
-        out = await s.call("edit", path="f.txt", old_string="line", new_string="row", replace_all=True)
-        assert "replaced 9 occurrences" in text(out)
-        out = await s.call("edit", path="f.txt", old_string="nope", new_string="x")
+        out = await s.call("edit", file_path="f.txt", old_string="line", new_string="row", replace_all=True)
+        assert text(out) == f"The file {f} has been updated. All occurrences were successfully replaced."
+        out = await s.call("edit", file_path="f.txt", old_string="nope", new_string="x")
         assert out.code == "NO_MATCH"
         await anyio.sleep(0.01)
         (root / "f.txt").write_text("changed behind our back\n")
-        out = await s.call("edit", path="f.txt", old_string="changed", new_string="x")
+        out = await s.call("edit", file_path="f.txt", old_string="changed", new_string="x")
         assert out.code == "STALE_READ"
         # another session has not read it
         other = Session(host, root)
-        assert (await other.call("edit", path="f.txt", old_string="changed", new_string="x")).code == "NOT_READ"
-        assert (await s.call("read", path="missing.txt")).code == "NOT_FOUND"
-        assert (await s.call("read", path=".")).code == "IS_DIRECTORY"
+        assert (await other.call("edit", file_path="f.txt", old_string="changed", new_string="x")).code == "NOT_READ"
+        assert (await s.call("read", file_path="missing.txt")).code == "NOT_FOUND"
+        assert (await s.call("read", file_path=".")).code == "IS_DIRECTORY"
         (root / "bin").write_bytes(b"\0\1\2")
-        assert (await s.call("read", path="bin")).code == "BINARY_FILE"
-        w = await s.call("write", path="new/deep/n.txt", content="a\nb\n")
-        assert text(w) == "created new/deep/n.txt (4 bytes)"
-        out = await s.call("edit", path="new/deep/n.txt", old_string="b", new_string="c")  # write counts as read
+        assert (await s.call("read", file_path="bin")).code == "BINARY_FILE"
+        w = await s.call("write", file_path="new/deep/n.txt", content="a\nb\n")
+        n = root / "new/deep/n.txt"
+        assert text(w) == f"<path>{n}</path>\n<type>file</type>\n<content>\nCreated file\n</content>"
+        w = await s.call("write", file_path=str(n), content="a\nb\n")
+        assert text(w) == f"<path>{n}</path>\n<type>file</type>\n<content>\nUpdated file\n</content>"
+        (root / "empty.txt").write_text("")
+        out = await s.call("read", file_path="empty.txt")
+        assert text(out) == f"<path>{root / 'empty.txt'}</path>\n<type>file</type>\n<content>\n(End of file - total 0 lines)\n</content>"
+        (root / "long.txt").write_text("x" * 2500 + "\n")
+        out = await s.call("read", file_path="long.txt")
+        assert f"\n1: {'x' * 2000}... (line truncated to 2000 chars)\n\n(End of file - total 1 lines)" in text(out)
+        out = await s.call("edit", file_path="new/deep/n.txt", old_string="b", new_string="c")  # write counts as read
         assert not out.is_error
     assert (root / "new/deep/n.txt").read_text() == "a\nc\n"
 
@@ -77,11 +95,26 @@ async def test_glob_and_grep(root: Path) -> None:
         s = Session(host, root)
         assert text(await s.call("glob", pattern="**/*.py")) == "src/b.py\nsrc/pkg/a.py"
         assert "no files match" in text(await s.call("glob", pattern="*.rs"))
-        out = text(await s.call("grep", pattern=r"def \w+", glob="*.py"))
-        assert out == "src/pkg/a.py:1: def alpha():"
-        out = text(await s.call("grep", pattern="(?i)alpha", path="src"))
-        assert out.splitlines() == ["src/b.py:1: ALPHA = 2", "src/pkg/a.py:1: def alpha():"]
+        out = text(await s.call("grep", pattern=r"def \w+", include="*.py"))
+        assert out == "Found 1 match\n\nsrc/pkg/a.py\nLine 1: def alpha():"
+        out = text(await s.call("grep", pattern="(?i)alpha|return", path="src"))
+        assert out == "Found 3 matches\n\nsrc/b.py\nLine 1: ALPHA = 2\n\nsrc/pkg/a.py\nLine 1: def alpha():\nLine 2:     return 1"
+        out = text(await s.call("grep", pattern="(?i)alpha", include="*.{md,txt}"))
+        assert out == "Found 1 match\n\nnotes.md\nLine 1: alpha notes"
+        assert text(await s.call("grep", pattern="zzz")) == "No matches found"
+        assert (await s.call("grep", pattern="a", include="!*.py")).code == "INVALID_ARGUMENTS"
         assert (await s.call("grep", pattern="(")).code == "INVALID_ARGUMENTS"
+
+
+async def test_grep_shows_the_first_matches_and_counts_the_rest(root: Path) -> None:
+    (root / "many.txt").write_text("hit\n" * 300)
+    async with running_host() as host:
+        out = await Session(host, root).call("grep", pattern="hit")
+    lines = text(out).splitlines()
+    assert lines[:3] == ["Found 250 of 300 matches", "", "many.txt"]
+    assert lines[3:253] == [f"Line {n}: hit" for n in range(1, 251)]
+    assert lines[253:] == ["", "(Only the first 250 are shown; narrow pattern, path or include to see the others.)"]
+    assert out.structured is not None and out.structured["truncated"] is True
 
 
 class _Store:
@@ -114,20 +147,22 @@ async def test_read_image(root: Path) -> None:
     (root / "red.png").write_bytes(PNG)
     (root / "fake.png").write_text("not an image")
     async with running_host() as host:  # no store mounted
-        out = await Session(host, root, model="vision").call("read_image", path="red.png")
+        out = await Session(host, root, model="vision").call("read_image", file_path="red.png")
         assert out.code == "NO_ATTACHMENT_STORE"
-        out = await Session(host, root, model="plain").call("read_image", path="red.png")
+        out = await Session(host, root, model="plain").call("read_image", file_path="red.png")
         assert text(out).startswith('Error: cannot read "red.png" as an image: model "plain" does not declare image input')
     plugin = _StorePlugin()
     async with running_host(plugins={"test-store": plugin}) as host:
         s = Session(host, root, model="vision")
-        out = await s.call("read_image", path="red.png")
+        out = await s.call("read_image", file_path="red.png")
         assert not out.is_error, text(out)
         assert isinstance(out.content[0], TextBlock) and isinstance(out.content[1], ImageBlock)
+        assert out.content[0].text.startswith(f"<path>{root / 'red.png'}</path>\n<type>image</type>\n<content>\nimage/png image, ")
+        assert out.content[0].text.endswith(f"{len(PNG)} bytes\n</content>")
         assert out.content[1].mime == "image/png" and out.content[1].size == len(PNG)
         assert plugin.store.saved == [PNG]
-        assert (await s.call("read_image", path="fake.png")).code == "NOT_AN_IMAGE"
-        assert (await s.call("read_image", path="nope.png")).code == "NOT_FOUND"
+        assert (await s.call("read_image", file_path="fake.png")).code == "NOT_AN_IMAGE"
+        assert (await s.call("read_image", file_path="nope.png")).code == "NOT_FOUND"
 
 
 class ScriptProvider(FakeProvider):
@@ -145,7 +180,7 @@ class ScriptProvider(FakeProvider):
     async def stream(self, request: Any):
         self.calls += 1
         if self.calls == 1:
-            args = json.dumps({"command": self.command})
+            args = json.dumps({"command": self.command, "description": "Make a file and show it"})
             yield ToolCallDelta(index=0, id="call_1", name="bash", arguments=args)
             yield Finish(reason="tool-calls")
         else:
@@ -176,5 +211,5 @@ async def test_agent_turn_records_tool_call_and_result(mechanism: str, root: Pat
     calls = [e for e in events if isinstance(e, ToolCallEvent)]
     results = [e for e in events if isinstance(e, ToolResultEvent)]
     assert [c.name for c in calls] == ["bash"] and results[0].result.call_id == "call_1"
-    assert results[0].result.content[0].text == "hi" and not results[0].result.is_error
+    assert results[0].result.content[0].text == "hi\n" and not results[0].result.is_error
     assert (root / "made.txt").read_text() == "hi\n"

@@ -25,7 +25,7 @@ async def test_cancel_kills_grandchildren(mechanism: str, root: Path) -> None:
         result = []
 
         async def call() -> None:
-            result.append(await s.call("bash", command=f"(sleep {token}; echo late > late) & touch started; sleep {token}"))
+            result.append(await s.call("bash", description="test command", command=f"(sleep {token}; echo late > late) & touch started; sleep {token}"))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(call)
@@ -45,11 +45,11 @@ async def test_timeout_kills_group(mechanism: str, root: Path) -> None:
     token = f"77.{secrets.randbelow(10**6):06d}"
     async with running_host(mechanism=mechanism) as host:
         t0 = time.monotonic()
-        out = await Session(host, root).call("bash", command=f"echo before; sleep {token} & sleep {token}",
-                                             timeout_ms=400)
+        out = await Session(host, root).call("bash", description="test command", command=f"echo before; sleep {token} & sleep {token}",
+                                             timeoutMs=400)
         assert time.monotonic() - t0 < 5
-    assert out.code == "TIMEOUT" and "before" in text(out)
-    assert "[timed out after 400 ms" in text(out)
+    assert not out.is_error and text(out).startswith("before\n[timed out after 400ms]\n[killed by signal: SIG")
+    assert out.structured is not None and out.structured["timed_out"] is True
     assert host_alive_with(token) == []
 
 
@@ -64,7 +64,7 @@ async def test_env_is_scrubbed(mechanism: str, monkeypatch: pytest.MonkeyPatch, 
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("HARMLESS_SETTING", "kept")
     async with running_host(mechanism=mechanism) as host:
-        out = await Session(host, root).call("bash", command="env")
+        out = await Session(host, root).call("bash", description="test command", command="env")
     env = text(out)
     for k, v in secrets_env.items():
         assert k not in env and v not in env
@@ -86,7 +86,7 @@ async def test_spill_holds_full_output(mechanism: str, root: Path, tmp_path: Pat
     cmd = f"python3 -c \"import sys; sys.stdout.write(('0123456789abcde' + chr(10)) * {size // 16})\"; echo END"
     async with running_host(mechanism=mechanism) as host:
         s = Session(host, root)
-        out = await s.call("bash", command=cmd)
+        out = await s.call("bash", description="test command", command=cmd)
         sid = s.agent.session_id
     t = text(out)
     assert not out.is_error
@@ -102,8 +102,8 @@ async def test_spill_holds_full_output(mechanism: str, root: Path, tmp_path: Pat
 @pytest.mark.parametrize("mechanism", mechanisms())
 async def test_small_output_has_no_spill(mechanism: str, root: Path, tmp_path: Path) -> None:
     async with running_host(mechanism=mechanism, **{"max-output-bytes": 100}) as host:
-        out = await Session(host, root).call("bash", command="echo hello; exit 3")
-    assert text(out) == "hello\n[exit code 3]" and out.is_error
+        out = await Session(host, root).call("bash", description="test command", command="echo hello; exit 3")
+    assert text(out) == "hello\n[exit code: 3]" and not out.is_error
     assert not (tmp_path / "dsh-home" / "spill").exists()
 
 
@@ -111,7 +111,7 @@ async def test_small_output_has_no_spill(mechanism: str, root: Path, tmp_path: P
 async def test_background_job_does_not_hold_the_call(mechanism: str, root: Path) -> None:
     async with running_host(mechanism=mechanism) as host:
         t0 = time.monotonic()
-        out = await Session(host, root).call("bash", command="sleep 30 & echo quick")
+        out = await Session(host, root).call("bash", description="test command", command="sleep 30 & echo quick")
         assert time.monotonic() - t0 < 3
     assert "quick" in text(out)
 
@@ -152,8 +152,8 @@ async def test_a_sessions_command_server_ends_with_the_session(mechanism: str, r
     other_root.mkdir()
     async with running_host(mechanism=mechanism) as host:
         s, other = Session(host, root), Session(host, other_root)
-        assert text(await s.call("bash", command="echo one")).startswith("one")
-        assert text(await other.call("bash", command="echo two")).startswith("two")
+        assert text(await s.call("bash", description="test command", command="echo one")).startswith("one")
+        assert text(await other.call("bash", description="test command", command="echo two")).startswith("two")
         def ppid(pid: int) -> int:
             try:
                 return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -169,4 +169,4 @@ async def test_a_sessions_command_server_ends_with_the_session(mechanism: str, r
             while servers(root):
                 await anyio.sleep(0.02)
         assert kept[0] in servers(other_root)  # the other session's server is untouched
-        assert text(await other.call("bash", command="echo still")).startswith("still")
+        assert text(await other.call("bash", description="test command", command="echo still")).startswith("still")

@@ -22,13 +22,13 @@ pytestmark = pytest.mark.anyio
 async def test_read_only_blocks_writes_even_inside_root(mechanism: str, root: Path) -> None:
     async with running_host("read-only", mechanism) as host:
         s = Session(host, root)
-        out = await s.call("bash", command=f"echo x > {root}/a")
-        assert out.is_error
+        out = await s.call("bash", description="test command", command=f"echo x > {root}/a")
+        assert text(out).endswith("[exit code: 1]")
         assert "[sandbox: file access denied under read-only mode]" in text(out)
         assert 'sandbox_permissions="workspace-write" or "danger-full-access"' in text(out)
-        ok = await s.call("bash", command="echo x > /dev/null && cat /etc/hostname >/dev/null && echo fine")
+        ok = await s.call("bash", description="test command", command="echo x > /dev/null && cat /etc/hostname >/dev/null && echo fine")
         assert not ok.is_error and "fine" in text(ok)
-        w = await s.call("write", path="a", content="x")
+        w = await s.call("write", file_path="a", content="x")
         assert w.code == "SANDBOX_DENIED" and "read-only" in text(w)
     assert not (root / "a").exists()
 
@@ -37,12 +37,12 @@ async def test_danger_full_access_does_not_confine(root: Path, outside: Path) ->
     # mechanism "none": there is no sandbox at all, and danger-full-access needs none.
     async with running_host("danger-full-access", "none") as host:
         s = Session(host, root)
-        out = await s.call("bash", command=f"echo x > {outside}/a && echo done")
+        out = await s.call("bash", description="test command", command=f"echo x > {outside}/a && echo done")
         assert not out.is_error and "done" in text(out), text(out)
-        w = await s.call("write", path=str(outside / "b"), content="y")
+        w = await s.call("write", file_path=str(outside / "b"), content="y")
         assert not w.is_error, text(w)
         assert "sandbox_permissions" not in str(host.tools["bash"].spec.parameters)
-        bad = await s.call("bash", command="true", sandbox_permissions="danger-full-access", justification="x")
+        bad = await s.call("bash", description="test command", command="true", sandbox_permissions="danger-full-access", justification="x")
         assert bad.code == "INVALID_ARGUMENTS"
     assert (outside / "a").read_text() == "x\n"
     assert (outside / "b").read_text() == "y"
@@ -52,7 +52,7 @@ async def test_danger_full_access_does_not_confine(root: Path, outside: Path) ->
 async def test_fail_closed_when_no_sandbox(mode: str, root: Path) -> None:
     async with running_host(mode, "none") as host:
         s = Session(host, root)
-        out = await s.call("bash", command=f"touch {root}/ran")
+        out = await s.call("bash", description="test command", command=f"touch {root}/ran")
     assert out.code == "SANDBOX_UNAVAILABLE"
     assert f'sandbox mode "{mode}" is requested but no sandbox backend is usable on this host; ' \
            "refusing to run the command unconfined" in text(out)
@@ -81,7 +81,7 @@ async def test_escalation_allowed_runs_once_and_is_not_remembered(mechanism: str
         answer = Answer("allowed-once")
         host.approvals.add_answerer(answer)
         s = Session(host, root)
-        out = await s.call("bash", command=f"echo x > {outside}/a", sandbox_permissions="danger-full-access",
+        out = await s.call("bash", description="test command", command=f"echo x > {outside}/a", sandbox_permissions="danger-full-access",
                            justification="write the report where the user asked")
         assert not out.is_error, text(out)
         assert (outside / "a").read_text() == "x\n"
@@ -90,8 +90,8 @@ async def test_escalation_allowed_runs_once_and_is_not_remembered(mechanism: str
         assert req.agent is s.agent and req.tool_name == "bash" and req.call_id == "c1"
         assert req.reason == "escalate sandbox to danger-full-access: write the report where the user asked"
         # the next call, without escalation, is confined again: no grant remembered
-        again = await s.call("bash", command=f"echo y > {outside}/b")
-        assert again.is_error and "file access denied" in text(again)
+        again = await s.call("bash", description="test command", command=f"echo y > {outside}/b")
+        assert "[exit code: 1]" in text(again) and "file access denied" in text(again)
         assert not (outside / "b").exists()
         assert len(answer.requests) == 1
         asked = [e for e in s.events if isinstance(e, ApprovalAsked)]
@@ -112,7 +112,7 @@ async def test_escalation_not_allowed_runs_nothing(outcome, code, words, root: P
     async with running_host() as host:
         host.approvals.add_answerer(Answer(outcome))
         s = Session(host, root)
-        out = await s.call("bash", command=f"touch {root}/ran; echo x > {outside}/a",
+        out = await s.call("bash", description="test command", command=f"touch {root}/ran; echo x > {outside}/a",
                            sandbox_permissions="danger-full-access", justification="because")
         decided = [e for e in s.events if isinstance(e, ApprovalDecided)]
     assert out.is_error and out.code == code
@@ -135,7 +135,7 @@ async def test_an_escalation_a_policy_refuses_says_so(root: Path, outside: Path)
         answer = Answer("allowed-once")
         host.approvals.add_answerer(answer)
         s = Session(host, root)
-        out = await s.call("bash", command=f"touch {root}/ran; echo x > {outside}/a",
+        out = await s.call("bash", description="test command", command=f"touch {root}/ran; echo x > {outside}/a",
                            sandbox_permissions="danger-full-access", justification="because")
         decided = [e for e in s.events if isinstance(e, ApprovalDecided)]
     assert out.code == "ESCALATION_REJECTED"
@@ -149,15 +149,15 @@ async def test_file_escalation(root: Path, outside: Path) -> None:
         answer = Answer("allowed-once")
         host.approvals.add_answerer(answer)
         s = Session(host, root)
-        out = await s.call("write", path="a.txt", content="hi", sandbox_permissions="workspace-write",
+        out = await s.call("write", file_path="a.txt", content="hi", sandbox_permissions="workspace-write",
                            justification="save the result")
         assert not out.is_error, text(out)
         # workspace-write (escalated) still does not reach outside the root
-        out = await s.call("write", path=str(outside / "a"), content="hi", sandbox_permissions="workspace-write",
+        out = await s.call("write", file_path=str(outside / "a"), content="hi", sandbox_permissions="workspace-write",
                            justification="save it")
         assert out.code == "SANDBOX_DENIED"
         answer.outcome = "rejected"
-        out = await s.call("write", path="b.txt", content="hi", sandbox_permissions="danger-full-access",
+        out = await s.call("write", file_path="b.txt", content="hi", sandbox_permissions="danger-full-access",
                            justification="x")
         assert out.code == "ESCALATION_REJECTED"
         assert 'the user rejected escalating this file operation to "danger-full-access"' in text(out)
@@ -179,7 +179,7 @@ async def test_escalation_arguments_validated_before_asking(args, root: Path) ->
     async with running_host() as host:
         answer = Answer("allowed-once")
         host.approvals.add_answerer(answer)
-        out = await Session(host, root).call("bash", command=f"touch {root}/ran", **args)
+        out = await Session(host, root).call("bash", description="test command", command=f"touch {root}/ran", **args)
     assert out.code == "INVALID_ARGUMENTS", text(out)
     assert not answer.requests and not (root / "ran").exists()
 
@@ -231,13 +231,13 @@ async def test_hosts_in_one_process_each_keep_their_own_sandbox(
             sb = sandbox_for(host)
             assert (sb.settings.mode, sb.settings.max_output_bytes) == (mode, limit)
             assert host.tools["bash"].sb is sb and host.tools["write"].sb is sb
-            assert f'Sandbox mode: "{mode}"' in host.tools["bash"].spec.description
+            assert f'in the "{mode}" sandbox' in host.tools["bash"].spec.description
             assert f"Current DSH file policy: {mode}." in host.system_prompt(AgentSpec(cwd=str(root), provider="fake", model="m"))
             assert (await confine(["true"], host=host, cwd=str(root))).mode == mode
 
-        denied = await Session(ro, root).call("bash", command=f"echo ro > {outside}/ro")
-        assert denied.is_error and "file access denied under read-only mode" in text(denied), text(denied)
-        allowed = await Session(full, root).call("bash", command=f"echo full > {outside}/full && echo done")
+        denied = await Session(ro, root).call("bash", description="test command", command=f"echo ro > {outside}/ro")
+        assert "[exit code: 1]" in text(denied) and "file access denied under read-only mode" in text(denied), text(denied)
+        allowed = await Session(full, root).call("bash", description="test command", command=f"echo full > {outside}/full && echo done")
         assert not allowed.is_error and "done" in text(allowed), text(allowed)
 
         # The bare host gets the default tier (workspace-write), confined by the real mechanism.

@@ -199,7 +199,8 @@ class _Values(dict[str, str]):
 
 
 def _started_id(messages: Any) -> str:
-    """The id the latest ``started subagent <id>`` (or ``job id <id>``) tool result named; "" for none."""
+    """The id the latest ``started subagent <id>`` (or ``started background job <id>``, ``job id <id>``)
+    tool result named; "" for none."""
     for m in reversed(messages):
         if isinstance(m, ToolResultMessage):
             found = _STARTED.search(_flatten(m.content))

@@ -39,11 +39,11 @@ class Editor(Recorder):
 
 
 SCRIPT = {"default": [
-    {"tool": "read", "args": {"path": "notes.txt"}},
-    {"tool": "edit", "args": {"path": "notes.txt", "old_string": "unsaved", "new_string": "edited"}},
-    {"tool": "write", "args": {"path": "new.txt", "content": "fresh\n"}},
-    {"tool": "read", "args": {"path": "/etc/hostname"}},
-    {"tool": "bash", "args": {"command": "cat notes.txt"}},
+    {"tool": "read", "args": {"file_path": "notes.txt"}},
+    {"tool": "edit", "args": {"file_path": "notes.txt", "old_string": "unsaved", "new_string": "edited"}},
+    {"tool": "write", "args": {"file_path": "new.txt", "content": "fresh\n"}},
+    {"tool": "read", "args": {"file_path": "/etc/hostname"}},
+    {"tool": "bash", "args": {"description": "Run the command", "command": "cat notes.txt"}},
     {"text": "done: {tool_result}"},
 ]}
 
@@ -62,7 +62,7 @@ async def test_the_editor_buffers_are_read_and_written_inside_the_workspace(acp_
     assert editor.reads == [notes, notes]  # the read, then the edit's base; never /etc/hostname
     assert editor.writes == [(notes, "line one\nthe edited text\n"), (new, "fresh\n")]
     assert (work / "notes.txt").read_text() == "line one\nthe edited text\n"  # the disk has it too
-    assert run.client.text(sid) == ["done: line one\nthe edited text"]  # bash read the disk
+    assert run.client.text(sid) == ["done: line one\nthe edited text\n"]  # bash read the disk
     assert not any(f.get("method", "").startswith("terminal/") for f in run.frames)
 
 

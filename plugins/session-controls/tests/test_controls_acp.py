@@ -22,12 +22,12 @@ SCRIPT = {
     "capabilities": {"context_window": 40000},
     "rules": [
         {"when": "^<transcript>", "steps": [{"text": "The person sent long notes."}]},
-        {"when": "^write it", "steps": [{"tool": "write", "args": {"path": "a.txt", "content": "x"}},
+        {"when": "^write it", "steps": [{"tool": "write", "args": {"file_path": "a.txt", "content": "x"}},
                                         {"text": "result: {tool_result}"}]},
         {"when": "^plan it", "steps": [
-            {"tool": "write", "args": {"path": "b.txt", "content": "y"}},
+            {"tool": "write", "args": {"file_path": "b.txt", "content": "y"}},
             {"tool": "exit_plan_mode", "args": {"plan": "1. write b.txt\n2. check it"}},
-            {"tool": "write", "args": {"path": "b.txt", "content": "y"}},
+            {"tool": "write", "args": {"file_path": "b.txt", "content": "y"}},
             {"text": "after the plan: {tool_result}"}]},
         {"when": "^Write AGENTS.md", "steps": [{"text": "init ran"}]},
     ],
@@ -186,8 +186,8 @@ async def test_a_narrower_mode_confines_commands_on_every_mechanism(acp_agent, s
     bubblewrap and under Landlock alone, and in plan mode even an escalation is refused unasked."""
     require_mechanism(mechanism)
     script = scripted({"rules": [{"when": "^touch", "steps": [
-        {"tool": "bash", "args": {"command": "touch made.txt; echo > made-too.txt; ls"}},
-        {"tool": "bash", "args": {"command": "touch escalated.txt", "sandbox_permissions": "danger-full-access",
+        {"tool": "bash", "args": {"description": "Run the command", "command": "touch made.txt; echo > made-too.txt; ls"}},
+        {"tool": "bash", "args": {"description": "Run the command", "command": "touch escalated.txt", "sandbox_permissions": "danger-full-access",
                                   "justification": "needs to write"}},
         {"text": "done"}]}]})
     client = Recorder(permission_answers=["reject-once"])

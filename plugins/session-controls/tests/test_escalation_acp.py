@@ -15,8 +15,8 @@ EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 SCRIPT = {
     "rules": [
         {"when": "^write it", "steps": [
-            {"tool": "write", "args": {"path": "a.txt", "content": "x"}},
-            {"tool": "write", "args": {"path": "a.txt", "content": "x", "sandbox_permissions": "workspace-write",
+            {"tool": "write", "args": {"file_path": "a.txt", "content": "x"}},
+            {"tool": "write", "args": {"file_path": "a.txt", "content": "x", "sandbox_permissions": "workspace-write",
                                        "justification": "the person asked for a.txt"}},
             {"text": "done: {tool_result}"}]},
     ],

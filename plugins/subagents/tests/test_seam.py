@@ -421,7 +421,7 @@ async def test_a_child_never_gets_more_than_its_parents_mode(scripted, tmp_path,
         {"when": "^delegate", "steps": [
             {"tool": "subagent", "args": {"description": "writer", "prompt": "child: write", "run_in_background": False}},
             {"text": "done"}]},
-        {"when": "^child:", "steps": [{"tool": "bash", "args": {"command": "echo x > by-child.txt"}},
+        {"when": "^child:", "steps": [{"tool": "bash", "args": {"description": "Run the command", "command": "echo x > by-child.txt"}},
                                       {"text": "bash said: {tool_result}"}]},
     ]})
     work = tmp_path / "work"

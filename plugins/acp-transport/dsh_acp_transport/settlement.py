@@ -178,7 +178,7 @@ async def _interval_end(session: Session, slot: Slot) -> None:
         return
     async with anyio.create_task_group() as tg:
         async def idle() -> None:
-            await _interval_end(session, slot)
+            await session.agent.wait_idle()
             tg.cancel_scope.cancel()
 
         tg.start_soon(idle)

@@ -138,8 +138,9 @@ class ChildApprovals:
             return None  # not an in-process child: the next answerer decides
         description = str(spec.extra.get(DESCRIPTION) or "subagent")
         args = dict(request.args) if isinstance(request.args, dict) else None
-        if args is not None and isinstance(args.get("path"), str):  # the parent's client sees where, exactly
-            args["path"] = os.path.normpath(os.path.join(child.cwd, os.path.expanduser(args["path"])))
+        for key in ("file_path", "path"):  # the parent's client sees where, exactly (the file tools' file_path)
+            if args is not None and isinstance(args.get(key), str):
+                args[key] = os.path.normpath(os.path.join(child.cwd, os.path.expanduser(args[key])))
         upward = ApprovalRequest(
             agent=parent, tool_name=request.tool_name, call_id=spec.parent_call, reason=request.reason,
             kind=request.kind, subject=request.subject, args=args, tier=request.tier,

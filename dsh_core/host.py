@@ -83,7 +83,7 @@ def installed_plugins() -> dict[str, EntryPoint]:
 # checks this against plugins/*/pyproject.toml).
 SHIPPED_PLUGINS = frozenset({
     "acp-presentation", "acp-transport", "agent-instructions", "attachment-store", "batch", "code-mode", "compaction",
-    "deepseek-model", "goals", "guards", "hooks-claude-code", "hooks-codex", "jobs", "jsonl-persistence", "mcp-client",
+    "deepseek-model", "goals", "guards", "hooks-claude-code", "hooks-codex", "jobs", "jsonl-persistence", "lsp", "mcp-client",
     "replay-model", "sandbox-tools", "schedule", "scripted-model", "session-controls", "session-query", "skills",
     "subagent-acp", "subagents", "terminal", "todo", "web", "workflow",
 })  # fmt: skip

@@ -73,7 +73,7 @@ def test_a_bad_table_stops_start_up_with_one_line_naming_file_plugin_and_key(tmp
 
 
 def test_the_host_hands_out_the_decoded_config_and_defaults_without_a_table():
-    composition = load_composition("acp-extended")
+    composition = load_composition("acp-agent")
     pm = plugin_manager()
     load_plugins(pm, composition)
     configs = decode_plugin_configs(pm, composition)

@@ -113,7 +113,7 @@ def _names(host: Host, **extra) -> list[str]:
 
 
 SHIPPED = ["tool:read", "tool:write", "tool:edit", "tool:glob", "tool:grep", "tool:bash", "tool:jobs",
-           "tool:web_fetch", "tool:workflow", "tool:ralph", "tool:subagent"]
+           "tool:web_fetch", "tool:goal", "tool:workflow", "tool:ralph", "tool:subagent"]
 
 
 def test_the_acp_agent_gets_the_shipped_sections_in_their_order_and_a_child_adds_report():
@@ -129,5 +129,5 @@ def test_a_composition_without_a_plugin_has_none_of_its_sections():
     host = _host("acp-agent", without=("jobs", "workflow"))
     assert _names(host) == [n for n in SHIPPED if n not in ("tool:jobs", "tool:workflow", "tool:ralph")]
     assert "job_output" not in host.system_prompt(AgentSpec(cwd="/w", provider="scripted", model="m"))
-    bare = _host("acp-agent", without=("jobs", "workflow", "sandbox-tools", "subagents", "web"))
+    bare = _host("acp-agent", without=("jobs", "workflow", "sandbox-tools", "subagents", "web", "goals"))
     assert _names(bare, **{"subagents.continuable": True}) == []

@@ -122,7 +122,7 @@ def test_plugins_prints_only_json_naming_each_installed_distribution(installed, 
         "agent-instructions": "dsh-agent-instructions", "guards": "dsh-guards", "todo": "dsh-todo",
         "compaction": "dsh-compaction", "hooks-claude-code": "dsh-hooks-claude-code", "hooks-codex": "dsh-hooks-codex",
         "subagents": "dsh-subagents", "code-mode": "dsh-code-mode", "workflow": "dsh-workflow", "skills": "dsh-skills", "web": "dsh-web",
-        "jobs": "dsh-jobs",
+        "jobs": "dsh-jobs", "goals": "dsh-goals",
     }
 
 

@@ -242,9 +242,10 @@ class _Derivation:
         if isinstance(ev, RequestHeader) and self.route is None:
             self.route = ev.route or ModelInfo(provider=ev.provider, model=ev.model)
         elif isinstance(ev, UserMessageEvent):
-            self.texts[ev.message.id] = _NUMBERED.sub("{{id}}", _text(ev.message.content))
+            if ev.message.source not in _NOT_PROMPTS:  # a notice that woke the agent is no prompt (live: the same)
+                self.texts[ev.message.id] = _NUMBERED.sub("{{id}}", _text(ev.message.content))
         elif isinstance(ev, InboxClaimed):
-            self.expect = Expect(prompt=[self.texts.get(i, "") for i in ev.message_ids])
+            self.expect = Expect(prompt=[self.texts[i] for i in ev.message_ids if i in self.texts])
             self.in_flight, self.where = True, f"turn {ev.turn} step 1"
         elif isinstance(ev, ToolResultEvent):
             self.expect.results.append((ev.result.call_id, ev.result.name, ev.result.is_error))

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import text
 
+from conftest import text
 from dsh_core import ConfigError
 
 pytestmark = pytest.mark.anyio

@@ -3,10 +3,10 @@
 
 What the model sees is the original's: the tool name, the argument names, types and required
 set, and the result and error texts. The description is our own words. The work is done in
-``editor.py``; every write goes through sandbox-tools' confinement (the session's tier, its
-writable roots, ``openat2`` beneath the root), exactly as its ``write`` and ``edit`` do, and
-``str_replace``/``insert`` need a file this session has read and not changed since, on the same
-read records as ``read``/``write``/``edit``. See README.md.
+``editor.py``; every write goes through the spine's ``Confinement`` seam (sandbox-tools provides it
+with the write its ``write`` and ``edit`` use: the session's tier, its writable roots, ``openat2``
+beneath the root), and ``str_replace``/``insert`` need a file this session has read and not changed
+since, on the spine's ``ReadRecords`` that ``read``/``write``/``edit`` keep too. See README.md.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
-from dsh_sandbox_tools import sandbox_for
 from msgspec import Meta
 
 from dsh_core import hookimpl
@@ -46,7 +45,7 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]]:
 @hookimpl
 def dsh_register_tools(register: Callable[[Any], None], host: Host) -> None:
     config = host.config_for(EditorConfig)
-    register(StrReplaceEditor(sandbox_for(host), max_output_chars=config.max_output_chars,
+    register(StrReplaceEditor(max_output_chars=config.max_output_chars,
                               description=config.description))
 
 

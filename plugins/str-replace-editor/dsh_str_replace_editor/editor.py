@@ -1,11 +1,12 @@
 """The ``str_replace_editor`` tool: ``view``, ``create``, ``str_replace`` and ``insert``.
 
-Reads are allowed everywhere (as for ``read``). Writes are sandbox-tools' confined writes: the
-session's tier (``Sandbox.mode_for``), its writable roots (``Sandbox.write_roots``) and
-``fspath.open_for_write`` (``openat2`` with ``RESOLVE_BENEATH``: no symlink, ``..`` or hard
-link leaves the root; non-regular files refused). ``str_replace`` and ``insert`` need a file the
-session has read (``view`` here, or ``read``), or written, and not changed since: the same read
-records (``Sandbox.reads``) as sandbox-tools' ``edit``, so the two families agree.
+Reads are allowed everywhere (as for ``read``). Writes go through the spine's ``Confinement`` seam
+(``host.confinement.write_file``), which sandbox-tools provides with the very write its ``write``
+and ``edit`` use: the session's tier, its writable roots, ``openat2`` with ``RESOLVE_BENEATH`` (no
+symlink, ``..`` or hard link leaves the root), regular files only. Without a confinement provider
+nothing is written. ``str_replace`` and ``insert`` need a file the session has read (``view`` here,
+or ``read``), or written, and not changed since: the spine's ``ReadRecords`` slot, the one
+sandbox-tools' ``edit`` checks, so the two families agree.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import stat
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from dsh_sandbox_tools import Sandbox
-from dsh_sandbox_tools.fspath import PathDenied, open_for_write
 
 from dsh_core import ToolError
+from dsh_core.contracts import ReadRecords
+from dsh_core.errors import WriteDenied
 from dsh_core.types import ToolOutput, ToolSpec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,20 +121,6 @@ def _load(path: str) -> tuple[str, int]:
         raise ToolError(f'"{path}" is not UTF-8 text; this tool edits UTF-8 text only', code="BINARY_FILE") from None
 
 
-def _write(path: str, text: str, roots: list[str] | None, *, create: bool, mode: str) -> int:
-    """Write ``text`` through sandbox-tools' confined open; the new mtime (ns)."""
-    data = text.encode("utf-8")
-    fd = open_for_write(path, roots, create=create, mkdirs=create, mode_label=mode)
-    try:
-        os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        return os.fstat(fd).st_mtime_ns
-    finally:
-        os.close(fd)
-
-
 def _listing(root: str) -> list[str]:
     """``d``/``f``/``?`` rows, tab, path, for ``root`` and two levels below it (no hidden entries,
     node_modules or __pycache__; symlinks are shown, not followed)."""
@@ -164,12 +151,15 @@ def _listing(root: str) -> list[str]:
     return rows
 
 
-class StrReplaceEditor:
-    """The tool over one host's sandbox-tools ``Sandbox``."""
+def _reads(ctx: ToolContext) -> ReadRecords:
+    records: ReadRecords = ctx.agent.state(ReadRecords)
+    return records
 
-    def __init__(self, sb: Sandbox, *, max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
-                 description: str | None = None) -> None:
-        self.sb = sb
+
+class StrReplaceEditor:
+    """The tool; its writes go through the host's ``Confinement`` seam."""
+
+    def __init__(self, *, max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS, description: str | None = None) -> None:
         self.max_output_chars = max_output_chars
         self.spec = ToolSpec(name=NAME, description=description or DESCRIPTION, parameters=PARAMETERS, kind="edit")
 
@@ -253,7 +243,7 @@ class StrReplaceEditor:
             return (f"Here're the files and directories up to 2 levels deep in {path}, excluding hidden items, "
                     f"node_modules, and Python cache directories:\n{listing}\n")
         text, mtime = await self._text(path, ctx)
-        self.sb.reads(ctx.agent)[os.path.realpath(path)] = mtime
+        _reads(ctx)[os.path.realpath(path)] = mtime
         lines = text.split("\n")
         first, shown = 1, lines
         header = f"Here's the content of {path} with line numbers (which has a total of {len(lines)} lines)"
@@ -280,25 +270,25 @@ class StrReplaceEditor:
 
     # ------------------------------------------------------------------ writes
 
-    def _denied(self, exc: PathDenied, mode: str, path: str) -> ToolError:
-        # the original's marker first (what a model trained on the tool recognises), then why
-        return ToolError(f'[sandbox: file access denied under {mode} mode] cannot write "{path}": {exc.reason}.',
-                         code="SANDBOX_DENIED")
-
     async def _store(self, path: str, text: str, ctx: ToolContext, *, create: bool) -> None:
-        mode = self.sb.mode_for(ctx.agent)
-        roots = self.sb.write_roots(mode, ctx.cwd)
+        confinement = ctx.host.confinement
+        if confinement is None:
+            raise ToolError(f'cannot write "{path}": no plugin provides confinement in this composition (mount '
+                            "sandbox-tools), and nothing is written unconfined", code="SANDBOX_UNAVAILABLE")
         try:
-            mtime = await anyio.to_thread.run_sync(lambda: _write(path, text, roots, create=create, mode=mode))
-        except PathDenied as exc:
-            raise self._denied(exc, mode, path) from None
+            mtime = await confinement.write_file(path, text.encode("utf-8"), session=ctx.agent, cwd=ctx.cwd,
+                                                 create=create)
+        except WriteDenied as exc:
+            # the original's marker first (what a model trained on the tool recognises), then why
+            raise ToolError(f'[sandbox: file access denied under {exc.mode} mode] cannot write "{path}": '
+                            f"{exc.reason}.", code="SANDBOX_DENIED") from None
         except IsADirectoryError:
             raise ToolError(f"The path {path} is a directory and only the `view` command can be used on directories",
                             code="IS_DIRECTORY") from None
         except OSError as exc:
             raise ToolError(f'cannot write "{path}": {exc.strerror}', code="WRITE_FAILED") from None
         real = os.path.realpath(path)
-        self.sb.reads(ctx.agent)[real] = mtime
+        _reads(ctx)[real] = mtime
         if ctx.agent.spec.buffers is not None:  # after the sandbox let the write happen: the editor shows it
             await ctx.agent.spec.buffers.wrote(real, text)
 
@@ -312,7 +302,7 @@ class StrReplaceEditor:
     async def _current(self, path: str, command: str, ctx: ToolContext) -> str:
         """The text to edit: the file must exist, be one this session read or wrote, and be unchanged since."""
         self._existing(path, command)
-        reads = self.sb.reads(ctx.agent)
+        reads = _reads(ctx)
         real = os.path.realpath(path)
         if real not in reads:
             raise ToolError(f'edit requires reading "{path}" first — view the file, then retry', code="NOT_READ")

@@ -101,17 +101,19 @@ class Session:
 
 @asynccontextmanager
 async def running_host(mode: str = "workspace-write", mechanism: str = "auto",
-                       editor: dict[str, Any] | None = None) -> AsyncIterator[Any]:
+                       editor: dict[str, Any] | None = None, sandbox: bool = True) -> AsyncIterator[Any]:
     if mechanism in MECHANISMS:
         require_mechanism(mechanism)  # skips with the reason only when the machine lacks it
     pm = make_plugin_manager()
     register_plugin(pm, _Model(), "fake-model")
-    register_plugin(pm, dsh_sandbox_tools, "sandbox-tools")
+    if sandbox:
+        register_plugin(pm, dsh_sandbox_tools, "sandbox-tools")
     register_plugin(pm, dsh_str_replace_editor, "str-replace-editor")
     config = {"sandbox-tools": {"permission-mode": mode, "mechanism": mechanism},
               "str-replace-editor": editor or {}}
-    comp = Composition(name="editor-test", path=Path("/nonexistent/example.toml"),
-                       plugins=("fake-model", "sandbox-tools", "str-replace-editor"), config=config)
+    plugins = ("fake-model", *(("sandbox-tools",) if sandbox else ()), "str-replace-editor")
+    comp = Composition(name="editor-test", path=Path("/nonexistent/example.toml"), plugins=plugins,
+                       config={k: v for k, v in config.items() if k in plugins})
     async with open_host(comp, pm=pm, provider="fake", model="m") as host:
         yield host
 

@@ -96,3 +96,18 @@ async def test_danger_full_access_writes_anywhere_the_user_can(editor_session, r
     async with editor_session(mode="danger-full-access") as s:
         assert not (await s.edit(command="create", path=str(outside / "a"), file_text="ok")).is_error
     assert (outside / "a").read_text() == "ok"
+
+
+async def test_without_a_confinement_provider_nothing_is_written(editor_session, root: Path) -> None:
+    (root / "kept.txt").write_text("original\n")
+    async with editor_session(sandbox=False) as s:
+        assert s.host.confinement is None
+        created = await s.edit(command="create", path=str(root / "new.txt"), file_text="x")
+        assert created.code == "SANDBOX_UNAVAILABLE"
+        assert text(created) == (f'Error: cannot write "{root / "new.txt"}": no plugin provides confinement in this '
+                                 "composition (mount sandbox-tools), and nothing is written unconfined")
+        assert "original" in text(await s.edit(command="view", path=str(root / "kept.txt")))  # reads work
+        assert (await s.edit(command="str_replace", path=str(root / "kept.txt"), old_str="original",
+                             new_str="x")).code == "SANDBOX_UNAVAILABLE"
+    assert not (root / "new.txt").exists()
+    assert (root / "kept.txt").read_text() == "original\n"

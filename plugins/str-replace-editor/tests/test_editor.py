@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import text
+from conftest import Session, running_host, text
 from dsh_core import ConfigError
+from dsh_core.contracts import AgentSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -270,3 +271,31 @@ async def test_the_description_is_configurable_and_never_blank(editor_session) -
     with pytest.raises(ConfigError):
         async with editor_session(editor={"max-output-chars": 0}):
             pass
+
+
+class Buffers:
+    """An editor holding ``open`` files with unsaved text (the EditorBuffers seam), recording writes."""
+
+    def __init__(self, open_files: dict[str, str]) -> None:
+        self.open = open_files
+        self.wrote_to: list[tuple[str, str]] = []
+
+    async def read(self, path: str) -> str | None:
+        return self.open.get(path)
+
+    async def wrote(self, path: str, text: str) -> None:
+        self.wrote_to.append((path, text))
+
+
+async def test_the_editors_unsaved_text_is_viewed_and_edited(root: Path) -> None:
+    f = root / "open.py"
+    f.write_text("on disk\n")
+    buffers = Buffers({str(f): "unsaved\n"})
+    async with running_host() as host:
+        s = Session(host, root)
+        s.agent = host.create_agent(AgentSpec(cwd=str(root), provider="fake", model="m", buffers=buffers))
+        assert "     1  unsaved" in text(await s.edit(command="view", path=str(f)))
+        assert not (await s.edit(command="str_replace", path=str(f), old_str="unsaved", new_str="saved")).is_error
+        await s.edit(command="create", path=str(root / "new.py"), file_text="x\n")
+    assert f.read_text() == "saved\n"
+    assert buffers.wrote_to == [(str(f), "saved\n"), (str(root / "new.py"), "x\n")]

@@ -71,6 +71,17 @@ class ToolError(DshError):
         self.code = code
 
 
+class WriteDenied(DshError):
+    """A confined file write the session's tier refuses (``Confinement.write_file``): the tier
+    (``mode``) and why, in plain words (``reason``: "resolves to /etc/x, outside the writable roots …")."""
+
+    def __init__(self, path: str, mode: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.mode = mode
+        self.reason = reason
+
+
 class AttachmentError(DshError):
     """An image was refused by policy (the caller can fix it)."""
 

@@ -85,7 +85,7 @@ SHIPPED_PLUGINS = frozenset({
     "acp-presentation", "acp-transport", "agent-instructions", "attachment-store", "batch", "code-mode", "compaction",
     "deepseek-model", "goals", "guards", "hooks-claude-code", "hooks-codex", "jobs", "jsonl-persistence", "lsp", "mcp-client",
     "replay-model", "sandbox-tools", "schedule", "scripted-model", "session-controls", "session-query", "skills",
-    "subagent-acp", "subagents", "terminal", "todo", "web", "workflow",
+    "str-replace-editor", "subagent-acp", "subagents", "terminal", "todo", "web", "workflow",
 })  # fmt: skip
 
 

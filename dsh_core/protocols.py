@@ -438,6 +438,13 @@ class ConfinedRun:
     timed_out: bool
 
 
+class ReadRecords(dict[str, int]):
+    """What one session's file tools have read or written (real path -> the file's mtime in ns
+    then): the session's state slot (``agent.state(ReadRecords)``) that read-before-edit checks.
+    sandbox-tools' ``read``/``write``/``edit`` keep it; any other editing tool (str-replace-editor)
+    keeps and checks the same one, so the families agree on what the session has seen."""
+
+
 @runtime_checkable
 class Confinement(Protocol):
     """Running processes inside a session's sandbox, for any plugin (hooks, code mode, MCP
@@ -464,6 +471,13 @@ class Confinement(Protocol):
         and an exec): ``stdin`` fed then closed, stdout and stderr captured apart, ``env`` on top of
         the scrubbed environment. Cancelling, or the timeout, kills everything the command started;
         when this returns no process of it is alive."""
+
+    async def write_file(self, path: str, data: bytes, *, session: Agent, cwd: str, create: bool) -> int:
+        """Write ``data`` over ``path`` (absolute) as the session's own file tools write: in its tier,
+        only beneath a writable root of the workspace ``cwd`` (no ``..``, symlink, hard link or
+        ``/proc`` path leads out), regular files only. ``create``: a missing file and its missing
+        parent directories are made; otherwise the file must exist. Returns the file's new mtime
+        (ns). Raises ``errors.WriteDenied`` when the tier refuses the path, ``OSError`` otherwise."""
 
 
 @runtime_checkable

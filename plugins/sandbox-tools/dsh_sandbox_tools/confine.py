@@ -5,6 +5,9 @@
   (the probed mechanism, bubblewrap else Landlock, the same writable roots) and returns it with
   the scrubbed environment, for a long-lived process its caller spawns and owns (code mode's
   Python runner). ``danger-full-access`` returns ``argv`` as is.
+- ``write_file(path, data, session=…, cwd=…, create=…)`` writes a file exactly as ``write`` and
+  ``edit`` do (``files.write_bytes``: the tier's writable roots, ``openat2`` beneath the root), for
+  another plugin's editing tool (str-replace-editor); a refused path raises ``WriteDenied``.
 - ``run(argv, session=…, …)`` runs one command to its end through the *session's* warm confined
   command server (a fork and an exec, no launcher: a hook costs what a ``bash`` call costs), with
   ``stdin`` fed and stdout/stderr captured apart.
@@ -19,10 +22,15 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from dsh_core import ToolError
 from dsh_core.contracts import ConfinedCommand, ConfinedRun
+from dsh_core.errors import WriteDenied
 from dsh_core.spill import spill_path_for
 
+from .files import write_bytes
+from .fspath import PathDenied
 from .mechanisms import get_runner
 from .policy import scrubbed_env, wider, writable_roots
 from .sandbox import Sandbox, sandbox_for
@@ -74,6 +82,16 @@ class SandboxConfinement:
             )
         return ConfinedCommand(argv=runner.wrap(list(argv), writable_roots(mode, real), real), env=env, mode=mode,
                                mechanism=runner.name, denial=runner.denial)
+
+    async def write_file(self, path: str, data: bytes, *, session: Agent, cwd: str, create: bool) -> int:
+        mode = self.sandbox.mode_for(session)
+        roots = self.sandbox.write_roots(mode, cwd)
+        try:
+            _, mtime = await anyio.to_thread.run_sync(
+                lambda: write_bytes(path, data, roots, create=create, label=mode))
+        except PathDenied as exc:
+            raise WriteDenied(path, mode, exc.reason) from None
+        return mtime
 
     async def run(
         self, argv: list[str], *, session: Agent, cwd: str, stdin: bytes = b"",

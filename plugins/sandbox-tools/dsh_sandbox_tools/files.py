@@ -130,7 +130,7 @@ def _denied(sb: Sandbox, exc: PathDenied, mode: str, raw: str) -> ToolError:
     return ToolError(msg + (" " + hint if hint else ""), code="SANDBOX_DENIED")
 
 
-def _write_bytes(abspath: str, data: bytes, roots: list[str] | None, *, create: bool, label: str) -> tuple[bool, int]:
+def write_bytes(abspath: str, data: bytes, roots: list[str] | None, *, create: bool, label: str) -> tuple[bool, int]:
     existed = os.path.lexists(abspath)
     fd = open_for_write(abspath, roots, create=create, mkdirs=create, mode_label=label)
     try:
@@ -170,7 +170,7 @@ class WriteTool(SandboxTool):
         data = content.encode("utf-8")
         try:
             existed, mtime = await anyio.to_thread.run_sync(
-                lambda: _write_bytes(path, data, self.sb.write_roots(mode, ctx.cwd), create=True, label=mode)
+                lambda: write_bytes(path, data, self.sb.write_roots(mode, ctx.cwd), create=True, label=mode)
             )
         except PathDenied as exc:
             raise _denied(self.sb, exc, mode, raw) from None
@@ -245,7 +245,7 @@ class EditTool(SandboxTool):
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
         try:
             _, mtime = await anyio.to_thread.run_sync(
-                lambda: _write_bytes(path, updated.encode("utf-8"), self.sb.write_roots(mode, ctx.cwd),
+                lambda: write_bytes(path, updated.encode("utf-8"), self.sb.write_roots(mode, ctx.cwd),
                                      create=False, label=mode)
             )
         except PathDenied as exc:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dsh_core import ToolError
+from dsh_core.contracts import ReadRecords  # the spine's slot: other editing tools share it
 
 from .mechanisms import Runner, get_runner
 from .policy import MODES, SESSION_TIERS, Settings, scrubbed_env, wider, writable_roots
@@ -19,11 +20,6 @@ from .server import CommandServer, ServerError, ServerPool, server_argv
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
     from dsh_core.protocols import Host
-
-class ReadRecords(dict[str, int]):
-    """What one session has read (real path -> mtime in ns), for ``edit``'s read-before-edit
-    check: the session's state slot, dropped with it."""
-
 
 @dataclass
 class HostSandbox:

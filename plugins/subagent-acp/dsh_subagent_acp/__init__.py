@@ -528,7 +528,8 @@ class RosterTool:
         state = children_of(ctx.host)
         named = self.agents.get(args.get("agent"))  # type: ignore[arg-type]
         if named is None:
-            return ToolOutput.text(f"Error: `agent` must be one of {', '.join(self.agents)}.", is_error=True,
+            return ToolOutput.text(f"Error: `agent` must be one of {', '.join(self.agents)} (not {args.get('agent')!r}).",
+                                   is_error=True,
                                    code="INVALID_ARGUMENTS")
         prompt, description = args.get("prompt"), args.get("description")
         if not isinstance(prompt, str) or not prompt.strip():

@@ -115,7 +115,7 @@ async def test_the_model_picks_an_agent_by_name_and_gets_its_answer(acp_agent, s
     path = write_example(tmp_path / "examples", "roster")
     async with acp_agent(scripted(SCRIPT), example="roster", env={"DSH_EXAMPLES_PATH": path}) as run:
         sid = await run.start()
-        resp = await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("greet")]), 30)
+        resp = await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("greet")]), 120)
         assert resp.stop_reason == "end_turn"
         assert run.client.text(sid) == ["got: echo: hello"]
         tree = tree_pids(run.proc.pid)
@@ -135,7 +135,7 @@ async def test_a_childs_permission_request_is_asked_of_the_parents_client_never_
     client = Recorder(permission_answers=[answer])
     async with acp_agent(scripted(SCRIPT), example="roster", client=client, env={"DSH_EXAMPLES_PATH": path}) as run:
         sid = await run.start()
-        resp = await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("write")]), 60)
+        resp = await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("write")]), 120)
         assert resp.stop_reason == "end_turn"
         said = "child: wrote out.txt" if written else "child: not written: approval rejected"
         assert run.client.text(sid) == [f"got: {said}"]
@@ -155,7 +155,7 @@ async def test_a_child_that_did_not_complete_is_an_error_with_the_originals_head
     async with acp_agent(scripted(SCRIPT), example="roster", env={"DSH_EXAMPLES_PATH": path}) as run:
         sid = await run.start()
         for prompt in ("long", "missing", "unknown"):
-            await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block(prompt)]), 60)
+            await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block(prompt)]), 120)
     (cut, cut_error), (missing, missing_error), (unknown, unknown_error) = results(acp_agent.home, sid)
     assert cut == ("Error: subagent run hit its token limit before finishing\n"
                    "Partial output before the run ended:\nthe first half") and cut_error
@@ -168,7 +168,7 @@ async def test_in_the_background_it_is_a_job_whose_end_wakes_the_idle_parent(acp
     path = write_example(tmp_path / "examples", "roster")
     async with acp_agent(scripted(SCRIPT), example="roster", env={"DSH_EXAMPLES_PATH": path}) as run:
         sid = await run.start()
-        await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("background")]), 30)
+        await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("background")]), 120)
         assert run.client.text(sid)[0] == "started: started background subagent job subagent-1"
         notice = "background job subagent-1 (subagent: echo in the background) finished [status: completed]"
 
@@ -182,7 +182,7 @@ async def test_in_the_background_it_is_a_job_whose_end_wakes_the_idle_parent(acp
         notices = ["".join(b.get("text", "") for b in e["message"]["content"])
                    for e in log if e["type"] == "user/message" and e["message"].get("source") == "notice"]
         assert any(notice in n for n in notices), notices
-        await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("read it")]), 30)
+        await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("read it")]), 120)
     output, is_error = results(acp_agent.home, sid)[-1]
     assert output == "echo: from the job\n[status: completed]" and not is_error
 
@@ -191,11 +191,11 @@ async def test_job_kill_stops_a_background_child_and_leaves_no_process(acp_agent
     path = write_example(tmp_path / "examples", "roster")
     async with acp_agent(scripted(SCRIPT), example="roster", env={"DSH_EXAMPLES_PATH": path}) as run:
         sid = await run.start()
-        await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("hang in the background")]), 30)
+        await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("hang in the background")]), 120)
         await wait_for(lambda: (run.cwd / "child-streamed").exists())
         children = [p for p in tree_pids(run.proc.pid) if p != run.proc.pid]
         assert children
-        await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("kill it")]), 30)
+        await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("kill it")]), 120)
         await wait_for(lambda: any(e["type"] == "job/settled" for e in events(acp_agent.home, sid)), 15)
         (settled,) = [e for e in events(acp_agent.home, sid) if e["type"] == "job/settled"]
         assert settled["status"] == "killed"
@@ -207,7 +207,7 @@ async def test_without_jobs_run_in_background_is_not_offered(acp_agent, scripted
     path = write_example(tmp_path / "examples", "roster", jobs=False)
     async with acp_agent(scripted(SCRIPT), example="roster", env={"DSH_EXAMPLES_PATH": path}) as run:
         sid = await run.start()
-        await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("background")]), 30)
+        await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("background")]), 120)
     ((text, is_error),) = results(acp_agent.home, sid)
     assert is_error and "run_in_background" in text  # the spine refuses an undeclared argument
 

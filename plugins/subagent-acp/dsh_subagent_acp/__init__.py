@@ -70,6 +70,7 @@ class NamedAgent:
     command: tuple[str, ...] | None = None  # None: dsh itself (``example`` on the parent's route)
     env: Mapping[str, str] = field(default_factory=dict)
     inherit_env: tuple[str, ...] | None = None  # None: the plugin's ``inherit-env``
+    sandbox: str = "none"  # "session": started through the host's confinement at the session's tier
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,9 @@ class AgentEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, renam
         msgspec.field(default_factory=dict))
     inherit_env: Annotated[list[str] | None, Meta(description=(
         "variables passed on despite the scrubbing (default: the plugin's inherit-env)"))] = None
+    sandbox: Annotated[Literal["none", "session"], Meta(description=(
+        "\"session\": start it confined like bash, at the session's tier (no write outside the roots); "
+        "\"none\": as it is (an agent with a sandbox of its own, and a login under $HOME)"))] = "none"
 
     def __post_init__(self) -> None:
         _argv(self.command)
@@ -160,7 +164,7 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]]:
 def settings_from(config: SubagentConfig) -> Settings:
     agents = tuple(
         NamedAgent(name=name, description=entry.description.strip(), command=_argv(entry.command), env=dict(entry.env),
-                   inherit_env=None if entry.inherit_env is None else tuple(entry.inherit_env))
+                   inherit_env=None if entry.inherit_env is None else tuple(entry.inherit_env), sandbox=entry.sandbox)
         for name, entry in config.agents.items())
     return Settings(
         command=_argv(config.command), agents=agents, example=config.example, permission=config.permission, env=dict(config.env),
@@ -355,8 +359,21 @@ async def exchange(caller: Caller, state: Children, task: str, cwd: str, depth: 
     settings = state.settings
     argv = child_command(settings, caller.agent, named)
     inherit = settings.inherit_env if named is None or named.inherit_env is None else named.inherit_env
-    extra = {**settings.env, **(named.env if named is not None else {})}
-    env = scrub_env(inherit=inherit, extra={**extra, ENV_DEPTH: str(depth + 1), ENV_MAX_DEPTH: str(max_depth)})
+    extra = {**settings.env, **(named.env if named is not None else {}), ENV_DEPTH: str(depth + 1),
+             ENV_MAX_DEPTH: str(max_depth)}
+    env = scrub_env(inherit=inherit, extra=extra)
+    if named is not None and named.sandbox == "session":
+        confinement = caller.agent.host.confinement
+        if confinement is None:  # never unconfined instead
+            return Outcome("error", "", error="this agent runs confined (sandbox = \"session\") and no plugin "
+                                              "provides confinement (mount sandbox-tools)")
+        try:
+            confined = await confinement.confine(argv, cwd=cwd, session=caller.agent)
+        except Exception as exc:  # SANDBOX_UNAVAILABLE: no working mechanism
+            return Outcome("error", "", error=f"cannot start it confined: {exc}")
+        argv = confined.argv
+        # the confined environment, plus exactly what this agent was configured to get
+        env = {**confined.env, **{k: os.environ[k] for k in inherit if k in os.environ}, **extra}
     forward = None
     if settings.forward_stderr:
         def forward(chunk: bytes) -> None:

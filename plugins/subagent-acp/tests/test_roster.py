@@ -217,3 +217,50 @@ def test_the_scenarios_echo_agent_is_the_benchmarks():
     workspace is copied as it is): the same file."""
     copy = Path(__file__).parent.parent / "snapshots" / "acp-subagents" / "agent-subagent" / "workspace" / "echo_agent.py"
     assert copy.read_text() == ECHO.read_text()
+
+
+PROBE = Path(__file__).parent / "probe_agent.py"
+
+
+@pytest.mark.parametrize("mechanism", ["bwrap", "landlock", "unconfined"])
+async def test_an_agent_with_sandbox_session_runs_confined_like_bash(acp_agent, scripted, tmp_path, mechanism):
+    """`sandbox = "session"`: the child starts through the host's confinement at the session's
+    tier (workspace-write): it writes in the workspace, not outside the roots, and sees no
+    credential-shaped variable. The same agent with `sandbox = "none"` does write outside (the
+    check can fail)."""
+    from dsh_sandbox_tools.testing import require_mechanism
+
+    if mechanism != "unconfined":
+        require_mechanism(mechanism)
+    outside = Path("/var/tmp") / f"dsh-subagent-probe-{tmp_path.name[-12:]}-{mechanism}"
+    outside.mkdir(parents=True, exist_ok=True)
+    try:
+        root = tmp_path / "examples"
+        write_example(root, "roster")
+        manifest = root / "roster" / "example.toml"
+        text = manifest.read_text().replace('"subagent-acp",', '"sandbox-tools", "subagent-acp",')
+        sandbox = "none" if mechanism == "unconfined" else "session"
+        text += (f'\n[config.subagent-acp.agents.probe]\ncommand = {json.dumps([sys.executable, str(PROBE)])}\n'
+                 f'description = "probes its confinement"\nsandbox = "{sandbox}"\n')
+        if mechanism != "unconfined":
+            text += f'\n[config.sandbox-tools]\nmechanism = "{mechanism}"\n'
+        manifest.write_text(text)
+        script = {"rules": [{"when": "^probe", "steps": [
+            sub("probe", str(outside / "escaped.txt"), "probe"), {"text": "got: {tool_result}"}]}]}
+        env = {"DSH_EXAMPLES_PATH": str(root), "DEEPSEEK_API_KEY": "sk-never-leak",
+               "DSH_PERMISSION_MODE": "workspace-write"}
+        async with acp_agent(scripted(script), example="roster", env=env) as run:
+            sid = await run.start()
+            await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("probe")]), 120)
+            (said,) = run.client.text(sid)
+        assert said.startswith("got: inside: ok; outside: ")
+        if mechanism == "unconfined":
+            assert (outside / "escaped.txt").read_text() == "escaped"  # what the sandbox stops
+        else:
+            assert "outside: denied" in said and not (outside / "escaped.txt").exists()
+        assert "keys: [" in said and "DEEPSEEK_API_KEY" not in said  # set in dsh's environment, never passed on
+        assert (run.cwd / "inside.txt").read_text() == "fine"
+    finally:
+        import shutil
+
+        shutil.rmtree(outside, ignore_errors=True)

@@ -88,9 +88,9 @@ async def main(repeat: int, mechanism: str) -> None:
 
             delegate = {"description": "echo", "prompt": "hello", "agent": "echo"}
             shell = {"description": "Pipe the exchange into the echo agent", "command": piped_exchange(str(work))}
-            took, text = await call("subagent_acp", delegate)  # warm the page cache and the command server
+            _, text = await call("subagent_acp", delegate)  # warm the page cache and the command server
             assert text == "echo: hello", text
-            took, text = await call("bash", shell)
+            _, text = await call("bash", shell)
             assert text.startswith("echo: hello"), text
             roster, bash = [], []
             for _ in range(repeat):

@@ -1,6 +1,8 @@
-"""subagent-acp: the tool ``subagent_acp {task, cwd?}`` delegates a text task to another
-ACP agent in a fresh process (by default ``dsh run --example acp-agent`` on the parent's
-route) and returns its committed answer with the stop reason.
+"""subagent-acp: the tool ``subagent_acp`` delegates a text task to another ACP agent in a
+fresh process and returns its committed answer. With a roster (``[config.subagent-acp.agents.
+<name>]``: a command and a description each) it takes the original's ``subagent`` arguments
+plus ``agent``, an enum of the names, one-shot in the foreground or as a job; without one it
+keeps ``{task, cwd?}`` and runs ``dsh run --example acp-agent`` on the parent's route.
 
 The child's ``session/request_permission`` goes to the *parent's* approval seam (so under
 ACP the parent's client decides, one-shot, fail-closed); only when nobody in the parent

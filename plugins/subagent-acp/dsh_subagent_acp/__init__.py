@@ -1,6 +1,8 @@
-"""subagent-acp: the tool ``subagent_acp {task, cwd?}`` delegates a text task to another
-ACP agent in a fresh process (by default ``dsh run --example acp-agent`` on the parent's
-route) and returns its committed answer with the stop reason.
+"""subagent-acp: the tool ``subagent_acp`` delegates a text task to another ACP agent in a
+fresh process and returns its committed answer. With a roster (``[config.subagent-acp.agents.
+<name>]``: a command and a description each) it takes the original's ``subagent`` arguments
+plus ``agent``, an enum of the names, one-shot in the foreground or as a job; without one it
+keeps ``{task, cwd?}`` and runs ``dsh run --example acp-agent`` on the parent's route.
 
 The child's ``session/request_permission`` goes to the *parent's* approval seam (so under
 ACP the parent's client decides, one-shot, fail-closed); only when nobody in the parent
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -36,7 +39,7 @@ from dsh_core import hookimpl
 from dsh_core.config import PluginConfig, decode
 from dsh_core.contracts import new_id
 from dsh_core.paths import dir_inside
-from dsh_core.protocols import SubagentRequest
+from dsh_core.protocols import JobEnd, SubagentRequest
 from dsh_core.types import ApprovalDecided, ApprovalRequest, SubagentResult, ToolOutput, ToolSpec
 
 log = logging.getLogger("dsh.subagent-acp")
@@ -61,6 +64,18 @@ STOPS = {
 
 
 @dataclass(frozen=True)
+class NamedAgent:
+    """One agent of the roster (``[config.subagent-acp.agents.<name>]``): what the model picks by name."""
+
+    name: str
+    description: str
+    command: tuple[str, ...] | None = None  # None: dsh itself (``example`` on the parent's route)
+    env: Mapping[str, str] = field(default_factory=dict)
+    inherit_env: tuple[str, ...] | None = None  # None: the plugin's ``inherit-env``
+    sandbox: str = "none"  # "session": started through the host's confinement at the session's tier
+
+
+@dataclass(frozen=True)
 class Settings:
     command: tuple[str, ...] | None = None
     example: str = "acp-agent"
@@ -74,9 +89,42 @@ class Settings:
     eof_grace: float = 2.0
     term_grace: float = 2.0
     forward_stderr: bool = False
+    agents: tuple[NamedAgent, ...] = ()
 
 
 Seconds = Annotated[float, Meta(gt=0)]
+
+
+CommandLine = Annotated[list[str] | str | None, Meta(
+    description="the agent's whole command (a list, or one shell-quoted line); default: dsh run --example EXAMPLE "
+                "on this agent's route")]
+
+
+def _argv(command: list[str] | str | None) -> tuple[str, ...] | None:
+    if command is None:
+        return None
+    argv = tuple(shlex.split(command) if isinstance(command, str) else command)
+    if not argv:
+        raise ValueError("command must be a non-empty list of strings or a command line")
+    return argv
+
+
+class AgentEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="kebab"):
+    """``[config.subagent-acp.agents.<name>]``: one ACP agent the model may delegate to by name."""
+
+    description: Annotated[str, Meta(min_length=1, description=(
+        "what this agent is good at, as the model reads it in the tool's description"))]
+    command: CommandLine = None
+    env: Annotated[dict[str, str], Meta(description="variables set in this agent's environment")] = (
+        msgspec.field(default_factory=dict))
+    inherit_env: Annotated[list[str] | None, Meta(description=(
+        "variables passed on despite the scrubbing (default: the plugin's inherit-env)"))] = None
+    sandbox: Annotated[Literal["none", "session"], Meta(description=(
+        "\"session\": start it confined like bash, at the session's tier (no write outside the roots); "
+        "\"none\": as it is (an agent with a sandbox of its own, and a login under $HOME)"))] = "none"
+
+    def __post_init__(self) -> None:
+        _argv(self.command)
 
 
 class SubagentConfig(PluginConfig):
@@ -99,10 +147,15 @@ class SubagentConfig(PluginConfig):
     eof_grace: Annotated[Seconds, Meta(description="seconds after stdin EOF before SIGTERM")] = 2.0
     term_grace: Annotated[Seconds, Meta(description="seconds after SIGTERM before SIGKILL")] = 2.0
     forward_stderr: Annotated[bool, Meta(description="copy the child's stderr to this process's")] = False
+    agents: Annotated[dict[str, AgentEntry], Meta(description=(
+        "the roster: ACP agents by name, each with a command and a description; when set, subagent_acp takes the "
+        "original's subagent arguments plus `agent` (one of these names)"))] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.command is not None and not (shlex.split(self.command) if isinstance(self.command, str) else self.command):
-            raise ValueError("command must be a non-empty list of strings or a command line")
+        _argv(self.command)
+        for name in self.agents:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+                raise ValueError(f"agent name {name!r}: letters, digits, '_', '.', '-' only")
 
 
 @hookimpl
@@ -111,10 +164,12 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]]:
 
 
 def settings_from(config: SubagentConfig) -> Settings:
-    command = config.command
-    argv = tuple(shlex.split(command) if isinstance(command, str) else command) if command is not None else None
+    agents = tuple(
+        NamedAgent(name=name, description=entry.description.strip(), command=_argv(entry.command), env=dict(entry.env),
+                   inherit_env=None if entry.inherit_env is None else tuple(entry.inherit_env), sandbox=entry.sandbox)
+        for name, entry in config.agents.items())
     return Settings(
-        command=argv, example=config.example, permission=config.permission, env=dict(config.env),
+        command=_argv(config.command), agents=agents, example=config.example, permission=config.permission, env=dict(config.env),
         inherit_env=tuple(config.inherit_env), max_depth=config.max_depth, max_live=config.max_live,
         start_timeout=config.start_timeout, cancel_grace=config.cancel_grace, eof_grace=config.eof_grace,
         term_grace=config.term_grace, forward_stderr=config.forward_stderr,
@@ -159,7 +214,20 @@ def ambient_depth() -> tuple[int, int | None]:
     return depth, cap
 
 
-def child_command(settings: Settings, agent: Any) -> list[str]:
+def beside_python(argv: tuple[str, ...]) -> list[str]:
+    """A bare program name found beside this Python first (an agent installed in dsh's own
+    environment, or ``python`` itself), else as it is (the child's PATH finds it)."""
+    program, *rest = argv
+    if os.sep not in program:
+        beside = os.path.join(os.path.dirname(sys.executable), program)
+        if os.access(beside, os.X_OK):
+            return [beside, *rest]
+    return [program, *rest]
+
+
+def child_command(settings: Settings, agent: Any, named: NamedAgent | None = None) -> list[str]:
+    if named is not None and named.command is not None:
+        return beside_python(named.command)
     override = os.environ.get(ENV_COMMAND, "").strip()
     if override:
         return shlex.split(override)
@@ -221,7 +289,6 @@ class SubagentAcpTool:
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         state = children_of(ctx.host)
-        settings = state.settings
         task = args.get("task")
         if not isinstance(task, str) or not task.strip():
             return ToolOutput.text("Error: `task` must be a non-empty string.", is_error=True, code="INVALID_ARGUMENTS")
@@ -229,27 +296,38 @@ class SubagentAcpTool:
             cwd = dir_inside(args.get("cwd"), ctx.cwd)
         except ValueError as exc:
             return ToolOutput.text(f"Error: {exc}.", is_error=True, code="INVALID_ARGUMENTS")
-        depth, imposed = ambient_depth()
-        depth += ctx.agent.spec.depth
-        max_depth = settings.max_depth if imposed is None else min(settings.max_depth, imposed)
-        if depth + 1 > max_depth:
-            return ToolOutput.text(
-                f"Error: subagent depth limit reached (this agent is at depth {depth}, the limit is {max_depth}); "
-                "do the task yourself.",
-                is_error=True,
-                code="DEPTH_LIMIT",
-            )
-        if state.closed:
-            return ToolOutput.text("Error: the host is shutting down.", is_error=True, code="SUBAGENT_FAILED")
-        if state.running >= settings.max_live:
-            return ToolOutput.text(
-                f"Error: {state.running} subagents are already running (the cap is {settings.max_live}); "
-                "wait for one to finish.",
-                is_error=True,
-                code="SUBAGENT_LIMIT",
-            )
+        admitted = admit(ctx, state)
+        if isinstance(admitted, ToolOutput):
+            return admitted
+        depth, max_depth = admitted
         return _as_output(await exchange(Caller(ctx.agent, ctx.tool_name, ctx.call_id), state, task, cwd, depth,
                                          max_depth))
+
+def admit(ctx: ToolContext, state: Children) -> tuple[int, int] | ToolOutput:
+    """(this agent's depth, the depth limit) when one more child may start; else the error result
+    (the depth limit, a closing host, the cap on live children). Nothing is spawned either way."""
+    settings = state.settings
+    depth, imposed = ambient_depth()
+    depth += ctx.agent.spec.depth
+    max_depth = settings.max_depth if imposed is None else min(settings.max_depth, imposed)
+    if depth + 1 > max_depth:
+        return ToolOutput.text(
+            f"Error: subagent depth limit reached (this agent is at depth {depth}, the limit is {max_depth}); "
+            "do the task yourself.",
+            is_error=True,
+            code="DEPTH_LIMIT",
+        )
+    if state.closed:
+        return ToolOutput.text("Error: the host is shutting down.", is_error=True, code="SUBAGENT_FAILED")
+    if state.running >= settings.max_live:
+        return ToolOutput.text(
+            f"Error: {state.running} subagents are already running (the cap is {settings.max_live}); "
+            "wait for one to finish.",
+            is_error=True,
+            code="SUBAGENT_LIMIT",
+        )
+    return depth, max_depth
+
 
 @dataclass(frozen=True)
 class Caller:
@@ -258,6 +336,7 @@ class Caller:
     agent: Any
     tool_name: str
     call_id: str | None
+    who: str = "subagent (ACP)"  # how the approval request names the asking child
 
 
 @dataclass(frozen=True)
@@ -275,14 +354,28 @@ def _as_output(outcome: Outcome) -> ToolOutput:
     return _result(outcome.status, outcome.text, error=outcome.error, stop=outcome.stop)
 
 
-async def exchange(caller: Caller, state: Children, task: str, cwd: str, depth: int, max_depth: int) -> Outcome:
-    """One child process, one prompt: spawn, initialize, session/new, prompt, shut down."""
+async def exchange(caller: Caller, state: Children, task: str, cwd: str, depth: int, max_depth: int,
+                   named: NamedAgent | None = None, *, reserved: bool = False) -> Outcome:
+    """One child process, one prompt: spawn, initialize, session/new, prompt, shut down. ``named``:
+    the roster's agent (its command and environment), else the plugin's default child."""
     settings = state.settings
-    argv = child_command(settings, caller.agent)
-    env = scrub_env(
-        inherit=settings.inherit_env,
-        extra={**settings.env, ENV_DEPTH: str(depth + 1), ENV_MAX_DEPTH: str(max_depth)},
-    )
+    argv = child_command(settings, caller.agent, named)
+    inherit = settings.inherit_env if named is None or named.inherit_env is None else named.inherit_env
+    extra = {**settings.env, **(named.env if named is not None else {}), ENV_DEPTH: str(depth + 1),
+             ENV_MAX_DEPTH: str(max_depth)}
+    env = scrub_env(inherit=inherit, extra=extra)
+    if named is not None and named.sandbox == "session":
+        confinement = caller.agent.host.confinement
+        if confinement is None:  # never unconfined instead
+            return Outcome("error", "", error="this agent runs confined (sandbox = \"session\") and no plugin "
+                                              "provides confinement (mount sandbox-tools)")
+        try:
+            confined = await confinement.confine(argv, cwd=cwd, session=caller.agent)
+        except Exception as exc:  # SANDBOX_UNAVAILABLE: no working mechanism
+            return Outcome("error", "", error=f"cannot start it confined: {exc}")
+        argv = confined.argv
+        # the confined environment, plus exactly what this agent was configured to get
+        env = {**confined.env, **{k: os.environ[k] for k in inherit if k in os.environ}, **extra}
     forward = None
     if settings.forward_stderr:
         def forward(chunk: bytes) -> None:
@@ -290,7 +383,8 @@ async def exchange(caller: Caller, state: Children, task: str, cwd: str, depth: 
             sys.stderr.flush()
 
     client: AcpClient | None = None
-    state.running += 1
+    if not reserved:  # a background call reserved its place when it was admitted
+        state.running += 1
     try:
         async with open_client(
             argv,
@@ -341,7 +435,7 @@ def policy_for(ctx: Caller, settings: Settings) -> Any:
             agent=ctx.agent,
             tool_name=ctx.tool_name,
             call_id=ctx.call_id,
-            reason=f"subagent (ACP) asks to run {ask.describe()}",
+            reason=f"{ctx.who} asks to run {ask.describe()}",
         )
         req.id = new_id("appr_")
         answered: list[str | None] = []
@@ -364,6 +458,146 @@ def policy_for(ctx: Caller, settings: Settings) -> Any:
         return "reject"
 
     return policy
+
+
+# --------------------------------------------------------------------------- the roster
+
+# A one-shot delegation that did not complete, as the original's subagent tools tell it (its
+# tool-subagent headlines), and the codes dsh's in-process `subagent` gives the same ends.
+HEADLINES = {
+    "aborted": "subagent run was cancelled",
+    "error": "subagent run failed",
+    "max-tokens": "subagent run hit its token limit before finishing",
+    "refusal": "subagent declined the task",
+}
+CODES = {"aborted": "ABORTED", "max-tokens": "SUBAGENT_MAX_TOKENS"}
+JOB_KIND = "subagent"  # its jobs are subagent-1, subagent-2… (the original's kind)
+
+
+def roster_parameters(agents: tuple[NamedAgent, ...], *, background: bool) -> dict[str, Any]:
+    """The original's ``subagent`` arguments (``description``*, ``prompt``*, ``run_in_background``
+    where jobs exist) plus ``agent``*, an enum of the roster's names."""
+    props: dict[str, Any] = {
+        "description": {"type": "string", "description": "A short (3-5 word) description of the task, shown while "
+                                                         "it runs."},
+        "prompt": {"type": "string", "description": "The complete task for the agent. It does not see this "
+                                                    "conversation: say everything it needs."},
+    }
+    if background:
+        props["run_in_background"] = {
+            "type": "boolean",
+            "description": "true: run it as a background job and answer the job's id at once (read it with "
+                           "job_output, stop it with job_kill). false, the default: wait for its answer.",
+        }
+    props["agent"] = {"type": "string", "enum": [a.name for a in agents],
+                      "description": "Which agent does the task (the list is in this tool's description)."}
+    return {"type": "object", "properties": props, "required": ["description", "prompt", "agent"],
+            "additionalProperties": False}
+
+
+def roster_description(agents: tuple[NamedAgent, ...], *, background: bool) -> str:
+    lines = [
+        "Delegate a self-contained task to another coding agent, which works in its own process and context and "
+        "answers with its final text, not its steps. It does not see this conversation, so give it a complete "
+        "prompt. It works in this workspace; what it asks permission for is asked of you.",
+        "Waits for the answer by default; with run_in_background true it is a job (job_output, job_kill)."
+        if background else "Waits for the answer.",
+        "The agents:",
+    ]
+    lines += [f"- {a.name}: {a.description}" for a in agents]
+    return "\n".join(lines)
+
+
+def roster_output(outcome: Outcome) -> ToolOutput:
+    """The answer of a foreground run: the child's text; an end that is not ``completed`` is an
+    error result with the original's headline, a diagnostic, and the partial text."""
+    stop = SEAM_STOPS.get(outcome.status, "error")
+    if stop == "completed":
+        return ToolOutput.text(outcome.text)
+    diagnostic = f"\nDiagnostic: {outcome.error}" if stop == "error" and outcome.error else ""
+    partial = f"\nPartial output before the run ended:\n{outcome.text}" if outcome.text else ""
+    return ToolOutput.text(f"Error: {HEADLINES[stop]}{diagnostic}{partial}", is_error=True,
+                           code=CODES.get(stop, "SUBAGENT_FAILED"))
+
+
+def job_end(outcome: Outcome, io: Any) -> JobEnd:
+    """A background run's end as its job reports it (the original's one-shot settlement):
+    ``completed`` with the answer as the job's output; any other end ``failed`` with the stop and
+    the diagnostic, no partial output."""
+    stop = SEAM_STOPS.get(outcome.status, "error")
+    if stop == "completed":
+        io.write(outcome.text.encode())
+        return JobEnd(status="completed")
+    return JobEnd(status="failed", detail=f"{stop}; diagnostic: {outcome.error}" if outcome.error else stop)
+
+
+class RosterTool:
+    """``subagent_acp {description, prompt, run_in_background?, agent}``: the model picks one of the
+    configured ACP agents by name; one-shot, in the foreground unless it asks for a job."""
+
+    def __init__(self, host: Host, agents: tuple[NamedAgent, ...]) -> None:
+        self.host = host
+        self.agents = {a.name: a for a in agents}
+        background = host.jobs is not None
+        self.spec = ToolSpec(name=TOOL, description=roster_description(agents, background=background),
+                             parameters=roster_parameters(agents, background=background), parallel_safe=True,
+                             kind="think")
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        state = children_of(ctx.host)
+        named = self.agents.get(args.get("agent"))  # type: ignore[arg-type]
+        if named is None:
+            return ToolOutput.text(f"Error: `agent` must be one of {', '.join(self.agents)} (not {args.get('agent')!r}).",
+                                   is_error=True,
+                                   code="INVALID_ARGUMENTS")
+        prompt, description = args.get("prompt"), args.get("description")
+        if not isinstance(prompt, str) or not prompt.strip():
+            return ToolOutput.text("Error: `prompt` must be a non-empty string.", is_error=True,
+                                   code="INVALID_ARGUMENTS")
+        if not isinstance(description, str) or not description.strip():
+            description = prompt.strip().splitlines()[0]
+        admitted = admit(ctx, state)
+        if isinstance(admitted, ToolOutput):
+            return admitted
+        depth, max_depth = admitted
+        caller = Caller(ctx.agent, ctx.tool_name, ctx.call_id, who=f"subagent {named.name} (ACP)")
+        if args.get("run_in_background") is not True:
+            return roster_output(await exchange(caller, state, prompt, ctx.cwd, depth, max_depth, named))
+        jobs = ctx.host.jobs
+        if jobs is None:  # the schema offers run_in_background only where jobs exist
+            return ToolOutput.text("Error: background jobs unavailable: mount the jobs plugin.", is_error=True,
+                                   code="INVALID_ARGUMENTS")
+        cwd = ctx.cwd
+
+        held = [True]  # this call holds a place under max-live until the job's work takes it over
+
+        async def work(io: Any) -> JobEnd:
+            outcome = Outcome("aborted", "")
+            async with anyio.create_task_group() as tg:
+                async def stop_when_asked() -> None:
+                    await io.stopping.wait()  # job_kill: the child gets session/cancel and its grace
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(stop_when_asked)
+                held[0] = False  # exchange releases the place now
+                outcome = await exchange(caller, state, prompt, cwd, depth, max_depth, named, reserved=True)
+                tg.cancel_scope.cancel()
+            return job_end(outcome, io)
+
+        async def release_if_never_run() -> None:  # a job killed before its work began
+            await job.wait()
+            if held[0]:
+                held[0] = False
+                state.running -= 1
+
+        state.running += 1  # its place, held from now: siblings in this message see it
+        try:
+            job = jobs.start(ctx.agent, kind=JOB_KIND, title=description, work=work, call_id=ctx.call_id)
+        except Exception:
+            state.running -= 1
+            raise
+        ctx.host.task_group.start_soon(release_if_never_run, name=f"place of {job.id}")
+        return ToolOutput.text(f"started background subagent job {job.id}")
 
 
 # --------------------------------------------------------------------------- the `acp` provider
@@ -483,7 +717,8 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
 
 @hookimpl
 def dsh_register_tools(register: Any, host: Any) -> None:
-    register(SubagentAcpTool(host))
+    agents = children_of(host).settings.agents
+    register(RosterTool(host, agents) if agents else SubagentAcpTool(host))
 
 
 @hookimpl

@@ -122,7 +122,7 @@ def _where(cwd: str, args: dict[str, Any]) -> list[wire.ToolCallLocation]:
     full = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
     offset = args.get("offset")
     whole = isinstance(offset, (int, float)) and not isinstance(offset, bool) and float(offset).is_integer()
-    line = int(offset) if whole and offset > 0 else None
+    line = int(offset) if whole and isinstance(offset, (int, float)) and offset > 0 else None
     return [wire.ToolCallLocation(path=full, **({"line": line} if line else {}))]
 
 

@@ -92,7 +92,8 @@ def dsh_session_event(session: Agent, event: DurableEvent) -> None:
 def dsh_register_guidance(register: Callable[[Any], None], host: Host) -> None:
     from dsh_core import Guidance
 
-    from .guidance import NAME as SECTION, ORDER, TOOLS, guidance_text
+    from .guidance import NAME as SECTION
+    from .guidance import ORDER, TOOLS, guidance_text
 
     register(Guidance(name=SECTION, order=ORDER, tools=TOOLS,
                       text=guidance_text(host.config_for(GoalsConfig).blocked_after_rounds)))

@@ -12,6 +12,8 @@ timer is a task of the session and ends with it. People see them with ``/schedul
 
 from __future__ import annotations
 
+import builtins
+
 import json
 import time
 from collections.abc import Callable
@@ -187,7 +189,7 @@ class ScheduleTools:
             mine.poke()
             return _json({"id": sid, "deleted": True})
 
-    def tools(self) -> list[Tool]:
+    def tools(self) -> builtins.list[Tool]:
         return [
             FunctionTool("schedule_create", CREATE_DESCRIPTION.format(min=self.config.min_every_seconds),
                          create_schema(self.config.min_every_seconds), self.create),

@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 MAX_SAFE = 2**53 - 1
@@ -96,7 +96,9 @@ def _local_instant(at: dict[str, Any]) -> int:
         raise ScheduleInputError("invalid_rule", "Local at requires date YYYY-MM-DD and time HH:mm:ss with optional "
                                                  "one-to-three digit milliseconds.")
     try:
-        wall = datetime(*(int(g) for g in d.groups()), *(int(g) for g in t.groups()[:3]), _ms(t.group(4)) * 1000)
+        year, month, day = (int(g) for g in d.groups())
+        hour, minute, second = (int(g) for g in t.groups()[:3])
+        wall = datetime(year, month, day, hour, minute, second, _ms(t.group(4)) * 1000)
     except ValueError:
         raise ScheduleInputError("invalid_rule", "The local at value must be a real ISO calendar date and time.") from None
     first = wall.replace(tzinfo=tz, fold=0)  # in an overlap, the earlier instant
@@ -138,7 +140,7 @@ def create_record(sid: str, prompt: str, args: dict[str, Any], now: int, min_eve
             "scheduledAt": _future(now + int(every) * 1000, now)}
 
 
-def _safe_int(value: Any) -> bool:
+def _safe_int(value: Any) -> TypeGuard[int | float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     return float(value).is_integer() and abs(value) <= MAX_SAFE
@@ -178,10 +180,10 @@ class Schedules:
             self.used.add(rec["id"])
             self.active[rec["id"]] = dict(rec)
         elif op == "delete":
-            if self.active.pop(change.get("id"), None) is None:
+            if self.active.pop(str(change.get("id")), None) is None:
                 raise ScheduleLogError("schedule delete targets an inactive id")
         elif op == "dispatch":
-            rec = self.active.get(change.get("id"))
+            rec = self.active.get(str(change.get("id")))
             if rec is None:
                 raise ScheduleLogError("schedule dispatch targets an inactive id")
             if rec["kind"] != "every":

@@ -127,7 +127,8 @@ class EventFilters:
     surfaces: list[str] | None = None
 
     def sql(self, alias: str = "e") -> tuple[str, list[Any]]:
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         for col, (lo, hi) in (("seq", self.seq), ("time", self.time)):
             if lo is not None:
                 clauses.append(f"{alias}.{col} >= ?")
@@ -243,7 +244,8 @@ class SessionFilters:
                    availability=non_empty_list("availability", args.get("availability"), AVAILABILITIES))
 
     def sql(self) -> tuple[str, list[Any]]:
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         if self.ids is not None:
             clauses.append(f"e.session IN ({', '.join('?' * len(self.ids))})")
             params += self.ids
@@ -470,7 +472,8 @@ class _Links:
     def sources(self, rec: dict[str, Any], seq: int) -> set[int]:
         """What ``rec`` cites (and, as a side effect, what later events may cite it by)."""
         kind = rec.get("type")
-        msg = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+        message = rec.get("message")
+        msg: dict[str, Any] = message if isinstance(message, dict) else {}
         call = rec.get("callId")
         if kind == "user/message" and isinstance(msg.get("id"), str):
             self.by_msg_id[msg["id"]] = seq
@@ -486,8 +489,8 @@ class _Links:
         elif kind == "tool/result":
             result_call = (rec.get("result") or {}).get("callId")
             return {self.by_call[result_call]} if result_call in self.by_call else set()
-        elif kind == "job/started":
-            self.jobs[rec.get("id")] = seq
+        elif kind == "job/started" and isinstance(rec.get("id"), str):
+            self.jobs[rec["id"]] = seq
             return {self.by_call[call]} if call in self.by_call else set()
         elif kind == "job/settled" and rec.get("id") in self.jobs:
             return {self.jobs[rec["id"]]}
@@ -528,7 +531,8 @@ def event_trace(conn: sqlite3.Connection, index: SessionIndex, caller: Caller, a
     records = _records(index, sid)
     target = records[_find(records, seq)]
     sources, replaced_by, replaced = _relations(records)
-    chain, at = [], seq
+    chain: list[int] = []
+    at = seq
     while at in replaced_by and len(chain) < len(records):
         at = replaced_by[at]
         chain.append(at)

@@ -32,10 +32,10 @@ from typing import Any
 
 import anyio
 
-from dsh_core.state import StateSlots
 from dsh_core.compose import Composition, load_composition
 from dsh_core.contracts import AgentSpec
 from dsh_core.host import Host, installed_plugins, load_plugins, make_plugin_manager
+from dsh_core.state import StateSlots
 from dsh_core.types import Guidance
 
 from .harness import REPO

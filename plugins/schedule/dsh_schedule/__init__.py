@@ -13,7 +13,6 @@ timer is a task of the session and ends with it. People see them with ``/schedul
 from __future__ import annotations
 
 import builtins
-
 import json
 import time
 from collections.abc import Callable

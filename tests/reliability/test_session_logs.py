@@ -99,11 +99,12 @@ def test_1300_sessions_under_a_256_fd_soft_limit_all_get_their_logs(setup) -> No
 
 def test_a_log_that_cannot_be_written_fails_its_prompt_and_the_rest_keep_serving(setup) -> None:
     ws, script, home = setup
-    # RLIMIT_FSIZE: no file of this process may grow past 24 KiB, so one big prompt breaks its own log
-    # (the other session's three small turns, ~16 KiB with the request header and its tool schemas, must fit).
-    with RawAgent(script, ws, home, preexec=_limits(fsize=24576)) as agent:
+    # RLIMIT_FSIZE: no file of this process may grow past 48 KiB, so one big prompt breaks its own log
+    # (the other session's three small turns, with the request header, its tool schemas and the tools'
+    # guidance sections, must fit).
+    with RawAgent(script, ws, home, preexec=_limits(fsize=49152)) as agent:
         big, small = agent.start(), agent.new_session()
-        resp = agent.call("session/prompt", {"sessionId": big, "prompt": [{"type": "text", "text": "x" * 40000}]})
+        resp = agent.call("session/prompt", {"sessionId": big, "prompt": [{"type": "text", "text": "x" * 100000}]})
         assert resp["error"]["code"] == -32603, resp
         message = resp["error"]["message"]
         assert "session log cannot be written" in message and "File too large" in message, message

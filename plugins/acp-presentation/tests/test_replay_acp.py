@@ -57,9 +57,9 @@ async def test_session_load_shows_tool_cards_thoughts_and_the_plan_again(acp_age
         ("user_message_chunk", "do it"),
         ("agent_thought_chunk", "LOOK-FIRST"),
         ("tool_call", "bash: echo BASH-OUT", "execute"),
-        ("tool_call_update", "completed", "BASH-OUT"),
+        ("tool_call_update", "completed", "BASH-OUT\n"),
         ("tool_call", "bash: exit 3", "execute"),
-        ("tool_call_update", "failed", "(no output)\n[exit code 3]"),
+        ("tool_call_update", "completed", "(no output)\n[exit code: 3]"),  # a non-zero exit is a result, as the original's
         ("tool_call", "todo_write", "other"),
         ("tool_call_update", "completed", replayed[7][2]),
         ("plan", [("write the notes", "completed"), ("check them", "in_progress")]),

@@ -197,11 +197,11 @@ async def test_an_edit_that_breaks_the_code_brings_its_new_diagnostics(lsp_host,
         await s.prompt()
     results = reminders(s)
     edit, write = results[2], results[3]
-    assert edit.startswith("edited main.py: replaced 1 occurrence")
+    assert edit.startswith("The file ") and "main.py has been updated successfully." in edit
     assert "The language server reports 1 new problem in main.py after this change:" in edit
     assert 'main.py:3:7: error: "totl" is not defined (reportUndefinedVariable)' in edit
     assert "<system-reminder>" in edit
-    assert write == "created fine.py (11 bytes)"  # no new problem, nothing added
+    assert write.endswith("fine.py</path>\n<type>file</type>\n<content>\nCreated file\n</content>")  # no new problem, nothing added
     assert "totl" in (workspace / "main.py").read_text()
 
 
@@ -226,11 +226,11 @@ async def test_no_diagnostics_when_turned_off_or_no_server_is_warm(lsp_host):
     edit = {"tool": "write", "args": {"file_path": "main.py", "content": "print(nope)\n"}}
     async with lsp_host([lsp_step(), edit, {"text": "done"}], lsp={"diagnostics": False}) as s:
         await s.prompt()
-    assert reminders(s)[1] == "overwrote main.py (12 bytes)"
+    assert reminders(s)[1].endswith("main.py</path>\n<type>file</type>\n<content>\nUpdated file\n</content>")
     async with lsp_host([edit, {"text": "done"}]) as s:  # no lsp call: no server runs, none is started
         await s.prompt()
         assert servers(s).running == {}
-    assert reminders(s)[0] == "overwrote main.py (12 bytes)"
+    assert reminders(s)[0].endswith("main.py</path>\n<type>file</type>\n<content>\nUpdated file\n</content>")
 
 
 async def test_doctor_says_whether_each_servers_program_is_there():

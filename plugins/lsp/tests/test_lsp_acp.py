@@ -59,7 +59,7 @@ async def test_hover_then_the_diagnostics_of_a_write_then_close(acp_agent, scrip
         assert "class Square(side: float)" in await ask(run, sid, "hover")
         (pid,) = servers_in(acp_agent.work)
         broke = await ask(run, sid, "break")  # the scripted model answers with what it read: the result
-        assert broke.startswith("overwrote main.py (52 bytes)<system-reminder>\n"), broke
+        assert "main.py</path>\n<type>file</type>\n<content>\nUpdated file\n</content><system-reminder>\n" in broke, broke
         assert 'main.py:3:7: error: "totl" is not defined (reportUndefinedVariable)' in broke
         assert servers_in(acp_agent.work) == [pid]  # the same server, warm across turns
         unavailable = await ask(run, sid, "where")
@@ -71,7 +71,7 @@ async def test_hover_then_the_diagnostics_of_a_write_then_close(acp_agent, scrip
     results = [r for r in session_log(acp_agent.home, sid) if r.get("type") == "tool/result"]
     write = results[1]["result"]["content"]
     texts = [b["text"] for b in write]
-    assert texts[0] == "overwrote main.py (52 bytes)"
+    assert texts[0].endswith("main.py</path>\n<type>file</type>\n<content>\nUpdated file\n</content>")
     assert any('main.py:3:7: error: "totl" is not defined' in t and "<system-reminder>" in t for t in texts), texts
     assert results[2]["code"] == "LSP_UNAVAILABLE"
 

@@ -56,7 +56,7 @@ async def test_first_matching_rule_then_default_then_echo(scripted):
 async def test_steps_are_consumed_per_call_with_substitution_and_run_out_empty(scripted):
     p = ScriptedProvider()
     model = str(scripted({"default": [
-        {"tool": "read", "args": {"file_path": "{cwd}/x", "n": 1}, "reasoning": "think {prompt}"},
+        {"tool": "read", "args": {"path": "{cwd}/x", "n": 1}, "reasoning": "think {prompt}"},
         {"text": "saw {tool_result} {unknown}"}]}))
     first = await deltas(p, request(p, model, user("go")))
     assert first[0] == ReasoningDelta(text="think go")
@@ -95,7 +95,7 @@ async def test_errors_and_length_finish(scripted):
 async def test_length_finish_cuts_the_last_tool_call_half_way(scripted):
     p = ScriptedProvider()
     model = str(scripted({"default": [{"finish": "length", "tools": [
-        {"name": "read", "args": {"file_path": "a.txt"}}, {"name": "read", "args": {"file_path": "b.txt"}}]}]}))
+        {"name": "read", "args": {"path": "a.txt"}}, {"name": "read", "args": {"path": "b.txt"}}]}]}))
     out = await deltas(p, request(p, model, user("go")))
     first, second = [d for d in out if isinstance(d, ToolCallDelta)]
     assert json.loads(first.arguments) == {"path": "a.txt"}  # streamed whole before the cut

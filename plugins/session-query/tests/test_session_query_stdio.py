@@ -139,7 +139,8 @@ async def test_a_session_reads_its_subagents_transcript_and_lineage(acp_agent, s
     _, found, trace = _results(acp_agent.home, sid).values()
     assert found["text"].startswith(f"Session search results (1):\n\n1. Session {child} — child: look around")
     assert f"Parent: {sid}" in found["text"] and f"Snippet: the child found {child_word}" in found["text"]
-    assert "Availability: live, persisted" in found["text"]  # the child is still open in this process
+    # a foreground run is disposed once its answer is collected (as the original's): only its log remains
+    assert "Availability: persisted" in found["text"]
     assert trace["text"].split("Descendants:\n", 1)[1].startswith(f"- {child} — child: look around |")
 
 

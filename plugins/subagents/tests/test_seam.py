@@ -519,7 +519,9 @@ async def test_report_takes_output_and_wakes_the_parent_and_the_settlement_does_
                           "more.\nIts closing message:\nReported.", True)]
 
 
-async def test_a_fork_refuses_run_in_background_as_the_original_does(scripted, tmp_path):
+async def test_a_fork_refuses_run_in_background(scripted, tmp_path):
+    """The original's ACP fork has no run_in_background (its schema says so): the spine refuses the
+    undeclared argument, naming it, before the fork starts."""
     script = scripted({"rules": [
         {"when": "^fork", "steps": [{"tool": "subagent_fork", "args": {"description": "f", "prompt": "p",
                                                                        "run_in_background": True}}, {"text": "ok"}]},
@@ -529,6 +531,7 @@ async def test_a_fork_refuses_run_in_background_as_the_original_does(scripted, t
         events = _events(parent)
         (result,) = await _turn(parent, "fork", events)
         assert result.result.is_error and result.result.content[0].text == (
-            "Error: run_in_background is disabled for this tool instance (enableRunInBackground: false)")
+            "Error: subagent_fork: unknown argument 'run_in_background' (it takes: description, prompt). "
+            "Call it again with arguments that match its schema.")
         assert not [e for e in events if isinstance(e, SubagentStarted)]
         assert "cwd" not in host.tools["subagent"].spec.parameters["properties"]  # the original's arguments only

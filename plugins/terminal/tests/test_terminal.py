@@ -230,17 +230,19 @@ async def test_run_in_background_is_a_job_that_job_output_and_job_kill_control(s
             OPEN, send("for i in $(seq 1 600); do echo line$i; sleep 0.1; done", run_in_background=True),
             send("echo busy"), {"text": "started"}]},
         {"when": "^read", "steps": [
-            call("job_output", job_id="job_1"), call("job_kill", job_id="job_1"), send("echo after"),
+            call("job_output", job_id="pty-send-1"), call("job_kill", job_id="pty-send-1"),
+            call("job_output", job_id="pty-send-1", wait=True),  # job_kill answers at once; the send ends after
+            send("echo after"),
             {"text": "read"}]},
     ]
     async with session(scripted, tmp_path, rules, tier_config(tier)) as s:
         out = await s.turn("start")
-        assert out[1] == "started background job job_1"
+        assert out[1] == "started background job pty-send-1"
         assert out[2] == "Error: PTY session pty-1 already has an active send"
         await anyio.sleep(1.0)
-        output, killed, after = await s.turn("read")
+        output, killed, _ended, after = await s.turn("read")
     assert "line1\nline2\nline3" in output, output
-    assert "job_1" in killed  # job_kill interrupted the foreground (SIGINT): the shell is back at its prompt
+    assert "pty-send-1" in killed  # job_kill interrupted the foreground (SIGINT): the shell is back at its prompt
     assert after == "echo after\nafter\ndsh> \n[wait: stdin_read]\n[session: running]"
     settled = [e for e in s.events if isinstance(e, JobSettled)]
     assert [e.status for e in settled] == ["killed"]

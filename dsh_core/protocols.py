@@ -38,6 +38,7 @@ from .types import (
     CodeRunResult,
     ContentBlock,
     DurableEvent,
+    FileChange,
     HistoryView,
     ImageBlock,
     LiveText,
@@ -858,6 +859,7 @@ class ToolContext:
         tier: str | None = None,
         justification: str | None = None,
         choices: tuple[str, str] | None = None,
+        change: FileChange | None = None,
     ) -> ApprovalOutcome:
         """Ask the approval seam (one-shot). Returns the outcome; nothing is remembered.
         ``decided_by`` then says who decided (``"policy"``: nobody was asked).
@@ -866,6 +868,7 @@ class ToolContext:
         req = ApprovalRequest(
             agent=self.agent, tool_name=self.tool_name, call_id=self.call_id, reason=reason,
             kind=kind, subject=subject, args=args, tier=tier, justification=justification, choices=choices,
+            change=change,
         )
         outcome = await self.host.approvals.request(req)
         self.decided_by = req.decided_by

@@ -4,8 +4,11 @@ durable events through ``dsh_present_event`` (the ACP door asks; nothing here im
 - ``tool/call`` → ``tool_call`` (``pending``: kind, title such as ``bash: npm test`` or
   ``edit src/app.py``, locations, bounded ``rawInput``) and ``tool_call_update`` ``in_progress``;
 - ``tool/result`` → ``tool_call_update`` ``completed`` or ``failed`` with the tail of the text
-  output and, for a successful ``write``/``edit`` inside the workspace, a whole-file ``diff``
-  (the file as it was when the call was made, and as it is now);
+  output and, for a successful ``write``/``edit`` inside the workspace, a whole-file ``diff``:
+  the pair of texts the tool reported (``FileChanges``: the text it wrote over, the editor's
+  unsaved buffer when the session reads through the editor, and the text it wrote), the same
+  pair its permission request showed; else the file as it was when the call was made, and as
+  the arguments change it;
 - reasoning of a committed assistant message → ``agent_thought_chunk`` (``thoughts = false``
   hides it);
 - a successful ``todo_write`` → ``plan`` with every entry's status;
@@ -45,6 +48,8 @@ from dsh_core.contracts import new_id
 from dsh_core.paths import open_inside
 from dsh_core.types import (
     AssistantMessageEvent,
+    FileChange,
+    FileChanges,
     LiveText,
     McpConnected,
     McpFailed,
@@ -209,12 +214,28 @@ def _diff(session: Agent, name: str, args: dict[str, Any]) -> wire.DiffOut | Non
     return wire.DiffOut(path=full, old_text=before, new_text=after) if after != before else None
 
 
+def _changed(session: Agent, change: FileChange) -> wire.DiffOut | None:
+    """The change the tool reported making (``FileChanges``): the very text it wrote over (the
+    editor's buffer when the session reads through the editor) and the text it wrote, for a file
+    inside the workspace; later calls of the step build on it."""
+    root = os.path.realpath(session.cwd)
+    if os.path.commonpath([root, os.path.realpath(change.path)]) != root:
+        return None
+    session.state(Shown).files[change.path] = change.after
+    if any(t is not None and len(t.encode("utf-8", errors="replace")) > DIFF_MAX for t in (change.before, change.after)):
+        return None
+    if change.after == change.before:
+        return None
+    return wire.DiffOut(path=change.path, old_text=change.before, new_text=change.after)
+
+
 def _finish(session: Agent, event: ToolResultEvent, output_bytes: int) -> list[Any]:
     result = event.result
     name, args = session.state(Shown).calls.pop(result.call_id, (result.name, {}))
     content: list[wire.ContentOut | wire.DiffOut] = []
+    change = session.state(FileChanges).take(result.call_id)
     if name in ("write", "edit") and not result.is_error:
-        diff = _diff(session, name, args)
+        diff = _changed(session, change) if change is not None else _diff(session, name, args)
         if diff is not None:
             content.append(diff)
     text = "\n".join(b.text for b in result.content if isinstance(b, TextBlock))

@@ -278,6 +278,8 @@ class Settlement(PromptContent, Controls):
         end = slot.end
         if end is None:
             return wire.PromptResult(stop_reason="cancelled")  # turnless slot
+        if end.reason == "error" and end.code == "CONTENT_FILTER" and self.settings.content_filter == "refusal":
+            return wire.PromptResult(stop_reason="refusal")  # an editor's choice: the provider declined to answer
         if end.reason == "error":
             raise internal_error(f"turn failed: {end.error}")
         if end.reason == "disposed" or (end.reason == "aborted" and end.abort_kind == "disposed"):

@@ -34,3 +34,39 @@ async def test_acp_agent_keeps_the_content_filter_an_error(acp_agent, scripted):
             await run.conn.prompt(session_id=sid, prompt=[text_block("say something it filters")])
         assert failed.value.code == -32603 and "content_filter" in str(failed.value.data or failed.value)
         assert await run.close_stdin() == 0
+
+
+TOOLS = {"default": [
+    {"tool": "bash", "args": {"description": "Say hello", "command": "printf 'hello\\n'"}},
+    {"tool": "read", "args": {"file_path": "missing.txt"}},
+    {"text": "done"},
+]}
+
+
+def _final(updates, sid):
+    return [u for s, u in updates if s == sid and u.session_update == "tool_call_update"
+            and u.status in ("completed", "failed")]
+
+
+async def test_the_final_tool_call_update_carries_raw_output(acp_agent, scripted):
+    async with acp_agent(scripted(TOOLS), example="acp-editor", env=EXAMPLES) as run:
+        sid = await run.start()
+        assert (await run.conn.prompt(session_id=sid, prompt=[text_block("go")])).stop_reason == "end_turn"
+        assert await run.close_stdin() == 0
+    ran, failed = _final(run.client.updates, sid)
+    assert ran.status == "completed" and ran.raw_output["isError"] is False
+    assert ran.raw_output["output"].startswith("hello\n") and "truncated" not in ran.raw_output
+    assert ran.raw_output["output"] == ran.content[0].content.text  # the card shows the same result
+    assert failed.status == "failed" and failed.raw_output["isError"] is True
+    assert failed.raw_output["code"] == "NOT_FOUND" and "missing.txt" in failed.raw_output["output"]
+    progress = [u for s, u in run.client.updates if s == sid and u.session_update == "tool_call_update"
+                and u.status == "in_progress"]
+    assert progress and all(u.raw_output is None for u in progress)  # only the final update has it
+
+
+async def test_acp_agent_sends_no_tool_cards(acp_agent, scripted):
+    async with acp_agent(scripted(TOOLS)) as run:
+        sid = await run.start()
+        assert (await run.conn.prompt(session_id=sid, prompt=[text_block("go")])).stop_reason == "end_turn"
+        assert await run.close_stdin() == 0
+    assert [u.session_update for s, u in run.client.updates if s == sid] == ["agent_message_chunk"]

@@ -438,6 +438,7 @@ class ToolCallProgress(_Out, tag="tool_call_update", tag_field="sessionUpdate"):
     tool_call_id: str
     status: str | UnsetType = UNSET
     content: list[ContentOut | DiffOut] | UnsetType = UNSET
+    raw_output: Any = UNSET  # on the final update: the tool's result as data (acp-presentation)
 
 
 class ThoughtChunk(_Out, tag="agent_thought_chunk", tag_field="sessionUpdate"):

@@ -138,7 +138,7 @@ async def test_acp_editor_asks_for_login_until_a_key_is_stored(fake: FakeDeepSee
         assert await run.conn.authenticate(method_id="deepseek-api-key") is not None
         sid = (await run.conn.new_session(cwd=str(work), mcp_servers=[])).session_id
         resp = await run.conn.prompt(session_id=sid, prompt=[acp.text_block("hi")])
-        assert resp.stop_reason == "end_turn" and run.client.text(sid) == ["logged in and answering"]
+        assert resp.stop_reason == "end_turn" and "".join(run.client.text(sid)) == "logged in and answering"  # streamed
         assert fake.chat_requests[-1].headers["Authorization"] == f"Bearer {fake.api_key}"
         assert await run.close_stdin() == 0
     secret = fake.api_key.encode()

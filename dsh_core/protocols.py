@@ -80,7 +80,9 @@ class ModelProvider(Protocol):
     of ``model`` reporting ``usage`` cost at epoch time ``at`` (a ``Cost``, or None: unpriced);
     and the login a front door may offer: ``credential_problem()`` (None when the provider has
     its credential, else what a person should do), ``auth_methods()`` (``AuthMethod``s) and
-    ``login()`` (interactive, on the terminal ``dsh run --login`` runs in; returns an exit code).
+    ``login()`` (interactive, on the terminal ``dsh run --login`` runs in; returns an exit code)
+    and ``logout()`` (removes the stored credential, as ``dsh auth logout`` does; returns where
+    it was removed from, empty when none was stored; blocking, so a door runs it in a thread).
     """
 
     name: str

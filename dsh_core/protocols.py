@@ -38,6 +38,7 @@ from .types import (
     CodeRunResult,
     ContentBlock,
     DurableEvent,
+    FileChange,
     HistoryView,
     ImageBlock,
     LiveText,
@@ -79,7 +80,9 @@ class ModelProvider(Protocol):
     of ``model`` reporting ``usage`` cost at epoch time ``at`` (a ``Cost``, or None: unpriced);
     and the login a front door may offer: ``credential_problem()`` (None when the provider has
     its credential, else what a person should do), ``auth_methods()`` (``AuthMethod``s) and
-    ``login()`` (interactive, on the terminal ``dsh run --login`` runs in; returns an exit code).
+    ``login()`` (interactive, on the terminal ``dsh run --login`` runs in; returns an exit code)
+    and ``logout()`` (removes the stored credential, as ``dsh auth logout`` does; returns where
+    it was removed from, empty when none was stored; blocking, so a door runs it in a thread).
     """
 
     name: str
@@ -872,6 +875,7 @@ class ToolContext:
         tier: str | None = None,
         justification: str | None = None,
         choices: tuple[str, str] | None = None,
+        change: FileChange | None = None,
     ) -> ApprovalOutcome:
         """Ask the approval seam (one-shot). Returns the outcome; nothing is remembered.
         ``decided_by`` then says who decided (``"policy"``: nobody was asked).
@@ -880,6 +884,7 @@ class ToolContext:
         req = ApprovalRequest(
             agent=self.agent, tool_name=self.tool_name, call_id=self.call_id, reason=reason,
             kind=kind, subject=subject, args=args, tier=tier, justification=justification, choices=choices,
+            change=change,
         )
         outcome = await self.host.approvals.request(req)
         self.decided_by = req.decided_by

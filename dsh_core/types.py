@@ -723,6 +723,39 @@ class AfterTool(_Base, kw_only=True):
     halt_reason: str | None = None  # for the user, never the model
 
 
+class FileChange(msgspec.Struct, frozen=True, kw_only=True):
+    """What a file tool does to one file, as one pair of texts: the text it starts from (the
+    editor's unsaved buffer when the front door lends one, else the disk; None: the file does not
+    exist yet) and the whole text it writes. Not durable. The tool computes it once, and the same
+    pair is what a person approves (``ApprovalRequest.change``), what the tool writes, and what a
+    card shows afterwards (``FileChanges``)."""
+
+    path: str  # absolute
+    before: str | None
+    after: str
+
+
+class FileChanges:
+    """A session's file changes by tool call id, between the tool that made one and whoever shows
+    it when the call's result is committed (a session state slot: ``agent.state(FileChanges)``).
+    ``take`` removes what it returns; only the last ``KEEP`` calls are kept, so a composition that
+    shows none holds little."""
+
+    KEEP = 32
+
+    def __init__(self) -> None:
+        self._by_call: dict[str, FileChange] = {}
+
+    def record(self, call_id: str, change: FileChange) -> None:
+        self._by_call.pop(call_id, None)
+        self._by_call[call_id] = change
+        while len(self._by_call) > self.KEEP:
+            del self._by_call[next(iter(self._by_call))]
+
+    def take(self, call_id: str) -> FileChange | None:
+        return self._by_call.pop(call_id, None)
+
+
 class ApprovalRequest(msgspec.Struct, kw_only=True):
     """Asked by a tool that needs more than its tier allows. Not durable: ``agent`` is live.
 
@@ -741,6 +774,7 @@ class ApprovalRequest(msgspec.Struct, kw_only=True):
     justification: str | None = None  # the model's reason for asking, in its words
     choices: tuple[str, str] | None = None  # what the answers mean, as a person reads them: (allow, reject) labels
     delegate: str | None = None  # asked for a subagent: its description (the agent above asks its person)
+    change: FileChange | None = None  # a file tool's change, from the text it will write over (show this, not the disk)
     decided_by: str | None = None  # set by the seam as it answers: "policy" (a dsh_check_approval verdict) or the answerer's name
 
 

@@ -3,9 +3,13 @@ durable events through ``dsh_present_event`` (the ACP door asks; nothing here im
 
 - ``tool/call`` → ``tool_call`` (``pending``: kind, title such as ``bash: npm test`` or
   ``edit src/app.py``, locations, bounded ``rawInput``) and ``tool_call_update`` ``in_progress``;
-- ``tool/result`` → ``tool_call_update`` ``completed`` or ``failed`` with the tail of the text
-  output and, for a successful ``write``/``edit`` inside the workspace, a whole-file ``diff``
-  (the file as it was when the call was made, and as it is now);
+- ``tool/result`` → ``tool_call_update`` ``completed`` or ``failed`` with ``rawOutput``
+  (``{"output": text, "isError": bool}``, ``code`` when it has one, ``truncated`` when the
+  text was cut to its last ``raw-output`` bytes), the tail of the text output and, for a successful ``write``/``edit`` inside the workspace, a whole-file ``diff``:
+  the pair of texts the tool reported (``FileChanges``: the text it wrote over, the editor's
+  unsaved buffer when the session reads through the editor, and the text it wrote), the same
+  pair its permission request showed; else the file as it was when the call was made, and as
+  the arguments change it;
 - reasoning of a committed assistant message → ``agent_thought_chunk`` (``thoughts = false``
   hides it);
 - a successful ``todo_write`` → ``plan`` with every entry's status;
@@ -45,6 +49,8 @@ from dsh_core.contracts import new_id
 from dsh_core.paths import open_inside
 from dsh_core.types import (
     AssistantMessageEvent,
+    FileChange,
+    FileChanges,
     LiveText,
     McpConnected,
     McpFailed,
@@ -73,6 +79,8 @@ class PresentationConfig(PluginConfig):
     thoughts: Annotated[bool, Meta(description="send the model's committed reasoning as agent_thought_chunk")] = True
     output_bytes: Annotated[int, Meta(ge=0, le=1 << 20, description="bytes of a tool's text output shown on its card (its tail)")] = 4000
     usage: Annotated[bool, Meta(description="send usage_update (context used of the route's window) after every model call")] = True
+    raw_output: Annotated[int, Meta(ge=0, le=1 << 20, description=(
+        "bytes of a tool's text output sent whole (its tail beyond) as rawOutput on the call's final update; 0: none"))] = 65536
 
 
 UNSHOWABLE = "\0unshowable"
@@ -209,19 +217,50 @@ def _diff(session: Agent, name: str, args: dict[str, Any]) -> wire.DiffOut | Non
     return wire.DiffOut(path=full, old_text=before, new_text=after) if after != before else None
 
 
-def _finish(session: Agent, event: ToolResultEvent, output_bytes: int) -> list[Any]:
+def _changed(session: Agent, change: FileChange) -> wire.DiffOut | None:
+    """The change the tool reported making (``FileChanges``): the very text it wrote over (the
+    editor's buffer when the session reads through the editor) and the text it wrote, for a file
+    inside the workspace; later calls of the step build on it."""
+    root = os.path.realpath(session.cwd)
+    if os.path.commonpath([root, os.path.realpath(change.path)]) != root:
+        return None
+    session.state(Shown).files[change.path] = change.after
+    if any(t is not None and len(t.encode("utf-8", errors="replace")) > DIFF_MAX for t in (change.before, change.after)):
+        return None
+    if change.after == change.before:
+        return None
+    return wire.DiffOut(path=change.path, old_text=change.before, new_text=change.after)
+
+
+def _raw_output(event: ToolResultEvent, text: str, raw_bytes: int) -> dict[str, Any]:
+    """A call's result as ``rawOutput``: its text (the tail past ``raw_bytes``, with ``truncated``),
+    whether it failed, and its error code."""
+    raw: dict[str, Any] = {"output": "", "isError": event.result.is_error}
+    data = text.encode("utf-8", errors="replace")
+    if len(data) > raw_bytes:
+        text = data[-raw_bytes:].decode("utf-8", errors="ignore") if raw_bytes else ""
+        raw["truncated"] = True
+    raw["output"] = strip_unsafe(text)
+    if event.code:
+        raw["code"] = event.code
+    return raw
+
+
+def _finish(session: Agent, event: ToolResultEvent, output_bytes: int, raw_bytes: int) -> list[Any]:
     result = event.result
     name, args = session.state(Shown).calls.pop(result.call_id, (result.name, {}))
     content: list[wire.ContentOut | wire.DiffOut] = []
+    change = session.state(FileChanges).take(result.call_id)
     if name in ("write", "edit") and not result.is_error:
-        diff = _diff(session, name, args)
+        diff = _changed(session, change) if change is not None else _diff(session, name, args)
         if diff is not None:
             content.append(diff)
     text = "\n".join(b.text for b in result.content if isinstance(b, TextBlock))
     if text and output_bytes:
         content.append(_tail(text, output_bytes))
     updates: list[Any] = [wire.ToolCallProgress(tool_call_id=result.call_id, status="failed" if result.is_error else "completed",
-                                                **({"content": content} if content else {}))]
+                                                **({"content": content} if content else {}),
+                                                **({"raw_output": _raw_output(event, text, raw_bytes)} if raw_bytes else {}))]
     plan = _plan(name, args, result.is_error)
     if plan is not None:
         updates.append(plan)
@@ -292,7 +331,7 @@ def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
     if isinstance(event, ToolCallEvent):
         return _start(session, event)
     if isinstance(event, ToolResultEvent):
-        return _finish(session, event, cfg.output_bytes)
+        return _finish(session, event, cfg.output_bytes, cfg.raw_output)
     if isinstance(event, SubagentProgress):
         return _progress(session, event, cfg.output_bytes)
     if isinstance(event, (McpFailed, McpConnected)):
@@ -337,7 +376,9 @@ def dsh_present_replay(session: Agent, event: Any) -> list[Any] | None:
         content: list[wire.ContentOut | wire.DiffOut] = [_tail(text, cfg.output_bytes)] if text and cfg.output_bytes else []
         updates: list[Any] = [wire.ToolCallProgress(tool_call_id=result.call_id,
                                                     status="failed" if result.is_error else "completed",
-                                                    **({"content": content} if content else {}))]
+                                                    **({"content": content} if content else {}),
+                                                    **({"raw_output": _raw_output(event, text, cfg.raw_output)}
+                                                       if cfg.raw_output else {}))]
         plan = _plan(name, args, result.is_error)
         return updates + ([plan] if plan is not None else [])
     return None

@@ -1,12 +1,11 @@
-"""Live text (``[config.acp-transport] stream = "live"``) in an editor composition, with the
+"""Live text (``[config.acp-transport] stream = "live"``, acp-editor's default), with the
 official SDK client over a real ``dsh run`` on stdio: the answer's text and the thinking go out
 as the model writes them, under the id the committed message gets, and are not sent again when
-it commits; a cancel leaves exactly what was shown in the log. The default stays committed-only."""
+it commits; a cancel leaves exactly what was shown in the log. acp-agent stays committed-only."""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 from acp import text_block
@@ -16,13 +15,7 @@ from dsh_testing import REPO, session_log, until
 pytestmark = pytest.mark.anyio
 
 
-def _live_examples(tmp_path: Path) -> dict[str, str]:
-    root = tmp_path / "examples" / "acp-editor-live"
-    root.mkdir(parents=True)
-    text = (REPO / "examples" / "acp-editor" / "example.toml").read_text()
-    (root / "example.toml").write_text(text.replace("commands = true", 'commands = true\nstream = "live"'))
-    return {"DSH_EXAMPLES_PATH": str(root.parent)}
-
+EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 
 
 def _chunks(run, sid, kind="agent_message_chunk"):
@@ -30,10 +23,10 @@ def _chunks(run, sid, kind="agent_message_chunk"):
 
 
 
-async def test_live_text_goes_out_as_it_is_written_under_the_committed_id(acp_agent, scripted, tmp_path):
+async def test_live_text_goes_out_as_it_is_written_under_the_committed_id(acp_agent, scripted):
     script = scripted({"default": [{"partial": "Hello, ", "mark": "streamed", "delay_ms": 2000,
                                     "reasoning": "then finish the greeting", "text": "world."}]})
-    async with acp_agent(script, example="acp-editor-live", env=_live_examples(tmp_path)) as run:
+    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
         sid = await run.start()
         prompt = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("greet")]))
         await until(lambda: _chunks(run, sid))
@@ -49,9 +42,9 @@ async def test_live_text_goes_out_as_it_is_written_under_the_committed_id(acp_ag
     assert thought.content.text == "then finish the greeting" and thought.message_id == committed["message"]["id"]
 
 
-async def test_a_cancel_leaves_in_the_log_what_the_editor_was_shown(acp_agent, scripted, tmp_path):
+async def test_a_cancel_leaves_in_the_log_what_the_editor_was_shown(acp_agent, scripted):
     script = scripted({"default": [{"partial": "Half an ans", "mark": "streamed", "delay_ms": 60000}]})
-    async with acp_agent(script, example="acp-editor-live", env=_live_examples(tmp_path)) as run:
+    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
         sid = await run.start()
         prompt = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("answer slowly")]))
         await until(lambda: _chunks(run, sid))
@@ -63,9 +56,9 @@ async def test_a_cancel_leaves_in_the_log_what_the_editor_was_shown(acp_agent, s
     assert kept["message"]["content"][0]["text"] == "Half an ans"
 
 
-async def test_the_default_editor_stream_is_committed_only(acp_agent, scripted):
+async def test_acp_agent_stays_committed_only(acp_agent, scripted):
     script = scripted({"default": [{"partial": "Hello, ", "mark": "streamed", "delay_ms": 500, "text": "world."}]})
-    async with acp_agent(script, example="acp-editor", env={"DSH_EXAMPLES_PATH": str(REPO / "examples")}) as run:
+    async with acp_agent(script) as run:
         sid = await run.start()
         prompt = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("greet")]))
         await until(lambda: (run.cwd / "streamed").exists())

@@ -15,6 +15,9 @@ Config (``[config.acp-transport]`` in an example's manifest):
 - ``max-tokens`` (``end_turn`` or ``max_tokens``, default ``end_turn``): the stop reason of a turn
   the model's output limit cut (``end_turn`` keeps ACP-7's automation contract, with
   ``_meta.dsh.turnEnd = "max-tokens"``; an editor shows ``max_tokens``).
+- ``content-filter`` (``error`` or ``refusal``, default ``error``): the answer to a turn the
+  provider's content filter stopped (``CONTENT_FILTER``): ACP-7's internal error, or the stop
+  reason ``refusal`` an editor shows as the model declining.
 - ``login`` (bool, default false): offer the route provider's login (``authMethods``: a terminal
   login when the client can run one, else one ``authenticate`` re-checks) and answer session/new,
   load and resume with ACP's auth-required error (-32000) while it has no credential, so an

@@ -119,6 +119,7 @@ class Admission(Controls):
                 ),
                 load_session=True if self.durable_store() is not None else UNSET,
                 mcp_capabilities=wire.McpCapabilities(http=mcp.http, sse=mcp.sse) if mcp is not None else UNSET,
+                auth=wire.AgentAuthCapabilities(logout={}) if self._logout() is not None else UNSET,
             ),
             agent_info=agent_info(),
             auth_methods=self._auth_methods() if self.settings.login else [],
@@ -157,6 +158,24 @@ class Admission(Controls):
         problem = check() if check is not None else None
         if problem is not None:
             raise RpcFailure(AUTH_REQUIRED, "Authentication required", details=problem)
+
+    def _logout(self) -> Any:
+        """The route provider's ``logout`` when the door offers login (``login = true``), else None."""
+        return getattr(self._route_provider(), "logout", None) if self.settings.login else None
+
+    async def logout(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """ACP ``logout``: the stored credential is removed, as ``dsh auth logout`` does. Sessions
+        already open keep the key they hold; the next session/new answers auth-required (unless
+        the environment still gives a key). Where it was removed from is in ``_meta``, never the key."""
+        forget = self._logout()
+        if forget is None:
+            raise RpcFailure(METHOD_NOT_FOUND, "Method not found", {"method": "logout"},
+                             details="the route's provider keeps no credential to remove")
+        if params is not None and bytes(params).strip() != b"null":
+            decode_params(params, wire.LogoutParams)  # an object (only _meta), or nothing
+        removed = await anyio.to_thread.run_sync(forget)
+        log.info(f"logout: the stored key was removed from {', '.join(removed)}" if removed else "logout: no stored key")
+        return {"_meta": {"dsh": {"removedFrom": list(removed)}}}
 
     async def authenticate(self, rid: Any, params: msgspec.Raw | None) -> Any:
         if self.settings.login:

@@ -51,6 +51,8 @@ class Bridge(Admission, Settlement):
             "session/set_mode": self.set_mode,
         }.items():
             dispatcher.on_request(method, handler)
+        if self.settings.login:  # acp-editor's; acp-agent answers logout as any unknown method
+            dispatcher.on_request("logout", self.logout)
         dispatcher.on_notification("session/cancel", self.cancel)
         dispatcher.gate = self._gate
         dispatcher.on_cancel_request = self._cancel_request

@@ -21,6 +21,9 @@ class TransportConfig(PluginConfig):
     commands: Annotated[bool, Meta(description="offer the plugins' slash commands and run /name prompts")] = False
     max_tokens: Annotated[Literal["end_turn", "max_tokens"], Meta(
         description="the stop reason of a turn cut by the model's output limit")] = "end_turn"
+    content_filter: Annotated[Literal["error", "refusal"], Meta(
+        description="the answer to a turn the provider's content filter stopped (DeepSeek's finish_reason "
+                    "content_filter): a JSON-RPC error (ACP-7) or stopReason refusal")] = "error"
     login: Annotated[bool, Meta(description="offer the provider's login; auth-required while it has no credential")] = False
     buffers: Annotated[bool, Meta(description="read and mirror workspace files through the editor (fs/*)")] = False
     questions: Annotated[bool, Meta(description="let tools ask the person through the editor (elicitation/create)")] = False

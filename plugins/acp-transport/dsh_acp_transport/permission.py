@@ -52,32 +52,61 @@ REASON_MAX = 2000  # characters of the justification shown as content
 DIFF_MAX = 64 * 1024  # characters of a diff's old or new text; a larger change is shown without a diff
 
 
-def content_of(request: ApprovalRequest) -> list[wire.ContentOut | wire.DiffOut]:
+def content_of(request: ApprovalRequest, buffered: str | None = None) -> list[wire.ContentOut | wire.DiffOut]:
     """What the client shows in the request: the model's justification (else the tool's reason),
     and for a file change (write, edit) the diff, so a client such as Toad opens its review view."""
     out: list[wire.ContentOut | wire.DiffOut] = []
     why = request.justification or request.reason
     if why:
         out.append(wire.ContentOut(content=wire.TextOut(text=strip_unsafe(cut(why, REASON_MAX)))))
-    diff = diff_of(request)
+    diff = diff_of(request, buffered)
     if diff is not None:
         out.append(diff)
     return out
 
 
-def diff_of(request: ApprovalRequest) -> wire.DiffOut | None:
-    """``write`` (file_path, content) or ``edit`` (file_path, old_string, new_string[, replace_all]) as a
-    whole-file diff: the file as it is now (None when it does not exist) and as it would be. None
-    when the change cannot be shown honestly: not a regular UTF-8 file, larger than ``DIFF_MAX``,
-    or an edit whose ``old_string`` is not in it (the tool will refuse that call anyway)."""
-    args = request.args or {}
-    path = args.get("file_path")
+def _target(request: ApprovalRequest) -> str | None:
+    """The absolute path a ``write`` or ``edit`` request changes (None: not a file change)."""
+    path = (request.args or {}).get("file_path")
     if request.tool_name not in ("write", "edit") or not isinstance(path, str) or not path:
         return None
     cwd = getattr(request.agent, "cwd", None) or "/"
-    full = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
-    showable, old = _read_small(full)
-    if not showable:
+    return os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
+
+
+async def buffered_text(request: ApprovalRequest) -> str | None:
+    """For a file change asked about before its tool ran (a hook's ``ask``: the request carries
+    no ``change``), the editor's text of the file when the session reads through the editor
+    (``buffers``): the text the tool will then change, so the diff is computed from it too."""
+    full = _target(request)
+    spec = getattr(request.agent, "spec", None)
+    buffers = getattr(spec, "buffers", None)
+    if request.change is not None or full is None or buffers is None:
+        return None
+    text: str | None = await buffers.read(os.path.realpath(full))
+    return text
+
+
+def diff_of(request: ApprovalRequest, buffered: str | None = None) -> wire.DiffOut | None:
+    """The change a ``write`` or ``edit`` request would make, as a whole-file diff (None when it
+    cannot be shown honestly: not a regular UTF-8 file, larger than ``DIFF_MAX``, or an edit
+    whose ``old_string`` is not in it; the tool refuses that call anyway).
+
+    The tool's own ``change`` when the request carries one: the very texts it will write over
+    and write (the editor's unsaved buffer, when the session reads through the editor). Else,
+    from the arguments (file_path, content | old_string, new_string[, replace_all]) applied to
+    ``buffered`` (the editor's text, see ``buffered_text``) or the file as it is now."""
+    if request.change is not None:
+        change = request.change
+        if (change.before is not None and len(change.before) > DIFF_MAX) or len(change.after) > DIFF_MAX:
+            return None
+        return wire.DiffOut(path=change.path, old_text=change.before, new_text=change.after)
+    full = _target(request)
+    if full is None:
+        return None
+    args = request.args or {}
+    showable, old = (True, buffered) if buffered is not None else _read_small(full)
+    if not showable or (old is not None and len(old) > DIFF_MAX):
         return None
     if request.tool_name == "write":
         new = args.get("content")
@@ -114,9 +143,9 @@ def _read_small(path: str) -> tuple[bool, str | None]:
     return (True, text) if len(text) <= DIFF_MAX else (False, None)
 
 
-def tool_call_of(request: ApprovalRequest) -> wire.PermissionToolCall:
+def tool_call_of(request: ApprovalRequest, buffered: str | None = None) -> wire.PermissionToolCall:
     assert request.call_id is not None
-    content = content_of(request)
+    content = content_of(request, buffered)
     return wire.PermissionToolCall(
         tool_call_id=request.call_id,
         kind=kind_of(request),

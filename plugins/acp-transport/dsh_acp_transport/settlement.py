@@ -36,7 +36,7 @@ from dsh_core.types import (
 
 from .content import PromptContent
 from .controls import COMMAND_TYPED, Controls
-from .permission import tool_call_of
+from .permission import buffered_text, tool_call_of
 from .state import CLOSING, Session, Slot
 
 log = logging.getLogger("dsh.acp")
@@ -278,6 +278,8 @@ class Settlement(PromptContent, Controls):
         end = slot.end
         if end is None:
             return wire.PromptResult(stop_reason="cancelled")  # turnless slot
+        if end.reason == "error" and end.code == "CONTENT_FILTER" and self.settings.content_filter == "refusal":
+            return wire.PromptResult(stop_reason="refusal")  # an editor's choice: the provider declined to answer
         if end.reason == "error":
             raise internal_error(f"turn failed: {end.error}")
         if end.reason == "disposed" or (end.reason == "aborted" and end.abort_kind == "disposed"):
@@ -318,7 +320,7 @@ class Settlement(PromptContent, Controls):
             return "unavailable"
         params = wire.PermissionParams(
             session_id=session.id,
-            tool_call=tool_call_of(request),
+            tool_call=tool_call_of(request, await buffered_text(request)),
             options=wire.PERMISSION_OPTIONS if request.choices is None else [
                 wire.PermissionOption(option_id="allow-once", name=one_line(request.choices[0], 120), kind="allow_once"),
                 wire.PermissionOption(option_id="reject-once", name=one_line(request.choices[1], 120), kind="reject_once"),

@@ -122,6 +122,10 @@ class AuthenticateParams(_In):
     method_id: str
 
 
+class LogoutParams(_In):
+    """ACP ``logout`` (no fields but ``_meta``)."""
+
+
 class PromptCapabilities(msgspec.Struct, rename="camel", kw_only=True):
     """Sent in full: every capability is stated, true or false."""
 
@@ -144,11 +148,16 @@ class McpCapabilities(_Out):
     sse: bool = False
 
 
+class AgentAuthCapabilities(_Out):
+    logout: dict[str, Any] | UnsetType = UNSET  # {}: the agent answers ``logout``
+
+
 class AgentCapabilities(_Out):
     prompt_capabilities: PromptCapabilities
     session_capabilities: SessionCapabilities | UnsetType = UNSET
     load_session: bool | UnsetType = UNSET  # sent (true) only with a durable session store
     mcp_capabilities: McpCapabilities | UnsetType = UNSET  # sent only when the composition takes client MCP servers
+    auth: AgentAuthCapabilities | UnsetType = UNSET  # sent only when the door offers logout (acp-editor)
 
 
 class Implementation(_Out):
@@ -438,6 +447,7 @@ class ToolCallProgress(_Out, tag="tool_call_update", tag_field="sessionUpdate"):
     tool_call_id: str
     status: str | UnsetType = UNSET
     content: list[ContentOut | DiffOut] | UnsetType = UNSET
+    raw_output: Any = UNSET  # on the final update: the tool's result as data (acp-presentation)
 
 
 class ThoughtChunk(_Out, tag="agent_thought_chunk", tag_field="sessionUpdate"):

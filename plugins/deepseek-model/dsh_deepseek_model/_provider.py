@@ -251,6 +251,13 @@ class DeepSeekProvider:
                         "It is kept in the OS keyring, or else in a file only you can read.",
             args=("--login",))]
 
+    def logout(self) -> list[str]:
+        """Remove the stored key (``dsh auth logout``: the OS keyring and the key file); where it was."""
+        from ._login import forget_key
+
+        self._stored_key = None
+        return forget_key()
+
     def login(self) -> int:
         """``dsh run --login``: the terminal login an editor runs (ACP terminal auth)."""
         from ._login import login

@@ -138,7 +138,7 @@ async def test_acp_editor_asks_for_login_until_a_key_is_stored(fake: FakeDeepSee
         assert await run.conn.authenticate(method_id="deepseek-api-key") is not None
         sid = (await run.conn.new_session(cwd=str(work), mcp_servers=[])).session_id
         resp = await run.conn.prompt(session_id=sid, prompt=[acp.text_block("hi")])
-        assert resp.stop_reason == "end_turn" and run.client.text(sid) == ["logged in and answering"]
+        assert resp.stop_reason == "end_turn" and "".join(run.client.text(sid)) == "logged in and answering"  # streamed
         assert fake.chat_requests[-1].headers["Authorization"] == f"Bearer {fake.api_key}"
         assert await run.close_stdin() == 0
     secret = fake.api_key.encode()
@@ -167,3 +167,42 @@ async def test_without_terminal_support_the_method_is_one_authenticate_checks(fa
         assert (await run.conn.new_session(cwd=str(work), mcp_servers=[])).session_id
         assert await run.close_stdin() == 0
     assert json.dumps(fake.api_key) not in bytes(run.stdout).decode()
+
+
+async def test_acp_editor_logout_removes_the_stored_key_as_dsh_auth_logout_does(fake: FakeDeepSeek, base_env,
+                                                                                 tmp_path: Path):
+    """Issue 42's logout row, over real stdio with the SDK client: acp-editor advertises
+    agentCapabilities.auth.logout; ``logout`` removes the stored key, so the next session/new asks
+    for a login again. acp-agent advertises nothing and answers logout as an unknown method."""
+    examples = tmp_path / "examples" / "editor-no-dotenv"
+    examples.mkdir(parents=True)
+    (examples / "example.toml").write_text(EDITOR.read_text() + "\n[config.deepseek-model]\ndotenv = false\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: base_env[k] for k in ("DSH_HOME", "DSH_CONFIG_HOME", "DEEPSEEK_BASE_URL", "PYTHON_KEYRING_BACKEND")}
+    env["DSH_EXAMPLES_PATH"] = str(examples.parent)
+    assert _dsh("auth", "login", "--stdin", env=base_env, stdin=fake.api_key + "\n").returncode == 0
+    key = tmp_path / "config" / "credentials" / "deepseek-api-key"
+    assert key.exists()
+    async with spawn_acp(None, cwd=work, env=env, example="editor-no-dotenv") as run:
+        init = await run.conn.initialize(protocol_version=1)
+        assert init.agent_capabilities.auth.logout is not None  # advertised: {}
+        assert (await run.conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        answer = await run.conn._conn.send_request("logout", {})  # the SDK has no helper for it yet
+        assert answer["_meta"]["dsh"]["removedFrom"] == [str(key)]
+        assert not key.exists()  # gone, as after `dsh auth logout`
+        with pytest.raises(acp.RequestError) as needed:
+            await run.conn.new_session(cwd=str(work), mcp_servers=[])
+        assert needed.value.code == -32000  # log in again
+        again = await run.conn._conn.send_request("logout", {})
+        assert again["_meta"]["dsh"]["removedFrom"] == []  # nothing left to remove: still an answer
+        assert await run.close_stdin() == 0
+    assert fake.api_key.encode() not in bytes(run.stdout) + bytes(run.stderr)
+    assert _dsh("auth", "status", env=base_env).stdout.startswith("No key is stored")
+    async with spawn_acp(None, cwd=work, env=env, example="acp-agent") as run:
+        init = await run.conn.initialize(protocol_version=1)
+        assert init.agent_capabilities.auth is None or init.agent_capabilities.auth.logout is None
+        with pytest.raises(acp.RequestError) as unknown:
+            await run.conn._conn.send_request("logout", {})
+        assert unknown.value.code == -32601
+        assert await run.close_stdin() == 0

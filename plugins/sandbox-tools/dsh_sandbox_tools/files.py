@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
 from dsh_core import ToolError
 from dsh_core.media import sniff_image
-from dsh_core.types import ImageBlock, TextBlock, ToolOutput
+from dsh_core.types import FileChange, FileChanges, ImageBlock, TextBlock, ToolOutput
 
 from .base import BOOL, INT, OPT_INT, STR, SandboxTool, out_schema, str_arg, whole_number
 from .fspath import PathDenied, absolute, open_for_write
@@ -130,6 +131,34 @@ def _denied(sb: Sandbox, exc: PathDenied, mode: str, raw: str) -> ToolError:
     return ToolError(msg + (" " + hint if hint else ""), code="SANDBOX_DENIED")
 
 
+CHANGE_MAX = 1 << 20  # bytes of a file's text a write reads to show what it replaces (larger: shown without)
+
+
+def _text_now(path: str) -> tuple[bool, str | None]:
+    """(known, text) of a file a write is about to replace: ``(True, None)`` when it does not
+    exist; ``(False, None)`` when its text cannot be shown (not a regular UTF-8 file, larger than
+    ``CHANGE_MAX``, unreadable). Non-blocking open: a FIFO does not hang the tool."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True, None
+    except OSError:
+        return False, None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > CHANGE_MAX:
+            return False, None
+        data = os.read(fd, CHANGE_MAX + 1)
+    except OSError:
+        return False, None
+    finally:
+        os.close(fd)
+    try:
+        return len(data) <= CHANGE_MAX, data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False, None
+
+
 def write_bytes(abspath: str, data: bytes, roots: list[str] | None, *, create: bool, label: str) -> tuple[bool, int]:
     existed = os.path.lexists(abspath)
     fd = open_for_write(abspath, roots, create=create, mkdirs=create, mode_label=label)
@@ -165,8 +194,14 @@ class WriteTool(SandboxTool):
         raw = str_arg(args, "file_path")
         content = str_arg(args, "content", allow_empty=True)
         assert raw is not None and content is not None
-        mode = await self.sb.effective_mode(args, ctx, "file operation")
         path = os.path.normpath(absolute(raw, ctx.cwd))
+        # The text this write replaces, as the person sees it: the editor's buffer (unsaved edits
+        # included) when the door lends one, else the disk. The approval and the card show this pair.
+        buffers = ctx.agent.spec.buffers
+        buffered = await buffers.read(os.path.realpath(path)) if buffers is not None else None
+        known, before = (True, buffered) if buffered is not None else await anyio.to_thread.run_sync(_text_now, path)
+        change = FileChange(path=path, before=before, after=content) if known else None
+        mode = await self.sb.effective_mode(args, ctx, "file operation", change)
         data = content.encode("utf-8")
         try:
             existed, mtime = await anyio.to_thread.run_sync(
@@ -179,8 +214,10 @@ class WriteTool(SandboxTool):
         except OSError as exc:
             raise ToolError(f"cannot write {raw}: {exc.strerror}", code="WRITE_FAILED") from None
         self.sb.reads(ctx.agent)[os.path.realpath(path)] = mtime
-        if ctx.agent.spec.buffers is not None:  # after the sandbox let the write happen: the editor shows it
-            await ctx.agent.spec.buffers.wrote(os.path.realpath(path), content)
+        if change is not None:
+            ctx.agent.state(FileChanges).record(ctx.call_id, change)
+        if buffers is not None:  # after the sandbox let the write happen: the editor shows it
+            await buffers.wrote(os.path.realpath(path), content)
         out = ToolOutput.text(file_envelope(path, "Updated file" if existed else "Created file"))
         out.structured = {"path": raw, "created": not existed, "bytes": len(data)}
         return out
@@ -241,8 +278,9 @@ class EditTool(SandboxTool):
                 "or set replace_all to true",
                 code="AMBIGUOUS_MATCH",
             )
-        mode = await self.sb.effective_mode(args, ctx, "file operation")
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+        change = FileChange(path=path, before=text, after=updated)  # approved, written and shown: one text
+        mode = await self.sb.effective_mode(args, ctx, "file operation", change)
         try:
             _, mtime = await anyio.to_thread.run_sync(
                 lambda: write_bytes(path, updated.encode("utf-8"), self.sb.write_roots(mode, ctx.cwd),
@@ -253,6 +291,7 @@ class EditTool(SandboxTool):
         except OSError as exc:
             raise ToolError(f"cannot write {raw}: {exc.strerror}", code="WRITE_FAILED") from None
         reads[real] = mtime
+        ctx.agent.state(FileChanges).record(ctx.call_id, change)
         if buffers is not None:
             await buffers.wrote(real, updated)
         n = count if replace_all else 1

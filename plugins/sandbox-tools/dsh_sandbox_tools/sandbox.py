@@ -20,6 +20,7 @@ from .server import CommandServer, ServerError, ServerPool, server_argv
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
     from dsh_core.protocols import Host
+    from dsh_core.types import FileChange
 
 @dataclass
 class HostSandbox:
@@ -70,8 +71,10 @@ class Sandbox:
             },
         }
 
-    async def effective_mode(self, args: dict[str, Any], ctx: ToolContext, what: str) -> str:
-        """The tier this call runs with; asks the approval seam (one-shot) for a wider one."""
+    async def effective_mode(self, args: dict[str, Any], ctx: ToolContext, what: str,
+                             change: FileChange | None = None) -> str:
+        """The tier this call runs with; asks the approval seam (one-shot) for a wider one
+        (showing ``change``, a file tool's change, when it gives one)."""
         target = args.get("sandbox_permissions")
         justification = args.get("justification")
         mode = self.mode_for(ctx.agent)
@@ -108,6 +111,7 @@ class Sandbox:
             args=call,
             tier=target,
             justification=justification.strip(),
+            change=change,
         )
         if outcome == "allowed-once":
             return target

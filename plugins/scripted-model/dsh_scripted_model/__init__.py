@@ -52,6 +52,8 @@ ERRORS: dict[str, tuple[str, str, bool, int]] = {
         False,
         400,
     ),
+    # a provider's filter stopped the answer (DeepSeek: finish_reason content_filter, on an HTTP 200)
+    "content_filter": ("simulated provider stop: content_filter", "CONTENT_FILTER", False, 200),
 }
 
 _SUBST = re.compile(r"\{(prompt|tool_result|cwd|started_id)\}")

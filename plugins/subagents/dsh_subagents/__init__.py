@@ -144,7 +144,7 @@ class ChildApprovals:
         upward = ApprovalRequest(
             agent=parent, tool_name=request.tool_name, call_id=spec.parent_call, reason=request.reason,
             kind=request.kind, subject=request.subject, args=args, tier=request.tier,
-            justification=request.justification, choices=request.choices,
+            justification=request.justification, choices=request.choices, change=request.change,
             delegate=description if request.delegate is None else f"{description} / {request.delegate}",
         )
         outcome: ApprovalOutcome = await self.host.approvals.request(upward)

@@ -258,9 +258,11 @@ def _finish(session: Agent, event: ToolResultEvent, output_bytes: int, raw_bytes
     text = "\n".join(b.text for b in result.content if isinstance(b, TextBlock))
     if text and output_bytes:
         content.append(_tail(text, output_bytes))
+    extra: dict[str, Any] = {"content": content} if content else {}
+    if raw_bytes:
+        extra["raw_output"] = _raw_output(event, text, raw_bytes)
     updates: list[Any] = [wire.ToolCallProgress(tool_call_id=result.call_id, status="failed" if result.is_error else "completed",
-                                                **({"content": content} if content else {}),
-                                                **({"raw_output": _raw_output(event, text, raw_bytes)} if raw_bytes else {}))]
+                                                **extra)]
     plan = _plan(name, args, result.is_error)
     if plan is not None:
         updates.append(plan)
@@ -374,11 +376,11 @@ def dsh_present_replay(session: Agent, event: Any) -> list[Any] | None:
         name, args = calls.pop(result.call_id, (result.name, {}))
         text = "\n".join(b.text for b in result.content if isinstance(b, TextBlock))
         content: list[wire.ContentOut | wire.DiffOut] = [_tail(text, cfg.output_bytes)] if text and cfg.output_bytes else []
+        extra: dict[str, Any] = {"content": content} if content else {}
+        if cfg.raw_output:
+            extra["raw_output"] = _raw_output(event, text, cfg.raw_output)
         updates: list[Any] = [wire.ToolCallProgress(tool_call_id=result.call_id,
-                                                    status="failed" if result.is_error else "completed",
-                                                    **({"content": content} if content else {}),
-                                                    **({"raw_output": _raw_output(event, text, cfg.raw_output)}
-                                                       if cfg.raw_output else {}))]
+                                                    status="failed" if result.is_error else "completed", **extra)]
         plan = _plan(name, args, result.is_error)
         return updates + ([plan] if plan is not None else [])
     return None

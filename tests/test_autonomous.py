@@ -322,3 +322,27 @@ async def test_a_prompt_settles_when_its_turn_ended_and_autonomous_work_began(ac
         await _until(lambda: _turns(acp_agent.home, sid)[-1][2] is not None)
         assert await run.close_stdin() == 0
     assert _turns(acp_agent.home, sid) == [(1, False, "completed"), (2, True, "aborted")]
+
+
+async def test_a_background_job_that_ends_wakes_the_idle_session_over_stdio(acp_agent, scripted):
+    """The real thing in acp-agent: bash with run_in_background, the prompt answered, then the job's
+    end starts a turn on its own whose text arrives after end_turn; its notice is the original's."""
+    script = scripted({"rules": [{"when": "^go", "steps": [
+        {"tool": "bash", "args": {"command": "while [ ! -e release ]; do sleep 0.02; done; echo JOB-OUT",
+                                  "description": "Wait for the release file", "run_in_background": True}},
+        {"text": "started it", "mark": "prompt-answered"},
+        {"text": "JOB NOTED"},  # the autonomous turn's call takes the rule's next step
+    ]}]})
+    async with acp_agent(script) as run:
+        sid = await run.start()
+        assert (await run.conn.prompt(session_id=sid, prompt=[text_block("go")])).stop_reason == "end_turn"
+        (run.cwd / "release").write_text("1")  # the job ends only now: the session is idle
+        await _until(lambda: "JOB NOTED" in run.client.text(sid))
+        await _until(lambda: _turns(acp_agent.home, sid)[-1][2] is not None)
+        assert await run.close_stdin() == 0
+    assert _turns(acp_agent.home, sid) == [(1, False, "completed"), (2, True, "completed")]
+    events = _log(acp_agent.home, sid)
+    notices = [e["message"]["content"][0]["text"] for e in events
+               if e["type"] == "user/message" and e["message"].get("source") == "notice"]
+    assert notices == ["background job bash-1 (bash: while [ ! -e release ]; do sleep 0.02; done; echo JOB-OUT) "
+                       "finished [status: completed, exit code: 0]. Read its output with job_output."]

@@ -82,9 +82,10 @@ def test_declared_dependencies_are_exactly_the_imported_ones(root):
     runtime = [f for f in files if f not in helpers]
     needed = set(_third_party(_imported_top_levels(runtime), own, extras).values())
     assert needed - declared - extras == set(), f"{label}: imported but not declared in [project] dependencies"
-    # a dependency that ships a program the plugin runs (a language server), not a module it imports,
-    # says so in [tool.dsh] program-dependencies
-    programs = {_norm(p) for p in meta.get("tool", {}).get("dsh", {}).get("program-dependencies", [])}
+    # a dependency that ships a program the plugin runs (a language server) or data a library reads
+    # (tzdata for zoneinfo), not a module it imports, says so in [tool.dsh]
+    dsh_table = meta.get("tool", {}).get("dsh", {})
+    programs = {_norm(p) for key in ("program-dependencies", "data-dependencies") for p in dsh_table.get(key, [])}
     assert (declared | extras) - needed - programs == set(), f"{label}: declared but never imported"
     testing_needs = set(_third_party(_imported_top_levels(helpers), own).values())
     assert testing_needs - declared - test_extra == set(), f"{label}: testing.py imports beyond {label}[test]"

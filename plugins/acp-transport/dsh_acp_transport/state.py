@@ -37,7 +37,7 @@ class Slot:
     calls: int = 0  # model calls of the turn that reported usage
     context: int = 0  # tokens in context after the last such call: its prompt plus its answer
     settled: anyio.Event = field(default_factory=anyio.Event)  # the prompt handler is done with it
-    released: anyio.Event = field(default_factory=anyio.Event)  # its turn ended and autonomous work began
+    waiting: anyio.CancelScope = field(default_factory=anyio.CancelScope)  # cancelled: autonomous work began after its turn
 
 
 @dataclass(eq=False)

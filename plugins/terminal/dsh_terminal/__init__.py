@@ -23,10 +23,9 @@ from .persistent import BashSettings, PersistentShell, make_bash
 from .screen import TermScreen
 from .sessions import Limits, TerminalSet
 from .terminal import Terminal, Timing
-from .tools import GUIDANCE, ToolSettings, make_tools
+from .tools import ToolSettings, make_tools
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.contracts import AgentSpec
     from dsh_core.protocols import Host
 
 __all__ = ["PersistentShell", "TermScreen", "Terminal", "TerminalConfig", "TerminalSet"]
@@ -100,5 +99,8 @@ def dsh_register_tools(register: Callable[[Any], None], host: Host) -> None:
 
 
 @hookimpl
-def dsh_system_prompt(spec: AgentSpec, host: Host) -> str | None:
-    return GUIDANCE if host.config_for(TerminalConfig).tools in ("terminals", "both") else None
+def dsh_register_guidance(register: Callable[[Any], None], host: Host) -> None:
+    from .guidance import SECTIONS  # the text lives in its own module (guidance.py)
+
+    for section in SECTIONS:  # about the six terminal tools only: an agent without them gets no section
+        register(section)

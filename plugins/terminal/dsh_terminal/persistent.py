@@ -21,8 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
     from dsh_core.protocols import Agent
 
-DESCRIPTION = ("Run commands in a persistent bash shell. State, including the current directory and exported "
-               "environment variables, persists across calls for this agent.")
+DESCRIPTION = ("Execute commands in a bash shell that lives on between calls: this agent's current directory, "
+               "exported environment variables and other shell state carry over from one call to the next.")
 TRUNCATED_MESSAGE = ("<response clipped><NOTE>To save on context only part of this output has been shown to you. "
                      "Narrow the command (head, tail, grep -n) to see the part you need.</NOTE>")
 LOST_PREFIX_MESSAGE = ("<response clipped><NOTE>The beginning of this command output was dropped by the terminal "
@@ -144,7 +144,7 @@ def make_bash(settings: BashSettings) -> FunctionTool:
     return FunctionTool(
         "bash", DESCRIPTION,
         {"type": "object", "properties": {"command": {
-            "type": "string", "description": "The bash command to run. Relative path is preferred in the command."}},
+            "type": "string", "description": "The command for bash to execute; prefer relative paths in it."}},
          "required": ["command"], "additionalProperties": False},
         bash, kind="execute",
     )

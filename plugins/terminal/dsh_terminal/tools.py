@@ -18,13 +18,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
     from dsh_core.protocols import Agent, JobIO, Jobs
 
-GUIDANCE = (
-    "Use a terminal session only when work needs persistent terminal state or interactive stdin; prefer "
-    "shell/read/write/edit for bounded one-shot operations. Track every terminal session id and close sessions "
-    "that no longer matter. An inferred_idle or timeout result does not prove the foreground command exited."
-)
-
-
 @dataclass(frozen=True)
 class ToolSettings:
     limits: Limits
@@ -36,7 +29,7 @@ def _schema(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
-def _session_prop(text: str = "Terminal session id.") -> dict[str, Any]:
+def _session_prop(text: str = "Id of the terminal to act on.") -> dict[str, Any]:
     return {"sessionId": {"type": "string", "description": text}}
 
 
@@ -187,61 +180,67 @@ class TerminalTools:
         return [
             FunctionTool(
                 "terminal_open",
-                "Create a persistent, owner-isolated terminal session from a registered backend type. Use this for "
-                "shell or REPL state that must survive across tool calls.",
+                "Start a terminal that stays alive between tool calls and that only you can reach. Pick it when a "
+                "shell or a REPL has to keep its state from one call to the next.",
                 _schema({
-                    "type": {"type": "string", "description": 'Registered terminal backend type, usually "shell".'},
-                    "name": {"type": "string", "description": 'Optional owner-local display name such as "main" or '
-                             '"gdb".'},
-                    "cwd": {"type": "string", "description": "Initial working directory. Defaults to the deployment "
-                            "workspace root."},
+                    "type": {"type": "string", "description": 'Which kind of terminal to start; normally "shell".'},
+                    "name": {"type": "string", "description": 'A label for the terminal, visible only to you, e.g. '
+                             '"main" or "gdb". May be left out.'},
+                    "cwd": {"type": "string", "description": "Directory the terminal starts in; when left out, the "
+                            "root of the workspace."},
                 }, ["type"]),
                 self.terminal_open, kind="execute",
             ),
             self._send_tool(),
             FunctionTool(
                 "terminal_read",
-                "Read a bounded page of retained output from a persistent terminal without sending input.",
+                "Show a size-limited page of the output a persistent terminal has kept, without typing anything "
+                "into it.",
                 _schema({
                     **_session_prop(),
-                    "offset": {"type": "number", "description": "Newest-relative line offset (default 0)."},
-                    "count": {"type": "number", "description": "Requested line count (default 500; backend caps "
-                              "apply)."},
+                    "offset": {"type": "number", "description": "How many lines before the newest one the page "
+                               "ends (0 by default)."},
+                    "count": {"type": "number", "description": "How many lines to return (500 by default; the "
+                              "terminal's own size limits still hold)."},
                 }, ["sessionId"]),
                 self.terminal_read, kind="read", parallel_safe=True,
             ),
             FunctionTool(
                 "terminal_signal",
-                "Send an allowed signal to the current foreground process group of a persistent terminal.",
+                "Deliver one of the permitted signals to whichever process group is in the foreground of a "
+                "persistent terminal.",
                 _schema({
                     **_session_prop(),
-                    "signal": {"type": "string", "enum": list(SIGNALS), "description": "Signal to deliver. "
-                               "Shell-targeted SIGKILL is rejected; use terminal_close."},
+                    "signal": {"type": "string", "enum": list(SIGNALS), "description": "Which signal to send. "
+                               "SIGKILL aimed at the shell itself is refused: call terminal_close for that."},
                 }, ["sessionId", "signal"]),
                 self.terminal_signal, kind="execute",
             ),
             FunctionTool(
                 "terminal_close",
-                "Close one persistent terminal and wait until its captured owned process tree is gone.",
+                "Shut down one persistent terminal; the call returns only after every process that terminal "
+                "started has ended.",
                 _schema(_session_prop(), ["sessionId"]), self.terminal_close, kind="delete",
             ),
-            FunctionTool("terminal_list", "List persistent terminal sessions owned by the current agent.",
+            FunctionTool("terminal_list", "Show every persistent terminal that this agent has open.",
                          _schema({}, []), self.terminal_list, kind="read", parallel_safe=True),
         ]
 
     def _send_tool(self) -> FunctionTool:
         send_props: dict[str, Any] = {
-            **_session_prop("Terminal session id returned by terminal_open or terminal_list."),
-            "text": {"type": "string", "description": "UTF-8 text to write to the terminal."},
-            "submit": {"type": "boolean", "description": "Submit Enter after text (default true). Set false for "
-                       "control characters or incomplete REPL input."},
+            **_session_prop("Id of the terminal, as given by terminal_open or terminal_list."),
+            "text": {"type": "string", "description": "The text to type into the terminal (UTF-8)."},
+            "submit": {"type": "boolean", "description": "Whether to press Enter after the text (true by default). "
+                       "Use false when sending control characters or a partial line of REPL input."},
         }
-        send_description = ("Send text to a persistent terminal. By default Enter is submitted and the call waits "
-                            "for a prompt, stdin wait, output silence, timeout, or session exit.")
+        send_description = ("Type text into a persistent terminal. Unless told otherwise it presses Enter, then "
+                            "returns once the shell prompt is back, a program waits for input, the output goes "
+                            "quiet, the time limit passes, or the session exits.")
         if self.background:
-            send_props["run_in_background"] = {"type": "boolean", "description": "Return a job id immediately; "
-                                               "collect with job_output or stop with job_kill."}
-            send_description += " Background mode returns a job id for job_output/job_kill."
+            send_props["run_in_background"] = {"type": "boolean", "description": "Answer at once with a job id; "
+                                               "read the result with job_output, or stop it with job_kill."}
+            send_description += (" With run_in_background it answers at once with a job id for job_output or "
+                                 "job_kill.")
         return FunctionTool("terminal_send", send_description, _schema(send_props, ["sessionId", "text"]),
                             self.terminal_send, kind="execute")
 

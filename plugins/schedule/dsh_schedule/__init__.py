@@ -114,25 +114,27 @@ async def load(session: Agent) -> SessionSchedules:
 # --------------------------------------------------------------------------- the tools (the original's)
 
 CREATE_DESCRIPTION = (
-    "Create one reminder in the current session. Supply a non-empty prompt and exactly one selector: a positive "
-    "safe-integer after_seconds delay, at as a strict offset date-time or local date/time object, or safe-integer "
-    "every_seconds of at least {min}. Fixed-rate reminders stay creation-aligned, skip missed occurrences, and batch "
-    "one latest occurrence per overdue rule. Delivery is session-local: the reminder runs on time only while this "
-    "session is live and otherwise becomes overdue until the session is resumed."
+    "Set a reminder for this session. Give a prompt that is not empty and pick exactly one way to time it: "
+    "after_seconds (a delay, a positive safe integer), at (a date-time with an explicit offset, or an object of "
+    "local date and time plus zone), or every_seconds (a repeat interval, a safe integer no smaller than {min}). "
+    "A repeating reminder keeps to the rhythm set at its creation; occurrences that were missed are dropped, and "
+    "an overdue rule delivers just its most recent one. Reminders belong to this session: one fires on time only "
+    "while the session is running, and otherwise waits as overdue until the session is resumed."
 )
-LIST_DESCRIPTION = ("List every active reminder in the current session in creation order, including its exact id, "
-                    "UTC target, scheduled or overdue state, and session-local delivery mode.")
-DELETE_DESCRIPTION = ("Delete one active reminder in the current session by the exact id returned by schedule_create "
-                      "or schedule_list. Unknown or already-finished ids return deleted false.")
+LIST_DESCRIPTION = ("Show the reminders still active in this session, oldest first, each with its exact id, its "
+                    "target time in UTC, whether it is scheduled or overdue, and how it is delivered (session-local).")
+DELETE_DESCRIPTION = ("Remove an active reminder from this session, naming it by the exact id that schedule_create "
+                      "or schedule_list gave. An id that is unknown or whose reminder is already done gives "
+                      "deleted false.")
 
 
 def create_schema(min_every: int) -> dict[str, Any]:
     return {"type": "object", "properties": {
-        "prompt": {"type": "string", "description": "Reminder content to present when the target becomes due."},
-        "after_seconds": {"type": "number", "description": "Positive safe-integer delay in seconds."},
+        "prompt": {"type": "string", "description": "What the reminder should say once its time has come."},
+        "after_seconds": {"type": "number", "description": "Wait this many seconds first (a positive safe integer)."},
         "every_seconds": {"type": "number",
-                          "description": f"Fixed-rate safe-integer interval in seconds, at least {min_every}."},
-        "at": {"description": "Absolute target as strict offset RFC 3339 or local date/time with an explicit IANA zone.",
+                          "description": f"Repeat at a fixed rate, every this many seconds (a safe integer, {min_every} or more)."},
+        "at": {"description": "A fixed moment: an RFC 3339 string that carries its offset, or a local date and time with an IANA zone named.",
                "oneOf": [{"type": "string"}, {"type": "object", "additionalProperties": False, "properties": {
                    "date": {"type": "string"}, "time": {"type": "string"}, "time_zone": {"type": "string"}},
                    "required": ["date", "time", "time_zone"]}]},
@@ -195,7 +197,7 @@ class ScheduleTools:
             FunctionTool("schedule_list", LIST_DESCRIPTION, {"type": "object", "properties": {}}, self.list,
                          parallel_safe=True, kind="read"),
             FunctionTool("schedule_delete", DELETE_DESCRIPTION, {"type": "object", "properties": {
-                "id": {"type": "string", "description": "Exact session-local schedule id."}}, "required": ["id"]},
+                "id": {"type": "string", "description": "The reminder's id in this session, exactly as given."}}, "required": ["id"]},
                 self.delete),
         ]
 

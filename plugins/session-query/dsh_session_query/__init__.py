@@ -28,19 +28,13 @@ from . import query
 from .index import IndexUnavailable, SessionIndex
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.contracts import AgentSpec, ToolContext
+    from dsh_core.contracts import ToolContext
     from dsh_core.protocols import Host, Tool
 
 __all__ = ["SessionIndex", "SessionQueryConfig", "index_for"]
 
 PLUGIN = "session-query"
 INDEX_FILE = "session-index.sqlite3"
-
-PROMPT_TEXT = (
-    "Use session_search to find relevant work from prior sessions, or session_event_search to search earlier "
-    "events in one session. Search results are cursor-free and workspace-scoped. Follow a useful hit with "
-    "session_trace, session_event_trace, or session_event_read when you need lineage, relationships, or exact data."
-)
 
 
 class SessionQueryConfig(PluginConfig):
@@ -64,8 +58,8 @@ def _array(description: str, enum: tuple[str, ...] | None = None) -> dict[str, A
     return {"type": "array", "description": description, "items": item}
 
 
-_TARGET = {"session_id": {"type": "string", "description": "Target session id. Omit for the current session."}}
-_SEQ = {"seq": {"type": "integer", "description": "Target event sequence number."}}
+_TARGET = {"session_id": {"type": "string", "description": "Id of the session to look in; leave it out to mean this session."}}
+_SEQ = {"seq": {"type": "integer", "description": "Sequence number of the event in question."}}
 
 
 def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -73,38 +67,38 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 
 SESSION_SEARCH = _object({
-    "query": {"type": "string", "description": "Literal full-text query over prior session history."},
-    "session_ids": _array("Optional session ids to include."),
-    "created_at_from": {"type": "string", "description": "Inclusive timezone-qualified ISO 8601 creation-time lower bound."},
-    "created_at_to": {"type": "string", "description": "Inclusive timezone-qualified ISO 8601 creation-time upper bound."},
-    "parent_session_ids": _array("Optional direct parent session ids."),
-    "include_root_sessions": {"type": "boolean", "description": "Include sessions with no parent in the parent filter."},
-    "availability": _array("Require at least one selected source availability.", query.AVAILABILITIES),
-    "event_seq_from": {"type": "integer", "description": "Inclusive event sequence lower bound."},
-    "event_seq_to": {"type": "integer", "description": "Inclusive event sequence upper bound."},
-    "event_time_from": {"type": "string", "description": "Inclusive timezone-qualified ISO 8601 event-time lower bound."},
-    "event_time_to": {"type": "string", "description": "Inclusive timezone-qualified ISO 8601 event-time upper bound."},
-    "event_types": _array("Event types to include."),
-    "event_surfaces": _array("Event surfaces to include.", query.SURFACES),
+    "query": {"type": "string", "description": "Text to look for, taken literally, across the history of earlier sessions."},
+    "session_ids": _array("Limit the search to these session ids (optional)."),
+    "created_at_from": {"type": "string", "description": "Earliest session creation time to match, ISO 8601 with a timezone; the bound itself matches."},
+    "created_at_to": {"type": "string", "description": "Latest session creation time to match, ISO 8601 with a timezone; the bound itself matches."},
+    "parent_session_ids": _array("Keep only sessions whose immediate parent is one of these ids (optional)."),
+    "include_root_sessions": {"type": "boolean", "description": "When filtering by parent, also keep top-level sessions that have no parent."},
+    "availability": _array("Keep only sessions whose source has at least one of these availabilities.", query.AVAILABILITIES),
+    "event_seq_from": {"type": "integer", "description": "Smallest event sequence number to match; the bound itself matches."},
+    "event_seq_to": {"type": "integer", "description": "Largest event sequence number to match; the bound itself matches."},
+    "event_time_from": {"type": "string", "description": "Earliest event time to match, ISO 8601 with a timezone; the bound itself matches."},
+    "event_time_to": {"type": "string", "description": "Latest event time to match, ISO 8601 with a timezone; the bound itself matches."},
+    "event_types": _array("Keep only events of these types."),
+    "event_surfaces": _array("Keep only events on these surfaces.", query.SURFACES),
 }, ["query"])
 
 EVENT_SEARCH = _object({
     **_TARGET,
-    "query": {"type": "string", "description": "Literal full-text query over the target session."},
-    "seq_from": {"type": "integer", "description": "Inclusive event sequence lower bound."},
-    "seq_to": {"type": "integer", "description": "Inclusive event sequence upper bound."},
-    "time_from": {"type": "string", "description": "Inclusive timezone-qualified ISO 8601 event-time lower bound."},
-    "time_to": {"type": "string", "description": "Inclusive timezone-qualified ISO 8601 event-time upper bound."},
-    "event_types": _array("Event types to include."),
-    "surfaces": _array("Event surfaces to include.", query.SURFACES),
+    "query": {"type": "string", "description": "Text to look for, taken literally, within the chosen session."},
+    "seq_from": {"type": "integer", "description": "Smallest event sequence number to match; the bound itself matches."},
+    "seq_to": {"type": "integer", "description": "Largest event sequence number to match; the bound itself matches."},
+    "time_from": {"type": "string", "description": "Earliest event time to match, ISO 8601 with a timezone; the bound itself matches."},
+    "time_to": {"type": "string", "description": "Latest event time to match, ISO 8601 with a timezone; the bound itself matches."},
+    "event_types": _array("Keep only events of these types."),
+    "surfaces": _array("Keep only events on these surfaces.", query.SURFACES),
 }, ["query"])
 
 SESSION_TRACE = _object({**_TARGET}, [])
 EVENT_TRACE = _object({**_TARGET, **_SEQ}, ["seq"])
 EVENT_READ = _object({
     **_TARGET, **_SEQ,
-    "before": {"type": "integer", "description": "Number of preceding raw events to summarize. Omit for none."},
-    "after": {"type": "integer", "description": "Number of following raw events to summarize. Omit for none."},
+    "before": {"type": "integer", "description": "How many raw events before this one to show as short summaries; leave it out for none."},
+    "after": {"type": "integer", "description": "How many raw events after this one to show as short summaries; leave it out for none."},
 }, ["seq"])
 
 
@@ -185,18 +179,18 @@ class SessionQueryTools:
 
     def tools(self) -> list[Tool]:
         return [
-            FunctionTool("session_search", "Search prior sessions in the caller workspace and return the strongest "
-                         "matching event from each session.", SESSION_SEARCH, self.session_search, kind="search"),
-            FunctionTool("session_event_search", "Search prior events in one authorized session; the current session "
-                         "excludes the step performing this call.", EVENT_SEARCH, self.event_search, kind="search"),
-            FunctionTool("session_trace", "Read the authorized session lineage around one session, including complete "
-                         "visible ancestor and descendant relationships.", SESSION_TRACE, self.session_trace,
+            FunctionTool("session_search", "Look through earlier sessions of this workspace for text; each matching "
+                         "session contributes its single best-matching event.", SESSION_SEARCH, self.session_search, kind="search"),
+            FunctionTool("session_event_search", "Look for text among the events of one session you may read. In this "
+                         "session, the step making this call is left out.", EVENT_SEARCH, self.event_search, kind="search"),
+            FunctionTool("session_trace", "Show where one session you may read sits in its family: every visible "
+                         "ancestor and descendant session and how they relate.", SESSION_TRACE, self.session_trace,
                          parallel_safe=True, kind="read"),
-            FunctionTool("session_event_trace", "Read every direct replacement and relationship to a cited source "
-                         "event for one event in an authorized session.", EVENT_TRACE, self.event_trace,
+            FunctionTool("session_event_trace", "For one event of a session you may read, list each event that directly "
+                         "replaced it and each link to a source event it cites.", EVENT_TRACE, self.event_trace,
                          parallel_safe=True, kind="read"),
-            FunctionTool("session_event_read", "Read one full unabridged event and optional neighboring raw-event "
-                         "summaries from an authorized session.", EVENT_READ, self.event_read,
+            FunctionTool("session_event_read", "Fetch one event in full, nothing cut, from a session you may read, "
+                         "optionally with short summaries of the raw events around it.", EVENT_READ, self.event_read,
                          parallel_safe=True, kind="read"),
         ]
 
@@ -234,5 +228,8 @@ def dsh_lifespan(host: Host) -> Any:
 
 
 @hookimpl
-def dsh_system_prompt(spec: AgentSpec, host: Host) -> str:
-    return PROMPT_TEXT
+def dsh_register_guidance(register: Callable[[Any], None], host: Host) -> None:
+    from .guidance import SECTIONS  # the text lives in its own module (guidance.py)
+
+    for section in SECTIONS:
+        register(section)

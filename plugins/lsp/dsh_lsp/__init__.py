@@ -39,7 +39,7 @@ from .render import OPERATIONS, format_hover, format_locations, hover_text, one_
 from .session import LspServers, resolve_command
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dsh_core.contracts import AgentSpec, ToolContext
+    from dsh_core.contracts import ToolContext
     from dsh_core.protocols import Agent, Host
     from dsh_core.types import ToolCallBlock
 
@@ -47,24 +47,20 @@ __all__ = ["Connection", "LspConfig", "LspServers", "ServerCheck", "ServerConfig
 
 NAME = "lsp"
 
-PROMPT = (
-    "Use search/read for ordinary navigation. Use lsp when textual matches are ambiguous or before a change requires "
-    "precise definitions, implementations, or references. Positions are one-based line and character (UTF-16) at the "
-    "cursor; an off-symbol position may return no results. findReferences always includes the declaration."
-)
 DESCRIPTION = (
-    "Query a language server for precise code navigation. operation is one of goToDefinition, findReferences, "
-    "goToImplementation, hover. line and character are one-based UTF-16 cursor coordinates. findReferences includes "
-    "the declaration."
+    "Ask a language server about the symbol at one position of a source file, for exact code navigation. "
+    "The operation argument picks the lookup: hover, goToDefinition, goToImplementation or findReferences. "
+    "line and character count from 1, the character in UTF-16 code units. The references found by "
+    "findReferences include the declaration itself."
 )
 PARAMETERS = {
     "type": "object",
     "properties": {
         "operation": {"type": "string", "enum": list(OPERATIONS),
-                      "description": "goToDefinition, findReferences, goToImplementation, or hover."},
-        "file_path": {"type": "string", "description": "The source file to query, relative to the workspace or absolute."},
-        "line": {"type": "number", "description": "One-based line of the cursor."},
-        "character": {"type": "number", "description": "One-based UTF-16 column of the cursor."},
+                      "description": "Which lookup to run: hover, goToDefinition, goToImplementation or findReferences."},
+        "file_path": {"type": "string", "description": "Path of the file to look in: absolute, or relative to the workspace root."},
+        "line": {"type": "number", "description": "Line number of the position, counting from 1."},
+        "character": {"type": "number", "description": "Column of the position, counting from 1 in UTF-16 code units."},
     },
     "required": ["operation", "file_path", "line", "character"],
     "additionalProperties": False,
@@ -149,8 +145,11 @@ def dsh_register_tools(register: Callable[[Any], None], host: Host) -> None:
 
 
 @hookimpl
-def dsh_system_prompt(spec: AgentSpec, host: Host) -> str:
-    return PROMPT
+def dsh_register_guidance(register: Callable[[Any], None], host: Host) -> None:
+    from .guidance import SECTIONS  # the text lives in its own module (guidance.py)
+
+    for section in SECTIONS:
+        register(section)
 
 
 @dataclass

@@ -7,7 +7,7 @@ from dsh_core.types import Guidance
 
 SESSION_QUERY = Guidance(
     name="tool:session-query",
-    order=112,
+    order=113,
     tools=("session_search", "session_event_search", "session_trace", "session_event_trace", "session_event_read"),
     text="To find work done in earlier sessions, call session_search; to look through the earlier events of a "
     "single session, call session_event_search. Searches only cover this workspace and return everything at "

@@ -17,8 +17,6 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from dsh_core.types import InboxClaimed, Note, TurnEnd, UserMessageEvent
 
 from . import domain
@@ -139,14 +137,9 @@ async def _pause(session: Agent, goal_id: str, revision: int) -> None:
 async def _drive(session: Agent) -> None:
     st = state(session)
     try:
-        while True:
-            await session.wait_idle()
-            # One pass of the event loop before waking: whoever waited for this quiescence (the ACP
-            # door settles a prompt when the agent goes idle) sees it before the round's turn starts,
-            # or the prompt that created the goal would wait behind every round.
-            await anyio.lowlevel.checkpoint()
-            if not session.busy:  # (a prompt came in meanwhile: after its turn)
-                break
+        # The round's turn may start as soon as the agent is idle: a front door ends a prompt's
+        # interval when autonomous work begins after its turn (the ACP door's _interval_end).
+        await session.wait_idle()
         g = armed_goal(st)
         if g is None or st.pending is not None or session.disposed:
             return

@@ -1,0 +1,201 @@
+"""acp-editor in the real Toad (batrachian-toad, the terminal ACP client), driven through tmux:
+what a person sees on the screen, not the frames. The frames are checked everywhere else (the
+official SDK client against the schema); this is the check that a real client renders them.
+
+Toad is installed, once per machine, into its own virtual environment (its pins clash with
+dsh's test set: it never shares dsh's environment) under ``~/.cache/dsh-tests``. It declares
+Python >= 3.14; on 3.13 it runs with ``compat/sitecustomize.py`` (see there). Where no Python >=
+3.13 or no tmux is found, the test is skipped with the reason, except under ``CI`` (CI's machine
+has both, so a skip there would hide a broken set-up).
+
+Toad is told to expand every tool card (``tools.expand = "always"``; by default it folds a
+successful one) and to collect no usage data; an HTTPS proxy on a closed local port keeps its
+version check on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+TOAD = "batrachian-toad==0.6.20"
+COMPAT = Path(__file__).parent / "compat"
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must be able to run Toad: {reason}")
+    pytest.skip(reason)
+
+
+def _python_for_toad() -> tuple[str, tuple[int, int]] | None:
+    """The newest Python >= 3.13 on this machine: on PATH, else a pyenv build."""
+    candidates = [shutil.which(f"python3.{minor}") for minor in (16, 15, 14, 13)]
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    if pyenv.is_dir():
+        candidates += [str(p / "bin" / "python3") for p in sorted(pyenv.iterdir(), reverse=True)]
+    best: tuple[str, tuple[int, int]] | None = None
+    for exe in filter(None, candidates):
+        try:
+            out = subprocess.run([exe, "-c", "import sys, venv; print(*sys.version_info[:2])"],
+                                 capture_output=True, text=True, timeout=30, check=True).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        version = (int(out[0]), int(out[1]))
+        if version >= (3, 13) and (best is None or version > best[1]):
+            best = (exe, version)
+    return best
+
+
+@pytest.fixture(scope="module")
+def toad_program() -> tuple[Path, bool]:
+    """Toad's executable, and whether it needs the 3.13 compatibility shim."""
+    if shutil.which("tmux") is None:
+        _unavailable("tmux is not installed (Debian package tmux)")
+    found = _python_for_toad()
+    if found is None:
+        _unavailable("no Python >= 3.13 here (Toad needs one)")
+    exe, version = found  # type: ignore[misc]
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dsh-tests"
+    venv = cache / f"{TOAD.replace('==', '-')}-py{version[0]}{version[1]}"
+    program = venv / "bin" / "toad"
+    complete = venv / ".installed"
+    if not complete.exists():
+        # built where it will live (a venv's scripts name their interpreter by absolute path);
+        # an unfinished one (no marker) is built again
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([exe, "-m", "venv", str(venv)], check=True, timeout=300)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        if version < (3, 14):
+            pip.append("--ignore-requires-python")
+        done = subprocess.run([*pip, TOAD], capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            _unavailable(f"could not install {TOAD}: {done.stderr.strip()[-800:]}")
+        complete.write_text(TOAD)
+    return program, version < (3, 14)
+
+
+class Screen:
+    """One tmux session (its own server socket) running one program; the screen as text."""
+
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
+                              timeout=30).stdout
+
+    def text(self) -> str:
+        return self.tmux("capture-pane", "-p", "-J", "-S", "-200")
+
+    def wait_for(self, predicate: Callable[[str], bool], timeout: float = 60.0, what: str = "") -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.text()
+            if predicate(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not on the screen after {timeout} s: {what}\n--- screen ---\n{text}")
+            time.sleep(0.2)
+
+    def wait_text(self, needle: str, timeout: float = 60.0) -> str:
+        return self.wait_for(lambda t: needle in t, timeout, repr(needle))
+
+    def send_prompt(self, text: str) -> None:
+        """Type ``text`` into the prompt and send it. Toad takes Enter only once its agent is
+        ready (an Enter before that is dropped), so Enter is repeated until the prompt leaves
+        the input box and shows in the conversation."""
+        self.tmux("send-keys", "-l", text)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            self.tmux("send-keys", "Enter")
+            try:
+                self.wait_for(lambda t: f"▌ ❯ {text}" in t, timeout=2.0)
+                return
+            except AssertionError:
+                continue
+        raise AssertionError(f"Toad never sent the prompt {text!r}\n--- screen ---\n{self.text()}")
+
+
+@pytest.fixture
+def toad(toad_program: tuple[Path, bool], tmp_path: Path) -> Iterator[Callable[..., Screen]]:
+    program, compat = toad_program
+    sockets: list[str] = []
+
+    def start(script: dict, *, workspace: Path, example: str = "acp-editor") -> Screen:
+        (tmp_path / "script.json").write_text(json.dumps(script))
+        home = tmp_path / "toad-home"
+        config = home / ".config" / "toad"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "toad.json").write_text(json.dumps({
+            "tools": {"expand": "always"}, "statistics": {"allow_collect": False}}))
+        dsh = Path(sys.executable).parent / "dsh"
+        agent = tmp_path / "agent.sh"
+        agent.write_text(
+            "#!/bin/sh\n"
+            f"export DSH_HOME={shlex.quote(str(tmp_path / 'dsh-home'))} "
+            f"DSH_CONFIG_HOME={shlex.quote(str(tmp_path / 'dsh-config'))} HOME={shlex.quote(os.environ['HOME'])}\n"
+            f"exec {shlex.quote(str(dsh))} run --example {example} --provider scripted "
+            f"--model {shlex.quote(str(tmp_path / 'script.json'))} 2>>{shlex.quote(str(tmp_path / 'dsh.err'))}\n")
+        agent.chmod(0o755)
+        env = {
+            "HOME": str(home), "PATH": os.environ["PATH"], "TERM": "xterm-256color", "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            # its version check and any other request leave no machine: a closed local port
+            "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "",
+        }
+        if compat:
+            env["PYTHONPATH"] = str(COMPAT)
+        command = " ".join([
+            "env", "-i", *(shlex.quote(f"{k}={v}") for k, v in env.items()),
+            shlex.quote(str(program)), "acp", shlex.quote(str(agent)), shlex.quote(str(workspace)),
+        ])
+        socket = f"dsh-toad-{uuid.uuid4().hex[:12]}"
+        sockets.append(socket)
+        screen = Screen(socket)
+        subprocess.run(["tmux", "-L", socket, "-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "60",
+                        "-c", str(workspace), command], check=True, timeout=30)
+        screen.tmux("set-option", "-g", "remain-on-exit", "on")
+        screen.wait_text("How can I help you today?")
+        return screen
+
+    yield start
+    for socket in sockets:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, timeout=30)
+
+
+def test_a_session_in_toad_streams_and_shows_the_edit_as_a_diff(toad, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("alpha\nbeta\n")
+    script = {"rules": [{"when": "(?i)edit", "steps": [
+        {"tool": "read", "args": {"file_path": "notes.txt"}},
+        {"partial": "Editing the notes ", "mark": "streamed", "delay_ms": 3000, "text": "in place.",
+         "tool": "edit", "args": {"file_path": "notes.txt", "old_string": "beta", "new_string": "BETA-EDITED"}},
+        {"text": "All done: EDIT-FINISHED"},
+    ]}], "default": [{"text": "echo: {prompt}"}]}
+    screen = toad(script, workspace=workspace)
+    screen.send_prompt("please edit the notes")
+
+    # streaming: the first words are on the screen while the model is still writing
+    shown = screen.wait_text("Editing the notes")
+    assert "in place." not in shown and "EDIT-FINISHED" not in shown
+
+    screen.wait_text("EDIT-FINISHED")
+    # the edit's tool card, expanded, with its diff: the old and the new line side by side
+    done = screen.wait_text("(+1, -1)", timeout=10)
+    assert "Editing the notes in place." in done
+    assert "edit notes.txt" in done
+    assert re.search(r"▎2\s+beta\s", done) and re.search(r"▎2\s+BETA-EDITED", done), done  # line 2, before and after
+    assert (workspace / "notes.txt").read_text() == "alpha\nBETA-EDITED\n"

@@ -133,8 +133,11 @@ def toad(toad_program: tuple[Path, bool], tmp_path: Path) -> Iterator[Callable[.
     program, compat = toad_program
     sockets: list[str] = []
 
-    def start(script: dict, *, workspace: Path, example: str = "acp-editor") -> Screen:
-        (tmp_path / "script.json").write_text(json.dumps(script))
+    def start(script: dict | None, *, workspace: Path, example: str = "acp-editor", launcher: bool = False) -> Screen:
+        """Toad on ``dsh run --example EXAMPLE`` with the scripted model playing ``script``; with
+        ``launcher``, Toad's own start screen instead (from which a recorded session is resumed)."""
+        if script is not None:
+            (tmp_path / "script.json").write_text(json.dumps(script))
         home = tmp_path / "toad-home"
         config = home / ".config" / "toad"
         config.mkdir(parents=True, exist_ok=True)
@@ -157,19 +160,22 @@ def toad(toad_program: tuple[Path, bool], tmp_path: Path) -> Iterator[Callable[.
         }
         if compat:
             env["PYTHONPATH"] = str(COMPAT)
-        command = " ".join([
-            "env", "-i", *(shlex.quote(f"{k}={v}") for k, v in env.items()),
-            shlex.quote(str(program)), "acp", shlex.quote(str(agent)), shlex.quote(str(workspace)),
-        ])
+        args = [str(workspace)] if launcher else ["acp", str(agent), str(workspace)]
+        command = " ".join(["env", "-i", *(shlex.quote(f"{k}={v}") for k, v in env.items()),
+                            shlex.quote(str(program)), *map(shlex.quote, args)])
         socket = f"dsh-toad-{uuid.uuid4().hex[:12]}"
         sockets.append(socket)
         screen = Screen(socket)
         subprocess.run(["tmux", "-L", socket, "-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "60",
                         "-c", str(workspace), command], check=True, timeout=30)
         screen.tmux("set-option", "-g", "remain-on-exit", "on")
-        screen.wait_text("How can I help you today?")
+        screen.wait_text("^r Resume" if launcher else "How can I help you today?")
         return screen
 
+    def stop(screen: Screen) -> None:
+        subprocess.run(["tmux", "-L", screen.socket, "kill-server"], capture_output=True, timeout=30)
+
+    start.stop = stop  # type: ignore[attr-defined]
     yield start
     for socket in sockets:
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, timeout=30)
@@ -197,5 +203,35 @@ def test_a_session_in_toad_streams_and_shows_the_edit_as_a_diff(toad, tmp_path: 
     done = screen.wait_text("(+1, -1)", timeout=10)
     assert "Editing the notes in place." in done
     assert "edit notes.txt" in done
-    assert re.search(r"▎2\s+beta\s", done) and re.search(r"▎2\s+BETA-EDITED", done), done  # line 2, before and after
+    # line 2 before and after: side by side when the pane is wide, else one above the other
+    assert re.search(r"▎[\d ]*\bbeta\b.*?▎[\d ]*BETA-EDITED", done, re.S), done
     assert (workspace / "notes.txt").read_text() == "alpha\nBETA-EDITED\n"
+
+
+def test_a_session_reopened_in_toad_shows_its_tool_cards(toad, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("alpha\nbeta\n")
+    script = {"rules": [{"when": "(?i)edit", "steps": [
+        {"tool": "read", "args": {"file_path": "notes.txt"}},
+        {"tool": "edit", "args": {"file_path": "notes.txt", "old_string": "beta", "new_string": "BETA-EDITED"}},
+        {"tool": "bash", "args": {"command": "echo SHELL-SAID-$((40+2))", "description": "Say it"}},
+        {"text": "All done: EDIT-FINISHED"},
+    ]}], "default": [{"text": "echo: {prompt}"}]}
+    screen = toad(script, workspace=workspace)
+    screen.send_prompt("please edit the notes")
+    screen.wait_text("EDIT-FINISHED")
+    toad.stop(screen)
+
+    # Toad's own start screen: ^r lists the sessions it ran (newest first); Enter resumes one,
+    # which starts dsh again and asks it for session/load
+    launcher = toad(None, workspace=workspace, launcher=True)
+    launcher.tmux("send-keys", "C-r")
+    launcher.wait_text("Resume")
+    launcher.tmux("send-keys", "Enter")
+    shown = launcher.wait_text("EDIT-FINISHED")
+    assert "❯ please edit the notes" in shown
+    shown = launcher.wait_text("SHELL-SAID-42", timeout=10)  # the bash card's output, replayed
+    for card in ("read notes.txt", "edit notes.txt", "bash: echo SHELL-SAID"):
+        assert card in shown, card
+    assert shown.index("read notes.txt") < shown.index("edit notes.txt") < shown.index("EDIT-FINISHED")

@@ -16,8 +16,8 @@ version check on this machine.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -31,6 +31,7 @@ import pytest
 
 TOAD = "batrachian-toad==0.6.20"
 COMPAT = Path(__file__).parent / "compat"
+MARK = "\u276f"  # Toad marks a prompt the person sent with this sign
 
 
 def _unavailable(reason: str) -> None:
@@ -121,7 +122,7 @@ class Screen:
         while time.monotonic() < deadline:
             self.tmux("send-keys", "Enter")
             try:
-                self.wait_for(lambda t: f"▌ ❯ {text}" in t, timeout=2.0)
+                self.wait_for(lambda t: f"▌ {MARK} {text}" in t, timeout=2.0)
                 return
             except AssertionError:
                 continue
@@ -230,7 +231,7 @@ def test_a_session_reopened_in_toad_shows_its_tool_cards(toad, tmp_path: Path) -
     launcher.wait_text("Resume")
     launcher.tmux("send-keys", "Enter")
     shown = launcher.wait_text("EDIT-FINISHED")
-    assert "❯ please edit the notes" in shown
+    assert f"{MARK} please edit the notes" in shown
     shown = launcher.wait_text("SHELL-SAID-42", timeout=10)  # the bash card's output, replayed
     for card in ("read notes.txt", "edit notes.txt", "bash: echo SHELL-SAID"):
         assert card in shown, card

@@ -12,8 +12,8 @@ Toad needs three things of 3.14, each supplied here for Toad's own modules and n
 """
 
 from __future__ import annotations
-
 import __future__
+
 import concurrent.futures
 import functools
 import importlib.abc

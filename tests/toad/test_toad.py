@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from dsh_testing.harness import minimal_env
+
 TOAD = "batrachian-toad==0.6.20"
 COMPAT = Path(__file__).parent / "compat"
 MARK = "\u276f"  # Toad marks a prompt the person sent with this sign
@@ -146,11 +148,13 @@ def toad(toad_program: tuple[Path, bool], tmp_path: Path) -> Iterator[Callable[.
             "tools": {"expand": "always"}, "statistics": {"allow_collect": False}}))
         dsh = Path(sys.executable).parent / "dsh"
         agent = tmp_path / "agent.sh"
+        # dsh gets what the official SDK gives an agent it spawns (dsh_testing.minimal_env), with
+        # this test's data and config dirs
+        dsh_env = minimal_env(DSH_HOME=str(tmp_path / "dsh-home"), DSH_CONFIG_HOME=str(tmp_path / "dsh-config"))
         agent.write_text(
             "#!/bin/sh\n"
-            f"export DSH_HOME={shlex.quote(str(tmp_path / 'dsh-home'))} "
-            f"DSH_CONFIG_HOME={shlex.quote(str(tmp_path / 'dsh-config'))} HOME={shlex.quote(os.environ['HOME'])}\n"
-            f"exec {shlex.quote(str(dsh))} run --example {example} --provider scripted "
+            f"exec env -i {' '.join(shlex.quote(f'{k}={v}') for k, v in dsh_env.items())} "
+            f"{shlex.quote(str(dsh))} run --example {example} --provider scripted "
             f"--model {shlex.quote(str(tmp_path / 'script.json'))} 2>>{shlex.quote(str(tmp_path / 'dsh.err'))}\n")
         agent.chmod(0o755)
         env = {

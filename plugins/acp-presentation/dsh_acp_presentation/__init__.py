@@ -28,7 +28,7 @@ durable events through ``dsh_present_event`` (the ACP door asks; nothing here im
 - ``llm/retry`` (a model call failed and is tried again) → ``agent_thought_chunk`` saying why,
   and when the next attempt starts;
 - on ``session/load`` (``dsh_present_replay``), the recorded session again: each tool call's
-  card with its final status and output (no diff), the thoughts, each plan;
+  card with its final status and output (no diff), the thoughts, each plan, each compaction;
 - ``session/titled`` (a titler such as session-controls writes it after a new session's first
   turn) → ``session_info_update`` with the title, as ``session/list`` shows it.
 
@@ -378,18 +378,22 @@ class Replayed:
     their result: the tool and its arguments (its state slot; nothing of ``Shown`` is touched)."""
 
     calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    compacting: str | None = None  # the thought of the compaction being replayed
 
 
 @hookimpl
 def dsh_present_replay(session: Agent, event: Any) -> list[Any] | None:
     """A reopened session shown again: each tool call's card with its final status and output
-    (no diff: the file of then is not on the disk of now), the model's thoughts, each plan."""
+    (no diff: the file of then is not on the disk of now), the model's thoughts, each plan, each
+    compaction with what it saved."""
     cfg = session.host.config_for(PresentationConfig)
     if isinstance(event, AssistantMessageEvent):
         if not cfg.thoughts:
             return None
         return [wire.ThoughtChunk(content=wire.TextOut(text=b.text), message_id=event.message.id)
                 for b in event.message.content if isinstance(b, ReasoningBlock) and b.text] or None
+    if isinstance(event, (CompactionStart, CompactionSummary, CompactionFailed)):  # a fact of the thread, shown again
+        return [_compaction(session.state(Replayed), event)]
     calls = session.state(Replayed).calls
     if isinstance(event, ToolCallEvent):
         args = _args(event.arguments)
@@ -461,7 +465,7 @@ COMPACTION_WHY = {
 }
 
 
-def _compaction(shown: Shown, event: CompactionStart | CompactionSummary | CompactionFailed) -> wire.ThoughtChunk:
+def _compaction(shown: Shown | Replayed, event: CompactionStart | CompactionSummary | CompactionFailed) -> wire.ThoughtChunk:
     """A compaction, said where thinking shows (one thought from its start to its outcome): that
     the conversation is being summarised and why, then what that saved, or why it failed."""
     if isinstance(event, CompactionStart):

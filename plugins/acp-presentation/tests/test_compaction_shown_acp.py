@@ -1,7 +1,7 @@
 """Compaction shown (acp-editor, through acp-presentation): with the official SDK client over a real
 ``dsh run`` on stdio, a person sees the conversation being compacted and what that saved, whether
-the context passed its threshold or they typed ``/compact``, and why when it failed. acp-agent
-shows none of it (its compaction stays in the log)."""
+the context passed its threshold or they typed ``/compact``, and why when it failed; a reopened
+session (``session/load``) shows it again. acp-agent shows none of it (it stays in the log)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,12 @@ async def test_a_compaction_under_pressure_is_shown_with_what_it_saved(acp_agent
             assert resp.stop_reason == "end_turn"
         thoughts = _thoughts(run, sid)
         assert await run.close_stdin() == 0
+    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:  # reopened: shown again
+        await run.conn.initialize(protocol_version=1)
+        await run.conn.load_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[])
+        replayed = _thoughts(run, sid)
+        assert await run.close_stdin() == 0
+    assert list(_said(replayed).values()) == [t for t in _said(thoughts).values() if "ompact" in t]
     (summary,) = [e for e in session_log(acp_agent.home, sid) if e["type"] == "compaction/summary"][:1]
     shown = [t for t in _said(thoughts).values() if "ompact" in t]
     assert shown, thoughts

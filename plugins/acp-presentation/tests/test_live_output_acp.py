@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import pairwise
 
 import pytest
 from acp import text_block
@@ -49,7 +50,7 @@ async def test_a_running_command_shows_its_growing_output_then_its_result(acp_ag
     assert all(status == "in_progress" for status, _, _ in card[1:-1])
     assert len(live) >= 2, card  # at least two updates while it ran, each the tail so far
     assert live[0].startswith("tick1")
-    for shorter, longer in zip(live, live[1:], strict=False):  # the tail grows: each one extends the last
+    for shorter, longer in pairwise(live):  # the tail grows: each one extends the last
         assert longer.startswith(shorter.rstrip("\n")) and len(longer) > len(shorter)
     status, text, raw = card[-1]  # the final update replaces it, as before
     assert status == "completed" and text == "tick1\ntick2\ntick3\n"

@@ -6,6 +6,7 @@ import os
 import secrets
 import shutil
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import anyio
@@ -200,6 +201,6 @@ async def test_a_watched_bash_call_shows_its_growing_output_and_an_unwatched_one
         await s.call("bash", description="Tick three times", command=command)
     assert text(out) == "tick1\ntick2\ntick3\n"
     assert len(pieces) >= 2 and pieces[0] == "tick1\n"  # the first output at once, then the tail as it grows
-    assert all(b.startswith(a) and len(b) > len(a) for a, b in zip(pieces, pieces[1:], strict=False))
+    assert all(b.startswith(a) and len(b) > len(a) for a, b in pairwise(pieces))
     assert len(pieces) <= 3  # one per change, never after the result; nothing for the unwatched call
     assert not any("tick" in repr(e) for e in s.events)  # progress records nothing durable

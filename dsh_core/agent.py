@@ -45,6 +45,7 @@ from .types import (
     SettingsChanged,
     TextBlock,
     ToolCallBlock,
+    ToolProgress,
     ToolResultMessage,
     UserMessage,
     UserMessageEvent,
@@ -87,6 +88,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         self.log_error: Exception | None = None  # the first failure of the durable log, if any
         self._observers: list[Observer] = []
         self._watchers: list[Callable[[Any, LiveText], None]] = []
+        self._progress_watchers: list[Callable[[Any, ToolProgress], None]] = []
         self._seq = 0
         self._turn = 0
         self._inbox: list[UserMessage] = []
@@ -161,6 +163,30 @@ class Agent(TurnLoop, ToolDispatch, History):
                 listener(self, piece)
             except Exception as exc:  # a watcher's bug costs its view, never the turn
                 warn(f"a live-text watcher of session {self.session_id} failed: {exc!r}")
+
+    def watch_progress(self, listener: Callable[[Any, ToolProgress], None]) -> Callable[[], None]:
+        """Call ``listener(agent, piece)`` for each ``ToolProgress`` a running tool call of this
+        agent reports (never durable); returns the unwatch function."""
+        self._progress_watchers.append(listener)
+
+        def unwatch() -> None:
+            if listener in self._progress_watchers:
+                self._progress_watchers.remove(listener)
+
+        return unwatch
+
+    @property
+    def progress_watched(self) -> bool:
+        """Whether anyone watches tool progress (``watch_progress``): a tool gathers none when not."""
+        return bool(self._progress_watchers)
+
+    def progress(self, piece: ToolProgress) -> None:
+        """Hand a running call's progress to the watchers; nothing is recorded."""
+        for listener in list(self._progress_watchers):
+            try:
+                listener(self, piece)
+            except Exception as exc:  # a watcher's bug costs its view, never the call
+                warn(f"a tool-progress watcher of session {self.session_id} failed: {exc!r}")
 
     def emit(self, event: DurableEvent) -> None:
         self._seq += 1

@@ -24,8 +24,9 @@ The hooks are grouped by the phase in which they are called:
   deciding inside its turns (``dsh_check_step``, ``dsh_after_tool``, ``dsh_check_approval``), and
   cleaning up after it (``dsh_session_artifacts``);
 - **observation** — see every durable event, change nothing (``dsh_session_event``), or say
-  what a door shows a person for it (``dsh_present_event``; ``dsh_present_replay`` when a
-  reopened session is shown again);
+  what a door shows a person for it (``dsh_present_event``; ``dsh_present_live`` for the
+  model's thinking as it is written, ``dsh_present_progress`` for a running tool call's output
+  so far, ``dsh_present_replay`` when a reopened session is shown again);
 - **interception** — steer a session at fixed points of its turns, as a hook bridge does
   (``dsh_session_start``, ``dsh_prompt_submit``, ``dsh_before_tool``, ``dsh_before_stop``, and
   ``dsh_after_tool`` above), with typed decisions from ``dsh_core.interception``.
@@ -70,7 +71,16 @@ if TYPE_CHECKING:  # pragma: no cover
         Tool,
         ToolSource,
     )
-    from .types import AfterTool, ApprovalRequest, DurableEvent, Guidance, LiveText, ToolCallBlock, ToolOutput
+    from .types import (
+        AfterTool,
+        ApprovalRequest,
+        DurableEvent,
+        Guidance,
+        LiveText,
+        ToolCallBlock,
+        ToolOutput,
+        ToolProgress,
+    )
 
 PROJECT = "dsh"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -465,6 +475,22 @@ def dsh_present_live(session: Agent, piece: LiveText) -> list[Any] | None:
     ``ThoughtChunk``) or None. Called synchronously, in order; must not block or raise. An
     implementation that shows a message's thinking live should not show it again when the message
     commits (``dsh_present_event``).
+    """
+
+
+@hookspec
+def dsh_present_progress(session: Agent, progress: ToolProgress) -> list[Any] | None:
+    """Say what a front door that shows sessions to people shows of a running tool call's
+    progress (``types.ToolProgress``, which a tool reports through ``ToolContext.progress``: the
+    tail of a command's output so far, already bounded in size and rate by the tool).
+
+    Called by such a door synchronously, in order, for each piece of ``session``'s calls, between
+    the call's ``tool/call`` and its ``tool/result`` events. A door subscribes to progress
+    (``Agent.watch_progress``) only when this hook has an implementation, so without one tools
+    gather none (acp-agent). Progress is never durable: nothing of it reaches the session log or
+    the model. Returns the door's update objects (ACP: a ``ToolCallProgress`` of the call's card,
+    whose content the next piece, and finally the result, replaces) or None. Must not block or
+    raise.
     """
 
 

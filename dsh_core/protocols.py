@@ -51,6 +51,7 @@ from .types import (
     SessionSettings,
     SubagentResult,
     ToolOutput,
+    ToolProgress,
     ToolSpec,
     UserMessage,
 )
@@ -205,6 +206,17 @@ class Agent(Protocol):
     def watch(self, listener: Callable[[Any, LiveText], None]) -> Callable[[], None]:
         """See the model's text as it is written (``LiveText``: not durable, may still be cut,
         cancelled or retried); returns the unwatch function. Costs nothing while none watches."""
+
+    def watch_progress(self, listener: Callable[[Any, ToolProgress], None]) -> Callable[[], None]:
+        """See what running tool calls show of themselves (``ToolProgress``: the tail of a
+        command's output; not durable); returns the unwatch function."""
+
+    @property
+    def progress_watched(self) -> bool:
+        """Whether anyone watches tool progress: when not, tools gather none (it costs nothing)."""
+
+    def progress(self, piece: ToolProgress) -> None:
+        """Hand a running call's progress to its watchers (``ToolContext.progress`` calls it)."""
 
     def emit(self, event: DurableEvent) -> None:
         """Record a durable event (a tool's or policy's own, e.g. compaction) and publish it."""
@@ -864,6 +876,19 @@ class ToolContext:
 
     def emit(self, event: DurableEvent) -> None:
         self.agent.emit(event)
+
+    @property
+    def shows_progress(self) -> bool:
+        """Whether someone watches this call's progress (a front door that shows it to a person).
+        When False, ``progress`` does nothing and a tool should not gather any."""
+        return self.agent.progress_watched
+
+    def progress(self, text: str) -> None:
+        """Show what this call has done so far (the whole of it to show now, e.g. the tail of a
+        command's output), while it runs. Never durable, never seen by the model; the result
+        replaces it. Keep it bounded and rare (``dsh_core.progress.output_progress`` does both)."""
+        if self.agent.progress_watched:
+            self.agent.progress(ToolProgress(call_id=self.call_id, tool_name=self.tool_name, text=text))
 
     async def approve(
         self,

@@ -643,6 +643,17 @@ class LiveText(_Base, kw_only=True):
     reasoning: bool = False
 
 
+class ToolProgress(_Base, kw_only=True):
+    """What a running tool call shows of itself so far (``ToolContext.progress``): the tail of a
+    command's output. Not durable: never in the session log nor the model's history; each piece
+    replaces the one before (it is the whole of what to show now, not a delta), and the call's
+    result replaces the last."""
+
+    call_id: str
+    tool_name: str
+    text: str
+
+
 # Streamed deltas a provider yields while answering.
 class TextDelta(_Base, tag="text", tag_field="kind", kw_only=True):
     text: str

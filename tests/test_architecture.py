@@ -219,6 +219,9 @@ def test_the_agent_protocol_is_what_the_doors_use_and_no_more():
         "history", "settings", "configure", "compact_history",
         # the model's text as it is written, for a door that streams it live (stream = "live")
         "watch",
+        # a running tool call's output so far, for a door that shows it (ToolContext.progress); tools
+        # ask whether anyone watches, so that without a watcher they gather nothing
+        "watch_progress", "progress_watched", "progress",
         # subagents: a child's settlement told to its parent in the next request, and the history a fork starts from
         "notify", "completed_history",
     }

@@ -14,6 +14,12 @@ durable events through ``dsh_present_event`` (the ACP door asks; nothing here im
   hides it);
 - a successful ``todo_write`` → ``plan`` with every entry's status;
 - each model call's usage → ``usage_update`` (the context used of the route's window);
+- a running call's progress (``dsh_present_progress``: the tail of a ``bash`` command's output so
+  far, bounded and rate-limited by the tool) → ``tool_call_update`` ``in_progress`` with that
+  tail as the card's content, while the card is open (the final update replaces it);
+- ``compaction/start`` → ``agent_thought_chunk`` "Compacting the conversation (why)…", then
+  ``compaction/summary`` (what it saved: messages summarised and kept, context tokens before →
+  after) or ``compaction/failed`` (why; the conversation is unchanged) in the same thought;
 - ``subagent/progress`` (a delegation's child committed text) → ``tool_call_update`` of the
   delegating call's card with the child's latest text, while the call runs;
 - ``mcp/failed`` (one of the session's MCP servers did not start, or went away) →
@@ -22,7 +28,7 @@ durable events through ``dsh_present_event`` (the ACP door asks; nothing here im
 - ``llm/retry`` (a model call failed and is tried again) → ``agent_thought_chunk`` saying why,
   and when the next attempt starts;
 - on ``session/load`` (``dsh_present_replay``), the recorded session again: each tool call's
-  card with its final status and output (no diff), the thoughts, each plan;
+  card with its final status and output (no diff), the thoughts, each plan, each compaction;
 - ``session/titled`` (a titler such as session-controls writes it after a new session's first
   turn) → ``session_info_update`` with the title, as ``session/list`` shows it.
 
@@ -49,6 +55,9 @@ from dsh_core.contracts import new_id
 from dsh_core.paths import open_inside
 from dsh_core.types import (
     AssistantMessageEvent,
+    CompactionFailed,
+    CompactionStart,
+    CompactionSummary,
     FileChange,
     FileChanges,
     LiveText,
@@ -60,6 +69,7 @@ from dsh_core.types import (
     SubagentProgress,
     TextBlock,
     ToolCallEvent,
+    ToolProgress,
     ToolResultEvent,
 )
 
@@ -104,6 +114,7 @@ class Shown:
     live_thoughts: set[str] = field(default_factory=set)  # messages whose thinking went out live
     mcp_down: set[str] = field(default_factory=set)  # MCP servers whose failure the person was shown
     mcp_up: set[str] = field(default_factory=set)  # MCP servers that were connected once
+    compacting: str | None = None  # the thought of the compaction under way (its messageId)
 
 
 def title_of(name: str, args: dict[str, Any]) -> str:
@@ -340,7 +351,25 @@ def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
         return _mcp(session, event)
     if isinstance(event, RetryEvent):
         return [_retry(event)]
+    if isinstance(event, (CompactionStart, CompactionSummary, CompactionFailed)):
+        return [_compaction(session.state(Shown), event)]
     return None
+
+
+@hookimpl
+def dsh_present_progress(session: Agent, progress: ToolProgress) -> list[Any] | None:
+    """A running call's output so far, as its card's content (the tool bounds its size and rate);
+    only while the card is open, so nothing lands on a card after its final update."""
+    output_bytes = session.host.config_for(PresentationConfig).output_bytes
+    if not output_bytes or progress.call_id not in session.state(Shown).calls:
+        return None
+    text = progress.text
+    data = text.encode("utf-8", errors="replace")
+    if len(data) > output_bytes:  # whole lines of its last output_bytes bytes
+        text = data[-output_bytes:].decode("utf-8", errors="ignore")
+        text = text.split("\n", 1)[1] if "\n" in text[:-1] else text
+    return [wire.ToolCallProgress(tool_call_id=progress.call_id, status="in_progress",
+                                  content=[wire.ContentOut(content=wire.TextOut(text=strip_unsafe(text)))])]
 
 
 @dataclass
@@ -349,18 +378,22 @@ class Replayed:
     their result: the tool and its arguments (its state slot; nothing of ``Shown`` is touched)."""
 
     calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    compacting: str | None = None  # the thought of the compaction being replayed
 
 
 @hookimpl
 def dsh_present_replay(session: Agent, event: Any) -> list[Any] | None:
     """A reopened session shown again: each tool call's card with its final status and output
-    (no diff: the file of then is not on the disk of now), the model's thoughts, each plan."""
+    (no diff: the file of then is not on the disk of now), the model's thoughts, each plan, each
+    compaction with what it saved."""
     cfg = session.host.config_for(PresentationConfig)
     if isinstance(event, AssistantMessageEvent):
         if not cfg.thoughts:
             return None
         return [wire.ThoughtChunk(content=wire.TextOut(text=b.text), message_id=event.message.id)
                 for b in event.message.content if isinstance(b, ReasoningBlock) and b.text] or None
+    if isinstance(event, (CompactionStart, CompactionSummary, CompactionFailed)):  # a fact of the thread, shown again
+        return [_compaction(session.state(Replayed), event)]
     calls = session.state(Replayed).calls
     if isinstance(event, ToolCallEvent):
         args = _args(event.arguments)
@@ -424,6 +457,34 @@ def _retry(event: RetryEvent) -> wire.ThoughtChunk:
     return wire.ThoughtChunk(content=wire.TextOut(
         text=f"The model call failed ({why}); trying again in {event.delay_ms / 1000:g} s "
              f"(retry {event.retry} of {event.max_retries}).\n"), message_id=new_id("msg_"))
+
+
+COMPACTION_WHY = {
+    "overflow": "the model refused the request as too long for its context",
+    "manual": "asked for with /compact",
+}
+
+
+def _compaction(shown: Shown | Replayed, event: CompactionStart | CompactionSummary | CompactionFailed) -> wire.ThoughtChunk:
+    """A compaction, said where thinking shows (one thought from its start to its outcome): that
+    the conversation is being summarised and why, then what that saved, or why it failed."""
+    if isinstance(event, CompactionStart):
+        shown.compacting = new_id("msg_")
+        why = COMPACTION_WHY.get(event.reason) or (
+            f"about {event.estimated_tokens:,} of the model's {event.context_window:,} tokens of context are in use"
+            if event.context_window else "the context is nearly full")
+        return wire.ThoughtChunk(content=wire.TextOut(text=f"Compacting the conversation ({why})…\n"),
+                                 message_id=shown.compacting)
+    message_id, shown.compacting = shown.compacting or new_id("msg_"), None
+    if isinstance(event, CompactionFailed):
+        why = one_line(strip_unsafe(event.error), 300)
+        text = f"The compaction failed: {why}. The conversation is unchanged.\n"
+    else:
+        covered = event.covered_to - event.covered_from
+        text = (f"Compacted: {covered} older message{'s' if covered != 1 else ''} summarised, "
+                f"{event.retained} kept as they were; the context went from about {event.tokens_before:,} "
+                f"to about {event.tokens_after:,} tokens.\n")
+    return wire.ThoughtChunk(content=wire.TextOut(text=text), message_id=message_id)
 
 
 def _progress(session: Agent, event: SubagentProgress, output_bytes: int) -> list[Any] | None:

@@ -60,8 +60,11 @@ async def test_acp_editor_shows_tool_cards_diffs_thoughts_and_the_plan(acp_agent
     assert (diff.old_text, diff.new_text) == ("one\ntwo\n", "one\n2\n")  # the whole file, before and after
     assert read.status == "failed" and read.content[0].content.text.startswith("Error:")
     for start in starts:  # each card: pending, then in_progress, then its end, in that order
-        mine = [u.status for u in updates if getattr(u, "tool_call_id", None) == start.tool_call_id]
-        assert mine[:2] == ["pending", "in_progress"] and mine[2] in ("completed", "failed") and len(mine) == 3
+        mine = [u for u in updates if getattr(u, "tool_call_id", None) == start.tool_call_id]
+        live = [u for u in mine[2:-1] if u.status == "in_progress"]  # bash: its output so far, while it runs
+        assert [u.status for u in mine[:2]] == ["pending", "in_progress"] and mine[-1].status in ("completed", "failed")
+        assert len(mine) == 3 + len(live) and (not live or start.title.startswith("bash"))
+        assert all(u.content[0].content.text == "one\ntwo\n" for u in live)
     (plan,) = [u for u in updates if u.session_update == "plan"]
     assert [(e.content, e.status) for e in plan.entries] == [("write the notes", "completed"), ("review them", "in_progress")]
     assert kinds.index("plan") > kinds.index("tool_call_update")

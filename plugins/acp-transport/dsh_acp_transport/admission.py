@@ -45,7 +45,7 @@ from dsh_core.types import (
 from .controls import COMMAND_ANSWERED, COMMAND_TYPED, Controls
 from .delivery import Delivery
 from .editor import ClientBuffers, ClientQuestions, client_buffers, client_questions
-from .settlement import live_observer, observer
+from .settlement import live_observer, observer, progress_observer
 from .state import CLOSING, Session
 from .waiting import Waiting
 
@@ -262,6 +262,16 @@ class Admission(Controls):
             session.unsubscribe = unsubscribe_both
         else:
             session.unsubscribe = unsubscribe
+        shows_progress = progress_observer(session)
+        if shows_progress is not None:  # acp-editor: a running command's output so far on its card
+            unwatch_progress = agent.watch_progress(shows_progress)
+            before = session.unsubscribe
+
+            def unsubscribe_progress() -> None:
+                before()
+                unwatch_progress()
+
+            session.unsubscribe = unsubscribe_progress
         if self.settings.waiting > 0:  # acp-editor: a silent model call is said to be one
             session.unsubscribe = self._watch_silence(session, session.unsubscribe)
         self.sessions[session.id] = session

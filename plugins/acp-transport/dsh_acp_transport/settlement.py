@@ -28,6 +28,7 @@ from dsh_core.types import (
     Note,
     SettingsChanged,
     TextBlock,
+    ToolProgress,
     TurnEnd,
     TurnStart,
     Usage,
@@ -131,6 +132,28 @@ def live_observer(session: Session) -> Callable[[Agent, LiveText], None]:
                 shown = []
             for update in shown:
                 session.delivery.push_update(update)
+
+    return watch
+
+
+def progress_observer(session: Session) -> Callable[[Agent, ToolProgress], None] | None:
+    """A running tool call's progress (the tail of a command's output) to the presentation
+    plugins (``dsh_present_progress``) and down the delivery chain; None when no plugin presents
+    it (acp-agent): then the door does not watch, and tools gather nothing."""
+    hook = session.agent.host.pm.hook.dsh_present_progress
+    if not hook.get_hookimpls():
+        return None
+
+    def watch(agent: Agent, piece: ToolProgress) -> None:
+        if agent is not session.agent:
+            return
+        try:
+            shown = [u for updates in hook(session=agent, progress=piece) for u in updates or ()]
+        except Exception as exc:
+            log.warning(f"presenting tool progress failed: {exc!r}")
+            shown = []
+        for update in shown:
+            session.delivery.push_update(update)
 
     return watch
 

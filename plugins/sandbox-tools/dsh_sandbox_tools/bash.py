@@ -9,6 +9,7 @@ import signal
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import ToolError
+from dsh_core.progress import output_progress
 from dsh_core.protocols import JobEnd
 from dsh_core.types import ToolOutput
 
@@ -141,16 +142,18 @@ class BashTool(SandboxTool):
         bash = shutil.which("bash") or "/bin/sh"
         if background:
             return await self._background(command, [bash, "-c", command], mode, cwd, workspace, ctx)
-        result, runner = await self.sb.run_argv(
-            [bash, "-c", command],
-            mode=mode,
-            cwd=cwd,
-            workspace=workspace,
-            owner=ctx.agent,
-            timeout_s=timeout_ms / 1000,
-            spill=spill_path_for(s.spill_root(), ctx.session_id, ctx.call_id),
-            split=True,
-        )
+        async with output_progress(ctx) as tap:  # the tail so far, for a person watching (None: nobody)
+            result, runner = await self.sb.run_argv(
+                [bash, "-c", command],
+                mode=mode,
+                cwd=cwd,
+                workspace=workspace,
+                owner=ctx.agent,
+                timeout_s=timeout_ms / 1000,
+                spill=spill_path_for(s.spill_root(), ctx.session_id, ctx.call_id),
+                split=True,
+                tap=tap,
+            )
         stdout, stderr = result.text, result.stderr or ""
         if runner is not None and runner.name == "landlock":
             stdout, stderr = (t.replace(PARTIAL_NOTICE + "\n", "") for t in (stdout, stderr))

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,11 +86,12 @@ async def kill_group(proc: anyio.abc.Process, pgid: int) -> None:
 
 async def run_command(
     argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path,
-    stdin: bytes | None = None, capture: bool = False, split: bool = False,
+    stdin: bytes | None = None, capture: bool = False, split: bool = False, tap: Callable[[bytes], None] | None = None,
 ) -> CommandResult:
     """``capture``: stdout and stderr apart, each its first ``limit`` bytes (no spill); ``split``:
     stdout and stderr apart, each bounded head+tail with its own spill file (``stderr_spill``);
-    ``stdin``: bytes written to the command's stdin (else /dev/null)."""
+    ``stdin``: bytes written to the command's stdin (else /dev/null); ``tap``: also sees every
+    chunk of output (stdout and stderr as they arrive), for a live view of the running command."""
     sink: _Sink | HeadSink = HeadSink(limit) if capture else _Sink(limit, spill)
     err_sink: _Sink | HeadSink | None = HeadSink(limit) if capture else _Sink(limit, stderr_spill(spill)) if split else None
     # Shielded: a cancel that lands while the process is being spawned must not lose the handle
@@ -110,6 +112,8 @@ async def run_command(
         try:
             async for chunk in stream:
                 into.feed(chunk)
+                if tap is not None:
+                    tap(chunk)
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
 

@@ -3,6 +3,7 @@ running a command confined (through the session's command server, or a fresh con
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -181,6 +182,7 @@ class Sandbox:
         lifeline: bool = False,
         workspace: str | None = None,
         split: bool = False,
+        tap: Callable[[bytes], None] | None = None,
     ) -> tuple[CommandResult, Runner | None]:
         """Run any ``argv`` in ``cwd`` confined by ``mode``; returns the result and the runner used.
 
@@ -196,14 +198,15 @@ class Sandbox:
         call, ended with it. ``sink`` takes the output instead of the bounded spill sink;
         ``stop`` ends the command early (SIGTERM, then SIGKILL). ``workspace``: the session's
         directory, whose writable roots confine the call when ``cwd`` is another directory inside
-        it (the bash tool's ``workdir``); ``split``: stdout and stderr apart (``CommandResult.stderr``).
+        it (the bash tool's ``workdir``); ``split``: stdout and stderr apart (``CommandResult.stderr``);
+        ``tap``: also sees every chunk of output as it arrives (the bash tool's live view).
         """
         s = self.settings
         runner = await self.runner_for(mode)
         env = scrubbed_env(mode=mode) if env is None else env
         timeout_s = s.default_timeout_ms / 1000 if timeout_s is None else timeout_s
         limit = s.max_output_bytes if limit is None else limit
-        io: dict[str, Any] = {"stdin": stdin, "capture": capture, "split": split}
+        io: dict[str, Any] = {"stdin": stdin, "capture": capture, "split": split, "tap": tap}
         workspace = cwd if workspace is None else workspace
         roots = writable_roots(mode, workspace) if runner is not None else []
         one_shot = owner is None or mode != self.mode_for(owner)

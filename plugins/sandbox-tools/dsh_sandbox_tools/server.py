@@ -130,15 +130,16 @@ class CommandServer:
     async def run(
         self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path,
         stdin: bytes | None = None, capture: bool = False, sink: Any = None, stop: anyio.Event | None = None,
-        split: bool = False,
+        split: bool = False, tap: Callable[[bytes], None] | None = None,
     ) -> CommandResult:
         """Run one command through the server. ``capture``: stdout and stderr apart, each its first
         ``limit`` bytes (a hook's answer), instead of one spilling stream; ``stdin``: bytes the
         command reads (else /dev/null); ``sink``: where the output goes instead (``feed``,
         ``close``, ``text``: a background job's log); ``stop``: when set, the command is ended as
         on a timeout (SIGTERM, then SIGKILL), and the result says ``stopped``; ``split``: stdout
-        and stderr apart, each bounded with its own spill file (the bash tool's result)."""
-        call = _Call(limit, spill, stdin=stdin, capture=capture, sink=sink, split=split)
+        and stderr apart, each bounded with its own spill file (the bash tool's result); ``tap``:
+        also sees every chunk of output as it arrives (a live view of the running command)."""
+        call = _Call(limit, spill, stdin=stdin, capture=capture, sink=sink, split=split, tap=tap)
         payload = json.dumps({"argv": argv, "cwd": cwd, "env": env, "stderr": capture or split,
                               "stdin": stdin is not None}).encode()
         try:
@@ -158,8 +159,9 @@ class _Call:
     """One command through a server: its descriptors, its sinks, and the wait for the reaper's ``exit``."""
 
     def __init__(self, limit: int, spill: Path, *, stdin: bytes | None, capture: bool, sink: Any = None,
-                 split: bool = False) -> None:
+                 split: bool = False, tap: Callable[[bytes], None] | None = None) -> None:
         self.spill = spill
+        self.tap = tap
         self.stdin = stdin
         self.sink: Any = sink if sink is not None else HeadSink(limit) if capture else _Sink(limit, spill)
         self.err_sink: Any = HeadSink(limit) if capture else _Sink(limit, stderr_spill(spill)) if split else None
@@ -210,6 +212,8 @@ class _Call:
             if not chunk:
                 return
             into.feed(chunk)
+            if self.tap is not None:
+                self.tap(chunk)
 
     async def _reader(self) -> None:
         try:

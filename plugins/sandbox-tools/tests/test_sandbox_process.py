@@ -6,6 +6,7 @@ import os
 import secrets
 import shutil
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import anyio
@@ -170,3 +171,36 @@ async def test_a_sessions_command_server_ends_with_the_session(mechanism: str, r
                 await anyio.sleep(0.02)
         assert kept[0] in servers(other_root)  # the other session's server is untouched
         assert text(await other.call("bash", description="test command", command="echo still")).startswith("still")
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_both_ways_of_running_a_command_show_every_chunk_to_a_tap(mechanism: str, root: Path, tmp_path: Path) -> None:
+    from dsh_sandbox_tools.sandbox import sandbox_for
+
+    async with running_host(mechanism=mechanism) as host:
+        sb, s = sandbox_for(host), Session(host, root)
+        for owner in (None, s.agent):  # a fresh confined process (one-shot), the session's command server
+            seen = bytearray()
+            result, _ = await sb.run_argv(["bash", "-c", "head -c 200000 /dev/zero | tr '\\0' y; echo E >&2"],
+                                          mode=sb.mode_for(s.agent), cwd=str(root), owner=owner, split=True,
+                                          spill=tmp_path / f"spill-{owner is None}", tap=seen.extend)
+            assert result.exit_code == 0 and result.spill_path is not None  # bounded as before
+            assert seen.count(b"y") == 200_000 and b"E\n" in seen  # stdout and stderr, whole
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_a_watched_bash_call_shows_its_growing_output_and_an_unwatched_one_gathers_none(
+        mechanism: str, root: Path) -> None:
+    command = "for i in 1 2 3; do echo tick$i; sleep 0.4; done"
+    async with running_host(mechanism=mechanism) as host:
+        s = Session(host, root)
+        pieces: list[str] = []
+        unwatch = s.agent.watch_progress(lambda agent, piece: pieces.append(piece.text))
+        out = await s.call("bash", description="Tick three times", command=command)
+        unwatch()
+        await s.call("bash", description="Tick three times", command=command)
+    assert text(out) == "tick1\ntick2\ntick3\n"
+    assert len(pieces) >= 2 and pieces[0] == "tick1\n"  # the first output at once, then the tail as it grows
+    assert all(b.startswith(a) and len(b) > len(a) for a, b in pairwise(pieces))
+    assert len(pieces) <= 3  # one per change, never after the result; nothing for the unwatched call
+    assert not any("tick" in repr(e) for e in s.events)  # progress records nothing durable

@@ -111,7 +111,7 @@ class AcpStdioDoor:
             tg.cancel_scope.cancel()
 
 
-@hookimpl
+@hookimpl(tryfirst=True)  # called first, offered last: after the commands a person uses more often
 def dsh_slash_commands(session: Any, host: Host) -> list[Any] | None:
     """``/approvals`` when this door remembers approvals."""
     if not host.config_for(TransportConfig).remember_approvals:

@@ -145,5 +145,5 @@ def approvals_command() -> SlashCommand:
         raise ValueError("usage: `/approvals` lists this session's remembered approvals, "
                          "`/approvals clear` forgets them")
 
-    return SlashCommand(name="approvals", description="list this session's remembered approvals (clear: forget them)",
+    return SlashCommand(name="approvals", description="List this session's remembered approvals (clear: forget them)",
                         run=run, hint="clear")

@@ -7,8 +7,8 @@ from typing import Any
 
 import anyio
 import pytest
-
 from dsh_acp_transport.approvals import CLEARED, RULE, ApprovalRules, approvals_command, options_for, rememberable
+
 from dsh_core.types import ApprovalRequest, Note
 
 

@@ -319,7 +319,6 @@ class Settlement(PromptContent, Controls):
             ruled = session.agent.state(ApprovalRules).decide(request)
             if ruled is not None:
                 return ruled  # the person's "always" for this tool and tier: not asked again
-        if remembering:
             options = options_for(request)
         elif request.choices is None:
             options = wire.PERMISSION_OPTIONS

@@ -38,6 +38,12 @@ Config (``[config.acp-transport]`` in an example's manifest):
   was already shown, and it is what the log commits as the interrupted message; a model call that
   fails and is retried may have shown text the log never holds (the retry is a new message).
   The default keeps ACP-6: committed output only.
+- ``remember-approvals`` (bool, default false): a sandbox escalation's permission request also
+  offers ``allow_always`` and ``reject_always``; either makes a rule for this session, this tool
+  and this exact tier, answered without asking from then on, written to the session log and
+  folded back on resume and load (an allow rule for danger-full-access is not taken from a
+  file), listed and cleared by ``/approvals`` (with ``commands``). Off: every request is
+  one-shot (ACP-9). See ``approvals.py``.
 """
 
 from __future__ import annotations
@@ -103,6 +109,16 @@ class AcpStdioDoor:
             tg.start_soon(on_signal)
             await serve_bridge(bridge)
             tg.cancel_scope.cancel()
+
+
+@hookimpl(tryfirst=True)  # called first, offered last: after the commands a person uses more often
+def dsh_slash_commands(session: Any, host: Host) -> list[Any] | None:
+    """``/approvals`` when this door remembers approvals."""
+    if not host.config_for(TransportConfig).remember_approvals:
+        return None
+    from .approvals import approvals_command
+
+    return [approvals_command()]
 
 
 @hookimpl

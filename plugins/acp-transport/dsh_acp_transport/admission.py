@@ -42,6 +42,7 @@ from dsh_core.types import (
     UserMessageEvent,
 )
 
+from .approvals import ApprovalRules
 from .controls import COMMAND_ANSWERED, COMMAND_TYPED, Controls
 from .delivery import Delivery
 from .editor import ClientBuffers, ClientQuestions, client_buffers, client_questions
@@ -431,6 +432,8 @@ class Admission(Controls):
         except Exception as exc:
             await self._abandon(agent)
             raise internal_error(f"the session could not be rebuilt from its log: {exc}") from None
+        if self.settings.remember_approvals:  # the person's "always" answers, as far as a file may give them
+            agent.state(ApprovalRules).fold(contents.events)
         if self.closed:
             await self._abandon(agent)
             raise internal_error(CLOSING + "the session was not resumed")

@@ -34,3 +34,6 @@ class TransportConfig(PluginConfig):
     waiting: Annotated[float, Meta(
         ge=0, description="seconds a model call may be silent before the person is told it is still waiting "
                           "(an agent_thought_chunk, repeated as long as it lasts); 0: never")] = 0.0
+    remember_approvals: Annotated[bool, Meta(
+        description="offer allow_always and reject_always for a sandbox escalation: a rule for this session, tool "
+                    "and tier, kept in the session log, listed and cleared by /approvals; off: one-shot (ACP-9)")] = False

@@ -1,6 +1,7 @@
 """A prompt from admission to its answer (ACP-5, ACP-7): one in flight per session, the turn's
-facts gathered from the agent's events, settlement precedence; cancel (ACP-8) and one-shot
-permission requests (ACP-9)."""
+facts gathered from the agent's events, settlement precedence; cancel (ACP-8) and permission
+requests: one-shot (ACP-9), or remembered for a sandbox escalation with ``remember-approvals``
+(``approvals.py``)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from dsh_core.types import (
     UserMessage,
 )
 
+from .approvals import OPTION_OUTCOMES, ApprovalRules, options_for, rememberable
 from .content import PromptContent
 from .controls import COMMAND_TYPED, Controls
 from .permission import buffered_text, tool_call_of
@@ -335,13 +337,23 @@ class Settlement(PromptContent, Controls):
             return None  # foreign or call-less: the next answerer decides
         if self.closed:
             return "unavailable"
+        remembering = self.settings.remember_approvals and rememberable(request)
+        if remembering:
+            ruled = session.agent.state(ApprovalRules).decide(request)
+            if ruled is not None:
+                return ruled  # the person's "always" for this tool and tier: not asked again
+            options = options_for(request)
+        elif request.choices is None:
+            options = wire.PERMISSION_OPTIONS
+        else:
+            options = [
+                wire.PermissionOption(option_id="allow-once", name=one_line(request.choices[0], 120), kind="allow_once"),
+                wire.PermissionOption(option_id="reject-once", name=one_line(request.choices[1], 120), kind="reject_once"),
+            ]
         params = wire.PermissionParams(
             session_id=session.id,
             tool_call=tool_call_of(request, await buffered_text(request)),
-            options=wire.PERMISSION_OPTIONS if request.choices is None else [
-                wire.PermissionOption(option_id="allow-once", name=one_line(request.choices[0], 120), kind="allow_once"),
-                wire.PermissionOption(option_id="reject-once", name=one_line(request.choices[1], 120), kind="reject_once"),
-            ],
+            options=options,
         )
         with anyio.move_on_after(self.settings.permission_timeout):
             await session.delivery.drain()  # what is queued (the call's card) reaches the client before the question
@@ -356,7 +368,12 @@ class Settlement(PromptContent, Controls):
             return "rejected"
         if result.outcome.outcome == "cancelled":
             return "cancelled"
-        if result.outcome.outcome == "selected" and result.outcome.option_id == "allow-once":
-            return "allowed-once"
-        return "rejected"  # reject-once, an option we did not offer, anything else
+        picked = result.outcome.option_id if result.outcome.outcome == "selected" else None
+        offered = {o.option_id for o in options}
+        if picked in offered and picked in OPTION_OUTCOMES:
+            outcome, rule = OPTION_OUTCOMES[picked]
+            if rule is not None and request.tier:  # only offered when remembering
+                session.agent.state(ApprovalRules).remember(session.agent, request.tool_name, request.tier, rule)
+            return outcome
+        return "rejected"  # an option we did not offer, anything else
 

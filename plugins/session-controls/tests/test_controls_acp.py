@@ -129,7 +129,7 @@ async def test_slash_commands_are_offered_after_the_session_opens_and_run(acp_ag
         first = _mine(run, sid)[0]
         assert first.session_update == "available_commands_update"
         names = [c.name for c in first.available_commands]
-        assert names == ["compact", "status", "init"]
+        assert names == ["compact", "status", "init", "approvals"]
         assert next(c for c in first.available_commands if c.name == "init").input.root.hint
 
         async def ask(text: str) -> str:
@@ -245,7 +245,7 @@ async def test_the_commands_are_sent_again_when_the_set_changes(acp_agent, scrip
         assert resp.stop_reason == "end_turn" and run.client.text(sid)[-1] == "4 messages so far"
         assert await run.close_stdin() == 0
     sent = [[c.name for c in u.available_commands] for u in _mine(run, sid) if u.session_update == "available_commands_update"]
-    assert sent == [["compact", "status", "init"], ["compact", "status", "init", "turns"]]
+    assert sent == [["compact", "status", "init", "approvals"], ["compact", "status", "init", "turns", "approvals"]]
 
 
 async def test_a_command_that_becomes_a_prompt_keeps_the_prompts_images(acp_agent, scripted):

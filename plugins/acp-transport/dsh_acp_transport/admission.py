@@ -120,10 +120,17 @@ class Admission(Controls):
                 load_session=True if self.durable_store() is not None else UNSET,
                 mcp_capabilities=wire.McpCapabilities(http=mcp.http, sse=mcp.sse) if mcp is not None else UNSET,
                 auth=wire.AgentAuthCapabilities(logout={}) if self._logout() is not None else UNSET,
+                meta=self._queue_capability(),
             ),
             agent_info=agent_info(),
             auth_methods=self._auth_methods() if self.settings.login else [],
         )
+
+    def _queue_capability(self) -> Any:
+        """``prompt-queue``: said the way claude-agent-acp and qoder say theirs (``promptQueueing``
+        under the agent's own name in ``_meta``; ACP's schema has no field for it), with the bound."""
+        limit = self.settings.prompt_queue
+        return {"dsh": {"promptQueueing": True, "promptQueueLimit": limit}} if limit else UNSET
 
     # ------------------------------------------------------------------ login (the editor's; off in acp-agent)
 

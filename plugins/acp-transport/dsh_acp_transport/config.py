@@ -34,3 +34,6 @@ class TransportConfig(PluginConfig):
     waiting: Annotated[float, Meta(
         ge=0, description="seconds a model call may be silent before the person is told it is still waiting "
                           "(an agent_thought_chunk, repeated as long as it lasts); 0: never")] = 0.0
+    prompt_queue: Annotated[int, Meta(
+        ge=0, le=64, description="how many prompts may wait behind the one in flight in a session (a prompt sent "
+                                 "during a turn runs as its own turn after it); 0: such a prompt is refused (ACP-5)")] = 0

@@ -5,6 +5,7 @@ its own turn after it; acp-agent still refuses it (ACP-5, tests/test_acp_stdio.p
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -49,6 +50,12 @@ def _answers(frames: list[dict[str, Any]]) -> list[tuple[Any, str]]:
     return [(f["id"], f["result"]["stopReason"]) for f in frames if "stopReason" in (f.get("result") or {})]
 
 
+def _seen(run: Any) -> list[str]:
+    """The prompts the workspace's UserPromptSubmit hook saw, in order."""
+    lines = (run.cwd / "prompts-seen.jsonl").read_text().splitlines()
+    return [json.loads(line)["prompt"] for line in lines if line]
+
+
 def _next_id(run: Any) -> Any:
     """The id the SDK client gives its next request (to name it in ``$/cancel_request``)."""
     return run.conn._conn._next_request_id
@@ -64,6 +71,9 @@ async def _queue(run: Any, sid: str, text: str) -> tuple[Any, asyncio.Future[Any
 async def test_a_prompt_during_a_turn_waits_and_runs_as_its_own_turn(acp_agent, scripted):
     script = _script(scripted, {"text": "FIRST ANSWER", "wait_for": "release"})
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+        (run.cwd / ".claude").mkdir()  # a UserPromptSubmit hook: it runs for the waiting prompt as for any
+        hook = {"type": "command", "command": "cat >> prompts-seen.jsonl; echo >> prompts-seen.jsonl"}
+        (run.cwd / ".claude" / "settings.json").write_text(json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [hook]}]}}))
         init = await run.conn.initialize(protocol_version=1)
         assert init.agent_capabilities.field_meta == {"dsh": {"promptQueueing": True, "promptQueueLimit": 8}}
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
@@ -72,12 +82,14 @@ async def test_a_prompt_during_a_turn_waits_and_runs_as_its_own_turn(acp_agent, 
         second_id, second = await _queue(run, sid, "second")
         await asyncio.sleep(0.3)
         assert not second.done()  # admitted, not refused: it waits
+        assert _seen(run) == ["first"]
         log = session_log(acp_agent.home, sid)
         assert _prompts(log) == ["first"]  # its message enters the agent when its turn comes, not before
         (run.cwd / "release").write_text("1")
         assert (await asyncio.wait_for(first, 20)).stop_reason == "end_turn"
         assert (await asyncio.wait_for(second, 20)).stop_reason == "end_turn"
         assert "".join(run.client.text(sid)) == "FIRST ANSWERSECOND ANSWER"
+        assert _seen(run) == ["first", "second"]
         assert await run.close_stdin() == 0
     assert _answers(run.frames) == [(first_id, "end_turn"), (second_id, "end_turn")]
     # each answer's text went out before its own response, the second's after the first's response

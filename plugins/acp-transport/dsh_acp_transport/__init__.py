@@ -38,6 +38,10 @@ Config (``[config.acp-transport]`` in an example's manifest):
   was already shown, and it is what the log commits as the interrupted message; a model call that
   fails and is retried may have shown text the log never holds (the retry is a new message).
   The default keeps ACP-6: committed output only.
+- ``prompt-queue`` (int, default 0): how many prompts may wait behind the one in flight in a
+  session. A prompt sent during a turn waits and runs as its own turn after it (its own
+  response, in order); ``session/cancel`` also answers every waiting prompt ``cancelled``,
+  ``$/cancel_request`` takes one out of the line. 0 keeps ACP-5: such a prompt is refused.
 """
 
 from __future__ import annotations

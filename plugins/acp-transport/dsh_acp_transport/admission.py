@@ -482,12 +482,15 @@ class Admission(Controls):
             return {}
         session.closed = anyio.Event()
         self.closing[session.id] = session
+        waiting = list(session.queued)  # prompts in line (prompt-queue): answered cancelled before the close
         try:
             with anyio.CancelScope(shield=True):  # a half-closed session would leak: finish it
                 await self._dispose_session(session)
                 slot = session.slot
                 if slot is not None:
                     await slot.settled.wait()
+                for queued in waiting:
+                    await queued.settled.wait()
         finally:
             self.closing.pop(session.id, None)
             session.closed.set()

@@ -190,11 +190,16 @@ async def test_the_line_is_bounded_and_session_close_empties_it(acp_agent, scrip
         assert refused.value.code == -32602
         assert "8 prompts already wait behind the one running in this session" in str(refused.value.data)
         assert not any(t.done() for t in waiting)  # the refusal took nothing from the line
+        close_id = _next_id(run)
         await asyncio.wait_for(run.conn.close_session(session_id=sid), 10)
         answers = await asyncio.wait_for(asyncio.gather(first, *waiting), 10)
         assert [a.stop_reason for a in answers] == ["cancelled"] * 9
         assert await run.close_stdin() == 0
     assert _prompts(session_log(acp_agent.home, sid)) == ["first"]
+    # every prompt, running or waiting, was answered before the close was
+    ids = [f.get("id") for f in run.frames if "result" in f or "error" in f]
+    answered = [f["id"] for f in run.frames if "stopReason" in (f.get("result") or {})]
+    assert len(answered) == 9 and all(ids.index(a) < ids.index(close_id) for a in answered)
 
 
 async def test_a_waiting_prompt_it_would_refuse_is_refused_at_once(acp_agent, scripted):

@@ -280,10 +280,11 @@ class Settlement(PromptContent, Controls):
         if len(session.queued) >= limit:
             raise invalid_params(f"{limit} prompts already wait behind the one running in this session; "
                                  "send this one when one of them has answered, or cancel")
-        slot = Slot(request_id=rid, called=anyio.Event())
+        called = anyio.Event()
+        slot = Slot(request_id=rid, called=called)
         session.queued.append(slot)
         try:
-            await slot.called.wait()
+            await called.wait()
         except BaseException:  # its handler was cancelled in line (the connection ends)
             self._leave_line(session, slot)
             raise

@@ -102,7 +102,6 @@ class BridgeState:
         else:
             session.agent.cancel(kind)
 
-
     @staticmethod
     def _drop_queued(slot: Slot) -> None:
         """A queued prompt leaves the line unrun: it answers ``cancelled``."""

@@ -214,3 +214,34 @@ async def test_a_waiting_prompt_it_would_refuse_is_refused_at_once(acp_agent, sc
         (run.cwd / "release").write_text("1")
         assert (await asyncio.wait_for(first, 20)).stop_reason == "end_turn"
         assert await run.close_stdin() == 0
+
+
+async def test_a_waiting_prompt_whose_turn_comes_during_autonomous_work_waits_behind_it(acp_agent, scripted):
+    """The first prompt's turn ends and autonomous work begins (a wake that came during its last
+    model call): the first prompt answers then (ACP-5), and the waiting prompt enters the inbox
+    behind the autonomous turn, as any prompt arriving during autonomous work does."""
+    script = scripted({"rules": [
+        {"when": "^go", "steps": [
+            {"tool": "wake_later", "args": {"ms": 50, "text": "background job bash-1 finished"}},
+            {"wait_for": "queued", "text": "started it"},  # the notice arrives during this call
+            {"partial": "auto text", "mark": "auto-started", "wait_for": "auto-release", "text": " AUTO DONE"},
+        ]},
+        {"when": "^second", "steps": [{"text": "SECOND ANSWER"}]},
+    ]})
+    async with acp_agent(script, example="acp-wake-queue") as run:
+        sid = await run.start()
+        _, first = await _queue(run, sid, "go")
+        await until(lambda: (run.cwd / "woke").exists())
+        _, second = await _queue(run, sid, "second")
+        await asyncio.sleep(0.3)
+        (run.cwd / "queued").write_text("1")
+        assert (await asyncio.wait_for(first, 20)).stop_reason == "end_turn"  # autonomous work began
+        await until(lambda: (run.cwd / "auto-started").exists())
+        await until(lambda: _prompts(session_log(acp_agent.home, sid)) == ["go", "second"])  # in the inbox now
+        assert not second.done() and _turns(session_log(acp_agent.home, sid))[-1] == (2, True, None)
+        (run.cwd / "auto-release").write_text("1")
+        assert (await asyncio.wait_for(second, 20)).stop_reason == "end_turn"
+        assert run.client.text(sid)[-1] == "SECOND ANSWER"
+        assert await run.close_stdin() == 0
+    assert _turns(session_log(acp_agent.home, sid)) == [(1, False, "completed"), (2, True, "completed"),
+                                                         (3, False, "completed")]

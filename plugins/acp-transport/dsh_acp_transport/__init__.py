@@ -44,6 +44,10 @@ Config (``[config.acp-transport]`` in an example's manifest):
   folded back on resume and load (an allow rule for danger-full-access is not taken from a
   file), listed and cleared by ``/approvals`` (with ``commands``). Off: every request is
   one-shot (ACP-9). See ``approvals.py``.
+- ``prompt-queue`` (int, default 0): how many prompts may wait behind the one in flight in a
+  session. A prompt sent during a turn waits and runs as its own turn after it (its own
+  response, in order); ``session/cancel`` also answers every waiting prompt ``cancelled``,
+  ``$/cancel_request`` takes one out of the line. 0 keeps ACP-5: such a prompt is refused.
 """
 
 from __future__ import annotations

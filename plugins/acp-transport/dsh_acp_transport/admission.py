@@ -121,10 +121,17 @@ class Admission(Controls):
                 load_session=True if self.durable_store() is not None else UNSET,
                 mcp_capabilities=wire.McpCapabilities(http=mcp.http, sse=mcp.sse) if mcp is not None else UNSET,
                 auth=wire.AgentAuthCapabilities(logout={}) if self._logout() is not None else UNSET,
+                meta=self._queue_capability(),
             ),
             agent_info=agent_info(),
             auth_methods=self._auth_methods() if self.settings.login else [],
         )
+
+    def _queue_capability(self) -> Any:
+        """``prompt-queue``: said the way claude-agent-acp and qoder say theirs (``promptQueueing``
+        under the agent's own name in ``_meta``; ACP's schema has no field for it), with the bound."""
+        limit = self.settings.prompt_queue
+        return {"dsh": {"promptQueueing": True, "promptQueueLimit": limit}} if limit else UNSET
 
     # ------------------------------------------------------------------ login (the editor's; off in acp-agent)
 
@@ -488,12 +495,15 @@ class Admission(Controls):
             return {}
         session.closed = anyio.Event()
         self.closing[session.id] = session
+        waiting = list(session.queued)  # prompts in line (prompt-queue): answered cancelled before the close
         try:
             with anyio.CancelScope(shield=True):  # a half-closed session would leak: finish it
                 await self._dispose_session(session)
                 slot = session.slot
                 if slot is not None:
                     await slot.settled.wait()
+                for queued in waiting:
+                    await queued.settled.wait()
         finally:
             self.closing.pop(session.id, None)
             session.closed.set()

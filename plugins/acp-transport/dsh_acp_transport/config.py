@@ -37,3 +37,6 @@ class TransportConfig(PluginConfig):
     remember_approvals: Annotated[bool, Meta(
         description="offer allow_always and reject_always for a sandbox escalation: a rule for this session, tool "
                     "and tier, kept in the session log, listed and cleared by /approvals; off: one-shot (ACP-9)")] = False
+    prompt_queue: Annotated[int, Meta(
+        ge=0, le=64, description="how many prompts may wait behind the one in flight in a session (a prompt sent "
+                                 "during a turn runs as its own turn after it); 0: such a prompt is refused (ACP-5)")] = 0

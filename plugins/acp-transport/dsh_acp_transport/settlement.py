@@ -221,7 +221,10 @@ class Settlement(PromptContent, Controls):
             return False
         for session in self.sessions.values():
             if session.slot is not None and session.slot.request_id == request_id:
-                self._cancel_session(session)
+                self._cancel_session(session, queued=False)  # that prompt only: those in line go on
+            for waiting in [w for w in session.queued if w.request_id == request_id]:
+                session.queued.remove(waiting)  # a prompt in line leaves it, unrun
+                self._drop_queued(waiting)
         return True
 
     def _cancelled_before_start(self, rid: Any, session: Session) -> bool:
@@ -240,13 +243,20 @@ class Settlement(PromptContent, Controls):
             raise invalid_params(f"unknown session: {shown(p.session_id)}")
         if self._cancelled_before_start(rid, session):
             return wire.PromptResult(stop_reason="cancelled")  # nothing was submitted
+        admitted = None
         if session.slot is not None:
-            raise invalid_params("a prompt is already in flight for this session")
-        slot = session.slot = Slot()  # reserved before any await (ACP-5, ACP-8)
-        slot.request_id = rid
+            if not self.settings.prompt_queue:
+                raise invalid_params("a prompt is already in flight for this session")
+            admitted = self._admit(p.prompt)  # a prompt it would refuse is refused now, not after the wait
+            slot = await self._wait_in_line(session, rid)
+            if slot is None:
+                return wire.PromptResult(stop_reason="cancelled")  # it never ran
+        else:
+            slot = session.slot = Slot()  # reserved before any await (ACP-5, ACP-8)
+            slot.request_id = rid
         session.delivery.take_failure()
         try:
-            content, images = self._admit(p.prompt)
+            content, images = admitted if admitted is not None else self._admit(p.prompt)
             if self.settings.commands:
                 ran = await self.run_command(session, slot, content)
                 if isinstance(ran, wire.PromptResult):
@@ -282,8 +292,38 @@ class Settlement(PromptContent, Controls):
                         cached_read_tokens=u.cache_hit_tokens)
             return result
         finally:
-            session.slot = None
+            self._hand_on(session, slot)  # to the next prompt in line, if one waits
             slot.settled.set()
+
+    async def _wait_in_line(self, session: Session, rid: Any) -> Slot | None:
+        """``prompt-queue``: a prompt that arrives while another is in flight waits behind it (at
+        most ``prompt-queue`` of them) and takes the slot when the one before it has answered; it
+        then runs as a prompt of its own: its message enters the agent's inbox then (behind any
+        autonomous work, like any prompt), and its turn is its own. None: it was cancelled in line
+        (``session/cancel``, ``$/cancel_request``, close, EOF), and never ran."""
+        limit = self.settings.prompt_queue
+        if len(session.queued) >= limit:
+            raise invalid_params(f"{limit} prompts already wait behind the one running in this session; "
+                                 "send this one when one of them has answered, or cancel")
+        called = anyio.Event()
+        slot = Slot(request_id=rid, called=called)
+        session.queued.append(slot)
+        try:
+            await called.wait()
+        except BaseException:  # its handler was cancelled in line (the connection ends)
+            self._leave_line(session, slot)
+            raise
+        if slot.cancelled or session.slot is not slot:
+            self._leave_line(session, slot)
+            return None
+        return slot
+
+    def _leave_line(self, session: Session, slot: Slot) -> None:
+        """A queued prompt that will not run: out of the line, and the slot handed on if it had it."""
+        if slot in session.queued:
+            session.queued.remove(slot)
+        self._hand_on(session, slot)
+        slot.settled.set()
 
     def _settle(self, session: Session, slot: Slot) -> wire.PromptResult:
         """Settlement precedence (ACP-7), first match wins."""

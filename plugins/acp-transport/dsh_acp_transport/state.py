@@ -38,6 +38,7 @@ class Slot:
     context: int = 0  # tokens in context after the last such call: its prompt plus its answer
     settled: anyio.Event = field(default_factory=anyio.Event)  # the prompt handler is done with it
     waiting: anyio.CancelScope = field(default_factory=anyio.CancelScope)  # cancelled: autonomous work began after its turn
+    called: anyio.Event | None = None  # a queued prompt's: set when it takes the slot, or is cancelled in line
 
 
 @dataclass(eq=False)
@@ -53,6 +54,7 @@ class Session:
     streamed: set[str] = field(default_factory=set)  # messages whose text went out live (stream = "live")
     commands_sent: list[Any] = field(default_factory=list)  # the slash commands the client was last told of
     autonomous_turn: int | None = None  # the running turn, when the agent started it on its own (a wake)
+    queued: list[Slot] = field(default_factory=list)  # prompts waiting for the slot (prompt-queue > 0), in order
 
 
 class BridgeState:
@@ -83,7 +85,13 @@ class BridgeState:
         store = self.host.session_store
         return store if getattr(store, "durable", False) else None
 
-    def _cancel_session(self, session: Session, kind: str = "user") -> None:
+    def _cancel_session(self, session: Session, kind: str = "user", *, queued: bool = True) -> None:
+        """Cancel the prompt in flight (or the autonomous work) and, unless ``queued`` is false,
+        every prompt waiting behind it: they answer ``cancelled`` without running."""
+        if queued:
+            for waiting in session.queued:
+                self._drop_queued(waiting)
+            session.queued.clear()
         slot = session.slot
         if slot is None:
             session.agent.cancel(kind)  # autonomous work
@@ -94,3 +102,18 @@ class BridgeState:
         else:
             session.agent.cancel(kind)
 
+    @staticmethod
+    def _drop_queued(slot: Slot) -> None:
+        """A queued prompt leaves the line unrun: it answers ``cancelled``."""
+        slot.cancelled = True
+        if slot.called is not None:
+            slot.called.set()
+
+    @staticmethod
+    def _hand_on(session: Session, slot: Slot) -> None:
+        """The prompt in flight is done: the slot goes to the first prompt waiting in line, in the
+        same step (no racing prompt can take it meanwhile, ACP-5), or is freed."""
+        if session.slot is slot:
+            session.slot = session.queued.pop(0) if session.queued else None
+            if session.slot is not None and session.slot.called is not None:
+                session.slot.called.set()

@@ -158,6 +158,7 @@ class AgentCapabilities(_Out):
     load_session: bool | UnsetType = UNSET  # sent (true) only with a durable session store
     mcp_capabilities: McpCapabilities | UnsetType = UNSET  # sent only when the composition takes client MCP servers
     auth: AgentAuthCapabilities | UnsetType = UNSET  # sent only when the door offers logout (acp-editor)
+    meta: dict[str, Any] | UnsetType = msgspec.field(default=UNSET, name="_meta")  # acp-editor's prompt queue
 
 
 class Implementation(_Out):

@@ -169,12 +169,8 @@ def render(report: Report, *, title: str, source: str) -> str:
     env = Environment(loader=PackageLoader("dsh_batch", "templates"), autoescape=select_autoescape(default=True))
     env.filters["money"] = _money
     env.filters["num"] = lambda v: "—" if v is None else f"{v:,}"
-    from markupsafe import Markup
-
-    figures = plots(report)
-    svgs = {k: Markup(v) if v and k != "costCurrency" else v for k, v in figures.items()}  # matplotlib's own SVG
     return env.get_template("report.html").render(
-        title=title, source=source, rows=report.rows, totals=report.totals, plots=svgs,
+        title=title, source=source, rows=report.rows, totals=report.totals, plots=plots(report),
         statuses=STATUS_COLOURS,
     )  # fmt: skip
 

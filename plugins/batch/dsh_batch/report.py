@@ -122,6 +122,8 @@ def _plot(title: str, unit: str, rows: list[dict[str, Any]], values: list[float]
     """Per task (bars coloured by status) and their distribution (a histogram), side by side."""
     import matplotlib
     from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
 
     with matplotlib.rc_context({"svg.hashsalt": "dsh-batch-report", "svg.fonttype": "path", "font.size": 9}):
         fig = Figure(figsize=(10, 3.2), layout="constrained")
@@ -135,7 +137,10 @@ def _plot(title: str, unit: str, rows: list[dict[str, Any]], values: list[float]
         else:
             per_task.set_xlabel(f"{len(ids)} tasks, in results order")
             per_task.set_xticks([])
+        shown = [s for s in STATUS_COLOURS if any(row["status"] == s for row in rows)]
+        per_task.legend(handles=[Patch(color=STATUS_COLOURS[s], label=s) for s in shown], loc="upper right", fontsize=8)
         spread.hist(values, bins=min(20, max(1, len(set(values)))), color="#1565c0")
+        spread.yaxis.set_major_locator(MaxNLocator(integer=True))
         spread.set_title(f"{title}: distribution")
         spread.set_xlabel(unit)
         spread.set_ylabel("tasks")

@@ -117,9 +117,12 @@ def _here(task: Any) -> Any:
                                    model=task.model and _path_here(task.model))
 
 
-def _check_report_path(path: str) -> str | None:
+def _check_report_path(path: str, results: str) -> str | None:
     if os.path.splitext(path)[1].lower() in (".json", ".csv"):
         return f"{path}: the report is a page; its .json and .csv are written beside it"
+    stem = os.path.splitext(os.path.abspath(path))[0]
+    if os.path.abspath(results) in (os.path.abspath(path), stem + ".json", stem + ".csv"):
+        return f"{path}: the report (or its .json/.csv) would overwrite the results file {results}"
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         return f"{path}: no such directory {parent}"
@@ -147,7 +150,7 @@ def run_report(args: argparse.Namespace) -> int:
         return _usage_error("report: give the page to write with -o REPORT.html")
     if args.report:
         return _usage_error("report: the page is -o REPORT.html (--report is for a run)")
-    if (problem := _check_report_path(args.out)) is not None:
+    if (problem := _check_report_path(args.out, args.results)) is not None:
         return _usage_error(problem)
     try:
         result_list, dropped = read_results(args.results)
@@ -170,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         return _usage_error(f"unexpected argument {args.results!r} (a report of a results file: dsh batch report RESULTS.jsonl -o REPORT.html)")
     if not args.out:
         return _usage_error("the results file is required: --out RESULTS.jsonl")
-    if args.report and (problem := _check_report_path(args.report)) is not None:
+    if args.report and (problem := _check_report_path(args.report, args.out)) is not None:
         return _usage_error(problem)
     if os.path.isdir(args.tasks):
         return _usage_error(f"{args.tasks} is a directory; give the tasks file (JSON lines: {{\"id\": …, \"prompt\": …}})")

@@ -241,5 +241,11 @@ def test_report_usage_errors(setup):
     assert no_page.returncode == 2 and b"give the page to write with -o REPORT.html" in no_page.stderr
     as_json = dsh("report", str(out), "-o", str(tmp / "r.json"))
     assert as_json.returncode == 2 and b"its .json and .csv are written beside it" in as_json.stderr
+    over_results = dsh("report", str(out), "-o", str(out))
+    assert over_results.returncode == 2 and b"would overwrite the results file" in over_results.stderr
+    beside = dsh("report", str(out), "-o", str(tmp / "results.html"))  # results.html → results.json, .csv
+    assert beside.returncode == 0 and out.read_text() == ""
+    in_run = dsh(str(out), "-o", str(out), "--report", str(tmp / "results.jsonl"))
+    assert in_run.returncode == 2 and b"would overwrite the results file" in in_run.stderr
     assert dsh("report", str(out), "-o", str(tmp / "empty.html")).returncode == 0
     assert json.loads((tmp / "empty.json").read_text())["tasks"] == []

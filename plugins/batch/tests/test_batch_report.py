@@ -10,11 +10,12 @@ import json
 import re
 import subprocess
 import sys
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from batchkit import batch_env, read_results, run_batch, write_jsonl
+from batchkit import REPO, batch_env, read_results, run_batch, write_jsonl
 
 USAGE = {"inputTokens": 1200, "outputTokens": 300, "cacheHitTokens": 1000}
 SCRIPT = {
@@ -176,7 +177,7 @@ OFF_PEAK = calendar.timegm((2026, 11, 28, 12, 0, 0))
 def flash_price(usage: dict[str, int]) -> float:
     """deepseek-flash per million tokens off-peak: 0.003 cached input, 0.15 other input, 0.60 output
     (DeepSeek's price list, as the deepseek-model plugin's table has it)."""
-    hit = usage["cacheHitTokens"]
+    hit = usage.get("cacheHitTokens", 0)  # the log omits a zero
     return (hit * 0.003 + (usage["inputTokens"] - hit) * 0.15 + usage["outputTokens"] * 0.60) / 1e6
 
 
@@ -249,3 +250,51 @@ def test_report_usage_errors(setup):
     assert in_run.returncode == 2 and b"would overwrite the results file" in in_run.stderr
     assert dsh("report", str(out), "-o", str(tmp / "empty.html")).returncode == 0
     assert json.loads((tmp / "empty.json").read_text())["tasks"] == []
+
+
+def _flash_cost(usage: dict[str, int], at: float) -> float:
+    """deepseek-flash as DeepSeek prices it: off-peak rates, doubled on weekdays 01-04 and 06-10 UTC."""
+    t = time.gmtime(at)
+    peak = t.tm_wday < 5 and (1 <= t.tm_hour < 4 or 6 <= t.tm_hour < 10)
+    return flash_price(usage) * (2.0 if peak else 1.0)
+
+
+def test_a_deepseek_batch_records_what_its_provider_prices(tmp_path):
+    """A real batch of acp-agent on the deepseek provider, against a real DeepSeek-compatible
+    server on loopback (deepseek-model's test server): each result line's cost is its logged calls
+    at DeepSeek's prices at the time of each call, and the page plots it."""
+    sys.path.insert(0, str(REPO / "plugins" / "deepseek-model" / "tests"))
+    from fake_deepseek import FakeDeepSeek, Turn
+
+    home = tmp_path / "home"
+    home.mkdir()
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"id": "d1", "prompt": "say one"}, {"id": "d2", "prompt": "say two"}])
+    out, html = tmp_path / "results.jsonl", tmp_path / "report.html"
+    with FakeDeepSeek() as fake:
+        fake.push(Turn(content="one"), Turn(content="two and more words"))
+        env = batch_env(home, DEEPSEEK_BASE_URL=fake.base_url, DEEPSEEK_API_KEY=fake.api_key)
+        proc = subprocess.run(
+            [sys.executable, "-m", "dsh_core.cli", "batch", str(tasks), "-o", str(out), "-e", "acp-agent",
+             "--provider", "deepseek", "--model", "deepseek-flash", "-j", "1", "--report", str(html)],
+            cwd=tmp_path, env=env, capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+        assert len(fake.chat_requests) == 2
+    results = {r["id"]: r for r in read_results(out)}
+    data = json.loads((tmp_path / "report.json").read_text())
+    rows = {row["id"]: row for row in data["tasks"]}
+    for task_id, r in results.items():
+        calls = [json.loads(line) for line in (home / "sessions" / f"{r['sessionId']}.jsonl").read_text().splitlines()]
+        calls = [c for c in calls if c.get("type") == "assistant/message"]
+        assert len(calls) == 1 and calls[0]["message"]["provider"] == "deepseek"
+        usage = calls[0]["usage"]
+        assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0
+        assert r["usage"]["inputTokens"] == usage["inputTokens"] and r["modelCalls"] == 1 and r["turns"] == 1
+        assert r["cost"]["currency"] == "USD"
+        assert r["cost"]["amount"] == pytest.approx(_flash_cost(usage, calls[0]["time"]), rel=1e-6)
+        assert rows[task_id]["cost"] == r["cost"]
+    assert data["totals"]["cost"]["USD"] == pytest.approx(sum(r["cost"]["amount"] for r in results.values()))
+    assert data["totals"]["unpriced"] == 0
+    page = Page(html.read_text())
+    assert "<svg>" in page.sections["plot-cost"]
+    assert page.rows["d1"][9] == f"{results['d1']['cost']['amount']:.6f} USD"

@@ -1,4 +1,5 @@
-"""``dsh batch TASKS.jsonl --out RESULTS.jsonl``: argument parsing and the run.
+"""``dsh batch TASKS.jsonl --out RESULTS.jsonl [--report REPORT.html]``: argument parsing and the run;
+``dsh batch report RESULTS.jsonl -o REPORT.html``: the page of a results file (``report.py``), nothing run.
 
 Exit status: 0 when every task of the list is ``ok`` in --out (this run or an earlier one);
 1 when some task there is not ``ok`` or some task line was invalid; 2 for bad usage; 130 when interrupted (Ctrl-C or
@@ -76,7 +77,11 @@ def setup(p: argparse.ArgumentParser) -> None:
         help="rerun a task whose agent process crashed or could not start, on a fresh process, up to R times (default 2)",
     )
     p.add_argument("--retry-failed", action="store_true", help="also rerun the tasks recorded `failed` in --out")
-    p.add_argument("--example", "-e", default="acp-agent", help="default example to run as the agent (default: acp-agent)")
+    p.add_argument(
+        "--example", "-e", default="acp-agent",
+        help="default example to run as the agent (default: acp-agent); for `report`, the example whose providers "
+             "price result lines that have no cost recorded",
+    )
     p.add_argument("--provider", help="default model provider (env DSH_PROVIDER)")
     p.add_argument("--model", help="default model; for scripted: a script path")
     p.add_argument("--cwd", help="default session cwd; a task's relative cwd is relative to it (default: here)")

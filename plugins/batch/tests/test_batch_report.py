@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from batchkit import REPO, batch_env, read_results, run_batch, write_jsonl
-from browser import visit
+from report_browser import visit
 
 USAGE = {"inputTokens": 1200, "outputTokens": 300, "cacheHitTokens": 1000}
 SCRIPT = {

@@ -1,4 +1,5 @@
-"""``dsh batch TASKS.jsonl --out RESULTS.jsonl``: argument parsing and the run.
+"""``dsh batch TASKS.jsonl --out RESULTS.jsonl [--report REPORT.html]``: argument parsing and the run;
+``dsh batch report RESULTS.jsonl -o REPORT.html``: the page of a results file (``report.py``), nothing run.
 
 Exit status: 0 when every task of the list is ``ok`` in --out (this run or an earlier one);
 1 when some task there is not ``ok`` or some task line was invalid; 2 for bad usage; 130 when interrupted (Ctrl-C or
@@ -21,7 +22,9 @@ DESCRIPTION = (
     "--out (and reruns failures with --retry-failed). Ctrl-C cancels the tasks in flight (recorded "
     "`interrupted`, rerun next time) and exits 130. --ray runs the pool as Ray actors "
     "(pip install 'dsh-batch[ray]'). Keyless demo: dsh batch tasks.jsonl --out results.jsonl "
-    "--provider scripted --model examples/acp-agent/demo.json"
+    "--provider scripted --model examples/acp-agent/demo.json. --report report.html writes a page of the batch "
+    "(with report.json and report.csv beside it); `dsh batch report RESULTS.jsonl -o report.html` writes it again "
+    "from a results file, without running anything"
 )
 
 EXIT_OK = 0
@@ -52,8 +55,14 @@ def _positive_float(text: str) -> float:
 
 
 def setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("tasks", metavar="TASKS.jsonl", help="the task list, one JSON object per line")
-    p.add_argument("--out", "-o", required=True, metavar="RESULTS.jsonl", help="results file (appended; resumable)")
+    p.add_argument("tasks", metavar="TASKS.jsonl", help="the task list, one JSON object per line (or `report`)")
+    p.add_argument("results", nargs="?", metavar="RESULTS.jsonl",
+                   help="after `report`: the results file to write a report of (then --out is the page)")
+    p.add_argument("--out", "-o", metavar="RESULTS.jsonl", help="results file (appended; resumable); required")
+    p.add_argument(
+        "--report", metavar="REPORT.html",
+        help="at the end, write a page of the batch there, with REPORT.json and REPORT.csv beside it",
+    )
     p.add_argument("--concurrency", "-j", type=_positive_int, default=4, metavar="N", help="tasks in flight at once (default 4)")
     p.add_argument(
         "--sessions-per-agent", type=_positive_int, default=4, metavar="M",
@@ -68,7 +77,11 @@ def setup(p: argparse.ArgumentParser) -> None:
         help="rerun a task whose agent process crashed or could not start, on a fresh process, up to R times (default 2)",
     )
     p.add_argument("--retry-failed", action="store_true", help="also rerun the tasks recorded `failed` in --out")
-    p.add_argument("--example", "-e", default="acp-agent", help="default example to run as the agent (default: acp-agent)")
+    p.add_argument(
+        "--example", "-e", default="acp-agent",
+        help="default example to run as the agent (default: acp-agent); for `report`, the example whose providers "
+             "price result lines that have no cost recorded",
+    )
     p.add_argument("--provider", help="default model provider (env DSH_PROVIDER)")
     p.add_argument("--model", help="default model; for scripted: a script path")
     p.add_argument("--cwd", help="default session cwd; a task's relative cwd is relative to it (default: here)")
@@ -109,12 +122,64 @@ def _here(task: Any) -> Any:
                                    model=task.model and _path_here(task.model))
 
 
+def _check_report_path(path: str, results: str) -> str | None:
+    if os.path.splitext(path)[1].lower() in (".json", ".csv"):
+        return f"{path}: the report is a page; its .json and .csv are written beside it"
+    stem = os.path.splitext(os.path.abspath(path))[0]
+    if os.path.abspath(results) in (os.path.abspath(path), stem + ".json", stem + ".csv"):
+        return f"{path}: the report (or its .json/.csv) would overwrite the results file {results}"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"{path}: no such directory {parent}"
+    return None
+
+
+def write_report(results_path: str, result_list: list, *, html: str, prompts: dict[str, str] | None, example: str) -> int:
+    from . import report
+
+    data = report.build(result_list, prompts=prompts, example=example)
+    try:
+        paths = report.write(data, html, source=results_path)
+    except OSError as exc:
+        print(f"dsh batch: --report {html}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"dsh batch: report: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    return EXIT_OK
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """``dsh batch report RESULTS.jsonl -o REPORT.html``: the page of a results file, nothing run."""
+    from .records import read_results
+
+    if not args.out:
+        return _usage_error("report: give the page to write with -o REPORT.html")
+    if args.report:
+        return _usage_error("report: the page is -o REPORT.html (--report is for a run)")
+    if (problem := _check_report_path(args.out, args.results)) is not None:
+        return _usage_error(problem)
+    try:
+        result_list, dropped = read_results(args.results)
+    except OSError as exc:
+        return _usage_error(f"{args.results}: {exc.strerror or exc}")
+    for line, reason in dropped:
+        print(f"dsh batch: {args.results}:{line}: {reason}", file=sys.stderr)
+    return write_report(args.results, result_list, html=args.out, prompts=None, example=_path_here(args.example))
+
+
 def run(args: argparse.Namespace) -> int:
     import anyio
 
     from .records import ResultsLocked, load_tasks, open_results
     from .runner import Defaults
 
+    if args.tasks == "report" and args.results is not None:
+        return run_report(args)
+    if args.results is not None:
+        return _usage_error(f"unexpected argument {args.results!r} (a report of a results file: dsh batch report RESULTS.jsonl -o REPORT.html)")
+    if not args.out:
+        return _usage_error("the results file is required: --out RESULTS.jsonl")
+    if args.report and (problem := _check_report_path(args.report, args.out)) is not None:
+        return _usage_error(problem)
     if os.path.isdir(args.tasks):
         return _usage_error(f"{args.tasks} is a directory; give the tasks file (JSON lines: {{\"id\": …, \"prompt\": …}})")
     if not os.path.isfile(args.tasks):
@@ -145,7 +210,13 @@ def run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout, approve=args.approve,
         )
         ids = [t.id for t in task_list.tasks]
-        return anyio.run(_main, args, todo, skipped, len(task_list.invalid), results, defaults, ids)
+        status = anyio.run(_main, args, todo, skipped, len(task_list.invalid), results, defaults, ids)
+        if args.report:
+            listed = [results.kept[i] for i in ids if i in results.kept]
+            prompts = {t.id: t.prompt for t in task_list.tasks}
+            if write_report(str(args.out), listed, html=args.report, prompts=prompts, example=defaults.example) != EXIT_OK:
+                status = status or EXIT_FAILED
+        return status
     finally:
         results.close()
 

@@ -64,6 +64,13 @@ class Permission(msgspec.Struct, kw_only=True, omit_defaults=True):
     verdict: str = ""
 
 
+class CostInfo(msgspec.Struct, kw_only=True):
+    """What a task's model calls cost, as their provider prices them (``ModelProvider.cost``)."""
+
+    amount: float
+    currency: str
+
+
 class Result(msgspec.Struct, kw_only=True, rename="camel"):
     id: str
     status: Literal["ok", "failed", "interrupted"]
@@ -77,6 +84,12 @@ class Result(msgspec.Struct, kw_only=True, rename="camel"):
     permissions: list[Permission] = msgspec.field(default_factory=list)
     agent: Agent | None = None
     retried: list[ErrorInfo] = msgspec.field(default_factory=list)  # the errors of earlier attempts
+    # From the session log (dsh_batch.stats), null without one; result lines written before
+    # these keys existed decode with them null, and `dsh batch report` reads the log then.
+    turns: int | None = None
+    tool_calls: int | None = None
+    model_calls: int | None = None
+    cost: CostInfo | None = None  # null: no log, or a call its provider does not price
 
 
 result_encoder = msgspec.json.Encoder()
@@ -222,6 +235,25 @@ def open_results(path: str | os.PathLike[str], *, rerun: Iterable[str] = ()) -> 
         os.close(lock_fd)
         lock_fd = new_fd
     return ResultsFile(path=path, fd=lock_fd, kept=kept, dropped_lines=dropped)
+
+
+def read_results(path: str | os.PathLike[str]) -> tuple[list[Result], list[tuple[int, str]]]:
+    """A results file as it is, read-only (no lock, nothing rewritten): its results in file
+    order (a later line of an id replaces the earlier one, at the later place) and the
+    unreadable lines (number, reason)."""
+    kept: dict[str, Result] = {}
+    dropped: list[tuple[int, str]] = []
+    for n, line in enumerate(Path(path).read_bytes().split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            result = _result_decoder.decode(line)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            dropped.append((n, f"unreadable result line skipped ({exc})"))
+            continue
+        kept.pop(result.id, None)
+        kept[result.id] = result
+    return list(kept.values()), dropped
 
 
 def to_builtins(record: Task | Result) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import socket
 import sys
 import time
@@ -32,14 +31,13 @@ from typing import Any, Literal
 
 import anyio
 import anyio.abc
-import msgspec
+import anyio.to_thread
 from dsh_acp.client import AcpClient, AcpClientError, PermissionAsk, open_client
 
 from dsh_core.compose import example_argument
-from dsh_core.paths import data_home
-from dsh_core.types import Usage
 
 from .records import Agent, ErrorInfo, Permission, Result, Task
+from .stats import Pricer, read_log
 
 CANCEL_GRACE = 5.0  # after session/cancel (timeout, Ctrl-C): how long a prompt gets to settle
 START_TIMEOUT = 60.0  # initialize / session/new
@@ -117,42 +115,6 @@ class Outcome:
     fatal: bool = False  # no task of this run can start: the engine stops dispatching
 
 
-class _LogLine(msgspec.Struct, rename="camel"):
-    """The two fields of a dsh session-log line that usage needs (the rest is ignored)."""
-
-    type: str = ""
-    usage: Usage | None = None
-
-
-_log_line = msgspec.json.Decoder(_LogLine)
-_SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
-
-
-def _usage_from_log(session_id: str | None) -> dict[str, int] | None:
-    """Token usage of the session, summed over its ``assistant/message`` events in the dsh
-    session log of this node (``$DSH_HOME/sessions/<id>.jsonl``, written when the example
-    mounts jsonl-persistence). ACP v1 carries no per-turn usage, so this is where dsh
-    keeps it; None without a log."""
-    if not session_id or not _SAFE_ID.fullmatch(session_id):
-        return None
-    try:
-        raw = (data_home() / "sessions" / f"{session_id}.jsonl").read_bytes()
-    except OSError:
-        return None
-    total: dict[str, int] = {}
-    for line in raw.splitlines():
-        if b'"assistant/message"' not in line:
-            continue
-        try:
-            entry = _log_line.decode(line)
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            continue  # a torn last line
-        if entry.type == "assistant/message" and entry.usage is not None:
-            for key, value in msgspec.to_builtins(entry.usage).items():
-                total[key] = total.get(key, 0) + value
-    return total or None
-
-
 def _echo_stderr(data: bytes) -> None:
     sys.stderr.buffer.write(data)
 
@@ -184,6 +146,7 @@ class Runner:
         self._tg: anyio.abc.TaskGroup | None = None
         self._cm: Any = None
         self.spawned = 0
+        self.pricer = Pricer()
 
     async def __aenter__(self) -> Runner:
         self._cm = anyio.create_task_group()
@@ -298,6 +261,7 @@ class Runner:
             retryable: bool = False,
             fatal: bool = False,
             usage: dict[str, int] | None = None,
+            **numbers: Any,
         ) -> Outcome:
             result = Result(
                 id=task.id,
@@ -312,6 +276,7 @@ class Runner:
                 permissions=permissions or [],
                 agent=agent,
                 retried=retried,
+                **numbers,
             )
             return Outcome(result, retryable=retryable and not self.interrupting, fatal=fatal)
 
@@ -399,8 +364,11 @@ class Runner:
         text = pr.text if pr is not None else session.text
         stop = pr.stop_reason if pr is not None else "cancelled"
         sid = session.session_id
-        usage = _usage_from_log(sid)
-        common = dict(session_id=sid, permissions=permissions, agent=agent, usage=usage)
+        common: dict[str, Any] = dict(session_id=sid, permissions=permissions, agent=agent)
+        log = read_log(sid)
+        if log is not None:
+            cost = await anyio.to_thread.run_sync(self.pricer.price, proc.key[0], log.calls) if log.calls else None
+            common.update(usage=log.usage, turns=log.turns, tool_calls=log.tool_calls, model_calls=log.model_calls, cost=cost)
         if pr is not None and pr.stop_reason == "error":
             if pr.error_kind == "closed" or not client.alive:
                 raise _Broken(pr.error or "the agent went away", text, sid)

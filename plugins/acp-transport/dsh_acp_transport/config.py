@@ -34,3 +34,9 @@ class TransportConfig(PluginConfig):
     waiting: Annotated[float, Meta(
         ge=0, description="seconds a model call may be silent before the person is told it is still waiting "
                           "(an agent_thought_chunk, repeated as long as it lasts); 0: never")] = 0.0
+    fork: Annotated[bool, Meta(
+        description="serve session/fork (unstable ACP): a new session with the committed history and settings of "
+                    "a recorded one")] = False
+    additional_directories: Annotated[bool, Meta(
+        description="take additionalDirectories in session/new, load, resume and fork: more sandbox roots of the "
+                    "session's tier (off: a non-empty list is refused, ACP-3)")] = False

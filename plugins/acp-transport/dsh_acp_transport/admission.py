@@ -32,14 +32,17 @@ from dsh_core import RouteError
 from dsh_core.contracts import AgentSpec, new_id
 from dsh_core.errors import DshError
 from dsh_core.types import (
+    AssistantMessage,
     AssistantMessageEvent,
     DurableEvent,
+    HistoryForked,
     ImageBlock,
     McpServer,
     Note,
     RequestHeader,
     SessionHeader,
     TextBlock,
+    UserMessage,
     UserMessageEvent,
 )
 
@@ -388,6 +391,14 @@ class Admission(Controls):
                                       user=True)
                 if isinstance(reply, str):
                     session.delivery.push(TextBlock(text=reply), message_id)
+                continue
+            if isinstance(event, HistoryForked):  # a fork (session/fork): the conversation it started from
+                for message in event.history():
+                    if isinstance(message, UserMessage) and message.source == "user" or isinstance(
+                            message, AssistantMessage):
+                        for block in message.content:
+                            if isinstance(block, (TextBlock, ImageBlock)):
+                                session.delivery.push(block, message.id, user=isinstance(message, UserMessage))
                 continue
             if isinstance(event, UserMessageEvent) and event.message.source == "user":
                 blocks, message_id, user = event.message.content, event.message.id, True

@@ -77,7 +77,7 @@ async def test_fork_starts_a_new_session_from_the_committed_history_and_settings
 
 async def test_a_fork_of_a_closed_session_resumes_with_its_history(acp_agent, scripted):
     """The source may be closed (another process wrote it); the fork's own log carries the
-    history, so the fork resumes alone, and session/load shows nothing of the source as its own."""
+    history, so the fork re-opens alone, and session/load shows the conversation it started from."""
     script = scripted(FIRST)
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
         old = await run.start()
@@ -89,9 +89,15 @@ async def test_a_fork_of_a_closed_session_resumes_with_its_history(acp_agent, sc
         forked = await run.conn.fork_session(session_id=old, cwd=str(run.cwd), mcp_servers=[])
         new = forked.session_id
         assert forked.modes.current_mode_id != "full-access"
+        assert [u for s, u in run.client.updates if s == new and "message_chunk" in u.session_update] == []
         await run.conn.close_session(session_id=new)
-        resumed = await run.conn.resume_session(session_id=new, cwd=str(run.cwd), mcp_servers=[])
-        assert resumed.modes.current_mode_id != "full-access"
+        loaded = await run.conn.load_session(session_id=new, cwd=str(run.cwd), mcp_servers=[])
+        assert loaded.modes.current_mode_id != "full-access"
+        shown = [(u.session_update, u.content.text) for s, u in run.client.updates
+                 if s == new and "message_chunk" in u.session_update]
+        assert shown == [("user_message_chunk", "REMEMBER-THIS"), ("agent_message_chunk", "FIRST-ANSWER")]
+        resp = await run.conn.prompt(session_id=new, prompt=[text_block("AND-NOW")])
+        assert resp.stop_reason == "end_turn" and "FORK-ANSWER" in run.client.text(new)
         assert await run.close_stdin() == 0
     inherited = next(e for e in _log(acp_agent.home, new) if e["type"] == "history/forked")
     assert "REMEMBER-THIS" in json.dumps(inherited["messages"])

@@ -32,7 +32,6 @@ from dsh_core import RouteError
 from dsh_core.contracts import AgentSpec, new_id
 from dsh_core.errors import DshError
 from dsh_core.types import (
-    AssistantMessage,
     AssistantMessageEvent,
     DurableEvent,
     HistoryForked,
@@ -42,6 +41,7 @@ from dsh_core.types import (
     RequestHeader,
     SessionHeader,
     TextBlock,
+    ToolResultMessage,
     UserMessage,
     UserMessageEvent,
 )
@@ -372,13 +372,7 @@ class Admission(Controls):
         present = hook if hook.get_hookimpls() else None  # none mounted (acp-agent): not even the call
         for event in events:
             if present is not None:
-                try:
-                    shown_then = [u for updates in present(session=session.agent, event=event) for u in updates or ()]
-                except Exception as exc:  # a presentation plugin's bug costs its updates, never the load
-                    log.warning(f"replaying {type(event).__name__} failed: {exc!r}")
-                    shown_then = []
-                for update in shown_then:
-                    session.delivery.push_update(update)
+                _present_again(present, session, event)
             if isinstance(event, Note) and event.kind in (COMMAND_TYPED, COMMAND_ANSWERED):
                 text, message_id = event.data.get("text"), event.data.get("messageId")
                 if not isinstance(text, str) or not isinstance(message_id, str):
@@ -393,12 +387,7 @@ class Admission(Controls):
                     session.delivery.push(TextBlock(text=reply), message_id)
                 continue
             if isinstance(event, HistoryForked):  # a fork (session/fork): the conversation it started from
-                for message in event.history():
-                    if isinstance(message, UserMessage) and message.source == "user" or isinstance(
-                            message, AssistantMessage):
-                        for block in message.content:
-                            if isinstance(block, (TextBlock, ImageBlock)):
-                                session.delivery.push(block, message.id, user=isinstance(message, UserMessage))
+                _show_inherited(session, event)
                 continue
             if isinstance(event, UserMessageEvent) and event.message.source == "user":
                 blocks, message_id, user = event.message.content, event.message.id, True
@@ -597,6 +586,27 @@ class Admission(Controls):
             session.unsubscribe()
             session.delivery.close()
             self.host.forget(session.agent)
+
+
+def _present_again(present: Any, session: Session, event: Any) -> None:
+    """session/load: what a presentation plugin shows again for ``event`` (``dsh_present_replay``)."""
+    try:
+        shown_then = [u for updates in present(session=session.agent, event=event) for u in updates or ()]
+    except Exception as exc:  # a presentation plugin's bug costs its updates, never the load
+        log.warning(f"replaying {type(event).__name__} failed: {exc!r}")
+        shown_then = []
+    for update in shown_then:
+        session.delivery.push_update(update)
+
+
+def _show_inherited(session: Session, event: HistoryForked) -> None:
+    """session/load of a fork: the text of the conversation it inherited, as load shows its own."""
+    for message in event.history():
+        if isinstance(message, ToolResultMessage) or (isinstance(message, UserMessage) and message.source != "user"):
+            continue
+        for block in message.content:
+            if isinstance(block, (TextBlock, ImageBlock)):
+                session.delivery.push(block, message.id, user=isinstance(message, UserMessage))
 
 
 def _remove(paths: list[Path]) -> None:

@@ -188,7 +188,7 @@ async def test_additional_directories_are_roots_of_the_session_tier_and_no_more(
 
 
 async def test_additional_directories_in_read_only_are_read_only(acp_agent, scripted, dirs):
-    added, sibling = dirs
+    added, _ = dirs
     (added / "notes.txt").write_text("READ-ME\n")
     script = scripted({"default": [
         {"tool": "read", "args": {"file_path": f"{added}/notes.txt"}},
@@ -203,8 +203,8 @@ async def test_additional_directories_in_read_only_are_read_only(acp_agent, scri
         assert (await run.conn.prompt(session_id=sid, prompt=[text_block("go")])).stop_reason == "end_turn"
         assert await run.close_stdin() == 0
     read, wrote = _results(run, sid)
-    assert "READ-ME" in read.raw_output["output"]
-    assert not (added / "ro.txt").exists()
+    assert "READ-ME" in read.raw_output["output"]  # reads: as anywhere
+    assert not (added / "ro.txt").exists() and "ro.txt" in wrote.raw_output["output"]  # writes: refused
 
 
 async def test_bad_additional_directories_are_refused_by_name(acp_agent, scripted, dirs):

@@ -209,7 +209,8 @@ async def test_additional_directories_in_read_only_are_read_only(acp_agent, scri
 
 async def test_bad_additional_directories_are_refused_by_name(acp_agent, scripted, dirs):
     added, sibling = dirs
-    async with acp_agent(scripted({"default": [{"text": "ok"}]}), example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(scripted({"default": [{"text": "ok"}]}), example="acp-editor", env=EXAMPLES,
+                         unstable=True) as run:
         sid = await run.start()
         for bad, why in (("relative/dir", "absolute"), (str(sibling / "missing"), "not a directory")):
             with pytest.raises(RequestError) as refused:
@@ -225,9 +226,15 @@ async def test_bad_additional_directories_are_refused_by_name(acp_agent, scripte
         # an explicit list replaces the recorded one, and the log says so for the next resume
         await run.conn.load_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[],
                                     additional_directories=[str(added)])
+        # a fork takes the source's recorded directories, unless it names its own
+        inherits = (await run.conn.fork_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[])).session_id
+        own = (await run.conn.fork_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[],
+                                           additional_directories=[])).session_id
         assert await run.close_stdin() == 0
     notes = [e for e in _log(acp_agent.home, sid) if e["type"] == "note" and e["kind"] == "acp/additional-directories"]
     assert notes[-1]["data"]["directories"] == [str(added)]
+    assert _log(acp_agent.home, inherits)[0]["additionalDirectories"] == [str(added)]
+    assert "additionalDirectories" not in _log(acp_agent.home, own)[0]
 
 
 async def test_acp_agent_still_refuses_additional_directories(acp_agent, scripted, dirs):

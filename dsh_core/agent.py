@@ -82,6 +82,8 @@ class Agent(TurnLoop, ToolDispatch, History):
             parent_call=spec.parent_call,
             delegation_depth=spec.depth,
             origin=spec.origin,
+            forked_from=spec.forked_from,
+            additional_directories=spec.additional_directories,
         )
         self.log: SessionLog = host.session_store.open(self.header)
         self.children: list[protocols.Agent] = []

@@ -96,12 +96,26 @@ class _Replay:
 
 
 
+def _committed(events: list[DurableEvent]) -> list[DurableEvent]:
+    """``events`` up to the last ended turn: a turn still open (running, or its process died) is
+    cut from its first event (the claim of its prompt, else its start)."""
+    starts: dict[int, int] = {}
+    ended: set[int] = set()
+    for i, ev in enumerate(events):
+        if isinstance(ev, (InboxClaimed, TurnStart)):
+            starts.setdefault(ev.turn, i)
+        elif isinstance(ev, TurnEnd):
+            ended.add(ev.turn)
+    open_at = [i for turn, i in starts.items() if turn not in ended]
+    return list(events[:min(open_at)] if open_at else events)
+
+
 class History(AgentBase):
     """The history part of the agent (see ``agent_base``)."""
 
     # ------------------------------------------------------------------ resume
 
-    def restore(self, events: list[DurableEvent]) -> None:
+    def restore(self, events: list[DurableEvent], *, fork_of: str | None = None) -> None:
         """Rebuild this (fresh, idle) agent's conversation from a recorded log's events, so the
         session continues where it stopped. Nothing is re-run and nothing is re-published to
         observers; the log keeps growing after ``events``.
@@ -111,9 +125,18 @@ class History(AgentBase):
         needs them replayed gets them), tool results and spliced messages. A turn the log
         shows started but not ended (the process died mid-turn) stays interrupted: each of its
         tool calls without a result gets an error result saying it was not re-run, and a
-        ``turn/end`` (aborted, ``interrupted``) is recorded, so history stays a valid conversation."""
+        ``turn/end`` (aborted, ``interrupted``) is recorded, so history stays a valid conversation.
+
+        ``fork_of`` (the recorded session's id): this agent is a new session that starts from
+        that log's committed history — up to its last ended turn (a turn running there, or one
+        its process died in, is left out) — and its settings (taken as resume takes them). Both
+        are recorded in this session's own log (``history/forked``, ``settings/changed`` by
+        ``fork``), so it resumes by itself; the recorded log is only read."""
         if self._busy or self._seq or self._history:
             raise RuntimeError("restore() needs a fresh, idle agent")
+        if fork_of is not None:
+            self._fork_log(fork_of, events)
+            return
         replay = _Replay(seq=self._seq, turn=self._turn)
         for ev in events:
             replay.apply(ev)
@@ -124,6 +147,19 @@ class History(AgentBase):
             self._restore_settings(replay.settings)
         if replay.open_turn is not None:
             self._interrupt(replay.open_turn, [c for c in replay.calls if c[2].id not in replay.answered])
+
+    def _fork_log(self, source: str, events: list[DurableEvent]) -> None:
+        replay = _Replay(seq=0, turn=0)
+        for ev in _committed(events):
+            replay.apply(ev)
+        self._history = replay.history
+        self.emit(HistoryForked.of(source, list(self._history)))
+        if replay.settings is not None:
+            self._restore_settings(replay.settings)
+            taken = self.settings
+            changed = [k for k in ("model", "effort", "mode") if getattr(taken, k) is not None]
+            if changed:
+                self.emit(SettingsChanged(settings=taken, changed=changed, by="fork"))
 
     def _restore_settings(self, recorded: SessionSettings) -> None:
         """The recorded settings, where they are still safe to take from a file: a model this

@@ -261,8 +261,9 @@ class Agent(Protocol):
     ) -> ToolOutput:
         """Run one call through the normal tool path (approvals, errors mapped to results)."""
 
-    def restore(self, events: list[DurableEvent]) -> None:
-        """Rebuild a fresh, idle agent's conversation from a recorded log (session resume)."""
+    def restore(self, events: list[DurableEvent], *, fork_of: str | None = None) -> None:
+        """Rebuild a fresh, idle agent's conversation from a recorded log (session resume); with
+        ``fork_of`` (that log's session id), start a new session from its committed history instead."""
 
     async def wait_idle(self) -> None:
         """Return when no turn runs and the inbox is empty (quiescence)."""
@@ -841,6 +842,9 @@ class AgentSpec:
     parent_call: str | None = None  # the parent's tool call that started this child
     persona: str | None = None  # a section after the system prompt's (a subagent's role)
     fork: bool = False  # a child that starts from the parent's completed history, system prompt and tools
+    # directories beside ``cwd`` that the session's tools may use as ``cwd`` in its sandbox tier (canonical, absolute)
+    additional_directories: tuple[str, ...] = ()
+    forked_from: str | None = None  # a top-level session forked from this recorded one (its header says so)
 
     @property
     def depth(self) -> int:

@@ -105,6 +105,8 @@ class SessionHeader(_Base, tag="session", tag_field="type", kw_only=True):
     parent_call: str | None = None  # the parent's tool call that started this session (a subagent)
     delegation_depth: int = 0
     origin: str | None = None
+    forked_from: str | None = None  # the recorded session this one was forked from (ACP session/fork)
+    additional_directories: tuple[str, ...] = ()  # sandbox roots beside cwd, in the session's tier
 
 
 class Event(_Base, tag_field="type", kw_only=True):

@@ -393,6 +393,53 @@ async def test_restore_rebuilds_history_including_a_compaction(scripted, tmp_pat
         assert agent._seq == len(events) and agent._turn == 2
 
 
+async def test_restore_as_a_fork_takes_the_committed_history_and_records_it(scripted, tmp_path):
+    """``Agent.restore(events, fork_of=…)`` (ACP session/fork): a new session starts from the
+    log's history up to its last ended turn (an open one is left out, nothing is interrupted),
+    with its settings as resume takes them, and records both in its own log."""
+    from dsh_core.contracts import AgentSpec
+    from dsh_core.types import (
+        AssistantMessage,
+        AssistantMessageEvent,
+        HistoryForked,
+        InboxClaimed,
+        SessionSettings,
+        SettingsChanged,
+        TextBlock,
+        TurnEnd,
+        TurnStart,
+        UserMessage,
+        UserMessageEvent,
+    )
+    from dsh_testing import memory_host
+
+    events = [UserMessageEvent(message=UserMessage(id="u1", content=[TextBlock(text="q1")])),
+              InboxClaimed(turn=1, message_ids=["u1"]), TurnStart(turn=1),
+              AssistantMessageEvent(turn=1, step=1, message=AssistantMessage(id="a1", content=[TextBlock(text="a1")])),
+              TurnEnd(turn=1, reason="completed"),
+              SettingsChanged(settings=SessionSettings(mode="read-only"), changed=["mode"]),
+              UserMessageEvent(message=UserMessage(id="u2", content=[TextBlock(text="q2")])),
+              InboxClaimed(turn=2, message_ids=["u2"]), TurnStart(turn=2),
+              AssistantMessageEvent(turn=2, step=1, message=AssistantMessage(id="a2", content=[TextBlock(text="a2")]))]
+    for i, ev in enumerate(events, 1):
+        ev.seq = i
+    script = scripted({})
+    async with memory_host(script) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script),
+                                            forked_from="source"))
+        seen: list = []
+        agent.subscribe(lambda _a, ev: seen.append(ev))
+        agent.restore(events, fork_of="source")
+        assert [m.id for m in agent.history] == ["u1", "a1"]  # turn 2 was still open: not committed
+        assert agent.settings.mode == "read-only"
+        assert agent.header.forked_from == "source"
+        forked, settings = seen
+        assert isinstance(forked, HistoryForked) and forked.parent_session == "source"
+        assert [m.id for m in forked.history()] == ["u1", "a1"]
+        assert isinstance(settings, SettingsChanged) and settings.by == "fork" and settings.changed == ["mode"]
+        assert forked.seq == 1 and agent._turn == 0  # its own log, numbered from the start
+
+
 # --------------------------------------------------------------------------- session/load
 
 

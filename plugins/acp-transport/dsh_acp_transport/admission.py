@@ -1,5 +1,6 @@
 """What gets in (ACP-2, ACP-3): ``initialize`` and the gate before it, and the session
-lifecycle: ``session/new``, ``list``, ``resume``, ``delete`` and ``close``."""
+lifecycle: ``session/new``, ``list``, ``resume``, ``load``, ``fork`` (acp-editor's), ``delete``
+and ``close``."""
 
 from __future__ import annotations
 
@@ -33,12 +34,15 @@ from dsh_core.errors import DshError
 from dsh_core.types import (
     AssistantMessageEvent,
     DurableEvent,
+    HistoryForked,
     ImageBlock,
     McpServer,
     Note,
     RequestHeader,
     SessionHeader,
     TextBlock,
+    ToolResultMessage,
+    UserMessage,
     UserMessageEvent,
 )
 
@@ -117,6 +121,8 @@ class Admission(Controls):
                 session_capabilities=wire.SessionCapabilities(
                     close={},
                     **({"list": {}, "resume": {}, "delete": {}} if self.durable_store() is not None else {}),
+                    **({"fork": {}} if self.settings.fork and self.durable_store() is not None else {}),
+                    **({"additional_directories": {}} if self.settings.additional_directories else {}),
                 ),
                 load_session=True if self.durable_store() is not None else UNSET,
                 mcp_capabilities=wire.McpCapabilities(http=mcp.http, sse=mcp.sse) if mcp is not None else UNSET,
@@ -203,8 +209,7 @@ class Admission(Controls):
         if not osp.isabs(p.cwd):
             raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
         servers = client_servers(p.mcp_servers, self.host.pm.hook.dsh_client_mcp(host=self.host))
-        if p.additional_directories:
-            raise invalid_params("additionalDirectories is not supported")
+        extra = self._additional(p.additional_directories) or ()
         if not osp.isdir(p.cwd):
             raise invalid_params(f"cwd is not a directory: {p.cwd}")
         self._require_credential()
@@ -213,7 +218,7 @@ class Admission(Controls):
             agent = self.host.create_agent(
                 AgentSpec(cwd=osp.normpath(p.cwd), provider=provider, model=model, mcp_servers=servers,
                           session_id=(sid := new_id()), buffers=self._buffers(sid, osp.normpath(p.cwd)),
-                          questions=self._questions(sid)))
+                          questions=self._questions(sid), additional_directories=extra))
         except RouteError as exc:
             raise internal_error(str(exc)) from None
         except DshError as exc:  # the session store could not create the log
@@ -228,6 +233,28 @@ class Admission(Controls):
         state = self.session_state(agent)
         return wire.NewSessionResult(session_id=agent.session_id, config_options=state.get("configOptions", UNSET),
                                      modes=state.get("modes", UNSET))
+
+    def _additional(self, raw: list[Any] | None) -> tuple[str, ...] | None:
+        """A request's ``additionalDirectories``, checked: None when absent, else the directories
+        (absolute, existing; normalised, each once). Refused (``-32602``) naming the bad entry;
+        refused whole, non-empty, where the door does not take them (acp-agent, ACP-3)."""
+        if raw is None:
+            return None
+        if not raw:
+            return ()
+        if not self.settings.additional_directories:
+            raise invalid_params("additionalDirectories is not supported")
+        out: list[str] = []
+        for i, entry in enumerate(raw):
+            if not isinstance(entry, str) or not entry:
+                raise invalid_params(f"additionalDirectories[{i}]: expected an absolute path (a non-empty string)")
+            if not osp.isabs(entry):
+                raise invalid_params(f"additionalDirectories[{i}] must be an absolute path: {entry}")
+            if not osp.isdir(entry):
+                raise invalid_params(f"additionalDirectories[{i}] is not a directory: {entry}")
+            if (d := osp.normpath(entry)) not in out:
+                out.append(d)
+        return tuple(out)
 
     def _buffers(self, session_id: str, cwd: str) -> ClientBuffers | None:
         """The editor's open files, when this composition uses them and the client offers them."""
@@ -363,13 +390,7 @@ class Admission(Controls):
         present = hook if hook.get_hookimpls() else None  # none mounted (acp-agent): not even the call
         for event in events:
             if present is not None:
-                try:
-                    shown_then = [u for updates in present(session=session.agent, event=event) for u in updates or ()]
-                except Exception as exc:  # a presentation plugin's bug costs its updates, never the load
-                    log.warning(f"replaying {type(event).__name__} failed: {exc!r}")
-                    shown_then = []
-                for update in shown_then:
-                    session.delivery.push_update(update)
+                _present_again(present, session, event)
             if isinstance(event, Note) and event.kind in (COMMAND_TYPED, COMMAND_ANSWERED):
                 text, message_id = event.data.get("text"), event.data.get("messageId")
                 if not isinstance(text, str) or not isinstance(message_id, str):
@@ -382,6 +403,9 @@ class Admission(Controls):
                                       user=True)
                 if isinstance(reply, str):
                     session.delivery.push(TextBlock(text=reply), message_id)
+                continue
+            if isinstance(event, HistoryForked):  # a fork (session/fork): the conversation it started from
+                _show_inherited(session, event)
                 continue
             if isinstance(event, UserMessageEvent) and event.message.source == "user":
                 blocks, message_id, user = event.message.content, event.message.id, True
@@ -407,6 +431,7 @@ class Admission(Controls):
         if self.closed:
             raise internal_error(CLOSING + "the session was not resumed")
         servers = _check_resume_params(p, self.host.pm.hook.dsh_client_mcp(host=self.host))
+        asked = self._additional(p.additional_directories)
         self._recorded(store, p.session_id)
         self._require_credential()
         if self._open_here(p.session_id):
@@ -418,6 +443,8 @@ class Admission(Controls):
         header = contents.header
         cwd = _check_resumable(p, header)
         recorded = _last_route(header, contents.events)
+        before = recorded_directories(header, contents.events)
+        extra = self._kept_directories(before) if asked is None else asked
         if self._open_here(p.session_id):  # re-checked: the read awaited
             raise invalid_params(f"session {p.session_id} is already open in this agent process")
         # The route is this agent's own (example, then --provider/--model, DSH_PROVIDER/DSH_MODEL),
@@ -428,7 +455,7 @@ class Admission(Controls):
             agent = self.host.create_agent(
                 AgentSpec(cwd=cwd, provider=provider, model=model, session_id=header.id, origin=header.origin,
                           mcp_servers=servers, buffers=self._buffers(header.id, cwd),
-                          questions=self._questions(header.id))
+                          questions=self._questions(header.id), additional_directories=extra)
             )
         except RouteError as exc:
             raise internal_error(f"no model route to resume on: {exc}") from None
@@ -441,6 +468,8 @@ class Admission(Controls):
             raise internal_error(f"the session could not be rebuilt from its log: {exc}") from None
         if self.settings.remember_approvals:  # the person's "always" answers, as far as a file may give them
             agent.state(ApprovalRules).fold(contents.events)
+        if extra != before:  # the client gave another list: the log says so, for the next resume
+            agent.emit(Note(kind=DIRECTORIES, data={"directories": list(extra)}))
         if self.closed:
             await self._abandon(agent)
             raise internal_error(CLOSING + "the session was not resumed")
@@ -452,6 +481,66 @@ class Admission(Controls):
             return ({"_meta": {"dsh": {"route": f"{provider}/{model}", "recordedRoute": f"{recorded[0]}/{recorded[1]}",
                                        "note": note}}}, session, list(contents.events))
         return {}, session, list(contents.events)
+
+    def _kept_directories(self, recorded: tuple[str, ...]) -> tuple[str, ...]:
+        """A resumed session's recorded additional directories, when the request names none: kept
+        where the door takes them (each still a directory, else ``-32602`` naming it: pass the
+        list to replace it); dropped where it does not (acp-agent resumes with the workspace only)."""
+        if not self.settings.additional_directories:
+            return ()
+        for d in recorded:
+            if not osp.isdir(d):
+                raise invalid_params(f"the session's additional directory {d} is no longer a directory; "
+                                     "pass additionalDirectories to replace the recorded list")
+        return recorded
+
+    # ------------------------------------------------------------------ session/fork (unstable ACP)
+
+    async def fork_session(self, rid: Any, params: msgspec.Raw | None) -> Any:
+        """``session/fork``: a new session (new id, its own log whose header names the source in
+        ``forkedFrom``) that starts from the recorded session's committed history — up to its
+        last ended turn — and its settings (model, thinking, mode; never full-access from a file,
+        as resume). The source is only read: it may be open (here or in another process) or
+        closed, and nothing of it changes. ``cwd`` must be the source's; ``additionalDirectories``
+        absent means the source's recorded ones. Answered as session/new is."""
+        store = self._needs_store("session/fork")
+        p = decode_params(params, wire.ForkSessionParams)
+        if self.closed:
+            raise internal_error(CLOSING + "no session was created")
+        servers = _check_resume_params(p, self.host.pm.hook.dsh_client_mcp(host=self.host))
+        asked = self._additional(p.additional_directories)
+        self._recorded(store, p.session_id)
+        self._require_credential()
+        try:
+            contents = (await store.read(p.session_id)).contents
+        except DshError as exc:
+            raise internal_error(f"the session log cannot be read: {exc}") from None
+        header = contents.header
+        cwd = _check_resumable(p, header)
+        extra = self._kept_directories(recorded_directories(header, contents.events)) if asked is None else asked
+        try:
+            provider, model = self.host.check_route()
+            agent = self.host.create_agent(
+                AgentSpec(cwd=cwd, provider=provider, model=model, session_id=(sid := new_id()), mcp_servers=servers,
+                          buffers=self._buffers(sid, cwd), questions=self._questions(sid),
+                          additional_directories=extra, forked_from=header.id))
+        except RouteError as exc:
+            raise internal_error(str(exc)) from None
+        except DshError as exc:
+            raise internal_error(f"no session was created: {exc}") from None
+        try:
+            agent.restore(contents.events, fork_of=header.id)
+        except Exception as exc:
+            await self._abandon(agent)
+            raise internal_error(f"the session could not be forked from its log: {exc}") from None
+        if self.closed:
+            await self._abandon(agent)
+            raise internal_error(CLOSING + "no session was created")
+        session = self._publish(agent)
+        self.opened(rid, session)
+        state = self.session_state(agent)
+        return wire.NewSessionResult(session_id=agent.session_id, config_options=state.get("configOptions", UNSET),
+                                     modes=state.get("modes", UNSET))
 
     async def _abandon(self, agent: Agent) -> None:
         """Dispose and forget an agent built for a resume that does not go through."""
@@ -522,6 +611,27 @@ class Admission(Controls):
             self.host.forget(session.agent)
 
 
+def _present_again(present: Any, session: Session, event: Any) -> None:
+    """session/load: what a presentation plugin shows again for ``event`` (``dsh_present_replay``)."""
+    try:
+        shown_then = [u for updates in present(session=session.agent, event=event) for u in updates or ()]
+    except Exception as exc:  # a presentation plugin's bug costs its updates, never the load
+        log.warning(f"replaying {type(event).__name__} failed: {exc!r}")
+        shown_then = []
+    for update in shown_then:
+        session.delivery.push_update(update)
+
+
+def _show_inherited(session: Session, event: HistoryForked) -> None:
+    """session/load of a fork: the text of the conversation it inherited, as load shows its own."""
+    for message in event.history():
+        if isinstance(message, ToolResultMessage) or (isinstance(message, UserMessage) and message.source != "user"):
+            continue
+        for block in message.content:
+            if isinstance(block, (TextBlock, ImageBlock)):
+                session.delivery.push(block, message.id, user=isinstance(message, UserMessage))
+
+
 def _remove(paths: list[Path]) -> None:
     for a in paths:
         if a.is_dir() and not a.is_symlink():
@@ -534,10 +644,7 @@ def _check_resume_params(p: wire.ResumeSessionParams, mcp: ClientMcp | None) -> 
     """What session/resume refuses before it looks at the store; the MCP servers it takes."""
     if not osp.isabs(p.cwd):
         raise invalid_params(f"cwd must be an absolute path: {p.cwd}")
-    servers = client_servers(p.mcp_servers, mcp)
-    if p.additional_directories:
-        raise invalid_params("additionalDirectories is not supported")
-    return servers
+    return client_servers(p.mcp_servers, mcp)
 
 
 def client_servers(raw: list[Any] | None, mcp: ClientMcp | None) -> tuple[McpServer, ...]:
@@ -594,6 +701,21 @@ def _check_resumable(p: wire.ResumeSessionParams, header: SessionHeader) -> str:
     if not osp.isdir(cwd):
         raise invalid_params(f"cwd is not a directory: {p.cwd}")
     return cwd
+
+
+DIRECTORIES = "acp/additional-directories"  # a note: the list a resume or load replaced the recorded one with
+
+
+def recorded_directories(header: SessionHeader, events: list[DurableEvent]) -> tuple[str, ...]:
+    """A session's additional directories as its log last says: the header's, or the last note
+    of a resume that gave another list."""
+    found = tuple(header.additional_directories)
+    for ev in events:
+        if isinstance(ev, Note) and ev.kind == DIRECTORIES:
+            dirs = ev.data.get("directories")
+            if isinstance(dirs, list) and all(isinstance(d, str) for d in dirs):
+                found = tuple(dirs)
+    return found
 
 
 def _last_route(header: SessionHeader, events: list[DurableEvent]) -> tuple[str, str]:

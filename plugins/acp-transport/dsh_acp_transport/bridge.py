@@ -53,6 +53,8 @@ class Bridge(Admission, Settlement):
             dispatcher.on_request(method, handler)
         if self.settings.login:  # acp-editor's; acp-agent answers logout as any unknown method
             dispatcher.on_request("logout", self.logout)
+        if self.settings.fork:  # acp-editor's (unstable ACP); acp-agent answers it as any unknown method
+            dispatcher.on_request("session/fork", self.fork_session)
         dispatcher.on_notification("session/cancel", self.cancel)
         dispatcher.gate = self._gate
         dispatcher.on_cancel_request = self._cancel_request

@@ -40,3 +40,9 @@ class TransportConfig(PluginConfig):
     prompt_queue: Annotated[int, Meta(
         ge=0, le=64, description="how many prompts may wait behind the one in flight in a session (a prompt sent "
                                  "during a turn runs as its own turn after it); 0: such a prompt is refused (ACP-5)")] = 0
+    fork: Annotated[bool, Meta(
+        description="serve session/fork (unstable ACP): a new session with the committed history and settings of "
+                    "a recorded one")] = False
+    additional_directories: Annotated[bool, Meta(
+        description="take additionalDirectories in session/new, load, resume and fork: more sandbox roots of the "
+                    "session's tier (off: a non-empty list is refused, ACP-3)")] = False

@@ -141,6 +141,8 @@ class SessionCapabilities(_Out):
     list: dict[str, Any] | UnsetType = UNSET
     resume: dict[str, Any] | UnsetType = UNSET
     delete: dict[str, Any] | UnsetType = UNSET
+    fork: dict[str, Any] | UnsetType = UNSET  # unstable ACP (session/fork)
+    additional_directories: dict[str, Any] | UnsetType = UNSET
 
 
 class McpCapabilities(_Out):
@@ -327,6 +329,10 @@ class ResumeSessionParams(_In):
 
 class LoadSessionParams(ResumeSessionParams):
     """``session/load``: as resume, and the conversation is replayed to the client first."""
+
+
+class ForkSessionParams(ResumeSessionParams):
+    """``session/fork`` (unstable ACP): a new session from the committed history of ``session_id``."""
 
 
 class DeleteSessionParams(_In):

@@ -137,7 +137,7 @@ class BashTool(SandboxTool):
         workspace = os.path.realpath(ctx.cwd)
         if not os.path.isdir(workspace):
             raise ToolError(f"the session directory {workspace} does not exist", code="NO_CWD")
-        cwd = resolve_workdir(str_arg(args, "workdir", required=False), workspace)
+        cwd = resolve_workdir(str_arg(args, "workdir", required=False), workspace, self.sb.extra_roots(ctx.agent))
         mode = await self.sb.effective_mode(args, ctx, "command")
         bash = shutil.which("bash") or "/bin/sh"
         if background:
@@ -212,17 +212,25 @@ class BashTool(SandboxTool):
         return out
 
 
-def resolve_workdir(workdir: str | None, workspace: str) -> str:
+def resolve_workdir(workdir: str | None, workspace: str, extra: tuple[str, ...] = ()) -> str:
     """The directory a call runs in: ``workdir`` taken from the session workspace (canonical),
-    which it must not leave. The sandbox's writable roots stay the workspace's whatever the
-    workdir, and a workdir outside it is refused rather than run from: a command's directory is
-    never a way out of the session's confinement."""
+    which it must not leave — or one of the session's additional directories (``extra``, an
+    editor's ``additionalDirectories``), confined the same. The sandbox's writable roots stay the
+    session's whatever the workdir, and a workdir outside them is refused rather than run from: a
+    command's directory is never a way out of the session's confinement."""
     if workdir is None:
         return workspace
     if not workdir.strip():
         raise ToolError("invalid workdir: expected a non-empty string", code="INVALID_ARGUMENTS")
     real = os.path.realpath(os.path.join(workspace, os.path.expanduser(workdir)))
-    if real != workspace and not real.startswith(workspace.rstrip(os.sep) + os.sep):
+    roots = [workspace, *(os.path.realpath(r) for r in extra)]
+    if not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
+        if extra:
+            raise ToolError(
+                f"workdir {workdir!r} is outside the session workspace {workspace} and its additional directories "
+                f"({', '.join(roots[1:])}); commands run inside them (give a directory in one, or no workdir)",
+                code="WORKDIR_OUTSIDE",
+            )
         raise ToolError(
             f"workdir {workdir!r} is outside the session workspace {workspace}; commands run inside it "
             "(give a directory in the workspace, or no workdir)",

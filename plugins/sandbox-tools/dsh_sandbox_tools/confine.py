@@ -80,12 +80,12 @@ class SandboxConfinement:
                 "a kernel with Landlock.",
                 code="SANDBOX_UNAVAILABLE",
             )
-        return ConfinedCommand(argv=runner.wrap(list(argv), writable_roots(mode, real), real), env=env, mode=mode,
+        return ConfinedCommand(argv=runner.wrap(list(argv), writable_roots(mode, real, self.sandbox.extra_roots(session)), real), env=env, mode=mode,
                                mechanism=runner.name, denial=runner.denial)
 
     async def write_file(self, path: str, data: bytes, *, session: Agent, cwd: str, create: bool) -> int:
         mode = self.sandbox.mode_for(session)
-        roots = self.sandbox.write_roots(mode, cwd)
+        roots = self.sandbox.write_roots(mode, cwd, session)
         try:
             _, mtime = await anyio.to_thread.run_sync(
                 lambda: write_bytes(path, data, roots, create=create, label=mode))

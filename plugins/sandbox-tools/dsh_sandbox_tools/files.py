@@ -205,7 +205,7 @@ class WriteTool(SandboxTool):
         data = content.encode("utf-8")
         try:
             existed, mtime = await anyio.to_thread.run_sync(
-                lambda: write_bytes(path, data, self.sb.write_roots(mode, ctx.cwd), create=True, label=mode)
+                lambda: write_bytes(path, data, self.sb.write_roots(mode, ctx.cwd, ctx.agent), create=True, label=mode)
             )
         except PathDenied as exc:
             raise _denied(self.sb, exc, mode, raw) from None
@@ -283,7 +283,7 @@ class EditTool(SandboxTool):
         mode = await self.sb.effective_mode(args, ctx, "file operation", change)
         try:
             _, mtime = await anyio.to_thread.run_sync(
-                lambda: write_bytes(path, updated.encode("utf-8"), self.sb.write_roots(mode, ctx.cwd),
+                lambda: write_bytes(path, updated.encode("utf-8"), self.sb.write_roots(mode, ctx.cwd, ctx.agent),
                                      create=False, label=mode)
             )
         except PathDenied as exc:

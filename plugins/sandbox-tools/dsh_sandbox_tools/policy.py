@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -101,11 +101,12 @@ def temp_roots() -> list[str]:
     return out
 
 
-def writable_roots(mode: str, root: str) -> list[str]:
-    """Directories writable under ``mode`` for a session rooted at ``root`` (canonical paths)."""
+def writable_roots(mode: str, root: str, extra: Sequence[str] = ()) -> list[str]:
+    """Directories writable under ``mode`` for a session rooted at ``root`` (canonical paths);
+    ``extra``: the session's additional directories, roots beside ``root`` in the same tier."""
     if mode == "read-only":
         return []
-    roots = [os.path.realpath(root), *temp_roots()]
+    roots = [os.path.realpath(root), *(os.path.realpath(r) for r in extra), *temp_roots()]
     out: list[str] = []
     for r in roots:
         if r not in out:

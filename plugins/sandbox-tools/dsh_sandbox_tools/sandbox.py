@@ -45,6 +45,12 @@ class Sandbox:
         chosen = getattr(getattr(agent, "settings", None), "mode", None)
         return SESSION_TIERS.get(chosen, self.settings.mode) if chosen else self.settings.mode
 
+    @staticmethod
+    def extra_roots(agent: Any) -> tuple[str, ...]:
+        """``agent``'s additional directories (``AgentSpec.additional_directories``: an editor's
+        ``additionalDirectories``): roots beside its workspace, in the same tier."""
+        return tuple(getattr(getattr(agent, "spec", None), "additional_directories", ()) or ())
+
     def reads(self, agent: Any) -> dict[str, int]:
         records: ReadRecords = agent.state(ReadRecords)
         return records
@@ -144,8 +150,10 @@ class Sandbox:
             "really needed]"
         )
 
-    def write_roots(self, mode: str, cwd: str) -> list[str] | None:
-        return None if mode == "danger-full-access" else writable_roots(mode, cwd)
+    def write_roots(self, mode: str, cwd: str, agent: Any = None) -> list[str] | None:
+        """Where a file tool may write (None: anywhere, danger-full-access): ``cwd``, the temp
+        areas and ``agent``'s additional directories, unless the tier is read-only."""
+        return None if mode == "danger-full-access" else writable_roots(mode, cwd, self.extra_roots(agent))
 
     # -------------------------------------------------------------- running commands
 
@@ -208,7 +216,7 @@ class Sandbox:
         limit = s.max_output_bytes if limit is None else limit
         io: dict[str, Any] = {"stdin": stdin, "capture": capture, "split": split, "tap": tap}
         workspace = cwd if workspace is None else workspace
-        roots = writable_roots(mode, workspace) if runner is not None else []
+        roots = writable_roots(mode, workspace, self.extra_roots(owner)) if runner is not None else []
         one_shot = owner is None or mode != self.mode_for(owner)
         if one_shot and not lifeline:  # a fresh (confined) process
             if runner is not None:

@@ -1,0 +1,48 @@
+"""The session logs the snapshot scenarios recorded (``snapshots/`` and ``plugins/*/snapshots/``),
+put back into a real ``JsonlStore`` directory as the agent wrote them: request headers expanded
+from their class pins (``dsh_testing.scenarios.expand_headers``), placeholders replaced by real
+values (session ids, paths, message ids)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsh_testing.scenarios import _class_pin, expand_headers, load_scenario
+
+REPO = Path(__file__).resolve().parents[3]
+_SESSION = re.compile(r"\{\{session(\d+)\}\}")
+_ID = re.compile(r"\{\{id(?::(\d+))?\}\}")
+
+
+@dataclass
+class Recorded:
+    scenario: str  # example/name
+    ids: list[str]  # the store ids of its sessions, in the order the scenario's files hold them
+
+
+def scenario_dirs() -> list[Path]:
+    roots = [REPO / "snapshots", *sorted((REPO / "plugins").glob("*/snapshots"))]
+    return sorted(p.parent for root in roots for p in root.glob("*/*/input.json"))
+
+
+def materialize(directory: Path, sessions: Path, cwd: Path) -> Recorded:
+    sc = load_scenario(directory)
+    system, tools = _class_pin(sc)
+    tag = f"{directory.parent.name}.{directory.name}"
+    ids = []
+    for log_path in sc.logs():
+        text = expand_headers(log_path.read_text(encoding="utf-8"), system, tools)
+        text = _SESSION.sub(lambda m: f"{tag}.s{m.group(1)}", text)
+        text = _ID.sub(lambda m: f"{int(m.group(1) or 0):032x}", text)
+        for old, new in (("{{cwd}}", str(cwd)), ("{{home}}", str(sessions.parent)), ("{{tmp}}", str(cwd.parent)),
+                         ("{{repo}}", str(REPO)), ("{{script}}", "script.json"), ("{{http}}", "http://127.0.0.1:9"),
+                         ("{{time}}", "2026-01-01T00:00:00Z")):
+            text = text.replace(old, new)
+        header = json.loads(text.split("\n", 1)[0])
+        sessions.mkdir(parents=True, exist_ok=True)
+        (sessions / f"{header['id']}.jsonl").write_text(text, encoding="utf-8")
+        ids.append(header["id"])
+    return Recorded(f"{directory.parent.name}/{directory.name}", ids)

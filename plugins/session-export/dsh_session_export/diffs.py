@@ -4,7 +4,9 @@ The log holds each call's arguments and result, not the file before the call. So
 session has seen are followed per path: a whole-file ``read`` (it starts at line 1 and reaches
 the end of the file), a ``write`` (its ``content``), an ``edit`` applied to a known text. A
 ``write`` over a file whose earlier text the log never showed is shown whole, as added lines, and
-says so; an ``edit`` of an unknown text shows the replaced string against its replacement.
+says so; an ``edit`` of an unknown text shows the replaced string against its replacement. A
+write whose result says it created the file starts from nothing. Any other tool that may change
+files (``bash``, a subagent, a program) makes the session forget what it knew.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def change_of(texts: FileTexts, name: str, arguments: str, ok: bool, result: str
     if name == "read":
         if ok:
             texts.saw_read(args, result)
+        else:
+            texts.known.pop(texts.path(args.get("file_path")) or "", None)
         return None
     if name == "write":
         return _write(texts, args.get("file_path"), args.get("content"), ok, created="Created file" in result)
@@ -79,14 +83,22 @@ def change_of(texts: FileTexts, name: str, arguments: str, ok: bool, result: str
             return _write(texts, args.get("path"), args.get("file_text"), ok, created=False)
         if command == "str_replace":
             return _edit(texts, args.get("path"), args.get("old_str"), args.get("new_str") or "", False, ok)
+    if name not in _KEEPS_FILES:
+        texts.known.clear()  # a command, a subagent…: any file may have changed in ways the log does not show
     return None
+
+
+# tools that change no file (or only the ones followed above)
+_KEEPS_FILES = frozenset({"glob", "grep", "read_image", "todo_write", "web_fetch", "web_search", "session_search",
+                          "session_event_search", "session_event_read", "session_event_trace", "session_trace",
+                          "job_list", "job_output", "list_agents", "skill", "get_goal"})
 
 
 def _write(texts: FileTexts, raw_path: Any, content: Any, ok: bool, *, created: bool) -> tuple[str, str] | None:
     path = texts.path(raw_path)
     if path is None or not isinstance(content, str):
         return None
-    before = texts.known.get(path)
+    before = "" if created else texts.known.get(path)
     note = ""
     if before is None:
         before = ""

@@ -193,7 +193,9 @@ class Builder:
         try:
             child = self.loader.session(session_id, depth=self.depth + 1, seen=self.seen)
         except Exception as exc:  # noqa: BLE001 - a child without a log here is named, not fatal
-            child = {"id": session_id, "missing": str(exc), "rows": [], "children": [], "totals": Totals().data()}
+            child = {"id": session_id, "missing": str(exc), "title": "", "cwd": "", "created": 0, "provider": "",
+                     "model": "", "parent": self.header.id, "parentCall": call_id, "depth": self.depth + 1, "rows": [],
+                     "children": [], "ownTotals": Totals().data(), "totals": Totals().data(), "costRaw": {}}
         self.child_sessions.append(child)
         call = self.calls.get(call_id or "")
         if call is not None:

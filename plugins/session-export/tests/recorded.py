@@ -6,10 +6,16 @@ values (session ids, paths, message ids)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from dsh_core.types import SessionHeader, log_encoder
 from dsh_testing.scenarios import _class_pin, expand_headers, load_scenario
 
 REPO = Path(__file__).resolve().parents[3]
@@ -43,6 +49,31 @@ def materialize(directory: Path, sessions: Path, cwd: Path) -> Recorded:
             text = text.replace(old, new)
         header = json.loads(text.split("\n", 1)[0])
         sessions.mkdir(parents=True, exist_ok=True)
+        assert not (sessions / f"{header['id']}.jsonl").exists(), f"two scenarios named {tag}"
         (sessions / f"{header['id']}.jsonl").write_text(text, encoding="utf-8")
         ids.append(header["id"])
     return Recorded(f"{directory.parent.name}/{directory.name}", ids)
+
+
+DSH = Path(sys.executable).with_name("dsh")
+
+
+def write_log(sessions: Path, header: SessionHeader, events: Iterable[Any]) -> str:
+    """A session log as the store writes it: the header, then each event (seq numbered from 1)."""
+    sessions.mkdir(parents=True, exist_ok=True)
+    lines = [log_encoder.encode(header)]
+    for n, ev in enumerate(events, 1):
+        ev.seq = n
+        lines.append(log_encoder.encode(ev))
+    (sessions / f"{header.id}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    return header.id
+
+
+def run_dsh(home: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The real ``dsh`` over the store at ``home`` (a fresh environment: no key of the machine's)."""
+    home.mkdir(parents=True, exist_ok=True)
+    base = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")}
+    base |= {"DSH_HOME": str(home), "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config"),
+             "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
+    return subprocess.run([str(DSH), "sessions", "export", *args], capture_output=True, text=True, timeout=120,
+                          env=base | (env or {}), cwd=cwd or home)

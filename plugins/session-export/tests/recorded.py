@@ -77,3 +77,51 @@ def run_dsh(home: Path, *args: str, env: dict[str, str] | None = None, cwd: Path
              "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
     return subprocess.run([str(DSH), "sessions", "export", *args], capture_output=True, text=True, timeout=120,
                           env=base | (env or {}), cwd=cwd or home)
+
+
+def big_session(sessions: Path, events: int) -> str:
+    """A session of ``events`` events (with the header: one more line): turns of a prompt, then
+    model calls each with one bash call and its result, priced usage on each call. The last tool
+    result says ``the last output, number N``."""
+    from dsh_core.types import (
+        AssistantMessage,
+        AssistantMessageEvent,
+        TextBlock,
+        ToolCallBlock,
+        ToolResultEvent,
+        ToolResultMessage,
+        TurnEnd,
+        TurnStart,
+        Usage,
+        UserMessage,
+        UserMessageEvent,
+    )
+
+    per_turn = events // 500  # 20 events a turn: prompt, start, 4 x (call message, result), ... , answer, end
+    calls = (per_turn - 4) // 2
+    out: list[Any] = []
+    t, n = 1_764_900_000.0, 0
+    for turn in range(1, 501):
+        out.append(UserMessageEvent(time=t, message=UserMessage(id=f"u{turn}", content=[TextBlock(text=f"task {turn}")])))
+        out.append(TurnStart(time=t, turn=turn))
+        for step in range(1, calls + 1):
+            t += 0.5
+            cid = f"c{turn}-{step}"
+            out.append(AssistantMessageEvent(time=t, turn=turn, step=step, finish="tool-calls",
+                                             usage=Usage(input_tokens=4000 + n, output_tokens=60, cache_hit_tokens=3500),
+                                             message=AssistantMessage(id=f"a{cid}", provider="deepseek", model="deepseek-flash", content=[
+                                                 ToolCallBlock(id=cid, name="bash", arguments=json.dumps({"command": f"echo {n}"}))])))
+            text = f"the last output, number {n}" if n == 2499 else f"output {n}\n" + "line of output\n" * 5
+            out.append(ToolResultEvent(time=t + 0.1, turn=turn, step=step, result=ToolResultMessage(
+                call_id=cid, name="bash", content=[TextBlock(text=text)])))
+            n += 1
+        t += 0.5
+        out.append(AssistantMessageEvent(time=t, turn=turn, step=calls + 1, usage=Usage(input_tokens=5000, output_tokens=30),
+                                         message=AssistantMessage(id=f"a{turn}", provider="deepseek", model="deepseek-flash",
+                                                                  content=[TextBlock(text=f"done with task {turn}")])))
+        out.append(TurnEnd(time=t, turn=turn, reason="completed"))
+    from dsh_core.types import SessionHeader as Header
+
+    assert len(out) == events, len(out)
+    return write_log(sessions, Header(id="big", created_at=1_764_900_000.0, cwd="/w", provider="deepseek",
+                                      model="deepseek-flash"), out)

@@ -31,7 +31,8 @@ from dsh_core.types import (
 from dsh_deepseek_model import DeepSeekProvider, Settings
 
 KEY = "sk-planted0123456789abcdef0123456789"
-XSS = "<script>window.__pwned=1</script><img src=x onerror=window.__pwned=2>"
+# run, either would mark the page (<html data-pwned>); the image would also ask for file:///…/x
+XSS = '<script>document.documentElement.dataset.pwned=1</script><img src=x onerror="document.documentElement.dataset.pwned=2">'
 
 
 def _island(html: str) -> dict:
@@ -162,14 +163,14 @@ def test_markup_in_tool_output_and_file_names_is_text(tmp_path):
     home = tmp_path / "home"
     sid = _session(home / "sessions", result=f"output {XSS}", path=f"{XSS}.txt")
     html = run_dsh(home, sid, "--html").stdout
-    assert "<script>window" not in html and "<img" not in html  # only the page's own two scripts
+    assert "<script>document" not in html and "<img" not in html  # only the page's own two scripts
     assert html.count("<script") == 2
     doc = _island(html)
     [call] = [r for r in doc["rows"] if r["k"] == "call"]
-    assert XSS in call["result"] and XSS in call["args"]  # the data is intact, shown as text
-    assert f"<title>write {XSS}" not in html and "write &lt;script&gt;window.__pwned=1&lt;/script&gt;" in html
+    assert XSS in call["result"] and json.dumps(f"{XSS}.txt") in call["args"]  # the data is intact, shown as text
+    assert f"<title>write {XSS}" not in html and "write &lt;script&gt;document.documentElement.dataset.pwned=1&lt;/script&gt;" in html
     md = run_dsh(home, sid, "--md").stdout
-    assert "write &lt;script>window.__pwned=1&lt;/script>" in md  # outside code fences, escaped
+    assert "write &lt;script>document.documentElement.dataset.pwned=1&lt;/script>" in md  # outside code fences, escaped
     assert f"output {XSS}\n```" in md  # inside a fence, verbatim
 
 

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dsh_core.errors import DshError
 from dsh_jsonl_persistence.store import JsonlStore
+
+from dsh_core.errors import DshError
 
 from .model import Loader
 from .pricing import Prices
@@ -79,7 +80,7 @@ def _all(store: JsonlStore, loader: Loader, scrub: Scrubber, out: Path, cwd: str
     for summary in store.summaries_sync(cwd=cwd):
         try:
             doc = scrub.tree(loader.session(summary.id))
-        except Exception as exc:  # noqa: BLE001 - one unreadable log is named; the others are written
+        except Exception as exc:
             print(f"dsh: sessions export: {summary.id}: {exc}", file=sys.stderr)
             failed += 1
             continue

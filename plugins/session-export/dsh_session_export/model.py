@@ -192,7 +192,7 @@ class Builder:
             return
         try:
             child = self.loader.session(session_id, depth=self.depth + 1, seen=self.seen)
-        except Exception as exc:  # noqa: BLE001 - a child without a log here is named, not fatal
+        except Exception as exc:
             child = {"id": session_id, "missing": str(exc), "title": "", "cwd": "", "created": 0, "provider": "",
                      "model": "", "parent": self.header.id, "parentCall": call_id, "depth": self.depth + 1, "rows": [],
                      "children": [], "ownTotals": Totals().data(), "totals": Totals().data(), "costRaw": {}}
@@ -264,7 +264,7 @@ class Builder:
             else:
                 self.row("call", ev, **sub, diff=None, note="", approvals=[], children=[], program=[])
         elif isinstance(ev, ApprovalAsked):
-            a = {"id": ev.id, "reason": ev.reason, "tool": ev.tool_name, "outcome": "asked", "by": None}
+            a: dict[str, Any] = {"id": ev.id, "reason": ev.reason, "tool": ev.tool_name, "outcome": "asked", "by": None}
             self.approvals[ev.id] = a
             call = self.calls.get(ev.call_id or "")
             if call is not None:
@@ -272,9 +272,9 @@ class Builder:
             else:
                 self.row("approval", ev, approval=a)
         elif isinstance(ev, ApprovalDecided):
-            a = self.approvals.get(ev.id)
-            if a is not None:
-                a["outcome"], a["by"] = ev.outcome, ev.answered_by
+            asked = self.approvals.get(ev.id)
+            if asked is not None:
+                asked["outcome"], asked["by"] = ev.outcome, ev.answered_by
         elif isinstance(ev, SubagentStarted):
             self.attach_child(ev.session, ev.call_id)
         elif isinstance(ev, CompactionStart):

@@ -33,7 +33,7 @@ def known_secrets() -> list[str]:
 def _quiet(read: Any) -> str | None:
     try:
         return read()[0]
-    except Exception:  # noqa: BLE001 - no keyring, no file: nothing stored
+    except Exception:
         return None
 
 

@@ -7,7 +7,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # recorded.py, beside this file
 
-from recorded import Recorded, materialize, scenario_dirs  # noqa: E402
+from recorded import Recorded, materialize, scenario_dirs
+
 
 @pytest.fixture(scope="session")
 def recorded_store(tmp_path_factory) -> tuple[Path, list[Recorded]]:

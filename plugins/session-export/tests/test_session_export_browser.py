@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from recorded import big_session, run_dsh
-from test_export import XSS, _session
+from test_session_export import XSS, _session
 
 CHROMIUM = shutil.which("chromium")
 

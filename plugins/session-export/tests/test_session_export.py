@@ -9,6 +9,7 @@ import os
 import re
 from pathlib import Path
 
+from dsh_deepseek_model import DeepSeekProvider, Settings
 from recorded import run_dsh, write_log
 
 from dsh_core.types import (
@@ -28,7 +29,6 @@ from dsh_core.types import (
     UserMessage,
     UserMessageEvent,
 )
-from dsh_deepseek_model import DeepSeekProvider, Settings
 
 KEY = "sk-planted0123456789abcdef0123456789"
 # run, either would mark the page (<html data-pwned>); the image would also ask for file:///…/x
@@ -44,7 +44,7 @@ def _island(html: str) -> dict:
 def test_every_recorded_session_exports_as_html_and_markdown(recorded_store, tmp_path):
     """One real `dsh sessions export --all --html DIR` over every session the scenarios recorded
     (their subagents nested in their parents' pages), then --md of each top-level one in-process."""
-    home, recorded = recorded_store
+    home, _recorded = recorded_store
     out = tmp_path / "site"
     done = run_dsh(home, "--all", "--html", str(out))
     assert done.returncode == 0, done.stderr

@@ -66,9 +66,25 @@ def test_every_recorded_session_exports_as_html_and_markdown(recorded_store, tmp
     from dsh_session_export.secrets import Scrubber
 
     loader = Loader(JsonlStore(home / "sessions"), Prices({}))
-    for p in tops:
+    every = sorted((home / "sessions").glob("*.jsonl"))
+    assert len(every) > len(tops)  # subagents' sessions too, each also on its own
+    for p in every:
         md = export_one(loader, Scrubber([]), p.stem, md=True)
         assert md.startswith("# ") and f"session `{p.stem}`" in md
+        assert _island(export_one(loader, Scrubber([]), p.stem, md=False))["id"] == p.stem
+
+
+def test_all_for_one_project(tmp_path):
+    home = tmp_path / "home"
+    for sid, cwd in (("a1", "/proj/a"), ("a2", "/proj/a"), ("b1", "/proj/b")):
+        write_log(home / "sessions", SessionHeader(id=sid, cwd=cwd, provider="scripted", model="m"),
+                  [UserMessageEvent(message=UserMessage(id="m", content=[TextBlock(text=f"task of {sid}")]))])
+    site = tmp_path / "site"
+    done = run_dsh(home, "--all", "--html", str(site), "--cwd", "/proj/a")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in site.iterdir()) == ["a1.html", "a2.html", "index.html"]
+    index = (site / "index.html").read_text()
+    assert '<a href="a1.html">task of a1</a>' in index and "2 session(s)" in index
 
 
 def test_a_subagent_is_nested_under_the_call_that_started_it(recorded_store):

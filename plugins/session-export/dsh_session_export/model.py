@@ -93,8 +93,7 @@ class Totals:
 def money(cost: dict[str, float]) -> str:
     if not cost:
         return ""
-    return " + ".join(f"{amount:.6f} {cur}".replace("0.000000", "0") if amount else f"0 {cur}"
-                      for cur, amount in sorted(cost.items()))
+    return " + ".join(f"{amount:.6f} {cur}" for cur, amount in sorted(cost.items()))
 
 
 def text_of(blocks: list[ContentBlock]) -> str:

@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         if args.id or not args.html:
             raise DshError("sessions export --all takes no ID and needs --html DIR")
         return _all(store, loader, scrub, Path(args.html), args.cwd)
+    if not args.id and args.html:  # `export --html ID`: argparse gave the id to --html's optional DIR
+        args.id, args.html = args.html, ""
     if not args.id:
         raise DshError("sessions export needs a session ID (or --all --html DIR)")
     if args.html:

@@ -230,6 +230,22 @@ def test_a_child_session_missing_from_the_store_is_named(tmp_path):
     assert "Subagent session `gone`" in done.stdout and "not in this store" in done.stdout
 
 
+def test_a_cycle_of_tampered_parent_links_ends(tmp_path):
+    home = tmp_path / "home"
+    for sid, other in (("p", "c"), ("c", "p")):
+        write_log(home / "sessions", SessionHeader(id=sid, cwd="/w", parent_session=other if sid == "c" else None), [
+            TurnStart(turn=1),
+            AssistantMessageEvent(turn=1, step=1, finish="tool-calls", message=AssistantMessage(
+                id="a", content=[ToolCallBlock(id="k", name="subagent", arguments="{}")])),
+            SubagentStarted(id="x", provider="local", description="d", call_id="k", session=other),
+            TurnEnd(turn=1, reason="completed"),
+        ])
+    done = run_dsh(home, "--html", "p")  # the id after --html works too
+    assert done.returncode == 0, done.stderr
+    doc = _island(done.stdout)
+    assert [c["id"] for c in doc["children"]] == ["c"] and doc["children"][0]["children"] == []
+
+
 def test_usage_errors(tmp_path):
     home = tmp_path / "home"
     assert "needs a session ID" in run_dsh(home, "--md").stderr

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,61 @@ def test_a_10000_event_session_is_interactive_at_once(browser, tmp_path):
         expect(page.locator("#hits")).to_have_text("1 of 1")
         assert "the last output, number 2499" in page.locator(".hit").inner_text()
         assert page.locator(".hit").is_visible()
+        view.clean()
+    finally:
+        view.close()
+
+
+SCRIPT = {"rules": [{"when": "notes", "steps": [
+    {"tool": "bash", "args": {"command": "printf 'made <b>notes</b> & more\\n'", "description": "say it"}},
+    {"tool": "write", "args": {"file_path": "notes.txt", "content": "one\ntwo\nthree\n"}},
+    {"tool": "edit", "args": {"file_path": "notes.txt", "old_string": "two", "new_string": "TWO"}},
+    {"text": "notes written"},
+]}]}
+
+
+def test_a_session_run_over_real_stdio_as_a_person_sees_it(browser, tmp_path):
+    """acp-agent with the scripted model, over real stdio through the official ACP client: a bash
+    call, a write and an edit (a diff against the text the write left); its log exported by the
+    real dsh, the page opened in chromium."""
+    import anyio
+    from acp import text_block
+
+    from dsh_testing import minimal_env, spawn_acp
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+
+    async def session() -> str:
+        async with spawn_acp(script, cwd=work, env=minimal_env(DSH_HOME=str(home), DEEPSEEK_API_KEY="")) as run:
+            sid = await run.start()
+            answer = await run.conn.prompt(session_id=sid, prompt=[text_block("write the notes")])
+            assert answer.stop_reason == "end_turn"
+            assert run.client.text(sid)[-1] == "notes written"
+            assert await run.close_stdin() == 0
+        return sid
+
+    with ThreadPoolExecutor(1) as pool:  # the sync Playwright API holds this thread's event loop
+        sid = pool.submit(anyio.run, session).result(timeout=120)
+    assert (work / "notes.txt").read_text() == "one\nTWO\nthree\n"
+    out = tmp_path / "page.html"
+    done = run_dsh(home, sid, "--html", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    view = Page(browser, out)
+    try:
+        page = view.page
+        assert page.locator("section.turn").count() == 1 and page.locator("[data-total=turns]").inner_text() == "1"
+        assert page.locator("[data-total=tool-calls]").inner_text() == "3"
+        calls = page.locator("details.call")
+        assert calls.locator(".name").all_inner_texts() == ["bash", "write", "edit"]
+        assert calls.nth(0).locator("pre.result").inner_text().startswith("made <b>notes</b> & more")
+        assert calls.nth(1).locator("pre.diff .add").all_inner_texts() == ["+one", "+two", "+three"]
+        edit = calls.nth(2).locator("pre.diff")
+        assert edit.locator(".del").all_inner_texts() == ["-two"] and edit.locator(".add").all_inner_texts() == ["+TWO"]
+        assert edit.locator(".ctx").all_inner_texts() == [" one", " three"]
+        assert page.locator(".answer").inner_text() == "notes written"
         view.clean()
     finally:
         view.close()

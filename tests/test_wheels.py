@@ -151,6 +151,12 @@ async def test_an_acp_session_over_the_installed_acp_agent_keyless(installed, tm
     assert methods.count("session/update") == 2 and set(methods) == {None, "session/update"}
     assert b"Traceback" not in run.stderr
     assert list((tmp_path / "home" / "sessions").glob("*.jsonl"))  # the wheel's jsonl-persistence wrote its log
+    # the wheel's session-export, its templates included, makes a page and Markdown of that log
+    page = _run(installed, tmp_path, "sessions", "export", sid, "--html")
+    assert page.returncode == 0, page.stderr
+    assert page.stdout.startswith(b"<!DOCTYPE html>") and b'"text":"PONG"' in page.stdout
+    md = _run(installed, tmp_path, "sessions", "export", sid, "--md")
+    assert md.returncode == 0 and b"**Answer:**\n\nPONG\n" in md.stdout, md.stderr
 
 
 def test_doctor_from_the_wheels_runs_every_plugins_check(installed, tmp_path):

@@ -829,6 +829,9 @@ class AgentSpec:
     parent_call: str | None = None  # the parent's tool call that started this child
     persona: str | None = None  # a section after the system prompt's (a subagent's role)
     fork: bool = False  # a child that starts from the parent's completed history, system prompt and tools
+    # W3C trace context (traceparent, tracestate) the session's work continues, as a front door
+    # received it from its client (ACP: ``_meta`` of session/new); see ``dsh_trace_context``
+    trace_context: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def depth(self) -> int:

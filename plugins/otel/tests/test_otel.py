@@ -1,0 +1,248 @@
+"""The otel plugin in real parts: a real dsh over real stdio (the official ACP SDK client), the
+scripted model running a tool call, an in-process subagent, an ACP subagent (a second dsh process)
+and a compaction, exporting over OTLP/HTTP to a real receiver this test serves on 127.0.0.1, which
+decodes the protobuf requests with opentelemetry-proto."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from dsh_otel import CAPTURE, exporters
+from dsh_testing import REPO, spawn_acp
+
+acp = pytest.importorskip("acp")
+pytestmark = pytest.mark.anyio
+
+PLUGINS = ["acp-transport", "jsonl-persistence", "attachment-store", "scripted-model", "todo", "subagents",
+           "subagent-acp", "compaction", "otel"]
+OTEL_ENV = ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "OTEL_SERVICE_NAME"]
+
+
+class Receiver:
+    """An OTLP/HTTP receiver: every POST to /v1/traces and /v1/metrics, decoded."""
+
+    def __init__(self) -> None:
+        self.spans: list[Any] = []
+        self.resources: list[dict[str, Any]] = []
+        self.metrics: list[Any] = []
+        self.paths: list[str] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                receiver.paths.append(self.path)
+                assert self.headers.get("Content-Type") == "application/x-protobuf"
+                if self.path == "/v1/traces":
+                    req = ExportTraceServiceRequest.FromString(body)
+                    for rs in req.resource_spans:
+                        receiver.resources.append({a.key: a.value.string_value for a in rs.resource.attributes})
+                        for ss in rs.scope_spans:
+                            receiver.spans.extend(ss.spans)
+                elif self.path == "/v1/metrics":
+                    req = ExportMetricsServiceRequest.FromString(body)
+                    for rm in req.resource_metrics:
+                        for sm in rm.scope_metrics:
+                            receiver.metrics.extend(sm.metrics)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> Receiver:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as r:
+        yield r
+
+
+def _attrs(span: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for a in span.attributes:
+        v = a.value
+        kind = v.WhichOneof("value")
+        out[a.key] = [x.string_value for x in v.array_value.values] if kind == "array_value" else getattr(v, kind)
+    return out
+
+
+def _example(tmp_path: Path) -> str:
+    root = tmp_path / "examples" / "traced"
+    root.mkdir(parents=True)
+    inherit = ["DSH_HOME", "DSH_EXAMPLES_PATH", *OTEL_ENV]
+    (root / "example.toml").write_text("\n".join([
+        "[example]", 'description = "otel test composition"', 'front-door = "acp-stdio"',
+        "plugins = " + json.dumps(PLUGINS),
+        "[route]", 'provider = "scripted"', 'model = "set-by-test.json"',
+        "[config.subagents]", "max-depth = 1",
+        "[config.subagent-acp]", 'example = "traced"', "inherit-env = " + json.dumps(inherit),
+        "eof-grace = 1.0", "term-grace = 1.0",
+    ]) + "\n")
+    return os.pathsep.join([str(root.parent), str(REPO / "tests" / "examples")])
+
+
+SCRIPT = {
+    "capabilities": {"context_window": 3000},
+    "rules": [
+        {"when": "^<transcript>", "steps": [{"text": "The user sent long notes; each was noted."}]},
+        {"when": "^helper:", "steps": [{"text": "helper says hi", "usage": {"inputTokens": 50, "outputTokens": 4}}]},
+        {"when": "^remote:", "steps": [{"text": "remote says hi", "usage": {"inputTokens": 60, "outputTokens": 5}}]},
+        {"when": "^go\\b", "steps": [
+            {"tool": "todo_write", "args": {"todos": [{"content": "delegate", "status": "in_progress"}]},
+             "usage": {"inputTokens": 900, "outputTokens": 12, "cacheHitTokens": 800}},
+            {"tool": "subagent", "args": {"description": "greet", "prompt": "helper: say hi",
+                                          "run_in_background": False}},
+            {"tool": "subagent_acp", "args": {"task": "remote: say hi"}},
+            {"text": "all done: {tool_result}"},
+        ]},
+    ],
+    "default": [{"text": "noted {prompt}"}],
+}
+
+
+async def _session(tmp_path: Path, receiver: Receiver, *, capture: bool, notes: int = 3) -> str:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    env = {"DSH_HOME": str(home), "DSH_EXAMPLES_PATH": _example(tmp_path),
+           "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "dsh-under-test"}
+    if capture:
+        env[CAPTURE] = "true"
+    async with spawn_acp(script, cwd=work, env=env, example="traced") as run:
+        sid = await run.start()
+        resp = await run.conn.prompt(session_id=sid, prompt=[acp.text_block("go")])
+        assert resp.stop_reason == "end_turn"
+        assert run.client.text(sid)[-1].startswith("all done:")
+        for n in range(notes):
+            resp = await run.conn.prompt(session_id=sid, prompt=[acp.text_block(f"note {n}: " + "z" * 2400)])
+            assert resp.stop_reason == "end_turn"
+        assert await run.close_stdin() == 0  # the lifespan flushed the batches before the exit
+    return sid
+
+
+async def test_a_session_arrives_as_a_conventional_span_tree(tmp_path: Path, receiver: Receiver):
+    sid = await _session(tmp_path, receiver, capture=False)
+    spans = receiver.spans
+    by_id = {s.span_id: s for s in spans}
+    names = [s.name for s in spans]
+    assert {"/v1/traces", "/v1/metrics"} <= set(receiver.paths)
+    assert {"service.name": "dsh-under-test"}.items() <= receiver.resources[0].items()
+
+    # the parent's first turn: invoke_agent → chat ×4, execute_tool ×3
+    turns = [s for s in spans if s.name == "invoke_agent dsh" and _attrs(s)["gen_ai.conversation.id"] == sid]
+    assert len(turns) == 4  # "go" and three notes
+    first = min(turns, key=lambda s: s.start_time_unix_nano)
+    assert first.parent_span_id == b""  # a root: nobody handed this session a trace context
+    a = _attrs(first)
+    assert a["gen_ai.operation.name"] == "invoke_agent" and a["gen_ai.agent.name"] == "dsh"
+    assert a["gen_ai.provider.name"] == a["gen_ai.system"] == "scripted"
+    assert a["dsh.turn.end_reason"] == "completed"
+    under = [s for s in spans if s.parent_span_id == first.span_id]
+    assert sorted(s.name for s in under) == sorted(
+        ["chat " + a["gen_ai.request.model"]] * 4 + ["execute_tool todo_write", "execute_tool subagent",
+                                                     "execute_tool subagent_acp"])
+    assert all(s.trace_id == first.trace_id for s in under)
+    chats = sorted((s for s in under if s.name.startswith("chat ")), key=lambda s: s.start_time_unix_nano)
+    c = _attrs(chats[0])
+    assert c["gen_ai.operation.name"] == "chat" and c["gen_ai.response.model"] == a["gen_ai.request.model"]
+    assert (c["gen_ai.usage.input_tokens"], c["gen_ai.usage.output_tokens"]) == (900, 12)
+    assert c["gen_ai.usage.cache_read.input_tokens"] == 800
+    assert c["gen_ai.response.finish_reasons"] == ["tool_calls"]
+    assert _attrs(chats[-1])["gen_ai.response.finish_reasons"] == ["stop"]
+    assert chats[0].kind == 3  # SPAN_KIND_CLIENT
+    tools = {s.name: s for s in under if s.name.startswith("execute_tool ")}
+    t = _attrs(tools["execute_tool todo_write"])
+    assert t["gen_ai.tool.name"] == "todo_write" and t["gen_ai.tool.call.id"]
+    assert t["gen_ai.operation.name"] == "execute_tool"
+    # each model call ends before the tools it asked for start; the turn spans them all
+    for s in under:
+        assert first.start_time_unix_nano <= s.start_time_unix_nano <= s.end_time_unix_nano <= first.end_time_unix_nano
+    assert chats[0].end_time_unix_nano <= tools["execute_tool todo_write"].start_time_unix_nano
+
+    # the in-process subagent's turn is a child of the parent's `subagent` call
+    helper = [s for s in spans if s.name == "invoke_agent dsh" and s.parent_span_id == tools["execute_tool subagent"].span_id]
+    assert len(helper) == 1 and _attrs(helper[0])["gen_ai.conversation.id"] != sid
+    assert _attrs(helper[0])["dsh.delegation.depth"] == 1
+    assert [s.name for s in spans if s.parent_span_id == helper[0].span_id] == ["chat " + a["gen_ai.request.model"]]
+
+    # the ACP subagent (another process) continued the trace under the `subagent_acp` call
+    remote = [s for s in spans if s.parent_span_id == tools["execute_tool subagent_acp"].span_id]
+    assert [s.name for s in remote] == ["invoke_agent dsh"] and remote[0].trace_id == first.trace_id
+    remote_chat = [s for s in spans if s.parent_span_id == remote[0].span_id]
+    assert [_attrs(s)["gen_ai.usage.output_tokens"] for s in remote_chat] == [5]
+
+    # the notes outgrew the window: a compaction span under its turn, with its summary call's usage
+    compactions = [s for s in spans if s.name == "compaction"]
+    assert compactions, names
+    k = _attrs(compactions[0])
+    assert k["dsh.compaction.reason"] == "pressure" and k["dsh.compaction.tokens_after"] < k["dsh.compaction.tokens_before"]
+    assert by_id[compactions[0].parent_span_id].name == "invoke_agent dsh"
+
+    # no content unless opted in
+    for s in spans:
+        assert not {"gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.call.arguments",
+                    "gen_ai.tool.call.result"} & _attrs(s).keys(), s.name
+    assert all("zzzz" not in repr(_attrs(s)) for s in spans)
+
+    # metrics: the conventional histograms
+    metrics = {m.name: m for m in receiver.metrics}
+    usage = metrics["gen_ai.client.token.usage"]
+    assert usage.unit == "{token}"
+    kinds = {dict((a.key, a.value.string_value) for a in p.attributes)["gen_ai.token.type"]
+             for p in usage.histogram.data_points}
+    assert kinds == {"input", "output"}
+    duration = metrics["gen_ai.client.operation.duration"]
+    assert duration.unit == "s"
+    ops = {dict((a.key, a.value.string_value) for a in p.attributes)["gen_ai.operation.name"]
+           for p in duration.histogram.data_points}
+    assert ops == {"chat", "invoke_agent"}
+
+
+async def test_content_is_recorded_when_the_convention_says_so(tmp_path: Path, receiver: Receiver):
+    await _session(tmp_path, receiver, capture=True, notes=0)
+    spans = receiver.spans
+    tool = next(s for s in spans if s.name == "execute_tool todo_write")
+    t = _attrs(tool)
+    assert json.loads(t["gen_ai.tool.call.arguments"]) == {"todos": [{"content": "delegate", "status": "in_progress"}]}
+    assert "gen_ai.tool.call.result" in t
+    root = next(s for s in spans if s.name == "invoke_agent dsh" and s.parent_span_id == b"")
+    r = _attrs(root)
+    assert json.loads(r["gen_ai.input.messages"])[0]["parts"][0]["content"] == "go"
+    assert json.loads(r["gen_ai.output.messages"])[0]["parts"][0]["content"].startswith("all done:")
+    chat = next(s for s in spans if s.parent_span_id == root.span_id and s.name.startswith("chat "))
+    out = json.loads(_attrs(chat)["gen_ai.output.messages"])[0]
+    assert out["parts"][0]["type"] == "tool_call" and out["parts"][0]["name"] == "todo_write"
+
+
+def test_the_environment_decides_what_exports():
+    assert exporters({}) == (False, False)  # nothing configured: nothing built, nothing sent
+    assert exporters({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318"}) == (True, True)
+    assert exporters({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://x:4318/v1/traces"}) == (True, False)
+    assert exporters({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_METRICS_EXPORTER": "none"}) == (True, False)
+    assert exporters({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_SDK_DISABLED": "true"}) == (False, False)
+    assert exporters({"OTEL_TRACES_EXPORTER": "console"}) == (False, False)  # stdout is the protocol's
+    assert exporters({"OTEL_TRACES_EXPORTER": "otlp"}) == (True, False)

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dsh_otel import CAPTURE, exporters
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from dsh_otel import CAPTURE, exporters
 from dsh_testing import REPO, spawn_acp
 
 acp = pytest.importorskip("acp")
@@ -39,7 +39,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 receiver.paths.append(self.path)
                 assert self.headers.get("Content-Type") == "application/x-protobuf"
@@ -152,7 +152,7 @@ async def test_a_session_arrives_as_a_conventional_span_tree(tmp_path: Path, rec
     assert {"/v1/traces", "/v1/metrics"} <= set(receiver.paths)
     assert {"service.name": "dsh-under-test"}.items() <= receiver.resources[0].items()
 
-    # the parent's first turn: invoke_agent → chat ×4, execute_tool ×3
+    # the parent's first turn: invoke_agent → 4 chats, 3 execute_tools
     turns = [s for s in spans if s.name == "invoke_agent dsh" and _attrs(s)["gen_ai.conversation.id"] == sid]
     assert len(turns) == 4  # "go" and three notes
     first = min(turns, key=lambda s: s.start_time_unix_nano)

@@ -22,6 +22,7 @@ from dsh_core.types import (
     CompactionSummary,
     ModelCallFailed,
     TextBlock,
+    ToolCallBlock,
     ToolCallEvent,
     ToolResultEvent,
     TurnEnd,
@@ -62,7 +63,8 @@ def build(environ: Mapping[str, str], traces: bool, metrics: bool) -> Telemetry:
     """The providers for the signals that export (the SDK reads the rest of OTEL_* itself)."""
     from opentelemetry.sdk.resources import Resource
 
-    resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or AGENT_NAME})
+    named = environ.get("OTEL_SERVICE_NAME") or "service.name=" in environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    resource = Resource.create({} if named else {"service.name": AGENT_NAME})  # the SDK reads both variables
     tel = Telemetry(capture=environ.get(CAPTURE, "").strip().lower() == "true")
     if traces:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -294,7 +296,7 @@ def _chat(tel: Telemetry, session: Any, st: SessionTrace, event: AssistantMessag
             attrs["gen_ai.input.messages"] = json.dumps(st.pending_input, ensure_ascii=False)
             parts: list[dict[str, Any]] = [{"type": "text", "content": text}] if text else []
             parts += [{"type": "tool_call", "id": b.id, "name": b.name, "arguments": b.arguments}
-                      for b in message.content if getattr(b, "arguments", None) is not None]
+                      for b in message.content if isinstance(b, ToolCallBlock)]
             attrs["gen_ai.output.messages"] = _messages("assistant", parts, finish_reason=finish)
         span = tel.tracer.start_span(f"chat {model}", context=st.turn_ctx, kind=SpanKind.CLIENT,
                                      attributes=attrs, start_time=_ns(st.mark))

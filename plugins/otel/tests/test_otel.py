@@ -246,3 +246,27 @@ def test_the_environment_decides_what_exports():
     assert exporters({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_SDK_DISABLED": "true"}) == (False, False)
     assert exporters({"OTEL_TRACES_EXPORTER": "console"}) == (False, False)  # stdout is the protocol's
     assert exporters({"OTEL_TRACES_EXPORTER": "otlp"}) == (True, False)
+
+
+async def test_a_client_s_trace_context_in_session_new_meta_is_continued(tmp_path: Path, receiver: Receiver):
+    """Any ACP client (here the SDK's, as an editor that traces itself) may hand the session a W3C
+    trace context in ``_meta`` of session/new; a malformed one is ignored."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"default": [{"text": "hi"}]}))
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {"DSH_HOME": str(tmp_path / "home"), "DSH_EXAMPLES_PATH": _example(tmp_path),
+           "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+    trace_id, span_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    async with spawn_acp(script, cwd=work, env=env, example="traced") as run:
+        await run.conn.initialize(protocol_version=1)
+        # the SDK sends new_session's keyword arguments as `_meta`
+        traced = (await run.conn.new_session(cwd=str(work), mcp_servers=[], traceparent=f"00-{trace_id}-{span_id}-01",
+                                             other={"x": 1})).session_id
+        garbled = (await run.conn.new_session(cwd=str(work), mcp_servers=[], traceparent=42)).session_id
+        for sid in (traced, garbled):
+            assert (await run.conn.prompt(session_id=sid, prompt=[acp.text_block("hello")])).stop_reason == "end_turn"
+        assert await run.close_stdin() == 0
+    turns = {_attrs(s)["gen_ai.conversation.id"]: s for s in receiver.spans if s.name == "invoke_agent dsh"}
+    assert turns[traced].trace_id.hex() == trace_id and turns[traced].parent_span_id.hex() == span_id
+    assert turns[garbled].parent_span_id == b"" and turns[garbled].trace_id.hex() != trace_id

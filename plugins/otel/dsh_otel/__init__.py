@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dsh_core import hookimpl
+from dsh_core.doctor import Finding
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Agent, Host
@@ -104,6 +105,46 @@ async def _lifespan(host: Host) -> AsyncIterator[None]:
             with anyio.CancelScope(shield=True):
                 for provider in tel.providers:
                     await anyio.to_thread.run_sync(provider.shutdown)
+
+
+def _where(url: str) -> str:
+    """An endpoint as a report shows it: scheme, host, port and path, never a user or password."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}" if parts.scheme else "(unparsable)"
+
+
+@dataclass
+class ExportCheck:
+    """``dsh doctor``: where traces and metrics go, as the environment says (nothing is sent)."""
+
+    environ: Mapping[str, str]
+    name: str = NAME
+
+    async def run(self) -> Finding:
+        traces, metrics = exporters(self.environ)
+        if not (traces or metrics):
+            return Finding(self.name, "ok", "no exporter configured: nothing is traced or sent",
+                           fix="set OTEL_EXPORTER_OTLP_ENDPOINT (see plugins/otel/README.md)")
+        base = self.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").rstrip("/")
+
+        def target(signal: str, on: bool) -> str:
+            if not on:
+                return f"{signal.lower()}: off"
+            url = self.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT") or (
+                f"{base or 'http://localhost:4318'}/v1/{signal.lower()}")
+            return f"{signal.lower()} → {_where(url)}"
+
+        capture = "with" if _flag(self.environ, CAPTURE) else "without"
+        return Finding(self.name, "ok", f"{target('TRACES', traces)}, {target('METRICS', metrics)} "
+                                        f"(OTLP/HTTP, {capture} message content)")
+
+
+@hookimpl
+def dsh_register_doctor_checks(register: Any, host: Host) -> None:
+    register(ExportCheck(os.environ))
 
 
 @hookimpl

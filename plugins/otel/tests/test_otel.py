@@ -270,3 +270,32 @@ async def test_a_client_s_trace_context_in_session_new_meta_is_continued(tmp_pat
     turns = {_attrs(s)["gen_ai.conversation.id"]: s for s in receiver.spans if s.name == "invoke_agent dsh"}
     assert turns[traced].trace_id.hex() == trace_id and turns[traced].parent_span_id.hex() == span_id
     assert turns[garbled].parent_span_id == b"" and turns[garbled].trace_id.hex() != trace_id
+
+
+@pytest.mark.parametrize(("environ", "detail"), [
+    ({}, "no exporter configured: nothing is traced or sent"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "https://pk:sk@cloud.example:4318/api/otel/", "OTEL_METRICS_EXPORTER": "none",
+      "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Basic c2VjcmV0"},
+     "traces → https://cloud.example:4318/api/otel/v1/traces, metrics: off (OTLP/HTTP, without message content)"),
+    ({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://m:4318/v1/metrics", CAPTURE: "true"},
+     "traces: off, metrics → http://m:4318/v1/metrics (OTLP/HTTP, with message content)"),
+])
+async def test_doctor_says_where_telemetry_goes_and_never_a_secret(environ: dict[str, str], detail: str):
+    from dsh_otel import ExportCheck
+
+    finding = await ExportCheck(environ).run()
+    assert (finding.subject, finding.status, finding.detail) == ("otel", "ok", detail)
+    assert "pk:" not in finding.detail and "@" not in finding.detail and "c2VjcmV0" not in finding.detail
+
+
+async def test_doctor_runs_the_check_in_a_composition_that_mounts_otel(tmp_path: Path):
+    import subprocess
+    import sys
+
+    from dsh_testing import minimal_env
+
+    proc = subprocess.run([sys.executable, "-m", "dsh_core.cli", "doctor", "--example", "acp-extended"],
+                          capture_output=True, timeout=120, cwd=tmp_path,
+                          env=minimal_env(DSH_HOME=str(tmp_path / "home"), OTEL_EXPORTER_OTLP_ENDPOINT="http://c:4318"))
+    out = proc.stdout.decode() + proc.stderr.decode()
+    assert "traces → http://c:4318/v1/traces, metrics → http://c:4318/v1/metrics" in out, out

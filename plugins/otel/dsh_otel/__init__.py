@@ -25,6 +25,7 @@ Prompt, completion, tool arguments and results are recorded only when
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -40,6 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Agent, Host
 
     from .telemetry import Telemetry
+
+log = logging.getLogger("dsh.otel")
 
 NAME = "otel"
 CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -84,6 +87,10 @@ def build(environ: Mapping[str, str]) -> Telemetry | None:
     traces, metrics = exporters(environ)
     if not (traces or metrics):
         return None
+    for name in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"):
+        protocol = environ.get(name, "").strip()
+        if protocol and protocol != "http/protobuf":
+            log.warning(f"{name}={protocol}: the otel plugin sends OTLP over HTTP (http/protobuf) only")
     from .telemetry import build as build_telemetry
 
     return build_telemetry(environ, traces, metrics)

@@ -299,3 +299,30 @@ async def test_doctor_runs_the_check_in_a_composition_that_mounts_otel(tmp_path:
                           env=minimal_env(DSH_HOME=str(tmp_path / "home"), OTEL_EXPORTER_OTLP_ENDPOINT="http://c:4318"))
     out = proc.stdout.decode() + proc.stderr.decode()
     assert "traces → http://c:4318/v1/traces, metrics → http://c:4318/v1/metrics" in out, out
+
+
+async def test_retries_and_a_failed_model_call_show_as_errors(tmp_path: Path, receiver: Receiver):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"rules": [
+        {"when": "^flaky", "steps": [{"error": "server"}, {"text": "recovered"}]},
+        {"when": "^broken", "steps": [{"error": "auth"}]},
+    ]}))
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {"DSH_HOME": str(tmp_path / "home"), "DSH_EXAMPLES_PATH": _example(tmp_path),
+           "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+    async with spawn_acp(script, cwd=work, env=env, example="traced") as run:
+        sid = await run.start()
+        assert (await run.conn.prompt(session_id=sid, prompt=[acp.text_block("flaky")])).stop_reason == "end_turn"
+        with pytest.raises(acp.RequestError):  # a turn that fails is the prompt's JSON-RPC error (ACP-7)
+            await run.conn.prompt(session_id=sid, prompt=[acp.text_block("broken")])
+        assert await run.close_stdin() == 0
+    turns = sorted((s for s in receiver.spans if s.name == "invoke_agent dsh"), key=lambda s: s.start_time_unix_nano)
+    assert len(turns) == 2
+    flaky = [s for s in receiver.spans if s.parent_span_id == turns[0].span_id]
+    assert len(flaky) == 1 and _attrs(flaky[0])["dsh.retries"] == 1
+    assert [e.name for e in flaky[0].events] == ["gen_ai.client.error"] and flaky[0].status.code != 2
+    assert _attrs(turns[1])["dsh.turn.end_reason"] == "error" and turns[1].status.code == 2  # STATUS_CODE_ERROR
+    broken = [s for s in receiver.spans if s.parent_span_id == turns[1].span_id]
+    assert len(broken) == 1 and broken[0].name.startswith("chat ") and broken[0].status.code == 2
+    assert _attrs(broken[0])["error.type"] and _attrs(turns[1])["error.type"]

@@ -26,7 +26,8 @@ The hooks are grouped by the phase in which they are called:
 - **observation** — see every durable event, change nothing (``dsh_session_event``), or say
   what a door shows a person for it (``dsh_present_event``; ``dsh_present_live`` for the
   model's thinking as it is written, ``dsh_present_progress`` for a running tool call's output
-  so far, ``dsh_present_replay`` when a reopened session is shown again);
+  so far, ``dsh_present_replay`` when a reopened session is shown again), or name the trace
+  context work leaving the process continues (``dsh_trace_context``);
 - **interception** — steer a session at fixed points of its turns, as a hook bridge does
   (``dsh_session_start``, ``dsh_prompt_submit``, ``dsh_before_tool``, ``dsh_before_stop``, and
   ``dsh_after_tool`` above), with typed decisions from ``dsh_core.interception``.
@@ -449,6 +450,20 @@ def dsh_session_event(session: Agent, event: DurableEvent) -> None:
 
     Called synchronously by the agent for each event, in order. Must not block or
     raise (an exception is logged to stderr and swallowed). Return value ignored.
+    """
+
+
+@hookspec
+def dsh_trace_context(session: Agent, call_id: str | None) -> dict[str, str] | None:
+    """Name the W3C trace context (``traceparent``, ``tracestate``) that work done in another
+    process on behalf of ``session``'s tool call ``call_id`` continues.
+
+    Called by a plugin that hands a tool call's work to another process, synchronously, just
+    before it sends the request: subagent-acp puts the answer in ``_meta`` of the child's
+    ``session/new`` (the ACP convention for trace context), and the child's ACP door hands it to
+    the new agent as ``AgentSpec.trace_context``. A tracing plugin (otel) returns the context of
+    that call's span; None: no opinion. Every result is merged (later keys win). Must not block
+    or raise.
     """
 
 

@@ -84,7 +84,7 @@ def installed_plugins() -> dict[str, EntryPoint]:
 SHIPPED_PLUGINS = frozenset({
     "acp-presentation", "acp-transport", "agent-instructions", "attachment-store", "batch", "code-mode", "compaction",
     "deepseek-model", "goals", "guards", "hooks-claude-code", "hooks-codex", "jobs", "jsonl-persistence", "lsp", "mcp-client",
-    "replay-model", "sandbox-tools", "schedule", "scripted-model", "session-controls", "session-query", "skills",
+    "otel", "replay-model", "sandbox-tools", "schedule", "scripted-model", "session-controls", "session-query", "skills",
     "str-replace-editor", "subagent-acp", "subagents", "terminal", "todo", "web", "workflow",
 })  # fmt: skip
 

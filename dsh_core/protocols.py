@@ -845,6 +845,9 @@ class AgentSpec:
     # directories beside ``cwd`` that the session's tools may use as ``cwd`` in its sandbox tier (canonical, absolute)
     additional_directories: tuple[str, ...] = ()
     forked_from: str | None = None  # a top-level session forked from this recorded one (its header says so)
+    # W3C trace context (traceparent, tracestate) the session's work continues, as a front door
+    # received it from its client (ACP: ``_meta`` of session/new); see ``dsh_trace_context``
+    trace_context: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def depth(self) -> int:

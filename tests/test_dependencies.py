@@ -42,6 +42,34 @@ def _imported_top_levels(files: list[Path]) -> set[str]:
     return names
 
 
+def _imported_modules(files: list[Path]) -> set[str]:
+    """Every dotted name an import may name a module by (``from a.b import c``: ``a.b.c`` and ``a.b``)."""
+    names: set[str] = set()
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"), str(f))):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def _namespace_owners(top: str, dists: list[str], modules: set[str]) -> set[str]:
+    """The distributions sharing namespace package ``top`` (opentelemetry-api, -sdk, …) that ship
+    one of ``modules``: each dotted name resolved to the distribution whose files hold it."""
+    from importlib.metadata import distribution
+
+    files = {d: [f.as_posix() for f in (distribution(d).files or ())] for d in dists}
+    owners = set()
+    for m in (m for m in modules if m.startswith(top + ".")):
+        path = m.replace(".", "/")
+        for d, paths in files.items():
+            if any(p == path + ".py" or p.startswith(path + "/") for p in paths):
+                owners.add(_norm(d))
+    return owners
+
+
 def _third_party(modules: set[str], own: set[str], optional: set[str] = frozenset()) -> dict[str, str]:
     """module -> distribution, for every import that is neither stdlib nor the distribution's own.
     ``optional``: distributions of optional extras, which need not be installed to be recognised."""
@@ -81,6 +109,12 @@ def test_declared_dependencies_are_exactly_the_imported_ones(root):
     helpers = [f for f in files if f.name == "testing.py"]
     runtime = [f for f in files if f not in helpers]
     needed = set(_third_party(_imported_top_levels(runtime), own, extras).values())
+    # a namespace package several distributions install (opentelemetry): the ones whose modules are imported
+    dotted = _imported_modules(runtime)
+    for top, dists in packages_distributions().items():
+        if len(set(map(_norm, dists))) > 1 and top in {m.split(".")[0] for m in dotted}:
+            needed -= {_norm(d) for d in dists}
+            needed |= _namespace_owners(top, list(dict.fromkeys(dists)), dotted)
     assert needed - declared - extras == set(), f"{label}: imported but not declared in [project] dependencies"
     # a dependency that ships a program the plugin runs (a language server) or data a library reads
     # (tzdata for zoneinfo), not a module it imports, says so in [tool.dsh]

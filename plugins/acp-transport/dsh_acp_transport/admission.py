@@ -218,7 +218,8 @@ class Admission(Controls):
             agent = self.host.create_agent(
                 AgentSpec(cwd=osp.normpath(p.cwd), provider=provider, model=model, mcp_servers=servers,
                           session_id=(sid := new_id()), buffers=self._buffers(sid, osp.normpath(p.cwd)),
-                          questions=self._questions(sid), additional_directories=extra))
+                          questions=self._questions(sid), additional_directories=extra,
+                          trace_context=wire.trace_context(p.meta)))
         except RouteError as exc:
             raise internal_error(str(exc)) from None
         except DshError as exc:  # the session store could not create the log

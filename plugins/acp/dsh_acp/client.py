@@ -237,11 +237,13 @@ class AcpClient:
 
     # ------------------------------------------------------------------ protocol
 
-    async def start(self, *, timeout: float | None = 30.0) -> str:
-        """``initialize`` (the agent must answer protocol version 1), then ``session/new``."""
+    async def start(self, *, timeout: float | None = 30.0, meta: dict[str, Any] | None = None) -> str:
+        """``initialize`` (the agent must answer protocol version 1), then ``session/new`` (with
+        ``meta`` as its ``_meta``, e.g. a W3C ``traceparent``)."""
         await self.initialize(timeout=timeout)
         raw = await self._call(
-            "session/new", wire.NewSessionParams(cwd=os.path.abspath(self.cwd), mcp_servers=[]), timeout=timeout
+            "session/new", wire.NewSessionParams(cwd=os.path.abspath(self.cwd), mcp_servers=[], meta=meta or None),
+            timeout=timeout,
         )
         self.session_id = msgspec.json.decode(raw, type=wire.NewSessionResult).session_id
         return self.session_id

@@ -209,6 +209,18 @@ class NewSessionParams(_In):
     cwd: str
     mcp_servers: list[Any] | None = None
     additional_directories: list[Any] | None = None
+    # read for its W3C trace context keys (traceparent, tracestate): the ACP convention
+    meta: Any = msgspec.field(default=None, name="_meta")
+
+
+TRACE_KEYS = ("traceparent", "tracestate")
+
+
+def trace_context(meta: Any) -> dict[str, str]:
+    """The W3C trace context in a request's ``_meta`` (string values only; anything else: none)."""
+    if not isinstance(meta, dict):
+        return {}
+    return {k: meta[k] for k in TRACE_KEYS if isinstance(meta.get(k), str) and meta[k]}
 
 
 class AuthMethodOut(_Out):

@@ -398,7 +398,7 @@ async def exchange(caller: Caller, state: Children, task: str, cwd: str, depth: 
             state.live.add(client)
             try:
                 with anyio.fail_after(settings.start_timeout):
-                    await client.start(timeout=None)
+                    await client.start(timeout=None, meta=trace_meta(caller))
                 result = await client.prompt(task, cancel_grace=settings.cancel_grace)
             finally:
                 state.live.discard(client)
@@ -422,6 +422,18 @@ async def exchange(caller: Caller, state: Children, task: str, cwd: str, depth: 
         return Outcome(STOPS["max_tokens"], result.text, stop="max_tokens")
     return Outcome(status, result.text, stop=result.stop_reason,
                    error=None if status != "error" else f"stop reason {result.stop_reason!r}")
+
+
+def trace_meta(caller: Caller) -> dict[str, str]:
+    """The trace context the child continues (``dsh_trace_context``: a tracing plugin's answer for
+    the delegating call), for ``_meta`` of its ``session/new``; empty when nobody traces."""
+    meta: dict[str, str] = {}
+    try:
+        for answer in caller.agent.host.pm.hook.dsh_trace_context(session=caller.agent, call_id=caller.call_id):
+            meta.update(answer or {})
+    except Exception as exc:  # tracing never costs the delegation
+        log.warning(f"dsh_trace_context failed: {exc!r}")
+    return meta
 
 
 def policy_for(ctx: Caller, settings: Settings) -> Any:

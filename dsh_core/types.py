@@ -755,6 +755,10 @@ class FileChanges:
     def take(self, call_id: str) -> FileChange | None:
         return self._by_call.pop(call_id, None)
 
+    def peek(self, call_id: str) -> FileChange | None:
+        """The change recorded for ``call_id``, left in place (for a plugin that records it)."""
+        return self._by_call.get(call_id)
+
 
 class ApprovalRequest(msgspec.Struct, kw_only=True):
     """Asked by a tool that needs more than its tier allows. Not durable: ``agent`` is live.

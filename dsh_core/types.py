@@ -389,11 +389,14 @@ class SessionSettings(_Base, kw_only=True):
     """A session's own choices, made after it started (by its client, or a tool a person
     approved): ``model`` (an exact model of the session's provider), ``effort`` (the reasoning
     effort, one of the route's ``efforts``), ``mode`` (the permission mode, as the plugin that
-    defines modes names it). None: the composition's default."""
+    defines modes names it), ``auto_compact`` (whether the history policy compacts on its own:
+    False, it never rewrites the history unasked, while a compaction a person asks for, such as
+    ``/compact``, still runs). None: the composition's default."""
 
     model: str | None = None
     effort: str | None = None
     mode: str | None = None
+    auto_compact: bool | None = None
 
 
 class SettingsChanged(Event, tag="settings/changed", kw_only=True):

@@ -53,7 +53,7 @@ async def test_the_model_and_thinking_pickers_drive_the_requests_and_survive_a_r
         assert new.modes.current_mode_id == "workspace-write"
         assert [m.id for m in new.modes.available_modes] == ["read-only", "workspace-write", "full-access", "plan"]
         categories = {o.id: o.category for o in new.config_options}
-        assert categories == {"model": "model", "thought_level": "thought_level", "mode": "mode"}
+        assert categories == {"model": "model", "thought_level": "thought_level", "mode": "mode", "auto_compact": None}
 
         resp = await run.conn.prompt(session_id=sid, prompt=[acp.text_block("hi")])
         assert resp.stop_reason == "end_turn"

@@ -324,18 +324,23 @@ def _title(event: SessionTitled) -> list[Any]:
     return [wire.SessionInfoUpdate(title=one_line(event.title, TITLE_CHARS), updated_at=updated)]
 
 
-def _cost(session: Agent, event: AssistantMessageEvent) -> tuple[float, str] | None:
-    """The session's cost so far (this process's calls), as its provider prices them
-    (``ModelProvider.cost``); None when it does not, or prices a call in another currency."""
-    shown = session.state(Shown)
+def _priced(session: Agent, event: AssistantMessageEvent, so_far: tuple[float, str] | None) -> tuple[float, str] | None:
+    """``so_far`` plus this call, as the session's provider prices it (``ModelProvider.cost``);
+    None when it does not price; ``so_far`` when it prices this call in another currency."""
     price = getattr(session.provider, "cost", None)
     if price is None or event.usage is None:
         return None
     call = price(session.route.model, event.usage, event.time or time.time())
-    if call is None or (shown.cost is not None and shown.cost[1] != call.currency):
-        return shown.cost
-    shown.cost = ((shown.cost[0] if shown.cost else 0.0) + call.amount, call.currency)
-    return shown.cost
+    if call is None or (so_far is not None and so_far[1] != call.currency):
+        return so_far
+    return (so_far[0] if so_far else 0.0) + call.amount, call.currency
+
+
+def _cost(session: Agent, event: AssistantMessageEvent) -> tuple[float, str] | None:
+    """The session's cost so far (this process's calls)."""
+    shown = session.state(Shown)
+    shown.cost = _priced(session, event, shown.cost) or shown.cost
+    return shown.cost if getattr(session.provider, "cost", None) is not None else None
 
 
 @hookimpl
@@ -387,12 +392,17 @@ class Replayed:
     after: list[Any] = field(default_factory=list)  # what goes out after the door's text of the event before
 
 
-def _recorded_diff(event: Note) -> tuple[str, wire.DiffOut] | None:
-    """A card's diff as ``dsh_after_tool`` recorded it (None: not recorded, or malformed)."""
+def _recorded_diff(session: Agent, event: Note) -> tuple[str, wire.DiffOut] | None:
+    """A card's diff as ``dsh_after_tool`` recorded it (None: not recorded, or not what it
+    records: a log is a file, so a path outside the workspace or a text over the bound is not
+    shown)."""
     data = event.data
     call_id, path, old, new = data.get("callId"), data.get("path"), data.get("oldText"), data.get("newText")
-    if not (isinstance(call_id, str) and isinstance(path, str) and isinstance(new, str)
+    if not (isinstance(call_id, str) and isinstance(path, str) and os.path.isabs(path) and isinstance(new, str)
             and (old is None or isinstance(old, str))):
+        return None
+    change = FileChange(path=path, before=old, after=new)
+    if not _inside(session, path) or _too_big(change):
         return None
     return call_id, wire.DiffOut(path=path, old_text=old, new_text=new)
 
@@ -400,14 +410,8 @@ def _recorded_diff(event: Note) -> tuple[str, wire.DiffOut] | None:
 def _replayed_cost(session: Agent, event: AssistantMessageEvent) -> tuple[float, str] | None:
     """The cost of the log's calls up to this one, priced as live (``_cost``)."""
     replayed = session.state(Replayed)
-    price = getattr(session.provider, "cost", None)
-    if price is None or event.usage is None:
-        return replayed.cost
-    call = price(session.route.model, event.usage, event.time or time.time())
-    if call is None or (replayed.cost is not None and replayed.cost[1] != call.currency):
-        return replayed.cost
-    replayed.cost = ((replayed.cost[0] if replayed.cost else 0.0) + call.amount, call.currency)
-    return replayed.cost
+    replayed.cost = _priced(session, event, replayed.cost) or replayed.cost
+    return replayed.cost if getattr(session.provider, "cost", None) is not None else None
 
 
 def _usage(session: Agent, event: AssistantMessageEvent, cost: tuple[float, str] | None) -> wire.UsageUpdate:
@@ -444,7 +448,7 @@ def _replay(session: Agent, event: Any, replayed: Replayed) -> list[Any] | None:
         return [wire.ThoughtChunk(content=wire.TextOut(text=b.text), message_id=event.message.id)
                 for b in event.message.content if isinstance(b, ReasoningBlock) and b.text] or None
     if isinstance(event, Note):
-        if event.kind == FILE_CHANGE and (recorded := _recorded_diff(event)) is not None:
+        if event.kind == FILE_CHANGE and (recorded := _recorded_diff(session, event)) is not None:
             replayed.diffs[recorded[0]] = recorded[1]
         return None
     calls = replayed.calls

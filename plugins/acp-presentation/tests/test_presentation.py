@@ -8,7 +8,7 @@ import json
 
 import pytest
 from dsh_acp import wire
-from dsh_acp_presentation import DIFF_MAX, dsh_after_tool, dsh_present_event, title_of
+from dsh_acp_presentation import DIFF_MAX, dsh_after_tool, dsh_present_event, dsh_present_replay, title_of
 
 from dsh_core.contracts import AgentSpec
 from dsh_core.types import (
@@ -105,6 +105,25 @@ async def test_the_diff_a_card_shows_is_recorded_for_load_bounded_and_only_for_a
             {"callId": "big", "path": str(tmp_path / "b.txt"), "skipped": "a text of the change is over 256 KiB"}]
         # the change stays for the live card
         assert agent.state(FileChanges).take("small") == changes["small"]
+        await agent.dispose()
+
+
+async def test_load_shows_a_recorded_diff_only_inside_the_workspace_and_bounded(scripted, tmp_path):
+    """The note is read from a log, a file: a path outside the workspace, or a text over the
+    bound, is not shown; a well-formed one is, on its call's final update."""
+    script = scripted({})
+    async with memory_host(script, plugins=("scripted-model", "sandbox-tools", "acp-presentation")) as host:
+        agent = await _agent(host, tmp_path, script)
+        notes = {"in": {"path": str(tmp_path / "a.txt"), "oldText": None, "newText": "a\n"},
+                 "out": {"path": "/etc/hostname", "oldText": "h", "newText": "x"},
+                 "big": {"path": str(tmp_path / "b.txt"), "oldText": None, "newText": "x" * (DIFF_MAX + 1)}}
+        shown = {}
+        for call_id, data in notes.items():
+            dsh_present_replay(agent, _call(1, 1, call_id, "write", file_path=data["path"], content=data["newText"]))
+            dsh_present_replay(agent, Note(kind="acp/file-change", data={"callId": call_id, **data}))
+            (end,) = dsh_present_replay(agent, _result(1, 1, call_id, "write"))
+            shown[call_id] = [(c.path, c.new_text) for c in end.content if isinstance(c, wire.DiffOut)]
+        assert shown == {"in": [(str(tmp_path / "a.txt"), "a\n")], "out": [], "big": []}
         await agent.dispose()
 
 

@@ -337,7 +337,7 @@ def _priced(session: Agent, event: AssistantMessageEvent, so_far: tuple[float, s
 
 
 def _cost(session: Agent, event: AssistantMessageEvent) -> tuple[float, str] | None:
-    """The session's cost so far (this process's calls)."""
+    """The session's cost so far: this process's calls, after the log's when it was loaded."""
     shown = session.state(Shown)
     shown.cost = _priced(session, event, shown.cost) or shown.cost
     return shown.cost if getattr(session.provider, "cost", None) is not None else None
@@ -382,8 +382,8 @@ def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
 
 @dataclass
 class Replayed:
-    """A session being shown again (``dsh_present_replay``; its state slot, nothing of ``Shown``
-    is touched): its calls between their card and their result (the tool and its arguments), the
+    """A session being shown again (``dsh_present_replay``; its state slot; of ``Shown`` only the
+    cost is set, the log's total, for the live count to go on from): its calls between their card and their result (the tool and its arguments), the
     diffs recorded for them, and the cost of the calls replayed so far."""
 
     calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
@@ -408,9 +408,11 @@ def _recorded_diff(session: Agent, event: Note) -> tuple[str, wire.DiffOut] | No
 
 
 def _replayed_cost(session: Agent, event: AssistantMessageEvent) -> tuple[float, str] | None:
-    """The cost of the log's calls up to this one, priced as live (``_cost``)."""
+    """The cost of the log's calls up to this one, priced as live (``_cost``). The live count
+    goes on from it: after a load, the next call's ``usage_update`` adds to what the person saw."""
     replayed = session.state(Replayed)
     replayed.cost = _priced(session, event, replayed.cost) or replayed.cost
+    session.state(Shown).cost = replayed.cost
     return replayed.cost if getattr(session.provider, "cost", None) is not None else None
 
 

@@ -241,25 +241,27 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._header_reason = "model"
 
     def configure(self, *, model: str | None = None, effort: str | None = None, mode: str | None = None,
-                  by: str = "client", tell_model: str = "") -> list[str]:
+                  auto_compact: bool | None = None, by: str = "client", tell_model: str = "") -> list[str]:
         """Change this session's settings (None: unchanged); returns the names that changed.
 
         ``model`` must resolve on the session's provider (``RouteError`` otherwise) and ``effort``
         be one of the (new) route's ``efforts`` (``ValueError``); ``mode`` is the permission
-        mode's name, checked by the caller (the plugin that defines modes). A change is recorded
+        mode's name, checked by the caller (the plugin that defines modes); ``auto_compact``
+        switches the history policy's own compaction on or off. A change is recorded
         (``settings/changed``, with whether the prefix cache survives) and applies from the next
         model request; ``tell_model`` is added to the history before that request (appended:
         the prefix stays as it was)."""
         route = self.provider.resolve(model) if model is not None and model != self.route.model else self.route
         new = SessionSettings(model=model if model is not None else self.settings.model,
                               effort=effort if effort is not None else self.settings.effort,
-                              mode=mode if mode is not None else self.settings.mode)
+                              mode=mode if mode is not None else self.settings.mode,
+                              auto_compact=auto_compact if auto_compact is not None else self.settings.auto_compact)
         if new.effort is not None and new.effort not in route.efforts:
             if effort is not None:
                 shown = ", ".join(route.efforts) or "none: it has no reasoning effort"
                 raise ValueError(f"effort {effort!r} is not one of {route.model}'s ({shown})")
             new.effort = None  # the new model has no such effort: its own default
-        changed = [k for k in ("model", "effort", "mode") if getattr(new, k) != getattr(self.settings, k)]
+        changed = [k for k in ("model", "effort", "mode", "auto_compact") if getattr(new, k) != getattr(self.settings, k)]
         if not changed:
             return []
         thinking_before = self._thinking(self.route, self.settings.effort)

@@ -180,7 +180,7 @@ class History(AgentBase):
             warn(f"session {self.session_id}: its recorded mode {mode!r} lifts the sandbox; it resumes in the "
                  "default mode (choose it again to run unconfined)")
             mode = None
-        self._apply(SessionSettings(model=model, effort=effort, mode=mode), route)
+        self._apply(SessionSettings(model=model, effort=effort, mode=mode, auto_compact=recorded.auto_compact), route)
 
     def _interrupt(self, open_turn: int, unanswered: list[tuple[int, int, ToolCallBlock]]) -> None:
         """Close a restored turn the process died in: an error result for each call without one,

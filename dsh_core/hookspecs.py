@@ -517,11 +517,12 @@ def dsh_present_replay(session: Agent, event: DurableEvent) -> list[Any] | None:
 
     Called by such a door synchronously, for each event of the session's log in order, before
     the door's own replay of that event and before it answers the load; the session is restored
-    and no turn runs. Unlike ``dsh_present_event`` it shows what happened then, not now: no file
-    is read (a diff of then cannot be rebuilt from the disk of now), no usage or cost is counted
-    again, no notice of the moment (a failed server, a retry) is repeated. Returns the door's
-    update objects or None. A door with no implementation replays what it did without it. Must
-    not block or raise.
+    and no turn runs. Unlike ``dsh_present_event`` it shows what happened then, not now, from the
+    log alone: no file is read (a diff of then cannot be rebuilt from the disk of now: what a
+    card showed must have been recorded when it was shown), nothing is counted into the live
+    session's state, no notice of the moment (a failed server, a retry) is repeated. Returns the
+    door's update objects or None. A door with no implementation replays what it did without it.
+    Must not block or raise.
     """
 
 

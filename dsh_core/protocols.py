@@ -106,7 +106,9 @@ class HistoryPolicy(Protocol):
     replacement is retried once, None fails the turn with the provider's error. Optional:
     ``compact(ctx)``, a rewrite a person asked for between turns (``Agent.compact_history``). A policy
     records what it did as durable events (``agent.emit``); it must never leave a half-rewritten
-    history (cancellation propagates, the history stays as it was).
+    history (cancellation propagates, the history stays as it was). A policy that compacts
+    honours ``agent.settings.auto_compact``: False, ``prepare`` and ``recover`` compact nothing
+    (``compact`` still does: a person asked).
     """
 
     async def prepare(self, ctx: HistoryContext) -> Sequence[Any] | None: ...
@@ -162,13 +164,14 @@ class Agent(Protocol):
 
     @property
     def settings(self) -> SessionSettings:
-        """The session's own choices (model, effort, mode; None: the composition's default)."""
+        """The session's own choices (model, effort, mode, auto-compaction; None: the composition's default)."""
 
     def configure(self, *, model: str | None = None, effort: str | None = None, mode: str | None = None,
-                  by: str = "client", tell_model: str = "") -> list[str]:
+                  auto_compact: bool | None = None, by: str = "client", tell_model: str = "") -> list[str]:
         """Change the session's settings (None: unchanged); returns the names that changed. A
         ``model`` must resolve on the session's provider (``RouteError``), an ``effort`` be one of
-        the route's ``efforts`` (``ValueError``); a change is recorded (``settings/changed``) and
+        the route's ``efforts`` (``ValueError``); ``auto_compact`` switches the history policy's
+        own compaction on or off; a change is recorded (``settings/changed``) and
         applies from the next model request, before which ``tell_model`` is appended to the
         history (the prefix, and the provider's cache, stay as they were)."""
 
@@ -628,7 +631,8 @@ class Control(msgspec.Struct, frozen=True, kw_only=True):
     a model picker, a reasoning effort, a permission mode. ``category`` says which (ACP's words:
     ``model``, ``thought_level``, ``mode``; None: another). ``apply(value)`` changes the session
     (``Agent.configure``) or raises ``ValueError`` with a message a person reads; the door then
-    asks the hook again for the new state."""
+    asks the hook again for the new state. A ``boolean`` control is a toggle: its values are
+    exactly ``on`` and ``off`` (``BOOLEAN``), which a door may show as a switch."""
 
     id: str
     name: str
@@ -637,6 +641,11 @@ class Control(msgspec.Struct, frozen=True, kw_only=True):
     apply: Callable[[str], None]
     category: str | None = None
     description: str = ""
+    boolean: bool = False
+
+
+BOOLEAN = (Choice(value="on", name="On"), Choice(value="off", name="Off"))
+"""The values of a ``boolean`` ``Control``."""
 
 
 class CommandResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -391,11 +391,14 @@ class SessionSettings(_Base, kw_only=True):
     """A session's own choices, made after it started (by its client, or a tool a person
     approved): ``model`` (an exact model of the session's provider), ``effort`` (the reasoning
     effort, one of the route's ``efforts``), ``mode`` (the permission mode, as the plugin that
-    defines modes names it). None: the composition's default."""
+    defines modes names it), ``auto_compact`` (whether the history policy compacts on its own:
+    False, it never rewrites the history unasked, while a compaction a person asks for, such as
+    ``/compact``, still runs). None: the composition's default."""
 
     model: str | None = None
     effort: str | None = None
     mode: str | None = None
+    auto_compact: bool | None = None
 
 
 class SettingsChanged(Event, tag="settings/changed", kw_only=True):
@@ -767,6 +770,10 @@ class FileChanges:
 
     def take(self, call_id: str) -> FileChange | None:
         return self._by_call.pop(call_id, None)
+
+    def peek(self, call_id: str) -> FileChange | None:
+        """The change recorded for ``call_id``, left in place (for a plugin that records it)."""
+        return self._by_call.get(call_id)
 
 
 class ApprovalRequest(msgspec.Struct, kw_only=True):

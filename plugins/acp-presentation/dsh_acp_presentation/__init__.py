@@ -27,8 +27,11 @@ durable events through ``dsh_present_event`` (the ACP door asks; nothing here im
   more when its link gives up; ``mcp/connected`` after a shown failure says it is back;
 - ``llm/retry`` (a model call failed and is tried again) → ``agent_thought_chunk`` saying why,
   and when the next attempt starts;
-- on ``session/load`` (``dsh_present_replay``), the recorded session again: each tool call's
-  card with its final status and output (no diff), the thoughts, each plan, each compaction;
+- on ``session/load`` (``dsh_present_replay``), the recorded session again as it was shown
+  live: each tool call's card with its final status, output and ``rawOutput``, a write's or
+  edit's diff from the log (``dsh_after_tool`` records the pair of texts a card shows, up to
+  256 KiB a text, as a ``note`` ``acp/file-change``), the thoughts, each plan, each model
+  call's ``usage_update``, the title, each compaction;
 - ``session/titled`` (a titler such as session-controls writes it after a new session's first
   turn) → ``session_info_update`` with the title, as ``session/list`` shows it.
 
@@ -63,12 +66,15 @@ from dsh_core.types import (
     LiveText,
     McpConnected,
     McpFailed,
+    Note,
     ReasoningBlock,
     RetryEvent,
     SessionTitled,
     SubagentProgress,
     TextBlock,
+    ToolCallBlock,
     ToolCallEvent,
+    ToolOutput,
     ToolProgress,
     ToolResultEvent,
 )
@@ -228,19 +234,49 @@ def _diff(session: Agent, name: str, args: dict[str, Any]) -> wire.DiffOut | Non
     return wire.DiffOut(path=full, old_text=before, new_text=after) if after != before else None
 
 
+def _inside(session: Agent, path: str) -> bool:
+    root = os.path.realpath(session.cwd)
+    return os.path.commonpath([root, os.path.realpath(path)]) == root
+
+
+def _too_big(change: FileChange) -> bool:
+    return any(t is not None and len(t.encode("utf-8", errors="replace")) > DIFF_MAX for t in (change.before, change.after))
+
+
 def _changed(session: Agent, change: FileChange) -> wire.DiffOut | None:
     """The change the tool reported making (``FileChanges``): the very text it wrote over (the
     editor's buffer when the session reads through the editor) and the text it wrote, for a file
     inside the workspace; later calls of the step build on it."""
-    root = os.path.realpath(session.cwd)
-    if os.path.commonpath([root, os.path.realpath(change.path)]) != root:
+    if not _inside(session, change.path):
         return None
     session.state(Shown).files[change.path] = change.after
-    if any(t is not None and len(t.encode("utf-8", errors="replace")) > DIFF_MAX for t in (change.before, change.after)):
-        return None
-    if change.after == change.before:
+    if _too_big(change) or change.after == change.before:
         return None
     return wire.DiffOut(path=change.path, old_text=change.before, new_text=change.after)
+
+
+FILE_CHANGE = "acp/file-change"  # the note that keeps a card's diff for session/load
+
+
+@hookimpl
+def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> None:
+    """Before a write's or edit's result is committed: record in the log the pair of texts its
+    card is about to show (``note`` ``acp/file-change``: ``callId``, ``path``, ``oldText``,
+    ``newText``), so a reopened session shows the diff of then, not the disk of now. A text over
+    256 KiB is not recorded (``skipped`` says why; the live card shows no diff either). Only a
+    call that has a card (a model's call, not a program's nested one); nothing is decided."""
+    if call.name not in ("write", "edit") or output.is_error or call.id not in session.state(Shown).calls:
+        return None
+    change = session.state(FileChanges).peek(call.id)
+    if change is None or not _inside(session, change.path) or change.after == change.before:
+        return None
+    data: dict[str, Any] = {"callId": call.id, "path": change.path}
+    if _too_big(change):
+        data["skipped"] = f"a text of the change is over {DIFF_MAX // 1024} KiB"
+    else:
+        data |= {"oldText": change.before, "newText": change.after}
+    session.emit(Note(kind=FILE_CHANGE, data=data))
+    return None
 
 
 def _raw_output(event: ToolResultEvent, text: str, raw_bytes: int) -> dict[str, Any]:
@@ -299,18 +335,23 @@ def _title(event: SessionTitled) -> list[Any]:
     return [wire.SessionInfoUpdate(title=one_line(event.title, TITLE_CHARS), updated_at=updated)]
 
 
-def _cost(session: Agent, event: AssistantMessageEvent) -> tuple[float, str] | None:
-    """The session's cost so far (this process's calls), as its provider prices them
-    (``ModelProvider.cost``); None when it does not, or prices a call in another currency."""
-    shown = session.state(Shown)
+def _priced(session: Agent, event: AssistantMessageEvent, so_far: tuple[float, str] | None) -> tuple[float, str] | None:
+    """``so_far`` plus this call, as the session's provider prices it (``ModelProvider.cost``);
+    None when it does not price; ``so_far`` when it prices this call in another currency."""
     price = getattr(session.provider, "cost", None)
     if price is None or event.usage is None:
         return None
     call = price(session.route.model, event.usage, event.time or time.time())
-    if call is None or (shown.cost is not None and shown.cost[1] != call.currency):
-        return shown.cost
-    shown.cost = ((shown.cost[0] if shown.cost else 0.0) + call.amount, call.currency)
-    return shown.cost
+    if call is None or (so_far is not None and so_far[1] != call.currency):
+        return so_far
+    return (so_far[0] if so_far else 0.0) + call.amount, call.currency
+
+
+def _cost(session: Agent, event: AssistantMessageEvent) -> tuple[float, str] | None:
+    """The session's cost so far: this process's calls, after the log's when it was loaded."""
+    shown = session.state(Shown)
+    shown.cost = _priced(session, event, shown.cost) or shown.cost
+    return shown.cost if getattr(session.provider, "cost", None) is not None else None
 
 
 @hookimpl
@@ -335,11 +376,7 @@ def dsh_present_event(session: Agent, event: Any) -> list[Any] | None:
                         for b in event.message.content if isinstance(b, ReasoningBlock) and b.text]
         live.discard(event.message.id)
         if cfg.usage and event.usage is not None:  # after every model call: the context it used of the window
-            cost = _cost(session, event)
-            updates.append(wire.UsageUpdate(used=event.usage.input_tokens + event.usage.output_tokens,
-                                            size=session.route.context_window,
-                                            **({"cost": wire.CostOut(amount=round(cost[0], 6), currency=cost[1])}
-                                               if cost is not None else {})))
+            updates.append(_usage(session, event, _cost(session, event)))
         return updates or None
     if isinstance(event, ToolCallEvent):
         return _start(session, event)
@@ -374,27 +411,81 @@ def dsh_present_progress(session: Agent, progress: ToolProgress) -> list[Any] | 
 
 @dataclass
 class Replayed:
-    """The calls of a session being shown again (``dsh_present_replay``) between their card and
-    their result: the tool and its arguments (its state slot; nothing of ``Shown`` is touched)."""
+    """A session being shown again (``dsh_present_replay``; its state slot; of ``Shown`` only the
+    cost is set, the log's total, for the live count to go on from): its calls between their card and their result (the tool and its arguments), the
+    diffs recorded for them, and the cost of the calls replayed so far."""
 
     calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     compacting: str | None = None  # the thought of the compaction being replayed
+    diffs: dict[str, wire.DiffOut] = field(default_factory=dict)
+    cost: tuple[float, str] | None = None
+    after: list[Any] = field(default_factory=list)  # what goes out after the door's text of the event before
+
+
+def _recorded_diff(session: Agent, event: Note) -> tuple[str, wire.DiffOut] | None:
+    """A card's diff as ``dsh_after_tool`` recorded it (None: not recorded, or not what it
+    records: a log is a file, so a path outside the workspace or a text over the bound is not
+    shown)."""
+    data = event.data
+    call_id, path, old, new = data.get("callId"), data.get("path"), data.get("oldText"), data.get("newText")
+    if not (isinstance(call_id, str) and isinstance(path, str) and os.path.isabs(path) and isinstance(new, str)
+            and (old is None or isinstance(old, str))):
+        return None
+    change = FileChange(path=path, before=old, after=new)
+    if not _inside(session, path) or _too_big(change):
+        return None
+    return call_id, wire.DiffOut(path=path, old_text=old, new_text=new)
+
+
+def _replayed_cost(session: Agent, event: AssistantMessageEvent) -> tuple[float, str] | None:
+    """The cost of the log's calls up to this one, priced as live (``_cost``). The live count
+    goes on from it: after a load, the next call's ``usage_update`` adds to what the person saw."""
+    replayed = session.state(Replayed)
+    replayed.cost = _priced(session, event, replayed.cost) or replayed.cost
+    session.state(Shown).cost = replayed.cost
+    return replayed.cost if getattr(session.provider, "cost", None) is not None else None
+
+
+def _usage(session: Agent, event: AssistantMessageEvent, cost: tuple[float, str] | None) -> wire.UsageUpdate:
+    assert event.usage is not None
+    return wire.UsageUpdate(used=event.usage.input_tokens + event.usage.output_tokens, size=session.route.context_window,
+                            **({"cost": wire.CostOut(amount=round(cost[0], 6), currency=cost[1])}
+                               if cost is not None else {}))
 
 
 @hookimpl
 def dsh_present_replay(session: Agent, event: Any) -> list[Any] | None:
-    """A reopened session shown again: each tool call's card with its final status and output
-    (no diff: the file of then is not on the disk of now), the model's thoughts, each plan, each
-    compaction with what it saved."""
+    """A reopened session shown again as it was live: each tool call's card with its final status,
+    output, ``rawOutput`` and the diff recorded for it, the model's thoughts, each plan, each model
+    call's usage (so the last is the session's), the title, each compaction with what it saved.
+
+    The door replays a message's text after what this returns for it; live, a call's usage came
+    after its text, so it goes out with the next event (a completed turn's log ends with
+    ``turn/end``)."""
+    replayed = session.state(Replayed)
+    before, replayed.after = replayed.after, []
+    updates = _replay(session, event, replayed)
+    return before + (updates or []) or None
+
+
+def _replay(session: Agent, event: Any, replayed: Replayed) -> list[Any] | None:
     cfg = session.host.config_for(PresentationConfig)
+    if isinstance(event, SessionTitled):
+        return _title(event)
     if isinstance(event, AssistantMessageEvent):
+        if cfg.usage and event.usage is not None:
+            replayed.after.append(_usage(session, event, _replayed_cost(session, event)))
         if not cfg.thoughts:
             return None
         return [wire.ThoughtChunk(content=wire.TextOut(text=b.text), message_id=event.message.id)
                 for b in event.message.content if isinstance(b, ReasoningBlock) and b.text] or None
     if isinstance(event, (CompactionStart, CompactionSummary, CompactionFailed)):  # a fact of the thread, shown again
-        return [_compaction(session.state(Replayed), event)]
-    calls = session.state(Replayed).calls
+        return [_compaction(replayed, event)]
+    if isinstance(event, Note):
+        if event.kind == FILE_CHANGE and (recorded := _recorded_diff(session, event)) is not None:
+            replayed.diffs[recorded[0]] = recorded[1]
+        return None
+    calls = replayed.calls
     if isinstance(event, ToolCallEvent):
         args = _args(event.arguments)
         calls[event.call_id] = (event.name, args)
@@ -407,8 +498,11 @@ def dsh_present_replay(session: Agent, event: Any) -> list[Any] | None:
     if isinstance(event, ToolResultEvent):
         result = event.result
         name, args = calls.pop(result.call_id, (result.name, {}))
+        diff = replayed.diffs.pop(result.call_id, None)
         text = "\n".join(b.text for b in result.content if isinstance(b, TextBlock))
-        content: list[wire.ContentOut | wire.DiffOut] = [_tail(text, cfg.output_bytes)] if text and cfg.output_bytes else []
+        content: list[wire.ContentOut | wire.DiffOut] = [diff] if diff is not None and not result.is_error else []
+        if text and cfg.output_bytes:
+            content.append(_tail(text, cfg.output_bytes))
         extra: dict[str, Any] = {"content": content} if content else {}
         if cfg.raw_output:
             extra["raw_output"] = _raw_output(event, text, cfg.raw_output)

@@ -8,10 +8,20 @@ import json
 
 import pytest
 from dsh_acp import wire
-from dsh_acp_presentation import dsh_present_event, title_of
+from dsh_acp_presentation import DIFF_MAX, dsh_after_tool, dsh_present_event, dsh_present_replay, title_of
 
 from dsh_core.contracts import AgentSpec
-from dsh_core.types import TextBlock, ToolCallEvent, ToolResultEvent, ToolResultMessage
+from dsh_core.types import (
+    FileChange,
+    FileChanges,
+    Note,
+    TextBlock,
+    ToolCallBlock,
+    ToolCallEvent,
+    ToolOutput,
+    ToolResultEvent,
+    ToolResultMessage,
+)
 from dsh_testing import memory_host
 
 pytestmark = pytest.mark.anyio
@@ -66,6 +76,54 @@ async def test_a_failed_edit_shows_no_diff_and_a_file_outside_the_workspace_is_n
         dsh_present_event(agent, _call(1, 2, "bad", "edit", file_path="f.txt", old_string="zzz", new_string="y"))
         (end,) = dsh_present_event(agent, _result(1, 2, "bad", "edit", error=True))
         assert end.status == "failed" and [type(c) for c in end.content] == [wire.ContentOut]
+        await agent.dispose()
+
+
+async def test_the_diff_a_card_shows_is_recorded_for_load_bounded_and_only_for_a_card(scripted, tmp_path):
+    """``dsh_after_tool`` writes the pair of texts a write's or edit's card shows into the log
+    (``acp/file-change``) before the result commits: a text over 256 KiB is named, not kept; a
+    call with no card (a program's nested call), a failed one, one outside the workspace: nothing."""
+    script = scripted({})
+    async with memory_host(script, plugins=("scripted-model", "sandbox-tools", "acp-presentation")) as host:
+        agent = await _agent(host, tmp_path, script)
+        notes = []
+        agent.subscribe(lambda _agent, e: notes.append(e.data) if isinstance(e, Note) and e.kind == "acp/file-change" else None)
+        big = "x" * (DIFF_MAX + 1)
+        changes = {"small": FileChange(path=str(tmp_path / "a.txt"), before="a\n", after="b\n"),
+                   "big": FileChange(path=str(tmp_path / "b.txt"), before=None, after=big),
+                   "outside": FileChange(path="/etc/hostname", before="h", after="x"),
+                   "failed": FileChange(path=str(tmp_path / "c.txt"), before=None, after="c"),
+                   "p:code:1": FileChange(path=str(tmp_path / "d.txt"), before=None, after="d")}
+        for call_id, change in changes.items():
+            if ":code:" not in call_id:
+                dsh_present_event(agent, _call(1, 1, call_id, "write", file_path=change.path, content=change.after))
+            agent.state(FileChanges).record(call_id, change)
+            out = ToolOutput.text("Error: no" if call_id == "failed" else "ok", is_error=call_id == "failed")
+            assert dsh_after_tool(agent, ToolCallBlock(id=call_id, name="write", arguments="{}"), out) is None
+        assert notes == [
+            {"callId": "small", "path": str(tmp_path / "a.txt"), "oldText": "a\n", "newText": "b\n"},
+            {"callId": "big", "path": str(tmp_path / "b.txt"), "skipped": "a text of the change is over 256 KiB"}]
+        # the change stays for the live card
+        assert agent.state(FileChanges).take("small") == changes["small"]
+        await agent.dispose()
+
+
+async def test_load_shows_a_recorded_diff_only_inside_the_workspace_and_bounded(scripted, tmp_path):
+    """The note is read from a log, a file: a path outside the workspace, or a text over the
+    bound, is not shown; a well-formed one is, on its call's final update."""
+    script = scripted({})
+    async with memory_host(script, plugins=("scripted-model", "sandbox-tools", "acp-presentation")) as host:
+        agent = await _agent(host, tmp_path, script)
+        notes = {"in": {"path": str(tmp_path / "a.txt"), "oldText": None, "newText": "a\n"},
+                 "out": {"path": "/etc/hostname", "oldText": "h", "newText": "x"},
+                 "big": {"path": str(tmp_path / "b.txt"), "oldText": None, "newText": "x" * (DIFF_MAX + 1)}}
+        shown = {}
+        for call_id, data in notes.items():
+            dsh_present_replay(agent, _call(1, 1, call_id, "write", file_path=data["path"], content=data["newText"]))
+            dsh_present_replay(agent, Note(kind="acp/file-change", data={"callId": call_id, **data}))
+            (end,) = dsh_present_replay(agent, _result(1, 1, call_id, "write"))
+            shown[call_id] = [(c.path, c.new_text) for c in end.content if isinstance(c, wire.DiffOut)]
+        assert shown == {"in": [(str(tmp_path / "a.txt"), "a\n")], "out": [], "big": []}
         await agent.dispose()
 
 

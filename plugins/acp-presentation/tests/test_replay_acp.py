@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO
+from dsh_testing import REPO, until
 
 pytestmark = pytest.mark.anyio
 
@@ -66,3 +66,67 @@ async def test_session_load_shows_tool_cards_thoughts_and_the_plan_again(acp_age
         ("agent_message_chunk", "all done"),
     ]
     assert replayed[1:] == live  # the thread looks as it did live (live has no user chunk of its own)
+
+
+FULL = {"default": [
+    {"reasoning": "Write the notes, then fix them.",
+     "tools": [{"name": "write", "args": {"file_path": "notes.txt", "content": "one\ntwo\n"}},
+               {"name": "edit", "args": {"file_path": "notes.txt", "old_string": "two", "new_string": "2"}}],
+     "usage": {"inputTokens": 1000, "outputTokens": 20}},
+    {"tool": "bash", "args": {"description": "Run the command", "command": "cat notes.txt"},
+     "usage": {"inputTokens": 1100, "outputTokens": 10}},
+    {"tool": "todo_write", "args": {"todos": [{"content": "write the notes", "status": "completed"},
+                                              {"content": "check them", "status": "in_progress"}]},
+     "usage": {"inputTokens": 1200, "outputTokens": 30}},
+    {"text": "all done", "usage": {"inputTokens": 1300, "outputTokens": 5}},
+]}
+
+
+def _frames(run, sid):
+    """What a client renders of the session, frame by frame (as JSON): without the command list
+    (sent after each answer to session/new and load) and the bare ``in_progress`` of a card (a
+    moment of the live turn, not part of the thread); a user's chunk is the load's own."""
+    out = []
+    for s, u in run.client.updates:
+        if s != sid or u.session_update == "available_commands_update":
+            continue
+        if u.session_update == "tool_call_update" and u.status == "in_progress" and not u.content:
+            continue
+        out.append(u.model_dump(mode="json", by_alias=True, exclude_none=True))
+    return out
+
+
+async def test_session_load_shows_the_thread_as_it_was_live(acp_agent, scripted):
+    """Full replay (issue 42): a turn with a thought, a write, an edit, a bash call and a plan,
+    reloaded by a second dsh process, gives the client the same frames it got live — the diffs
+    from the log (the file on disk is gone by then), rawOutput, each usage_update, the title."""
+    script = scripted(FULL)
+    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+        await run.conn.initialize(protocol_version=1)
+        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        resp = await run.conn.prompt(session_id=sid, prompt=[text_block("write notes")])
+        assert resp.stop_reason == "end_turn"
+        await until(lambda: any(f["sessionUpdate"] == "session_info_update" for f in _frames(run, sid)))
+        live = _frames(run, sid)
+        assert await run.close_stdin() == 0
+        (run.cwd / "notes.txt").unlink()  # what load shows comes from the log, not the disk of now
+    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+        await run.conn.initialize(protocol_version=1)
+        await run.conn.load_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[])
+        replayed = _frames(run, sid)
+        assert await run.close_stdin() == 0
+    assert replayed[0] == {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "write notes"},
+                           **({"messageId": replayed[0]["messageId"]} if "messageId" in replayed[0] else {})}
+    replayed = replayed[1:]
+    diffs = [c for f in replayed if f["sessionUpdate"] == "tool_call_update" for c in f.get("content", ())
+             if c["type"] == "diff"]
+    assert [(c.get("oldText"), c["newText"]) for c in diffs] == [(None, "one\ntwo\n"), ("one\ntwo\n", "one\n2\n")]
+    finals = [f for f in replayed if f["sessionUpdate"] == "tool_call_update"]
+    assert [f["rawOutput"]["isError"] for f in finals] == [False] * 4
+    assert "one\n2" in finals[2]["rawOutput"]["output"]
+    assert [(f["used"], f["size"]) for f in replayed if f["sessionUpdate"] == "usage_update"] == [
+        (1020, 128000), (1110, 128000), (1230, 128000), (1305, 128000)]
+    assert replayed[-1]["sessionUpdate"] == "session_info_update" and replayed[-1]["title"] == "write notes"
+    assert [f["sessionUpdate"] for f in replayed] == [f["sessionUpdate"] for f in live]
+    for shown_then, shown_live in zip(replayed, live, strict=True):  # card by card
+        assert shown_then == shown_live

@@ -41,8 +41,17 @@ COMMAND_TYPED = "acp/command-typed"
 COMMAND = re.compile(r"/([A-Za-z][\w-]{0,63})(?:\s+|$)")
 
 
-def config_options(controls: list[Control]) -> list[wire.ConfigOption]:
+def config_options(controls: list[Control], booleans: bool = False) -> list[wire.AnyConfigOption]:
+    """The controls as ACP config options: a ``boolean`` control as a ``boolean`` option
+    (``currentValue`` true or false) when the client takes them (``booleans``), else as a select
+    of ``on`` and ``off``, which every client with config options shows."""
     return [
+        wire.BooleanConfigOption(
+            id=c.id, name=c.name, current_value=c.current == "on",
+            **({"category": c.category} if c.category else {}),
+            **({"description": c.description} if c.description else {}),
+        )
+        if c.boolean and booleans else
         wire.ConfigOption(
             id=c.id, name=c.name, current_value=c.current,
             options=[wire.ConfigChoice(value=ch.value, name=ch.name, **({"description": ch.description}
@@ -84,6 +93,12 @@ class Controls(BridgeState):
                 seen.setdefault(command.name, command)  # pluggy calls the last registered first
         return list(seen.values())
 
+    def booleans(self) -> bool:
+        """Whether the client takes ``boolean`` config options (``session.configOptions.boolean``)."""
+        session = self.client_capabilities.get("session")
+        options = session.get("configOptions") if isinstance(session, dict) else None
+        return isinstance(options, dict) and isinstance(options.get("boolean"), dict)
+
     def _offers_controls(self, method: str) -> None:
         if not self.host.pm.hook.dsh_session_controls.get_hookimpls():
             raise RpcFailure(METHOD_NOT_FOUND, "Method not found", {"method": method},
@@ -96,7 +111,7 @@ class Controls(BridgeState):
         if not controls:
             return {}
         modes = modes_of(controls)
-        return {"configOptions": config_options(controls), **({"modes": modes} if modes is not None else {})}
+        return {"configOptions": config_options(controls, self.booleans()), **({"modes": modes} if modes is not None else {})}
 
     def _commands_update(self, session: Session) -> wire.AvailableCommandsUpdate | None:
         """The session's commands as an update, when they differ from what it was last sent."""
@@ -126,7 +141,7 @@ class Controls(BridgeState):
         controls = self.controls(session.agent)
         if not controls:
             return
-        session.delivery.push_update(wire.ConfigOptionUpdate(config_options=config_options(controls)))
+        session.delivery.push_update(wire.ConfigOptionUpdate(config_options=config_options(controls, self.booleans())))
         modes = modes_of(controls)
         if "mode" in changed and modes is not None:
             session.delivery.push_update(wire.CurrentModeUpdate(current_mode_id=modes.current_mode_id))
@@ -154,10 +169,15 @@ class Controls(BridgeState):
     async def set_config_option(self, rid: Any, params: msgspec.Raw | None) -> Any:
         self._offers_controls("session/set_config_option")
         p = decode_params(params, wire.SetConfigOptionParams)
+        if p.type == "boolean" and isinstance(p.value, bool):  # a toggle: on or off
+            controls = self._set(p.session_id, lambda c: c.id == p.config_id and c.boolean, "on" if p.value else "off",
+                                 f"{shown(p.config_id)} (a boolean)")
+            return wire.SetConfigOptionResult(config_options=config_options(controls, self.booleans()))
         if p.type not in (None, "value_id") or not isinstance(p.value, str):
-            raise invalid_params(f"{p.config_id} takes one of its option values (a string)")
+            raise invalid_params(f"{p.config_id} takes one of its option values (a string)"
+                                 + (", or type boolean with a boolean value" if p.type == "boolean" else ""))
         controls = self._set(p.session_id, lambda c: c.id == p.config_id, p.value, shown(p.config_id))
-        return wire.SetConfigOptionResult(config_options=config_options(controls))
+        return wire.SetConfigOptionResult(config_options=config_options(controls, self.booleans()))
 
     async def set_mode(self, rid: Any, params: msgspec.Raw | None) -> Any:
         self._offers_controls("session/set_mode")

@@ -253,6 +253,20 @@ class ConfigOption(_Out, tag="select", tag_field="type"):
     category: str | UnsetType = UNSET
 
 
+class BooleanConfigOption(_Out, tag="boolean", tag_field="type"):
+    """A ``SessionConfigOption`` of type ``boolean`` (an on/off toggle), for a client that
+    advertised ``clientCapabilities.session.configOptions.boolean``."""
+
+    id: str
+    name: str
+    current_value: bool
+    description: str | UnsetType = UNSET
+    category: str | UnsetType = UNSET
+
+
+AnyConfigOption = ConfigOption | BooleanConfigOption
+
+
 class SessionMode(_Out):
     id: str
     name: str
@@ -268,7 +282,7 @@ class SessionModeState(_Out):
 
 class NewSessionResult(_Out):
     session_id: str
-    config_options: list[ConfigOption] | UnsetType = UNSET
+    config_options: list[AnyConfigOption] | UnsetType = UNSET
     modes: SessionModeState | UnsetType = UNSET
 
 
@@ -280,7 +294,7 @@ class SetConfigOptionParams(_In):
 
 
 class SetConfigOptionResult(_Out):
-    config_options: list[ConfigOption]
+    config_options: list[AnyConfigOption]
 
 
 class SetModeParams(_In):
@@ -490,7 +504,7 @@ class SessionInfoUpdate(_Out, tag="session_info_update", tag_field="sessionUpdat
 
 
 class ConfigOptionUpdate(_Out, tag="config_option_update", tag_field="sessionUpdate"):
-    config_options: list[ConfigOption]
+    config_options: list[AnyConfigOption]
 
 
 class CurrentModeUpdate(_Out, tag="current_mode_update", tag_field="sessionUpdate"):

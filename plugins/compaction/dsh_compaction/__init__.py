@@ -155,6 +155,8 @@ class Compactor:
                                    metered_tokens=ctx.metered_tokens, metered_messages=ctx.metered_messages)
 
     async def prepare(self, ctx: HistoryContext) -> list[Any] | None:
+        if ctx.agent.settings.auto_compact is False:
+            return None  # the person switched automatic compaction off: only /compact compacts
         window = ctx.route.context_window
         tokens = self.meter(ctx)
         if tokens <= self.settings.threshold_ratio * window:
@@ -164,8 +166,8 @@ class Compactor:
         return await self._compact(ctx, "pressure", tokens)
 
     async def recover(self, ctx: HistoryContext, error: Exception) -> list[Any] | None:
-        if self._failed_at == (ctx.turn, ctx.step):
-            return None  # this call's compaction already failed: fail with the provider's error
+        if self._failed_at == (ctx.turn, ctx.step) or ctx.agent.settings.auto_compact is False:
+            return None  # already failed for this call, or switched off: fail with the provider's error
         return await self._compact(ctx, "overflow", self.meter(ctx))
 
     async def compact(self, ctx: HistoryContext) -> list[Any] | None:

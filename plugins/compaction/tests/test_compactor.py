@@ -82,3 +82,34 @@ async def test_a_cancelled_summary_call_leaves_the_history_untouched(tmp_path):
         assert failed.code == "ABORTED"
         assert isinstance(events[-1], TurnEnd) and events[-1].reason == "aborted"
         assert list(agent.history) == before["items"]
+
+
+async def test_auto_compact_off_leaves_pressure_and_overflow_alone_but_a_request_still_compacts(tmp_path):
+    """``SessionSettings.auto_compact`` False: ``prepare`` past the threshold and ``recover`` after
+    a context-length error compact nothing; ``compact`` (a person asked) still does; on again,
+    ``prepare`` compacts."""
+    from dsh_compaction import Compactor, Settings
+
+    from dsh_core import ModelError
+    from dsh_core.protocols import HistoryContext
+
+    script = _script(tmp_path, {"text": "short summary"})
+    async with memory_host(script, plugins=PLUGINS, config={"compaction": {"retain-ratio": 0.3}}) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=script))
+        agent.configure(auto_compact=False)
+        for text in ("first " + "x" * 3000, "second " + "y" * 2600, "third " + "z" * 1000):  # compacted when on
+            _say(agent, text)
+            await agent.wait_idle()
+        assert not any(isinstance(e, CompactionStart) for e in host.session_store.logs[agent.session_id].events)
+
+        def ctx():
+            return HistoryContext(agent=agent, turn=9, step=1, route=agent.route, system="", tools=[],
+                                  history=agent.history)
+
+        policy = Compactor(Settings(retain_ratio=0.3))
+        assert await policy.prepare(ctx()) is None
+        assert await policy.recover(ctx(), ModelError("too long", code="CONTEXT_WINDOW_EXCEEDED")) is None
+        assert await policy.compact(ctx()) is not None  # asked for: compacted
+        agent.configure(auto_compact=True)
+        assert await policy.prepare(ctx()) is not None  # on again: past the threshold, compacted
+        await agent.dispose()

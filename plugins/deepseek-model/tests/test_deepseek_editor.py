@@ -53,7 +53,7 @@ async def test_the_model_and_thinking_pickers_drive_the_requests_and_survive_a_r
         assert new.modes.current_mode_id == "workspace-write"
         assert [m.id for m in new.modes.available_modes] == ["read-only", "workspace-write", "full-access", "plan"]
         categories = {o.id: o.category for o in new.config_options}
-        assert categories == {"model": "model", "thought_level": "thought_level", "mode": "mode"}
+        assert categories == {"model": "model", "thought_level": "thought_level", "mode": "mode", "auto_compact": None}
 
         resp = await run.conn.prompt(session_id=sid, prompt=[acp.text_block("hi")])
         assert resp.stop_reason == "end_turn"
@@ -155,3 +155,28 @@ async def test_a_switch_to_a_model_that_cannot_read_the_conversations_images_is_
         changed = await run.conn.set_config_option(config_id="thought_level", session_id=sid, value="low")
         assert _options(changed.config_options)["model"][0] == "deepseek-flash"  # still the model that reads them
         assert await run.close_stdin() == 0
+
+
+async def test_a_loaded_session_shows_its_cost_and_the_next_call_adds_to_it(fake: FakeDeepSeek, tmp_path: Path):
+    """session/load in a new process replays each call's usage_update with the cost the person
+    saw live (acp-presentation), and the next call's cost goes on from that total."""
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    fake.push(Turn(content="one"), Turn(content="two"), Turn(content="three"))
+    async with spawn_acp(None, cwd=work, env=_env(fake, home), example="acp-editor") as run:
+        await run.conn.initialize(protocol_version=1)
+        sid = (await run.conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        for text in ("hi", "again"):
+            assert (await run.conn.prompt(session_id=sid, prompt=[acp.text_block(text)])).stop_reason == "end_turn"
+        live = [(u.used, u.cost.amount) for s, u in run.client.updates if s == sid and u.session_update == "usage_update"]
+        assert await run.close_stdin() == 0
+    assert len(live) == 2 and live[1][1] > live[0][1] > 0
+    async with spawn_acp(None, cwd=work, env=_env(fake, home), example="acp-editor") as run:
+        await run.conn.initialize(protocol_version=1)
+        await run.conn.load_session(session_id=sid, cwd=str(work), mcp_servers=[])
+        replayed = [(u.used, u.cost.amount) for s, u in run.client.updates if s == sid and u.session_update == "usage_update"]
+        assert replayed == live
+        assert (await run.conn.prompt(session_id=sid, prompt=[acp.text_block("more")])).stop_reason == "end_turn"
+        after = [u.cost.amount for s, u in run.client.updates if s == sid and u.session_update == "usage_update"][-1]
+        assert await run.close_stdin() == 0
+    assert after > live[-1][1]  # the session's total went on, not this process's alone

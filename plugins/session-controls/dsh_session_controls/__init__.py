@@ -11,6 +11,8 @@ also as legacy modes):
   (``[config.session-controls] modes`` picks and orders them). The tier is sandbox-tools'
   (``plan`` runs read-only); the model is told of a change in an appended message, so the prefix
   and the provider's cache stay. ``full-access`` chosen here is never taken back from a log.
+- ``auto_compact`` (a boolean: ``on``/``off``), in a composition with a history policy
+  (compaction): off, the history is never compacted unasked (``/compact`` still works).
 
 Plan mode: only tools that read run (``read``/``search``/``fetch``/``think`` kinds, ``bash``
 and ``run_code`` confined read-only, ``todo_write``); ``exit_plan_mode {plan}`` puts the plan to
@@ -36,7 +38,7 @@ from dsh_core.config import PluginConfig
 from dsh_core.contracts import new_id
 from dsh_core.display import cut, strip_unsafe
 from dsh_core.interception import BeforeTool
-from dsh_core.protocols import Choice, CommandResult, Control, SlashCommand
+from dsh_core.protocols import BOOLEAN, Choice, CommandResult, Control, SlashCommand
 from dsh_core.types import (
     AssistantMessageEvent,
     CompactionSummary,
@@ -176,9 +178,22 @@ def _mode(session: Agent) -> Control | None:
                    description="What the session's tools may do")
 
 
+def _auto_compact(session: Agent) -> Control | None:
+    """Automatic compaction on or off, in a composition with a history policy (compaction)."""
+    if not session.host.pm.hook.dsh_history_policy.get_hookimpls():
+        return None
+
+    def apply(value: str) -> None:
+        session.configure(auto_compact=value == "on")
+
+    return Control(id="auto_compact", name="Auto-compact", current="off" if session.settings.auto_compact is False else "on",
+                   choices=BOOLEAN, apply=apply, boolean=True,
+                   description="Summarise the older conversation when the context fills up (off: only /compact does)")
+
+
 @hookimpl
 def dsh_session_controls(session: Agent, host: Host) -> list[Control]:
-    return [c for c in (_model(session), _effort(session), _mode(session)) if c is not None]
+    return [c for c in (_model(session), _effort(session), _mode(session), _auto_compact(session)) if c is not None]
 
 
 # --------------------------------------------------------------------------- plan mode
@@ -507,6 +522,7 @@ async def _status(session: Agent, text: str) -> CommandResult:
         ("Route", code(f"{route.provider}/{route.model}") + (f" (thinking: {effort})" if effort else "")),
         ("Mode", f"{current_mode(session) or 'none'} — sandbox {sandbox}"),
         ("Context", context),
+        *([("Auto-compact", auto.current)] if (auto := _auto_compact(session)) is not None else []),
         ("Tools", str(len(session.tools))),
     ]
     rows += [(f"MCP server {code(name)}", state) for name, state in session.state(_Servers).items()]

@@ -84,13 +84,14 @@ FULL = {"default": [
 
 def _frames(run, sid):
     """What a client renders of the session, frame by frame (as JSON): without the command list
-    (sent after each answer to session/new and load) and the bare ``in_progress`` of a card (a
-    moment of the live turn, not part of the thread); a user's chunk is the load's own."""
+    (sent after each answer to session/new and load) and a card's ``in_progress`` updates, bare or
+    with a running command's output so far (moments of the live turn, not part of the thread: the
+    final update has the output); a user's chunk is the load's own."""
     out = []
     for s, u in run.client.updates:
         if s != sid or u.session_update == "available_commands_update":
             continue
-        if u.session_update == "tool_call_update" and u.status == "in_progress" and not u.content:
+        if u.session_update == "tool_call_update" and u.status == "in_progress":
             continue
         out.append(u.model_dump(mode="json", by_alias=True, exclude_none=True))
     return out

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from batchkit import REPO, batch_env, read_results, run_batch, write_jsonl
-from report_browser import visit
+
+from dsh_testing.browser import Page as BrowserPage
 
 USAGE = {"inputTokens": 1200, "outputTokens": 300, "cacheHitTokens": 1000}
 SCRIPT = {
@@ -110,7 +111,8 @@ def setup(tmp_path: Path):
     return tmp_path, home, ("-e", "acp-testkit", "--provider", "scripted", "--model", str(script))
 
 
-def test_a_batch_report_has_a_row_per_task_its_numbers_plots_and_fetches_nothing(setup):
+def test_a_batch_report_has_a_row_per_task_its_numbers_plots_and_fetches_nothing(setup, chromium_browser):
+    browser = chromium_browser
     tmp, home, args = setup
     tasks = write_jsonl(tmp / "tasks.jsonl", TASKS)
     out, html = tmp / "results.jsonl", tmp / "report.html"
@@ -171,18 +173,21 @@ def test_a_batch_report_has_a_row_per_task_its_numbers_plots_and_fetches_nothing
     assert b"dsh batch: report: " in proc.stderr
 
     # what a person sees in a real browser: the rows, the prompt as text, the plot; nothing fetched
-    seen = visit(html, """({
-        rows: [...document.querySelectorAll("#tasks tbody tr")].map(r => r.dataset.id + ":" + r.dataset.status),
-        prompt: document.querySelector('tr[data-id="x1"] .prompt').textContent,
-        scripts: document.scripts.length,
-        plotWidth: document.querySelector("#plot-time svg").getBoundingClientRect().width,
-        failed: document.querySelector('tr[data-id="f1"] .error').textContent,
-    })""", tmp / "profile")  # fmt: skip
-    assert seen.value == {"rows": ["a1:ok", "f1:failed", "g1:ok", "x1:ok"], "prompt": PROMPT_WITH_MARKUP, "scripts": 0,
-                          "plotWidth": seen.value["plotWidth"], "failed": rows["f1"]["error"]}  # fmt: skip
-    assert seen.value["plotWidth"] > 300
-    assert seen.requests == [html.resolve().as_uri()], seen.requests  # the page itself, and nothing else
-    assert seen.errors == []
+    view = BrowserPage(browser, html, ready="#tasks")
+    try:
+        seen = view.page.evaluate("""() => ({
+            rows: [...document.querySelectorAll("#tasks tbody tr")].map(r => r.dataset.id + ":" + r.dataset.status),
+            prompt: document.querySelector('tr[data-id="x1"] .prompt').textContent,
+            scripts: document.scripts.length,
+            plotWidth: document.querySelector("#plot-time svg").getBoundingClientRect().width,
+            failed: document.querySelector('tr[data-id="f1"] .error').textContent,
+        })""")  # fmt: skip
+        assert seen == {"rows": ["a1:ok", "f1:failed", "g1:ok", "x1:ok"], "prompt": PROMPT_WITH_MARKUP, "scripts": 0,
+                        "plotWidth": seen["plotWidth"], "failed": rows["f1"]["error"]}  # fmt: skip
+        assert seen["plotWidth"] > 300
+        view.clean()  # no console error; the page itself, and nothing else, was requested
+    finally:
+        view.close()
 
 
 # A Saturday, 12:00 UTC: DeepSeek's off-peak price whatever day the test runs on.

@@ -7,9 +7,6 @@ the set-up installs both and their absence fails."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,68 +14,17 @@ import pytest
 from recorded import big_session, run_dsh
 from test_session_export import XSS, _session
 
-CHROMIUM = shutil.which("chromium")
+from dsh_testing.browser import Page as _Page
+from dsh_testing.browser import expect
 
 
-def expect(locator):  # imported here: without playwright the module still loads, and skips (or fails under CI)
-    from playwright.sync_api import expect as playwright_expect
-
-    return playwright_expect(locator)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-    missing = ("Debian's chromium is not installed (apt-get install chromium)" if CHROMIUM is None
-               else "playwright is not installed (pip install playwright)" if sync_playwright is None else None)
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI installs the browser test's parts: {missing}")
-        pytest.skip(missing)
-    args = ["--no-sandbox"] if os.geteuid() == 0 else []  # chromium refuses its own sandbox as root
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=args)
-        yield b
-        b.close()
+@pytest.fixture
+def browser(chromium_browser):
+    return chromium_browser
 
 
-class Page:
-    """One page opened from a file, with everything it logged and asked for."""
-
-    def __init__(self, browser, path: Path):
-        self.url = path.resolve().as_uri()
-        self.context = browser.new_context()
-        self.requests: list[str] = []  # every request the page made (the "request" event)
-        self.routed: list[str] = []  # every request that reached the network layer (route: only the page goes on)
-        self.errors: list[str] = []
-
-        def observe(route):
-            self.routed.append(route.request.url)
-            if route.request.url == self.url:
-                route.continue_()
-            else:
-                route.abort()
-
-        self.context.route("**/*", observe)
-        self.page = self.context.new_page()
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.on("request", lambda r: self.requests.append(r.url))
-        started = time.perf_counter()
-        self.page.goto(self.url)
-        self.page.wait_for_selector("html[data-ready]")
-        self.seconds = time.perf_counter() - started
-
-    def close(self) -> None:
-        self.context.close()
-
-    def clean(self) -> None:
-        assert self.errors == []
-        assert self.requests == [self.url]
-        assert self.routed == [self.url]
+def Page(browser, path: Path) -> _Page:
+    return _Page(browser, path, ready="html[data-ready]")
 
 
 def test_a_recorded_session_as_a_person_sees_it(browser, recorded_store, tmp_path):

@@ -217,6 +217,15 @@ def acp_agent(_fixed_length_root: Path, dsh_home: Path) -> Callable[..., Any]:
     return factory
 
 
+@pytest.fixture(scope="module")
+def chromium_browser() -> Iterator[Any]:
+    """A real headless Chromium for the module's tests (``dsh_testing.browser``: skips without
+    chromium or Playwright, fails under CI=true)."""
+    from dsh_testing.browser import launch
+
+    yield from launch()
+
+
 def make_png(width: int = 2, height: int = 2, rgb: tuple[int, int, int] = (255, 0, 0)) -> bytes:
     """A real, valid PNG (8-bit RGB, no interlace) of one colour, built with zlib and struct."""
     import struct

@@ -240,3 +240,53 @@ def test_a_session_reopened_in_toad_shows_its_tool_cards(toad, tmp_path: Path) -
     for card in ("read notes.txt", "edit notes.txt", "bash: echo SHELL-SAID"):
         assert card in shown, card
     assert shown.index("read notes.txt") < shown.index("edit notes.txt") < shown.index("EDIT-FINISHED")
+
+
+def test_toad_remembers_an_approval_and_queues_a_prompt_sent_during_a_turn(toad, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+
+    def escalate(n: int) -> list[dict]:
+        return [{"tool": "bash", "args": {
+            "command": f"echo wrote-{n} > {outside}/report-{n}.txt && cat {outside}/report-{n}.txt",
+            "description": "Write the report", "sandbox_permissions": "danger-full-access",
+            "justification": "write the report outside the workspace"}},
+            {"text": f"REPORT-{n}-DONE: {{tool_result}}"}]
+
+    script = {"rules": [
+        {"when": "first report", "steps": escalate(1)},
+        {"when": "second report", "steps": escalate(2)},
+        {"when": "slow", "steps": [{"partial": "Working slowly ", "mark": "slow-started", "delay_ms": 4000,
+                                    "text": "SLOW-DONE"}]},
+    ], "default": [{"text": "echo: {prompt}"}]}
+    screen = toad(script, workspace=workspace)
+
+    # the first escalation asks, with the remembered kinds offered; "A" is Toad's key for allow_always
+    screen.send_prompt("write the first report")
+    asked = screen.wait_text("Always allow bash in danger-full-access for this session")
+    assert "Allow once" in asked and "Always reject bash in danger-full-access" in asked
+    screen.tmux("send-keys", "A")
+    screen.wait_text("REPORT-1-DONE: wrote-1")
+    # the same escalation again: answered by the rule, no question on the screen
+    screen.send_prompt("write the second report")
+    done = screen.wait_text("REPORT-2-DONE: wrote-2")
+    assert done.count("Always allow bash in danger-full-access") == 1, done
+    assert (outside / "report-2.txt").read_text() == "wrote-2\n"
+    screen.send_prompt("/approvals")
+    listed = screen.wait_text("Remembered approvals in this session")
+    assert re.search(r"always allow\W+bash\W+in danger-full-access", listed), listed
+
+    # a prompt sent while a turn runs waits for it and gets its own answer (Toad showed
+    # "Failed to send prompt" when dsh refused it)
+    screen.send_prompt("go slow")
+    deadline = time.monotonic() + 30
+    while not (workspace / "slow-started").exists():
+        assert time.monotonic() < deadline, screen.text()
+        time.sleep(0.1)
+    screen.tmux("send-keys", "-l", "and then this")
+    screen.tmux("send-keys", "Enter")
+    shown = screen.wait_text("echo: and then this", timeout=60)
+    assert "Failed to send prompt" not in shown
+    assert shown.index("SLOW-DONE") < shown.index("echo: and then this")

@@ -116,12 +116,17 @@ class Screen:
         return self.wait_for(lambda t: needle in t, timeout, repr(needle))
 
     def send_prompt(self, text: str) -> None:
-        """Type ``text`` into the prompt and send it. Toad takes Enter only once its agent is
-        ready (an Enter before that is dropped), so Enter is repeated until the prompt leaves
-        the input box and shows in the conversation."""
-        self.tmux("send-keys", "-l", text)
+        """Type ``text`` into the prompt and send it. Toad drops keys while its input is not
+        there yet (at start, or just after a permission question closed) and takes Enter only
+        once its agent is ready, so the text is typed again while the input box is empty, and
+        Enter repeated until the prompt leaves the box and shows in the conversation."""
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
+            if f"▊ {MARK} {text}" not in self.text():
+                if "How can I help you today?" in self.text():
+                    self.tmux("send-keys", "-l", text)
+                time.sleep(0.5)
+                continue
             self.tmux("send-keys", "Enter")
             try:
                 self.wait_for(lambda t: f"▌ {MARK} {text}" in t, timeout=2.0)
@@ -269,10 +274,10 @@ def test_toad_remembers_an_approval_and_queues_a_prompt_sent_during_a_turn(toad,
     assert "Allow once" in asked and "Always reject bash in danger-full-access" in asked
     screen.tmux("send-keys", "A")
     screen.wait_text("REPORT-1-DONE: wrote-1")
-    # the same escalation again: answered by the rule, no question on the screen
+    # the same escalation again: answered by the rule. Nobody presses a key now, so had Toad been
+    # asked, the turn would wait on its question and never finish
     screen.send_prompt("write the second report")
-    done = screen.wait_text("REPORT-2-DONE: wrote-2")
-    assert done.count("Always allow bash in danger-full-access") == 1, done
+    screen.wait_text("REPORT-2-DONE: wrote-2")
     assert (outside / "report-2.txt").read_text() == "wrote-2\n"
     screen.send_prompt("/approvals")
     listed = screen.wait_text("Remembered approvals in this session")

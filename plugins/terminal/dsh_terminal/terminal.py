@@ -47,6 +47,8 @@ _SYSCALLS = {
     "aarch64": {"read": {63, 65}, "select": {72}},
 }.get(platform.machine(), {"read": set(), "select": set()})
 
+STOP_GRACE_S = 10.0  # how long a stopped send keeps pressing Ctrl-C before it settles anyway
+
 
 @dataclass
 class Timing:
@@ -97,6 +99,7 @@ class _Wait:
     left_wait: bool
     on_progress: Callable[[str], None] | None
     interrupted: float = -math.inf  # when Ctrl-C was last pressed for ``stop``
+    stopped: float = math.inf  # when ``stop`` was first seen
     started: float = field(default_factory=time.monotonic)
 
     def progress(self, screen: TermScreen, *, final: bool = False) -> None:
@@ -399,9 +402,12 @@ class Terminal:
                 # holds the foreground at that instant (no race with a group that just ended);
                 # pressed again each second until the send settles.
                 wait.interrupted = self.last_output = time.monotonic()
+                wait.stopped = min(wait.stopped, wait.interrupted)
                 self._write_nowait(b"\x03")
                 continue
             found = self._ready(wait)
+            if found in ("timeout", "inferred_idle") and self._still_interrupting(wait):
+                continue
             if found is not None:
                 reason = found
                 break
@@ -412,6 +418,16 @@ class Terminal:
         wait.progress(self.screen, final=True)
         viewport, cut = utf8_tail(viewport, self.max_read_bytes)
         return SendResult(viewport, reason, self.status, lost or cut or self.screen.scrollback.dropped)
+
+    def _still_interrupting(self, wait: _Wait) -> bool:
+        """Whether a stopped send keeps pressing Ctrl-C rather than settle on time or silence:
+        while the foreground is not the shell's, for up to ``STOP_GRACE_S``. A Ctrl-C that lands
+        on the shell in the instant between two commands of a loop is taken by the shell and
+        lost (the next command runs), so one press is not enough to call the job stopped."""
+        if math.isinf(wait.stopped) or time.monotonic() - wait.stopped >= STOP_GRACE_S:
+            return False
+        fg = self.foreground()
+        return fg is not None and self.shell_pgid is not None and fg != self.shell_pgid
 
     def _ready(self, wait: _Wait) -> WaitReason | None:
         """Why the send returns now, if it does: the shell's prompt with the foreground back, a

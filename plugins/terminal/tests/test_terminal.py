@@ -248,6 +248,29 @@ async def test_run_in_background_is_a_job_that_job_output_and_job_kill_control(s
     assert [e.status for e in settled] == ["killed"]
 
 
+@pytest.mark.parametrize("tier", TIERS)
+async def test_a_killed_job_whose_first_ctrl_c_is_lost_is_pressed_again_not_given_up(scripted, tmp_path, tier):
+    # The foreground shrugs off the first SIGINT, as a shell loop does when Ctrl-C lands on the
+    # shell between two commands. The send's own timeout (1.5 s) comes before the second press
+    # (a second after the first): a job_kill must not settle the job while it still runs.
+    stubborn = ("bash -c 'trap \"trap - INT; echo shrugged\" INT; "
+                "for i in $(seq 1 300); do echo tick$i; sleep 0.1; done'")
+    rules = [
+        {"when": "^start", "steps": [OPEN, send(stubborn, run_in_background=True), {"text": "started"}]},
+        {"when": "^stop", "steps": [
+            call("job_kill", job_id="pty-send-1"), call("job_output", job_id="pty-send-1", wait=True),
+            send("echo after"), {"text": "stopped"}]},
+    ]
+    config = tier_config(tier, {"timeout-ms": 1500})
+    async with session(scripted, tmp_path, rules, config) as s:
+        await s.turn("start")
+        await anyio.sleep(0.5)
+        killed, ended, after = await s.turn("stop")
+    assert "pty-send-1" in killed
+    assert "shrugged" in ended, ended
+    assert after == "echo after\nafter\ndsh> \n[wait: stdin_read]\n[session: running]"
+
+
 async def test_retention_is_bounded_per_terminal_and_per_session(scripted, tmp_path):
     config = tier_config("unconfined", {"scrollback-lines": 50, "session-max-bytes": 3000, "rows": 5})
     wide = "for i in $(seq 1 40); do printf '%060d\\n' $i; done"

@@ -27,7 +27,8 @@ The hooks are grouped by the phase in which they are called:
   what a door shows a person for it (``dsh_present_event``; ``dsh_present_live`` for the
   model's thinking as it is written, ``dsh_present_progress`` for a running tool call's output
   so far, ``dsh_present_replay`` when a reopened session is shown again), or name the trace
-  context work leaving the process continues (``dsh_trace_context``);
+  context work leaving the process continues (``dsh_trace_context``), or tell a recorded
+  compaction summary from its framing when a log is read back (``dsh_compaction_summary``);
 - **interception** — steer a session at fixed points of its turns, as a hook bridge does
   (``dsh_session_start``, ``dsh_prompt_submit``, ``dsh_before_tool``, ``dsh_before_stop``, and
   ``dsh_after_tool`` above), with typed decisions from ``dsh_core.interception``.
@@ -81,6 +82,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ToolCallBlock,
         ToolOutput,
         ToolProgress,
+        UserMessage,
     )
 
 PROJECT = "dsh"
@@ -464,6 +466,20 @@ def dsh_trace_context(session: Agent, call_id: str | None) -> dict[str, str] | N
     the new agent as ``AgentSpec.trace_context``. A tracing plugin (otel) returns the context of
     that call's span; None: no opinion. Every result is merged (later keys win). Must not block
     or raise.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_compaction_summary(message: UserMessage) -> str | None:
+    """Say whether ``message`` is a compaction summary this plugin committed, and what its summary
+    call answered.
+
+    Called by whoever reads a recorded session back and must tell the compactor's own output
+    from the framing it committed it in: replay-model, once for each ``compaction/summary``
+    event of a log it derives model calls from. Return the text the summary call produced (the
+    message's text without the plugin's framing) when the message is such a summary; None when it
+    is not yours. First non-None wins; with no answer the message's whole text is used. Pure and
+    cheap: no I/O.
     """
 
 

@@ -114,6 +114,9 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]] | None:
     into the Struct (kebab-case keys; an unknown key, a wrong type or an out-of-range value is one
     ``ConfigError`` naming the example file, the plugin, the key, what was expected and what was
     found) and hands it out as ``host.config_for(MyConfig)``. ``dsh config`` prints the schema.
+    Every plugin declares one, a plugin with no options an empty Struct (then any key in its
+    table is refused, "it takes no options"); a table with keys that no mounted plugin declares
+    (a typo, a plugin this example does not mount) is refused at start-up, naming it.
     """
 
 
@@ -121,11 +124,14 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]] | None:
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     """Receive and validate configuration.
 
-    Called by the host once after composition, before any other hook that uses
-    config. ``config`` maps each plugin's name to its table from the example's
-    manifest (``[config.<plugin>]``), merged with CLI/env overrides. A plugin reads
-    only its own key and raises ``dsh_core.ConfigError`` naming the key and the fix.
-    Return value ignored.
+    Called by the host once after composition (after every declared table was decoded, see
+    ``dsh_config_type``), before any other hook that uses config. A plugin reads its settings
+    as its declared type, ``host.config_for(YourConfig)``, and builds its per-host state here;
+    what a Struct cannot say (an environment variable, a check against another plugin) raises
+    ``dsh_core.ConfigError`` naming the key and the fix. ``config`` maps each plugin's name to
+    its raw table from the example's manifest (``[config.<plugin>]``), already checked by its
+    declared type; a table no mounted plugin declares was refused before this call. Return
+    value ignored.
     """
 
 
@@ -134,7 +140,7 @@ def dsh_register_models(register: Callable[[ModelProvider], None], host: Host) -
     """Offer model providers.
 
     Called once by the host at start-up, after ``dsh_configure``; build one provider
-    per host (read settings from ``host.config[<plugin>]``). Call ``register(provider)``; its ``name``
+    per host (read settings with ``host.config_for(YourConfig)``). Call ``register(provider)``; its ``name``
     is the route's provider part and ``resolve(model)`` declares per-model
     capabilities. Two providers with one name are an error. Return value ignored.
     """
@@ -193,7 +199,7 @@ def dsh_register_front_doors(register: Callable[[FrontDoor], None], host: Host) 
     """Offer front doors by name (``acp-stdio``, ``stream-json``…).
 
     Called once by the host at start-up, after ``dsh_configure`` (read your settings
-    from ``host.config[<plugin>]``). Call ``register(door)`` for each door; the
+    with ``host.config_for(YourConfig)``). Call ``register(door)`` for each door; the
     example's ``front-door`` key picks one. Return value ignored.
     """
 

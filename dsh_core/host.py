@@ -85,15 +85,17 @@ def decode_plugin_configs(pm: pluggy.PluginManager, composition: Composition) ->
 
 
 def undeclared(pm: pluggy.PluginManager, composition: Composition, name: str, table: Any) -> str | None:
-    """Why ``[config.<name>]`` is refused when no mounted plugin declares it: a mounted plugin that
-    declares no config takes no options (its first key is named; an empty table is let be); a plugin that is installed or
-    shipped but not mounted by this example would never read it (the example loads exactly the
-    plugins it lists, as ``load_plugins`` does); any other name is no plugin at all."""
+    """Why ``[config.<name>]`` is refused when no mounted plugin declares it (None: it is not; an
+    empty table holds nothing that could go unread, so it is let be): a mounted plugin that
+    declares no config takes no options (its first key is named); a plugin that is installed or
+    shipped but not mounted by this example would never read the table (the example loads exactly
+    the plugins it lists, as ``load_plugins`` does); any other name is no plugin at all."""
+    keys = list(table) if isinstance(table, dict) else []
+    if not keys:
+        return None
     if name in composition.plugins or pm.get_plugin(name) is not None:
-        keys = list(table) if isinstance(table, dict) else []
-        if not keys:
-            return None
-        return f"[config.{name}] unknown key {keys[0]!r}: plugin {name!r} declares no config (dsh_config_type), so it takes no options"
+        return (f"[config.{name}] unknown key {keys[0]!r}: plugin {name!r} declares no config (dsh_config_type), "
+                "so it takes no options")
     mounted = ", ".join(composition.plugins) or "none"
     if name in SHIPPED_PLUGINS or name in installed_plugins():
         return (f"[config.{name}]: plugin {name!r} is not mounted by example {composition.name!r}, so nothing "

@@ -211,11 +211,16 @@ def _refusal(tmp_path: Path, extra: str, pm_extra: object | None = None) -> str:
 def test_a_table_for_no_plugin_is_refused_naming_it(tmp_path):
     text = _refusal(tmp_path, "\n[config.todos]\nremind-every = 3\n")
     assert text.startswith("[config.todos]: there is no plugin 'todos' (mounted: acp-transport, jsonl-persistence,")
+    # an empty table holds nothing that could go unread: let be (tests hand `{}` for a plugin they may not mount)
+    composition = load_composition(str(_manifest(tmp_path, "\n[config.todos]\n[config.otel]\n")))
+    pm = plugin_manager()
+    load_plugins(pm, composition)
+    assert not {"todos", "otel"} & set(decode_plugin_configs(pm, composition))
 
 
 def test_a_table_for_a_known_plugin_this_example_does_not_mount_is_refused(tmp_path):
     """acp-agent does not mount otel (acp-extended does): its table would never be read."""
-    text = _refusal(tmp_path, "\n[config.otel]\n")
+    text = _refusal(tmp_path, "\n[config.otel]\nendpoint = 'http://localhost:4318'\n")
     assert text.startswith("[config.otel]: plugin 'otel' is not mounted by example 'bad', so nothing reads this "
                            "table; add 'otel' to [example] plugins or remove the table (mounted: acp-transport,")
 

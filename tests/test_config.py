@@ -260,3 +260,4 @@ def test_dsh_config_lists_the_schema_of_every_plugin_the_example_mounts(tmp_path
     assert all(entry["schema"]["additionalProperties"] is False for entry in report.values())
     text = _dsh(tmp_path, "config", "--example", str(manifest)).stdout
     assert all(f"[config.{name}]" in text for name in report)
+    assert "[config.jsonl-persistence]\n# takes no options (a key here is refused)\n" in text

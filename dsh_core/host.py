@@ -74,8 +74,12 @@ def decode_plugin_configs(pm: pluggy.PluginManager, composition: Composition) ->
     where = str(composition.path)
     declared: dict[str, type[PluginConfig]] = dict(SPINE_CONFIGS)
     for entry in pm.hook.dsh_config_type():
-        if entry is not None:
-            declared[entry[0]] = entry[1]
+        if entry is None:
+            continue
+        name, cls = entry
+        if declared.get(name, cls) is not cls:
+            raise CompositionError(f"two declarations of [config.{name}]: {declared[name].__name__} and {cls.__name__}")
+        declared[name] = cls
     for name, table in composition.config.items():
         refused = None if name in declared else undeclared(pm, composition, name, table)
         if refused:

@@ -261,3 +261,23 @@ def test_dsh_config_lists_the_schema_of_every_plugin_the_example_mounts(tmp_path
     text = _dsh(tmp_path, "config", "--example", str(manifest)).stdout
     assert all(f"[config.{name}]" in text for name in report)
     assert "[config.jsonl-persistence]\n# takes no options (a key here is refused)\n" in text
+
+
+def test_two_declarations_of_one_table_are_a_composition_error(tmp_path):
+    from dsh_core import hookimpl
+    from dsh_core.errors import CompositionError
+
+    class Other(PluginConfig):
+        pass
+
+    class Squatter:
+        @hookimpl
+        def dsh_config_type(self):
+            return "spill", Other
+
+    composition = load_composition(str(_manifest(tmp_path, "")))
+    pm = plugin_manager()
+    pm.register(Squatter(), name="squatter")
+    load_plugins(pm, composition)
+    with pytest.raises(CompositionError, match=r"two declarations of \[config.spill\]: SpillConfig and Other"):
+        decode_plugin_configs(pm, composition)

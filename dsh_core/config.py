@@ -78,7 +78,8 @@ def explain(exc: msgspec.ValidationError, table: Mapping[str, Any], cls: type | 
         key = f"{where}.{unknown.group('key')}" if where else unknown.group("key")
         known = ""
         if cls is not None and not _key_path(path):
-            known = " (known keys: " + ", ".join(f.encode_name for f in msgspec.structs.fields(cls)) + ")"
+            names = [f.encode_name for f in msgspec.structs.fields(cls)]
+            known = f" (known keys: {', '.join(names)})" if names else " (it takes no options)"
         return f"unknown key {key!r}{known}"
     expected = head[0].lower() + head[1:] if head else "a valid value"
     expected = re.sub(r", got `[^`]*`$", "", expected)

@@ -27,7 +27,8 @@ The hooks are grouped by the phase in which they are called:
   what a door shows a person for it (``dsh_present_event``; ``dsh_present_live`` for the
   model's thinking as it is written, ``dsh_present_progress`` for a running tool call's output
   so far, ``dsh_present_replay`` when a reopened session is shown again), or name the trace
-  context work leaving the process continues (``dsh_trace_context``);
+  context work leaving the process continues (``dsh_trace_context``), or tell a recorded
+  compaction summary from its framing when a log is read back (``dsh_compaction_summary``);
 - **interception** — steer a session at fixed points of its turns, as a hook bridge does
   (``dsh_session_start``, ``dsh_prompt_submit``, ``dsh_before_tool``, ``dsh_before_stop``, and
   ``dsh_after_tool`` above), with typed decisions from ``dsh_core.interception``.
@@ -81,6 +82,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ToolCallBlock,
         ToolOutput,
         ToolProgress,
+        UserMessage,
     )
 
 PROJECT = "dsh"
@@ -112,6 +114,9 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]] | None:
     into the Struct (kebab-case keys; an unknown key, a wrong type or an out-of-range value is one
     ``ConfigError`` naming the example file, the plugin, the key, what was expected and what was
     found) and hands it out as ``host.config_for(MyConfig)``. ``dsh config`` prints the schema.
+    Every plugin declares one, a plugin with no options an empty Struct (then any key in its
+    table is refused, "it takes no options"); a table with keys that no mounted plugin declares
+    (a typo, a plugin this example does not mount) is refused at start-up, naming it.
     """
 
 
@@ -119,11 +124,14 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]] | None:
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     """Receive and validate configuration.
 
-    Called by the host once after composition, before any other hook that uses
-    config. ``config`` maps each plugin's name to its table from the example's
-    manifest (``[config.<plugin>]``), merged with CLI/env overrides. A plugin reads
-    only its own key and raises ``dsh_core.ConfigError`` naming the key and the fix.
-    Return value ignored.
+    Called by the host once after composition (after every declared table was decoded, see
+    ``dsh_config_type``), before any other hook that uses config. A plugin reads its settings
+    as its declared type, ``host.config_for(YourConfig)``, and builds its per-host state here;
+    what a Struct cannot say (an environment variable, a check against another plugin) raises
+    ``dsh_core.ConfigError`` naming the key and the fix. ``config`` maps each plugin's name to
+    its raw table from the example's manifest (``[config.<plugin>]``), already checked by its
+    declared type; a table no mounted plugin declares was refused before this call. Return
+    value ignored.
     """
 
 
@@ -132,7 +140,7 @@ def dsh_register_models(register: Callable[[ModelProvider], None], host: Host) -
     """Offer model providers.
 
     Called once by the host at start-up, after ``dsh_configure``; build one provider
-    per host (read settings from ``host.config[<plugin>]``). Call ``register(provider)``; its ``name``
+    per host (read settings with ``host.config_for(YourConfig)``). Call ``register(provider)``; its ``name``
     is the route's provider part and ``resolve(model)`` declares per-model
     capabilities. Two providers with one name are an error. Return value ignored.
     """
@@ -191,7 +199,7 @@ def dsh_register_front_doors(register: Callable[[FrontDoor], None], host: Host) 
     """Offer front doors by name (``acp-stdio``, ``stream-json``…).
 
     Called once by the host at start-up, after ``dsh_configure`` (read your settings
-    from ``host.config[<plugin>]``). Call ``register(door)`` for each door; the
+    with ``host.config_for(YourConfig)``). Call ``register(door)`` for each door; the
     example's ``front-door`` key picks one. Return value ignored.
     """
 
@@ -464,6 +472,20 @@ def dsh_trace_context(session: Agent, call_id: str | None) -> dict[str, str] | N
     the new agent as ``AgentSpec.trace_context``. A tracing plugin (otel) returns the context of
     that call's span; None: no opinion. Every result is merged (later keys win). Must not block
     or raise.
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_compaction_summary(message: UserMessage) -> str | None:
+    """Say whether ``message`` is a compaction summary this plugin committed, and what its summary
+    call answered.
+
+    Called by whoever reads a recorded session back and must tell the compactor's own output
+    from the framing it committed it in: replay-model, once for each ``compaction/summary``
+    event of a log it derives model calls from. Return the text the summary call produced (the
+    message's text without the plugin's framing) when the message is such a summary; None when it
+    is not yours. First non-None wins; with no answer the message's whole text is used. Pure and
+    cheap: no I/O.
     """
 
 

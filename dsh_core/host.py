@@ -46,7 +46,7 @@ from .protocols import (
     Tool,
     new_id,
 )
-from .spill import DEFAULT_LIMIT as DEFAULT_SPILL_LIMIT
+from .spill import SpillConfig
 from .spill import default_root as default_spill_root
 from .state import StateSlots
 from .types import (
@@ -63,16 +63,48 @@ T = TypeVar("T")
 C = TypeVar("C", bound=PluginConfig)
 
 
+# The spine's own tables the host declares itself ([config.agent] is declared by the builtin defaults).
+SPINE_CONFIGS: dict[str, type[PluginConfig]] = {"spill": SpillConfig}
+
+
 def decode_plugin_configs(pm: pluggy.PluginManager, composition: Composition) -> dict[str, PluginConfig]:
-    """Every mounted plugin's declared config (``dsh_config_type``), decoded from the example:
-    ``{plugin: config}``; one ``ConfigError`` naming file, plugin and key on the first bad table."""
-    out: dict[str, PluginConfig] = {}
+    """Every mounted plugin's declared config (``dsh_config_type``) and the spine's own tables,
+    decoded from the example: ``{plugin: config}``; one ``ConfigError`` naming file, plugin and key
+    on the first bad table, or on a table nobody declared (see ``undeclared``)."""
+    where = str(composition.path)
+    declared: dict[str, type[PluginConfig]] = dict(SPINE_CONFIGS)
     for entry in pm.hook.dsh_config_type():
         if entry is None:
             continue
         name, cls = entry
-        out[name] = decode_config(name, cls, composition.config.get(name), where=str(composition.path))
-    return out
+        if declared.get(name, cls) is not cls:
+            raise CompositionError(f"two declarations of [config.{name}]: {declared[name].__name__} and {cls.__name__}")
+        declared[name] = cls
+    for name, table in composition.config.items():
+        refused = None if name in declared else undeclared(pm, composition, name, table)
+        if refused:
+            raise ConfigError(f"{where}: {refused}")
+    return {name: decode_config(name, cls, composition.config.get(name), where=where)
+            for name, cls in declared.items()}
+
+
+def undeclared(pm: pluggy.PluginManager, composition: Composition, name: str, table: Any) -> str | None:
+    """Why ``[config.<name>]`` is refused when no mounted plugin declares it (None: it is not; an
+    empty table holds nothing that could go unread, so it is let be): a mounted plugin that
+    declares no config takes no options (its first key is named); a plugin that is installed or
+    shipped but not mounted by this example would never read the table (the example loads exactly
+    the plugins it lists, as ``load_plugins`` does); any other name is no plugin at all."""
+    keys = list(table) if isinstance(table, dict) else []
+    if not keys:
+        return None
+    if name in composition.plugins or pm.get_plugin(name) is not None:
+        return (f"[config.{name}] unknown key {keys[0]!r}: plugin {name!r} declares no config (dsh_config_type), "
+                "so it takes no options")
+    mounted = ", ".join(composition.plugins) or "none"
+    if name in SHIPPED_PLUGINS or name in installed_plugins():
+        return (f"[config.{name}]: plugin {name!r} is not mounted by example {composition.name!r}, so nothing "
+                f"reads this table; add {name!r} to [example] plugins or remove the table (mounted: {mounted})")
+    return f"[config.{name}]: there is no plugin {name!r} (mounted: {mounted}; `dsh plugins` lists the installed ones)"
 
 
 def installed_plugins() -> dict[str, EntryPoint]:
@@ -239,17 +271,12 @@ class Host:
         self.agents: set[Agent] = set()
         self._task_group: anyio.abc.TaskGroup | None = None
         self._state = StateSlots()  # plugin state of this host (dsh_core.state)
-        # The spine's spill of every tool result (dsh_core.spill): `[config.spill]` max-bytes / dir.
-        spill = self.config.get("spill", {})
-        try:
-            self.spill_limit: int = int(spill.get("max-bytes", DEFAULT_SPILL_LIMIT))
-        except (TypeError, ValueError):
-            raise ConfigError("[config.spill] max-bytes must be an integer number of bytes") from None
-        if self.spill_limit < 1:
-            raise ConfigError("[config.spill] max-bytes must be at least 1")
-        self.spill_root: Path = Path(str(spill["dir"])) if "dir" in spill else default_spill_root()
         # Each plugin's declared config Struct, decoded once (dsh_core.config); then dsh_configure.
         self._configs = {type(c): c for c in decode_plugin_configs(pm, composition).values()}
+        # The spine's spill of every tool result (dsh_core.spill): `[config.spill]` max-bytes / dir.
+        spill = self.config_for(SpillConfig)
+        self.spill_limit: int = spill.max_bytes
+        self.spill_root: Path = Path(spill.dir) if spill.dir is not None else default_spill_root()
         pm.hook.dsh_configure.call_historic(kwargs={"config": self.config, "host": self})
         self.jobs: Jobs | None = pm.hook.dsh_jobs(host=self)  # before the tools: bash asks it
         pm.hook.dsh_register_search_providers(register=self._add_search_provider, host=self)  # before the tools too

@@ -12,11 +12,24 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import IO
+from typing import IO, Annotated
 
+import msgspec
+
+from .config import PluginConfig
 from .paths import data_home
 
 DEFAULT_LIMIT = 30_000  # bytes of UTF-8 text the model sees of one tool result
+
+
+class SpillConfig(PluginConfig, kw_only=True):
+    """``[config.spill]``: the spine's spill of every tool result (this module), declared by the host."""
+
+    max_bytes: Annotated[int, msgspec.Meta(ge=1, description=(
+        "a tool result longer than this is spilled to a file; the model gets its head, tail and the path"))] = (
+        DEFAULT_LIMIT)
+    dir: Annotated[str | None, msgspec.Meta(description=(
+        "where spilled results go (default: the spill directory under dsh's data home)"))] = None
 
 
 def default_root() -> Path:

@@ -177,6 +177,8 @@ def _config(args: argparse.Namespace) -> int:
     print(f"config of the example {composition.name!r} ({composition.path}); effective values, then the key's type")
     for name, entry in report.items():
         print(f"\n[config.{name}]")
+        if not entry["values"]:
+            print("# takes no options (a key here is refused)")
         props = entry["schema"].get("properties", {})
         for key, value in entry["values"].items():
             prop = props.get(key, {})

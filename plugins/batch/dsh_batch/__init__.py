@@ -12,6 +12,16 @@ from __future__ import annotations
 from typing import Any
 
 from dsh_core import hookimpl
+from dsh_core.config import PluginConfig
+
+
+class BatchConfig(PluginConfig):
+    """``[config.batch]``: no options (``dsh batch`` takes its settings on the command line)."""
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return "batch", BatchConfig
 
 
 @hookimpl

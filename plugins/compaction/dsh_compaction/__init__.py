@@ -251,3 +251,13 @@ def dsh_slash_commands(session: Any, host: Any) -> list[SlashCommand]:
 @hookimpl
 def dsh_history_policy(session: Any, host: Any) -> Compactor:
     return Compactor(host.config_for(Settings))
+
+
+@hookimpl
+def dsh_compaction_summary(message: UserMessage) -> str | None:
+    """The summary call's own answer inside a summary this plugin committed (its framing,
+    ``SUMMARY_PREFIX``, taken off); None for any other message."""
+    if message.source != SOURCE:
+        return None
+    text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+    return text[len(SUMMARY_PREFIX):] if text.startswith(SUMMARY_PREFIX) else None

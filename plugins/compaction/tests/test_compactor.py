@@ -28,6 +28,12 @@ def _script(tmp_path, summary_step: dict) -> str:
     return str(path)
 
 
+def events_prompt(events) -> UserMessage:
+    """The first prompt of a log: a user message that is no compaction summary."""
+    return next(e.message for e in events if isinstance(getattr(e, "message", None), UserMessage)
+                and e.message.source != "compaction")
+
+
 def _say(agent, text: str) -> None:
     agent.submit(UserMessage(id=f"m{len(text)}{text[:3]}", content=[TextBlock(text=text)]))
 
@@ -54,6 +60,9 @@ async def test_compaction_replaces_the_history_whole_and_old_views_stay_valid(tm
         # the log alone rebuilds the compacted history
         rebuilt = [summary.message, *seen["items"][summary.covered_to:]]
         assert list(agent.history)[: len(rebuilt)] == rebuilt
+        # the declared seam a reader of the log asks (replay-model): the summary call's own answer
+        assert host.pm.hook.dsh_compaction_summary(message=summary.message) == "short summary"
+        assert host.pm.hook.dsh_compaction_summary(message=events_prompt(events)) is None
 
 
 async def test_a_cancelled_summary_call_leaves_the_history_untouched(tmp_path):

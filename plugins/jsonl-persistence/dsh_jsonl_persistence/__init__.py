@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import hookimpl
+from dsh_core.config import PluginConfig
 
 from .store import (
     JsonlLog,
@@ -36,6 +37,15 @@ __all__ = [
     "parse_log",
     "sessions_dir",
 ]
+
+
+class JsonlPersistenceConfig(PluginConfig):
+    """``[config.jsonl-persistence]``: no options (the logs live under ``$DSH_HOME/sessions``)."""
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return "jsonl-persistence", JsonlPersistenceConfig
 
 
 @hookimpl

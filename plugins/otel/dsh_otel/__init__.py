@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dsh_core import hookimpl
+from dsh_core.config import PluginConfig
 from dsh_core.doctor import Finding
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -147,6 +148,15 @@ class ExportCheck:
         capture = "with" if _flag(self.environ, CAPTURE) else "without"
         return Finding(self.name, "ok", f"{target('TRACES', traces)}, {target('METRICS', metrics)} "
                                         f"(OTLP/HTTP, {capture} message content)")
+
+
+class OtelConfig(PluginConfig):
+    """``[config.otel]``: no options (only the standard ``OTEL_*`` environment variables configure it)."""
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return NAME, OtelConfig
 
 
 @hookimpl

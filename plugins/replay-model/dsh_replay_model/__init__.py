@@ -18,11 +18,10 @@ from the recorded ones. Formats: this plugin's README.md.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import anyio
 import msgspec
 
 from dsh_core import ModelError, RouteError, hookimpl
+from dsh_core.config import PluginConfig
 from dsh_core.paths import exists_inside, open_inside
 from dsh_core.types import (
     AssistantMessage,
@@ -171,22 +171,22 @@ def _text(blocks: list[Any]) -> str:
     return "".join(b.text for b in blocks if isinstance(b, TextBlock))
 
 
-def _summary_text(message: UserMessage) -> str:
-    """The summary call's own output: the compactor prefixes it before committing it."""
-    text = _text(message.content)
-    # Optional, not a dependency: only a session with the compaction plugin mounted makes summary
-    # calls, and then the plugin is installed.
-    try:
-        prefix = str(importlib.import_module("dsh_compaction").SUMMARY_PREFIX)
-    except (ImportError, AttributeError):
-        return text
-    return text[len(prefix):] if text.startswith(prefix) else text
+SummaryText = Callable[[UserMessage], str | None]  # the host's ``dsh_compaction_summary`` hook
 
 
-def derive(path: Path) -> Recording:
-    """Read one session log into its model calls, in order."""
+def _summary_text(message: UserMessage, summary: SummaryText | None) -> str:
+    """The summary call's own output: the compactor frames it before committing it, and says
+    through the ``dsh_compaction_summary`` seam what the call answered (no compactor answering:
+    the whole text)."""
+    found = summary(message) if summary is not None else None
+    return found if found is not None else _text(message.content)
+
+
+def derive(path: Path, summary: SummaryText | None = None) -> Recording:
+    """Read one session log into its model calls, in order (``summary``: the host's
+    ``dsh_compaction_summary``, which tells a compaction summary's own text from its framing)."""
     header, events = _read_log(path)
-    d = _Derivation()
+    d = _Derivation(summary=summary)
     for ev in events:
         d.apply(ev)
     # The same retry budget as the recording, so the same failures are retried (or not).
@@ -237,6 +237,7 @@ class _Derivation:
     aborted_tool: bool = False
     where: str = ""
     title: str | None = None
+    summary: SummaryText | None = None
 
     def apply(self, ev: Any) -> None:
         if isinstance(ev, RequestHeader) and self.route is None:
@@ -266,7 +267,7 @@ class _Derivation:
             self.retries.append(ev.max_retries)
         elif isinstance(ev, CompactionSummary):
             self.summaries.append(Call(where=f"compaction at turn {ev.turn} step {ev.step}",
-                                       blocks=[TextBlock(text=_summary_text(ev.message))], usage=ev.usage))
+                                       blocks=[TextBlock(text=_summary_text(ev.message, self.summary))], usage=ev.usage))
         elif isinstance(ev, CompactionFailed):
             self._compaction_failed(ev)
         elif isinstance(ev, SessionTitled) and ev.by == "model":
@@ -338,14 +339,15 @@ def _apply(rec: Recording, patches: list[Patch], source: Path) -> None:
         rec.calls[p.call - 1].wait_for = p.wait_for
 
 
-def load(primary: Path) -> list[Recording]:
-    """``session.jsonl`` and its siblings ``session.<n>.jsonl``, with the overrides applied."""
+def load(primary: Path, summary: SummaryText | None = None) -> list[Recording]:
+    """``session.jsonl`` and its siblings ``session.<n>.jsonl``, with the overrides applied
+    (``summary``: as for ``derive``)."""
     if not primary.is_file():
         raise RouteError(f"replay: no recorded session log at {str(primary)!r}; pass --model PATH/session.jsonl")
-    recs = [derive(primary)]
+    recs = [derive(primary, summary)]
     n = 1
     while (sibling := primary.with_name(f"{primary.stem}.{n}{primary.suffix}")).is_file():
-        recs.append(derive(sibling))
+        recs.append(derive(sibling, summary))
         n += 1
     override = primary.with_name(OVERRIDE_FILE)
     if override.is_file():
@@ -456,7 +458,8 @@ def _live_tail(request: ModelRequest) -> tuple[list[str], list[tuple[str, str, b
 class ReplayProvider:
     name = PROVIDER
 
-    def __init__(self) -> None:
+    def __init__(self, summary: SummaryText | None = None) -> None:
+        self._summary = summary  # the host's dsh_compaction_summary (None: a summary's whole text)
         self.retry_policy = RetryPolicy(max_retries=5, base_delay=0.001, max_delay=0.01, jitter=0.0)
         self._loaded: dict[str, list[Recording]] = {}
         self._bound: dict[str, _Bound] = {}
@@ -466,7 +469,7 @@ class ReplayProvider:
     def _recordings(self, model: str) -> list[Recording]:
         recs = self._loaded.get(model)
         if recs is None:
-            recs = self._loaded[model] = load(Path(model).expanduser())
+            recs = self._loaded[model] = load(Path(model).expanduser(), self._summary)
             self.retry_policy = msgspec.structs.replace(self.retry_policy, max_retries=recs[0].max_retries)
         return recs
 
@@ -615,9 +618,18 @@ class ReplayProvider:
         self._bound.pop(session_id, None)
 
 
+class ReplayModelConfig(PluginConfig):
+    """``[config.replay-model]``: no options (the recording is the route's model: ``--model PATH``)."""
+
+
+@hookimpl
+def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+    return "replay-model", ReplayModelConfig
+
+
 @hookimpl
 def dsh_register_models(register: Any, host: Any) -> None:
-    register(ReplayProvider())
+    register(ReplayProvider(lambda message: host.pm.hook.dsh_compaction_summary(message=message)))
 
 
 __all__ = ["OVERRIDE_FILE", "Entry", "Overrides", "Patch", "Recording", "ReplayProvider", "derive", "load"]

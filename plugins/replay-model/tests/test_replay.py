@@ -319,3 +319,20 @@ async def test_a_committed_recordings_numbered_ids_become_the_runs_own(scripted,
         assert live_id != recorded_id
         assert [r.content[0].text for r in results] == [f"started subagent {live_id}", f"used {live_id}"]
         assert not [e for e in replayed if isinstance(e, AgentError)]
+
+
+@pytest.mark.parametrize("mounted", [("replay-model", "compaction"), ("replay-model",)], ids=["compaction", "alone"])
+async def test_a_compaction_summary_is_told_from_its_framing_by_the_mounted_compactor(mounted):
+    """The summary call answered only what follows the compactor's framing; replay asks the
+    mounted compactor through the declared ``dsh_compaction_summary`` hook (no import of
+    dsh_compaction). Without a compactor nothing answers and the committed text is the call's."""
+    from dsh_testing import REPO
+
+    recording = str(REPO / "snapshots" / "acp-agent" / "compaction-pressure" / "session.jsonl")
+    async with memory_host(recording, plugins=mounted, provider="replay") as host:
+        provider = host.models["replay"]
+        provider.resolve(recording)
+        summaries = [c.blocks[0].text for c in provider._recordings(recording)[0].summaries]
+    answer = "SUMMARY: the user asked for output bursts; they came."
+    framed = "[Earlier conversation, compacted. Summary of what happened before the messages that follow:]\n\n" + answer
+    assert summaries == [answer if "compaction" in mounted else framed]

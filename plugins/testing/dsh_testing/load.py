@@ -71,6 +71,7 @@ class LoadReport:
     peak_rss_kib: int = 0
     fds: dict[str, int] = field(default_factory=dict)  # "initialized", "before", "loaded", "after"
     processes: dict[str, int] = field(default_factory=dict)  # descendants of the dsh process, same moments
+    loaded: dict[str, int] = field(default_factory=dict)  # the processes under dsh under load, by program
     problems: list[str] = field(default_factory=list)
 
     def all_latencies(self) -> list[float]:
@@ -91,7 +92,8 @@ class LoadReport:
                              f"({len(self.latencies_ms[kind])} calls)")
         lines.append(f"  peak RSS of the dsh process {self.peak_rss_kib / 1024:.1f} MiB")
         lines.append("  fds " + ", ".join(f"{k} {v}" for k, v in self.fds.items()))
-        lines.append("  processes under dsh " + ", ".join(f"{k} {v}" for k, v in self.processes.items()))
+        lines.append("  processes under dsh " + ", ".join(f"{k} {v}" for k, v in self.processes.items())
+                     + " (under load: " + ", ".join(f"{v}× {k}" for k, v in sorted(self.loaded.items())) + ")")
         lines.append(f"  problems: {len(self.problems)}" + "".join(f"\n    {p}" for p in self.problems[:20]))
         return "\n".join(lines)
 
@@ -263,6 +265,13 @@ async def run_load(root: Path, sessions: int, calls: int, *, env: dict[str, str]
         report.cpu_s = cpu_s(pid) - c0
         report.peak_rss_kib = peak_rss_kib(pid)
         snapshot("loaded")
+        for p in descendants(pid):
+            try:
+                argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            name = " ".join(Path(a.decode(errors="replace")).name for a in argv[:2])
+            report.loaded[name] = report.loaded.get(name, 0) + 1
         last = calls - 1
         for (sid, prompt, ws), answer in zip(opened, answers, strict=True):
             if isinstance(answer, BaseException):

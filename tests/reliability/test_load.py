@@ -20,7 +20,7 @@ from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 from raw_stdio import STRESS
 
 from dsh_testing import live_processes
-from dsh_testing.load import run_load
+from dsh_testing.load import check_log, run_load
 
 pytestmark = pytest.mark.anyio
 
@@ -42,3 +42,12 @@ async def test_many_sessions_making_tool_calls_at_once_lose_nothing_and_leave_no
     assert sum(map(len, report.latencies_ms.values())) == SESSIONS * CALLS
     assert report.processes["loaded"] > 0  # the sandbox's processes were there under load (so "after" means something)
     assert live_processes(lambda argv, cwd: cwd.startswith(str(root))) == []
+    # the log check sees a lost record: drop one session's 5th tool result and its log fails it
+    assert report.home is not None
+    sid, prompt, ws = report.opened[0]
+    log = report.home / "sessions" / f"{sid}.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    results = [i for i, line in enumerate(lines) if '"type":"tool/result"' in line]
+    log.write_text("".join(line for i, line in enumerate(lines) if i != results[4]))
+    problems, _ = check_log(report.home, sid, prompt, CALLS, ws)
+    assert any("not seq" in p for p in problems) and any("tool records" in p for p in problems), problems

@@ -73,6 +73,8 @@ class LoadReport:
     processes: dict[str, int] = field(default_factory=dict)  # descendants of the dsh process, same moments
     loaded: dict[str, int] = field(default_factory=dict)  # the processes under dsh under load, by program
     problems: list[str] = field(default_factory=list)
+    home: Path | None = None  # the run's DSH_HOME (its sessions/ holds the logs)
+    opened: list[tuple[str, str, Path]] = field(default_factory=list)  # (session id, prompt, workspace) of the load
 
     def all_latencies(self) -> list[float]:
         return sorted(x for xs in self.latencies_ms.values() for x in xs)
@@ -144,6 +146,8 @@ def check_log(home: Path, sid: str, prompt: str, calls: int, workspace: Path) ->
         records = [json.loads(line) for line in path.read_text().splitlines()]
     except (OSError, ValueError) as exc:
         return [f"{sid}: log unreadable: {exc}"], lat
+    if [r.get("seq") for r in records[1:]] != list(range(1, len(records))):
+        problems.append(f"{sid}: the log's records are not seq 1..{len(records) - 1} without a gap")
     tool = [r for r in records if r.get("type") in ("tool/call", "tool/result")]
     if len(tool) != 2 * calls:
         problems.append(f"{sid}: {len(tool)} tool records in the log, want {2 * calls}")
@@ -183,7 +187,8 @@ def check_log(home: Path, sid: str, prompt: str, calls: int, workspace: Path) ->
             problems.append(f"{sid}: child {child}'s log unreadable: {exc}")
             continue
         if crecords[0].get("parentSession") != sid or [r.get("reason") for r in crecords
-                                                        if r.get("type") == "turn/end"] != ["completed"]:
+                                                        if r.get("type") == "turn/end"] != ["completed"] \
+                or [r.get("seq") for r in crecords[1:]] != list(range(1, len(crecords))):
             problems.append(f"{sid}: child {child}'s log is not one completed turn under its parent")
     return problems, lat
 
@@ -206,18 +211,20 @@ def acp_agent_with_cap(examples: Path, cap: int) -> Path:
 
 
 async def run_load(root: Path, sessions: int, calls: int, *, env: dict[str, str] | None = None,
-                   subagent_cap: int | None = None, timeout: float = 600) -> LoadReport:
+                   subagent_cap: int | None = None, at_once: bool = True, timeout: float = 600) -> LoadReport:
     """``sessions`` sessions in one ``dsh run`` under ``root`` (its home, script, one workspace per
     session), each prompted once to make ``calls`` tool calls, all at once; then every session is
     closed and the process is asked one more bash call. Returns the report (``problems`` empty
     when everything held). ``subagent_cap``: the process's cap on running subagents (None: as
-    shipped, 16; see ``acp_agent_with_cap``)."""
+    shipped, 16; see ``acp_agent_with_cap``). ``at_once=False``: the peer, the same sessions and
+    calls with one prompt in flight at a time (the next session starts when the last answered)."""
     from acp import text_block
 
     from .harness import spawn_acp
 
     report = LoadReport(sessions=sessions, calls=calls)
     home, work = root / "home", root / "work"
+    report.home = home
     work.mkdir(parents=True, exist_ok=True)
     script = root / "load-script.json"
     script.write_text(json.dumps(load_script(calls)))
@@ -253,14 +260,18 @@ async def run_load(root: Path, sessions: int, calls: int, *, env: dict[str, str]
         await conn.close_session(session_id=wsid)
         snapshot("before")
 
-        opened = [await one(f"s{i:03d}") for i in range(sessions)]
+        opened = report.opened = [await one(f"s{i:03d}") for i in range(sessions)]
 
         async def prompt_one(sid: str, prompt: str) -> Any:
             return await conn.prompt(session_id=sid, prompt=[text_block(prompt)])
 
         t0, c0 = time.perf_counter(), cpu_s(pid)
-        answers = await asyncio.wait_for(
-            asyncio.gather(*(prompt_one(sid, p) for sid, p, _ in opened), return_exceptions=True), timeout)
+        if at_once:
+            answers = await asyncio.wait_for(
+                asyncio.gather(*(prompt_one(sid, p) for sid, p, _ in opened), return_exceptions=True), timeout)
+        else:
+            answers = [(await asyncio.wait_for(asyncio.gather(prompt_one(sid, p), return_exceptions=True), timeout))[0]
+                       for sid, p, _ in opened]
         report.total_s = time.perf_counter() - t0
         report.cpu_s = cpu_s(pid) - c0
         report.peak_rss_kib = peak_rss_kib(pid)

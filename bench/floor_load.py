@@ -1,8 +1,8 @@
 """The load rows of the one benchmark (issue 45, item 5; ``bench/floors.py`` imports ``rows``):
-64 sessions × 50 tool calls (bash, read, subagent) at once in one acp-agent process over real
+64 sessions x 50 tool calls (bash, read, subagent) at once in one acp-agent process over real
 stdio, beside the peer — the same sessions and calls with one prompt in flight at a time, so a
 call's latency is what it costs alone on this machine. Load and peer alternate; medians of three
-rounds (``quick``: 8 × 10, one round). The goal of item 5 is that everything holds (every call
+rounds (``quick``: 8 x 10, one round). The goal of item 5 is that everything holds (every call
 answered and right, every log whole, no descriptor or process left, the process still serving)
 and that the figures are reported; ``met`` says whether everything held. The details, per kind
 and per moment: ``bench/load.py``."""
@@ -37,12 +37,12 @@ def rows(quick: bool = False) -> list[dict]:
         fds = f"fds {report.fds['before']}→{report.fds['after']}"
         procs = f"processes {report.processes['before']}→{report.processes['after']}"
     held = not problems
-    size = f"{sessions} sessions × {calls} calls"
+    size = f"{sessions} sessions x {calls} calls"
     ratio = statistics.median(p99) / statistics.median(peer_p99)
     state = "all answered and logged" if held else f"{len(problems)} problems: {problems[0][:80]}"
     return [
         {"figure": f"load: {size}, p99 call latency",
-         "dsh": f"{statistics.median(p99):.0f} ms ({ratio:.1f}× the peer; {state}; {fds}, {procs})",
+         "dsh": f"{statistics.median(p99):.0f} ms ({ratio:.1f}x the peer; {state}; {fds}, {procs})",
          "floor": f"{statistics.median(peer_p99):.0f} ms (same calls, one prompt at a time)",
          "goal": "every call answered, nothing lost or left behind; p99 reported", "met": held},
         {"figure": f"load: {size}, peak RSS",

@@ -9,7 +9,7 @@ Printed for each: call latency p50/p99 (all calls and per kind; from each sessio
 (VmHWM), its descriptors and the processes under it before the load (after a warm-up session
 closed), under load and after every session closed; and every problem found: a call unanswered or
 answered wrong, a log that lacks a call or does not parse, a descriptor or process left behind, a
-process that stopped serving (``dsh_testing.load``; the same run at 8 × 10 is
+process that stopped serving (``dsh_testing.load``; the same run at 8 x 10 is
 ``tests/reliability/test_load.py``).
 
 Subagents' ``max-running`` (a process-wide cap on children with a turn under way, 16 as shipped;

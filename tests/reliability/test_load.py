@@ -6,8 +6,8 @@ and every delegated child's log is one completed turn; once the sessions are clo
 process holds no more descriptors and has no more processes under it than before the load (and
 none of the sandbox is left in the workspaces); and it still serves a sandboxed call.
 
-CI's size (8 sessions × 10 calls) per confinement mechanism; ``DSH_STRESS=1`` (``tox -e
-stress``) runs the benchmark's full 64 × 50. The figures of the full size: ``bench/load.py``.
+CI's size (8 sessions x 10 calls) per confinement mechanism; ``DSH_STRESS=1`` (``tox -e
+stress``) runs the benchmark's full 64 x 50. The figures of the full size: ``bench/load.py``.
 The run itself is ``dsh_testing.load``.
 """
 

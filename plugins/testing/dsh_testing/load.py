@@ -1,7 +1,7 @@
 """The load run (issue 45, item 5): many sessions in ONE ``dsh run --example acp-agent`` process
 over real stdio, driven by the official ACP SDK client, each session making a scripted series of
 tool calls — sandboxed ``bash``, ``read`` and a foreground ``subagent``, in turn — all sessions at
-once. Used by ``tests/reliability/test_load.py`` (small) and ``bench/load.py`` (64 × 50).
+once. Used by ``tests/reliability/test_load.py`` (small) and ``bench/load.py`` (64 x 50).
 
 ``run_load`` returns a ``LoadReport``: every check that failed is a line in ``problems`` (an
 unanswered prompt, a wrong or missing tool result, a log that does not parse or lacks a call, a
@@ -86,7 +86,7 @@ class LoadReport:
         return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
     def summary(self) -> str:
-        lines = [f"{self.sessions} sessions × {self.calls} calls: {sum(map(len, self.latencies_ms.values()))} calls "
+        lines = [f"{self.sessions} sessions x {self.calls} calls: {sum(map(len, self.latencies_ms.values()))} calls "
                  f"in {self.total_s:.2f} s (dsh CPU {self.cpu_s:.2f} s); call latency p50 {self.pct(0.5):.1f} ms, p99 {self.pct(0.99):.1f} ms"]
         for kind in KINDS:
             if self.latencies_ms.get(kind):
@@ -95,7 +95,7 @@ class LoadReport:
         lines.append(f"  peak RSS of the dsh process {self.peak_rss_kib / 1024:.1f} MiB")
         lines.append("  fds " + ", ".join(f"{k} {v}" for k, v in self.fds.items()))
         lines.append("  processes under dsh " + ", ".join(f"{k} {v}" for k, v in self.processes.items())
-                     + " (under load: " + ", ".join(f"{v}× {k}" for k, v in sorted(self.loaded.items())) + ")")
+                     + " (under load: " + ", ".join(f"{v}x {k}" for k, v in sorted(self.loaded.items())) + ")")
         lines.append(f"  problems: {len(self.problems)}" + "".join(f"\n    {p}" for p in self.problems[:20]))
         return "\n".join(lines)
 
@@ -136,61 +136,73 @@ def peak_rss_kib(pid: int) -> int:
     return 0
 
 
-def check_log(home: Path, sid: str, prompt: str, calls: int, workspace: Path) -> tuple[list[str], dict[str, list[float]]]:
-    """The problems in one session's log (every call and its right result, in order, and a
-    finished turn; each delegated child's log whole) and its per-kind call latencies (ms)."""
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _gapless(records: list[dict[str, Any]]) -> bool:
+    return [r.get("seq") for r in records[1:]] == list(range(1, len(records)))
+
+
+def _check_calls(sid: str, tool: list[dict[str, Any]], calls: int, prompt: str, workspace: Path,
+                 lat: dict[str, list[float]]) -> list[str]:
+    """Each call followed by its own right result, in order; latencies into ``lat``."""
     problems: list[str] = []
-    lat: dict[str, list[float]] = {k: [] for k in KINDS}
-    path = home / "sessions" / f"{sid}.jsonl"
-    try:
-        records = [json.loads(line) for line in path.read_text().splitlines()]
-    except (OSError, ValueError) as exc:
-        return [f"{sid}: log unreadable: {exc}"], lat
-    if [r.get("seq") for r in records[1:]] != list(range(1, len(records))):
-        problems.append(f"{sid}: the log's records are not seq 1..{len(records) - 1} without a gap")
-    tool = [r for r in records if r.get("type") in ("tool/call", "tool/result")]
-    if len(tool) != 2 * calls:
-        problems.append(f"{sid}: {len(tool)} tool records in the log, want {2 * calls}")
-    children: set[str] = set()
     for k in range(min(calls, len(tool) // 2)):
         call, result = tool[2 * k], tool[2 * k + 1]
         kind, cid = KINDS[k % len(KINDS)], f"call_{k + 1}"
-        if call.get("type") != "tool/call" or call.get("callId") != cid or call.get("name") != kind:
-            problems.append(f"{sid}: record {2 * k} is {call.get('type')} {call.get('callId')} {call.get('name')}, "
-                            f"want tool/call {cid} {kind}")
-            break
         res = result.get("result") or {}
-        if result.get("type") != "tool/result" or res.get("callId") != cid:
-            problems.append(f"{sid}: the record after {cid} is {result.get('type')} {res.get('callId')}")
-            break
+        if call.get("type") != "tool/call" or call.get("callId") != cid or call.get("name") != kind \
+                or result.get("type") != "tool/result" or res.get("callId") != cid:
+            return [*problems, f"{sid}: records {2 * k}, {2 * k + 1} are {call.get('type')} {call.get('callId')} "
+                               f"{call.get('name')}, {result.get('type')} {res.get('callId')}: want {cid} ({kind}) and its result"]
         text = "".join(b.get("text", "") for b in res.get("content", []))
         want = expected_result(kind, prompt, k, workspace)
         good = (want in text) if kind == "read" else (text == want)
         if res.get("isError") or result.get("code") or not good:
             problems.append(f"{sid}: {cid} ({kind}) answered {text[:200]!r} (code {result.get('code')}), want {want!r}")
         lat[kind].append((result["time"] - call["time"]) * 1000)
-    ends = [r for r in records if r.get("type") == "turn/end"]
-    if [e.get("reason") for e in ends] != ["completed"]:
-        problems.append(f"{sid}: turn ends {[e.get('reason') for e in ends]}, want ['completed']")
-    for r in records:
-        if r.get("type") == "subagent/settled":
-            children.add(r.get("id", ""))
-            if r.get("stop") != "completed":
-                problems.append(f"{sid}: subagent {r.get('id')} settled {r.get('stop')}")
-    want_children = sum(1 for k in range(calls) if KINDS[k % len(KINDS)] == "subagent")
-    if len(children) != want_children:
-        problems.append(f"{sid}: {len(children)} subagents settled, want {want_children}")
-    for child in sorted(children):
+    return problems
+
+
+def _check_children(home: Path, sid: str, records: list[dict[str, Any]], calls: int) -> list[str]:
+    """Every delegation settled ``completed``, and each child's log is one completed turn under ``sid``."""
+    problems: list[str] = []
+    settled = [r for r in records if r.get("type") == "subagent/settled"]
+    problems += [f"{sid}: subagent {r.get('id')} settled {r.get('stop')}" for r in settled if r.get("stop") != "completed"]
+    want = sum(1 for k in range(calls) if KINDS[k % len(KINDS)] == "subagent")
+    if len({r.get("id") for r in settled}) != want:
+        problems.append(f"{sid}: {len(settled)} subagents settled, want {want}")
+    for child in sorted({r.get("id", "") for r in settled}):
         try:
-            crecords = [json.loads(line) for line in (home / "sessions" / f"{child}.jsonl").read_text().splitlines()]
+            crecords = _records(home / "sessions" / f"{child}.jsonl")
         except (OSError, ValueError) as exc:
             problems.append(f"{sid}: child {child}'s log unreadable: {exc}")
             continue
-        if crecords[0].get("parentSession") != sid or [r.get("reason") for r in crecords
-                                                        if r.get("type") == "turn/end"] != ["completed"] \
-                or [r.get("seq") for r in crecords[1:]] != list(range(1, len(crecords))):
+        ends = [r.get("reason") for r in crecords if r.get("type") == "turn/end"]
+        if crecords[0].get("parentSession") != sid or ends != ["completed"] or not _gapless(crecords):
             problems.append(f"{sid}: child {child}'s log is not one completed turn under its parent")
-    return problems, lat
+    return problems
+
+
+def check_log(home: Path, sid: str, prompt: str, calls: int, workspace: Path) -> tuple[list[str], dict[str, list[float]]]:
+    """The problems in one session's log (every record, seq without a gap; every call and its
+    right result, in order; one completed turn; each delegated child's log whole) and its per-kind
+    call latencies (ms)."""
+    lat: dict[str, list[float]] = {k: [] for k in KINDS}
+    try:
+        records = _records(home / "sessions" / f"{sid}.jsonl")
+    except (OSError, ValueError) as exc:
+        return [f"{sid}: log unreadable: {exc}"], lat
+    problems = [] if _gapless(records) else [f"{sid}: the log's records are not seq 1..{len(records) - 1} without a gap"]
+    tool = [r for r in records if r.get("type") in ("tool/call", "tool/result")]
+    if len(tool) != 2 * calls:
+        problems.append(f"{sid}: {len(tool)} tool records in the log, want {2 * calls}")
+    problems += _check_calls(sid, tool, calls, prompt, workspace, lat)
+    ends = [r.get("reason") for r in records if r.get("type") == "turn/end"]
+    if ends != ["completed"]:
+        problems.append(f"{sid}: turn ends {ends}, want ['completed']")
+    return problems + _check_children(home, sid, records, calls), lat
 
 
 def acp_agent_with_cap(examples: Path, cap: int) -> Path:
@@ -208,6 +220,57 @@ def acp_agent_with_cap(examples: Path, cap: int) -> Path:
     (examples / "acp-agent").mkdir(parents=True, exist_ok=True)
     (examples / "acp-agent" / "example.toml").write_text(text.replace(section, f"{section}max-running = {cap}\n"))
     return examples
+
+
+def programs(pids: list[int]) -> dict[str, int]:
+    """How many of ``pids`` run each program (its argv[0] and argv[1], by name)."""
+    out: dict[str, int] = {}
+    for p in pids:
+        try:
+            argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        name = " ".join(Path(a.decode(errors="replace")).name for a in argv[:2])
+        out[name] = out.get(name, 0) + 1
+    return out
+
+
+def check_answers(client: Any, opened: list[tuple[str, str, Path]], answers: list[Any], calls: int) -> list[str]:
+    """Every prompt settled ``end_turn`` and said ``done: <its last result>``."""
+    problems: list[str] = []
+    last = calls - 1
+    kind = KINDS[last % len(KINDS)]
+    for (sid, prompt, ws), answer in zip(opened, answers, strict=True):
+        if isinstance(answer, BaseException):
+            problems.append(f"{sid}: prompt failed: {answer!r}")
+            continue
+        if answer.stop_reason != "end_turn":
+            problems.append(f"{sid}: stop reason {answer.stop_reason}")
+        said = "".join(client.text(sid))
+        want = expected_result(kind, prompt, last, ws)
+        if not said.startswith("done: ") or ((want not in said) if kind == "read" else said != "done: " + want):
+            problems.append(f"{sid}: answered {said[:200]!r}, want {want!r}")
+    return problems
+
+
+async def settle(pid: int, report: LoadReport, grace_s: float = 5.0) -> None:
+    """What the closes let go of goes within a moment; what is still there after ``grace_s`` stays."""
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and (fd_count(pid) > report.fds["before"]
+                                           or len(descendants(pid)) > report.processes["before"]):
+        await asyncio.sleep(0.05)
+
+
+def left_behind(pid: int, report: LoadReport) -> list[str]:
+    problems: list[str] = []
+    if report.fds["after"] > report.fds["before"]:
+        left = sorted(os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd"))
+        problems.append(f"fds: {report.fds['before']} before the load, {report.fds['after']} after: {left}")
+    if report.processes["after"] > report.processes["before"]:
+        left_p = [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:120] for p in descendants(pid)]
+        problems.append(f"processes under dsh: {report.processes['before']} before, "
+                        f"{report.processes['after']} after: {left_p}")
+    return problems
 
 
 async def run_load(root: Path, sessions: int, calls: int, *, env: dict[str, str] | None = None,
@@ -253,7 +316,7 @@ async def run_load(root: Path, sessions: int, calls: int, *, env: dict[str, str]
 
         await conn.initialize(protocol_version=1)
         snapshot("initialized")
-        # warm-up: one session makes one call of each kind, then closes
+        # warm-up: one session makes the same series of calls, then closes
         warm = workspace("warm")
         wsid = (await conn.new_session(cwd=str(warm), mcp_servers=[])).session_id
         await asyncio.wait_for(conn.prompt(session_id=wsid, prompt=[text_block("load warm")]), timeout)
@@ -276,40 +339,13 @@ async def run_load(root: Path, sessions: int, calls: int, *, env: dict[str, str]
         report.cpu_s = cpu_s(pid) - c0
         report.peak_rss_kib = peak_rss_kib(pid)
         snapshot("loaded")
-        for p in descendants(pid):
-            try:
-                argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            name = " ".join(Path(a.decode(errors="replace")).name for a in argv[:2])
-            report.loaded[name] = report.loaded.get(name, 0) + 1
-        last = calls - 1
-        for (sid, prompt, ws), answer in zip(opened, answers, strict=True):
-            if isinstance(answer, BaseException):
-                report.problems.append(f"{sid}: prompt failed: {answer!r}")
-                continue
-            if answer.stop_reason != "end_turn":
-                report.problems.append(f"{sid}: stop reason {answer.stop_reason}")
-            said = "".join(run.client.text(sid))
-            kind = KINDS[last % len(KINDS)]
-            want = expected_result(kind, prompt, last, ws)
-            if not said.startswith("done: ") or ((want not in said) if kind == "read" else said != "done: " + want):
-                report.problems.append(f"{sid}: answered {said[:200]!r}, want {want!r}")
+        report.loaded = programs(descendants(pid))
+        report.problems += check_answers(run.client, opened, answers, calls)
         for sid, _, _ in opened:
             await conn.close_session(session_id=sid)
-        # what the closes let go of goes within a moment; what is still there after 5 s stays
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and (fd_count(pid) > report.fds["before"]
-                                               or len(descendants(pid)) > report.processes["before"]):
-            await asyncio.sleep(0.05)
+        await settle(pid, report)
         snapshot("after")
-        if report.fds["after"] > report.fds["before"]:
-            left = sorted(os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd"))
-            report.problems.append(f"fds: {report.fds['before']} before the load, {report.fds['after']} after: {left}")
-        if report.processes["after"] > report.processes["before"]:
-            left_p = [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:120] for p in descendants(pid)]
-            report.problems.append(f"processes under dsh: {report.processes['before']} before, "
-                                   f"{report.processes['after']} after: {left_p}")
+        report.problems += left_behind(pid, report)
         # still serving: a fresh session makes a sandboxed call
         ping = workspace("ping")
         psid = (await conn.new_session(cwd=str(ping), mcp_servers=[])).session_id

@@ -6,11 +6,15 @@ server (the load ran about three times slower)."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from dsh_sandbox_tools.server import IDLE_KEEP_S, ServerPool
+from sandbox_helpers import Session as HostSession
+from sandbox_helpers import mechanisms, running_host, text
 
 pytestmark = pytest.mark.anyio
 
@@ -77,3 +81,40 @@ async def test_a_server_running_a_call_is_never_closed() -> None:
     busy.active, busy.last_used = 1, time.monotonic() - IDLE_KEEP_S - 1
     await _get(pool, "other", Session())
     assert not busy.closed
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_sessions_calling_bash_in_turn_beyond_the_limit_keep_their_servers(mechanism: str, root: Path) -> None:
+    """The real thing: three sessions over a pool bounded to one server take turns making bash
+    calls; each session's confined server is the same process on its second call."""
+    from dsh_sandbox_tools.server import SERVER
+
+    def server_of(cwd: Path) -> int:
+        pids = {}
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    here = os.readlink(f"/proc/{pid}/cwd") == str(cwd)
+                    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                if here and SERVER.encode() in cmdline:
+                    pids[int(pid)] = ppid
+        (top,) = [p for p, pp in pids.items() if pp not in pids]  # the server, not the reapers it forks
+        return top
+
+    roots = [root / f"s{i}" for i in range(3)]
+    async with running_host(mechanism=mechanism) as host:
+        host.tools["bash"].sb.servers.limit = 1
+        sessions = []
+        for r in roots:
+            r.mkdir()
+            sessions.append(HostSession(host, r))
+        first = []
+        for s, r in zip(sessions, roots, strict=True):
+            assert text(await s.call("bash", description="test command", command="echo one")).startswith("one")
+            first.append(server_of(r))
+        for s in sessions:
+            assert text(await s.call("bash", description="test command", command="echo two")).startswith("two")
+        assert [server_of(r) for r in roots] == first

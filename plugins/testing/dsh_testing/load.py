@@ -253,7 +253,7 @@ def check_answers(client: Any, opened: list[tuple[str, str, Path]], answers: lis
     return problems
 
 
-async def settle(pid: int, report: LoadReport, grace_s: float = 5.0) -> None:
+async def settle(pid: int, report: LoadReport, grace_s: float = 10.0) -> None:
     """What the closes let go of goes within a moment; what is still there after ``grace_s`` stays."""
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and (fd_count(pid) > report.fds["before"]

@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -32,7 +33,8 @@ from .run import DRAIN_GRACE_S, TERM_GRACE_S, CommandResult, HeadSink, _Sink, st
 SERVER = str(Path(__file__).with_name("_cmdserver.py").resolve())
 START_TIMEOUT_S = 20.0
 EXIT_WAIT_S = 10.0  # after "kill", how long to wait for the reaper's "exit" before giving up on it
-MAX_SERVERS = 32  # idle servers beyond this many are closed, least recently used first
+MAX_SERVERS = 32  # idle servers beyond this many are closed, least recently used first …
+IDLE_KEEP_S = 30.0  # … but a live session's server used in the last this many seconds is kept beyond it
 
 
 class ServerError(Exception):
@@ -69,6 +71,7 @@ class CommandServer:
         self.control: socket.socket | None = None
         self.proc: Any = None
         self.active = 0
+        self.last_used = time.monotonic()  # when a call last ended (or the server started)
         self.closed = False
 
     async def start(self) -> None:
@@ -153,6 +156,7 @@ class CommandServer:
             return await call.run(timeout_s, stop)
         finally:
             self.active -= 1
+            self.last_used = time.monotonic()
 
 
 class _Call:
@@ -327,7 +331,13 @@ class SessionServers:
 
 
 class ServerPool:
-    """Command servers by key (session, mechanism, roots), at most ``limit`` kept when idle."""
+    """Command servers by key (session, mechanism, roots), at most ``limit`` kept when idle.
+
+    The limit bounds what idle sessions hold, not the working set: a server of a live session
+    that ran a call in the last ``IDLE_KEEP_S`` is kept beyond it. (Evicting those made a busy
+    process thrash: with more sessions making bash calls at once than the limit, each session's
+    server sat idle between its calls, was closed as least recently used, and the next call
+    started a fresh confined server — about every call, under a 64-session load.)"""
 
     def __init__(self, limit: int = MAX_SERVERS) -> None:
         self.limit = limit
@@ -373,7 +383,9 @@ class ServerPool:
             owner = owner_ref()
             return owner is None or getattr(owner, "disposed", False)
 
-        idle = [k for k, (srv, _) in self._servers.items() if srv.active == 0]
+        recent = time.monotonic() - IDLE_KEEP_S
+        idle = [k for k, (srv, owner) in self._servers.items()
+                if srv.active == 0 and (gone(owner) or srv.last_used < recent)]
         # servers of finished sessions first, then least recently used
         idle.sort(key=lambda k: 0 if gone(self._servers[k][1]) else 1)
         for key in idle[: len(self._servers) - self.limit]:

@@ -12,10 +12,13 @@ carries the typed API), ``both`` (the native tools and ``run_code``) or ``runtim
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+import logging
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import anyio
 from msgspec import Meta
 
 from dsh_core import hookimpl
@@ -35,6 +38,7 @@ __all__ = ["Limits", "PythonRuntime", "RunCodeTool", "Settings", "outer_result",
 
 PLUGIN = "code-mode"
 MODES = ("code", "both", "runtime")
+START_TIMEOUT_S = 20.0  # a command server started ahead of the first bash call
 UNKNOWN_HINT = "Tools are called from programs in this session: call run_code and use `await tools.<name>(...)` inside it."
 
 _LIMIT_KEYS = {
@@ -126,6 +130,56 @@ def dsh_make_agent(spec: AgentSpec, host: Host) -> Generator[None, Agent | None,
 @hookimpl(trylast=True)
 def dsh_code_runtime(session: Agent, host: Host) -> PythonRuntime:
     return PythonRuntime(host, session.cwd, settings_for(host).limits, session=session)
+
+
+class WarmStart:
+    """A task of a session that has ``run_code`` (a ``ToolSource`` that offers no tools): it
+    starts the session's warm runtime and makes its first run ready in the background as soon
+    as the session exists, so the session's first program costs what a later one does. It says
+    ready at once (the first turn never waits for it), runs inside the session's own task group
+    (cancelled, and its processes closed, when the session is disposed), and leaves a failure
+    to the first run, which tries again and reports it. A runtime picked by another plugin is
+    started only if it offers ``prestart()``."""
+
+    name = "code-mode warm start"
+
+    async def serve(self, session: Agent, ready: Callable[[], None]) -> None:
+        ready()
+        host = session.host
+        if host.confinement is None:
+            return
+        runtime = host.pm.hook.dsh_code_runtime(session=session, host=host)
+        prestart = getattr(runtime, "prestart", None)
+        async with anyio.create_task_group() as tg:
+            if prestart is not None:
+                tg.start_soon(_quietly, prestart, "the warm runtime")
+            if "bash" in session.tools:  # the program's first bash call would start the command server
+                tg.start_soon(_quietly, partial(_start_command_server, session), "the command server")
+
+
+async def _start_command_server(session: Agent) -> None:
+    """Start the session's warm confined command server (sandbox-tools'), which its bash calls
+    go through, by running ``true`` through the Confinement seam (one fork and exec more)."""
+    confinement = session.host.confinement
+    if confinement is not None:
+        await confinement.run(["true"], session=session, cwd=session.cwd, timeout_s=START_TIMEOUT_S,
+                              output_limit=1024)
+
+
+async def _quietly(start: Callable[[], Awaitable[None]], what: str) -> None:
+    try:
+        await start()
+    except Exception as exc:  # the first use meets it again and says why
+        logging.getLogger("dsh.code-mode").debug("could not start %s ahead: %r", what, exc)
+
+
+@hookimpl
+def dsh_session_tools(session: Agent, host: Host) -> WarmStart | None:
+    """``WarmStart`` for a session whose model has ``run_code`` (modes ``code`` and ``both``);
+    none in mode ``runtime``, whose users (workflow) run in warm processes of their own."""
+    if settings_for(host).mode == "runtime" or NAME not in session.tools:
+        return None
+    return WarmStart()
 
 
 def prompt_section(host: Host) -> str:

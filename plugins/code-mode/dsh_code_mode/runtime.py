@@ -110,15 +110,27 @@ class PythonRuntime:
         limits = self.limits if network else replace(self.limits, network=False)
         return PythonRuntime(self.host, self.cwd, limits, mode=mode, owner=self.owner)
 
-    async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
+    async def _where(self) -> Where:
         confinement = self.host.confinement
         if confinement is None:  # never unconfined: the spine's Confinement seam is required
             raise ToolError("run_code needs a plugin that provides confinement (mount sandbox-tools); "
                             "it never runs a program unconfined", code="SANDBOX_UNAVAILABLE")
         confined = await confinement.confine(warm_argv(), cwd=self.cwd, mode=self.mode, session=self.owner)
-        where = Where(argv=tuple(confined.argv), env=tuple(sorted(confined.env.items())),
-                      cwd=os.path.realpath(self.cwd), max_processes=self.limits.max_processes,
-                      confined=confined.mechanism is not None)
+        return Where(argv=tuple(confined.argv), env=tuple(sorted(confined.env.items())),
+                     cwd=os.path.realpath(self.cwd), max_processes=self.limits.max_processes,
+                     confined=confined.mechanism is not None)
+
+    async def prestart(self) -> None:
+        """Start the session's warm process and make its first run ready now, before any program
+        comes (a task of the session: see ``WarmStart``), so its first run costs what a later one
+        does. Only for a session's runtime; a failure is left for the first run to meet (it
+        tries again, and says why it cannot)."""
+        if self.session is None:
+            return
+        await self.session.state(WarmSlot).refill(await self._where())
+
+    async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
+        where = await self._where()
         slot = self.session.state(WarmSlot) if self.session is not None else WarmSlot()
         try:
             try:

@@ -24,6 +24,7 @@ from msgspec import Meta
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig, decode
 from dsh_core.interception import PromptSubmit
+from dsh_core.types import RequestHeader
 
 from .limits import Limits
 from .runtime import PythonRuntime
@@ -39,6 +40,8 @@ __all__ = ["Limits", "PythonRuntime", "RunCodeTool", "Settings", "outer_result",
 PLUGIN = "code-mode"
 MODES = ("code", "both", "runtime")
 START_TIMEOUT_S = 20.0  # a command server started ahead of the first bash call
+START_DELAY_S = 0.02  # after the session is made, before its warm start begins
+START_WAIT_S = 1.0  # at most this long for the first turn's first model request to go out
 UNKNOWN_HINT = "Tools are called from programs in this session: call run_code and use `await tools.<name>(...)` inside it."
 
 _LIMIT_KEYS = {
@@ -148,6 +151,7 @@ class WarmStart:
         host = session.host
         if host.confinement is None:
             return
+        await _after_first_request(session)
         runtime = host.pm.hook.dsh_code_runtime(session=session, host=host)
         prestart = getattr(runtime, "prestart", None)
         async with anyio.create_task_group() as tg:
@@ -155,6 +159,26 @@ class WarmStart:
                 tg.start_soon(_quietly, prestart, "the warm runtime")
             if "bash" in session.tools:  # the program's first bash call would start the command server
                 tg.start_soon(_quietly, partial(_start_command_server, session), "the command server")
+
+
+async def _after_first_request(session: Agent) -> None:
+    """Let what is already under way go first: session/new's answer (a short pause) and, when a
+    turn has started meanwhile, its first model request (the model thinks while the processes
+    start). Spawning a process holds the event loop for a few milliseconds."""
+    asked = anyio.Event()
+
+    def observe(agent: Any, event: Any) -> None:
+        if isinstance(event, RequestHeader):
+            asked.set()
+
+    unsubscribe = session.subscribe(observe)
+    try:
+        await anyio.sleep(START_DELAY_S)
+        if session.busy:
+            with anyio.move_on_after(START_WAIT_S):
+                await asked.wait()
+    finally:
+        unsubscribe()
 
 
 async def _start_command_server(session: Agent) -> None:

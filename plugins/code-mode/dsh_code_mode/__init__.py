@@ -141,8 +141,10 @@ class WarmStart:
     as the session exists, so the session's first program costs what a later one does. It says
     ready at once (the first turn never waits for it), runs inside the session's own task group
     (cancelled, and its processes closed, when the session is disposed), and leaves a failure
-    to the first run, which tries again and reports it. A runtime picked by another plugin is
-    started only if it offers ``prestart()``."""
+    to the first run, which tries again and reports it. It also starts the session's command
+    server (its bash calls'), and, for the shipped runtime, makes each next run ready after a run
+    (``PythonRuntime.keep_ready``). A runtime picked by another plugin is started only if it
+    offers ``keep_ready()``."""
 
     name = "code-mode warm start"
 
@@ -153,10 +155,10 @@ class WarmStart:
             return
         await _after_first_request(session)
         runtime = host.pm.hook.dsh_code_runtime(session=session, host=host)
-        prestart = getattr(runtime, "prestart", None)
+        keep_ready = getattr(runtime, "keep_ready", None)
         async with anyio.create_task_group() as tg:
-            if prestart is not None:
-                tg.start_soon(_quietly, prestart, "the warm runtime")
+            if keep_ready is not None:
+                tg.start_soon(_quietly, keep_ready, "the warm runtime")
             if "bash" in session.tools:  # the program's first bash call would start the command server
                 tg.start_soon(_quietly, partial(_start_command_server, session), "the command server")
 

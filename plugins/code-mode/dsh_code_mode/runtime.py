@@ -23,7 +23,7 @@ import os
 import socket
 from collections import deque
 from collections.abc import Awaitable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -129,9 +129,33 @@ class PythonRuntime:
             return
         await self.session.state(WarmSlot).refill(await self._where())
 
+    async def keep_ready(self) -> None:
+        """The session's warm start and its refills, as one task of the session (``WarmStart``,
+        until it is disposed): start the warm process and make the first run ready now, then,
+        after each run, make the next one ready — after the run, not during it, so the forks and
+        the cgroup of the next run never compete with a program for the CPU, nor hold back its result."""
+        if self.session is None:
+            return
+        keeper = self.session.state(_Keeper)
+        keeper.running = True
+        try:
+            try:
+                await self.prestart()
+            except (WarmError, ToolError) as exc:  # the first run meets it again and says why
+                logging.getLogger("dsh.code-mode").debug("could not start the warm runtime ahead: %r", exc)
+            while True:
+                await keeper.wake.wait()
+                keeper.wake = anyio.Event()
+                where, keeper.want = keeper.want, None
+                if where is not None:
+                    await _refill(self.session.state(WarmSlot), where)
+        finally:
+            keeper.running = False
+
     async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
         where = await self._where()
         slot = self.session.state(WarmSlot) if self.session is not None else WarmSlot()
+        keeper = self.session.state(_Keeper) if self.session is not None else None
         try:
             try:
                 prepared = await slot.take(where)
@@ -140,13 +164,26 @@ class PythonRuntime:
                                 code="SANDBOX_UNAVAILABLE") from None
             run = _Run(self.limits, bindings, prepared.launched, prepared.bound)
             async with anyio.create_task_group() as tg:
-                if self.session is not None:  # the session's next run gets ready while this one runs
+                if keeper is not None and not keeper.running:  # no session task: ready while this one runs
                     tg.start_soon(_refill, slot, where)
                 result = await run.execute(prepared.channel, program, list(bindings.names), cancel)
             return result
         finally:
+            if keeper is not None and keeper.running:  # the session's task makes the next run ready
+                keeper.want = where
+                keeper.wake.set()
             if self.session is None:
                 await slot.aclose()
+
+
+@dataclass
+class _Keeper:
+    """A session's state slot: whether its ``keep_ready`` task runs, and the next run it should
+    make ready (where the last run ran)."""
+
+    running: bool = False
+    want: Where | None = None
+    wake: anyio.Event = field(default_factory=anyio.Event)
 
 
 async def _refill(slot: WarmSlot, where: Where) -> None:

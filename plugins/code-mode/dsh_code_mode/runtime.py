@@ -219,6 +219,11 @@ class _Run:
         self.sock: socket.socket | None = None
         self.writing = False  # the writer task owns the socket's send side (a backlog is queued)
         self.names: set[str] = set()
+        self.queue: deque[tuple[int, str, Awaitable[Any], int]] = deque()  # calls waiting for a worker
+        self.workers = 0
+        parallel = getattr(bindings, "max_parallel", None)  # optional: how many calls may run at once
+        self.max_workers = min(parallel, limits.max_pending_calls) if isinstance(parallel, int) and parallel > 0 \
+            else limits.max_pending_calls
         self.outstanding = 0  # bytes held for the run: unanswered calls' arguments + unwritten replies
         self.room = anyio.Event()  # set when ``outstanding`` went down
 
@@ -286,6 +291,8 @@ class _Run:
                             calls.cancel_scope.cancel()  # the program ended: outstanding calls are cancelled, drained
                 except TimeoutError:
                     self._set("timeout", f"the program ran past its wall-clock budget of {lim.wall_seconds:g} s")
+                finally:
+                    self._drop_queued()
                 # The program is done one way or another: kill what is left; once the reaper says all
                 # of it is gone, no writer of the output is left either: collect the last of it.
                 self.kill()
@@ -410,7 +417,32 @@ class _Run:
         self._hold(len(line))  # the decoded arguments live until the call is answered
         arguments = bytes(msg.args).decode()  # valid UTF-8: its strings were just decoded into ``args``
         awaitable = self.bindings.call(msg.name, args, arguments)  # takes its place in line now, in program order
-        calls.start_soon(self._run_call, msg.id, msg.name, awaitable, len(line))
+        self.queue.append((msg.id, msg.name, awaitable, len(line)))
+        if self.workers < self.max_workers:
+            self.workers += 1
+            calls.start_soon(self._work)
+
+    async def _work(self) -> None:
+        """Run queued calls in their order until none is left. At most as many workers as calls
+        can run at once (the bindings' ``max_parallel``): a task per worker, not per call (an
+        anyio task costs about as much as the rest of a call's way through this bridge). The
+        calls keep their order: each took its place in the scheduler's line when it came, and
+        workers take them first come first served, so the call at the head of the line is
+        always held by a worker."""
+        try:
+            while self.queue:
+                call_id, name, awaitable, size = self.queue.popleft()
+                await self._run_call(call_id, name, awaitable, size)
+        finally:
+            self.workers -= 1
+
+    def _drop_queued(self) -> None:
+        """Calls still queued when the program ended never started: close them unstarted."""
+        while self.queue:
+            awaitable = self.queue.popleft()[2]
+            close = getattr(awaitable, "close", None)
+            if close is not None:
+                close()
 
     def _arguments(self, msg: _Call) -> dict[str, Any]:
         try:

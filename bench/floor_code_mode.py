@@ -157,7 +157,7 @@ async def reads(tmp: Path, workspace: Path, rounds: int) -> dict[str, list[float
     (workspace / "reads").mkdir(exist_ok=True)
     for i in range(100):
         (workspace / "reads" / f"f{i}.txt").write_text("".join(f"line {j} of file {i}\n" for j in range(50)))
-    rules = {
+    rules: dict[str, list[dict[str, Any]]] = {
         "native": [{"tools": [{"name": "read", "args": {"file_path": f"reads/f{i}.txt"}} for i in range(100)]},
                    {"text": "ok"}],
         "code": [_run_code(READS_PROGRAM, "read 100 files"), {"text": "ok"}],

@@ -7,6 +7,7 @@ Each test with processes runs on every sandbox mechanism this machine has.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -51,10 +52,8 @@ async def _until(check, what: str, timeout: float = 30.0) -> None:
 def _names(workspace: Path) -> list[str]:
     out = []
     for pid in _processes(_ours(workspace)):
-        try:
+        with contextlib.suppress(OSError):
             out.append(Path(f"/proc/{pid}/comm").read_text().strip())
-        except OSError:
-            pass
     return sorted(out)
 
 

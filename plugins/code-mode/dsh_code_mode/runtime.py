@@ -251,7 +251,7 @@ class _Run:
         self.launched.kill()
         with anyio.move_on_after(5):
             await self.launched.wait()
-        if self.bound.cgroup is not None:
+        if self.bound.cgroup is not None and not self.bound.close_if_empty():  # the common case: no thread hop
             await anyio.to_thread.run_sync(self.bound.close)  # kills anything left in it, then removes it
         self.launched.close()
 
@@ -267,6 +267,11 @@ class _Run:
         self.sock = sock
         self.names = set(names)
         lim = self.limits
+        # The program first: the program process starts on it while the tasks below are set up
+        # (what the socket does not take now, the writer sends once it runs).
+        self._send({"t": "run", "program": program, "names": names, "limits": {
+            "cpu_seconds": lim.compute_seconds, "address_space_bytes": lim.address_space_bytes,
+            "nproc": self.bound.nproc, "max_value_bytes": lim.max_value_bytes, "network": lim.network}})
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._read_output)
@@ -279,13 +284,6 @@ class _Run:
                                     watch.start_soon(self._watch_cancel, cancel)
                                     watch.start_soon(self._watch_exit)
                                     watch.start_soon(self._read_channel, calls)
-                                    run = {"t": "run", "program": program, "names": names, "limits": {
-                                        "cpu_seconds": lim.compute_seconds,
-                                        "address_space_bytes": lim.address_space_bytes,
-                                        "nproc": self.bound.nproc,
-                                        "max_value_bytes": lim.max_value_bytes,
-                                        "network": lim.network}}
-                                    self._send(run)
                             except* _Ended:
                                 pass
                             calls.cancel_scope.cancel()  # the program ended: outstanding calls are cancelled, drained

@@ -142,8 +142,8 @@ class WarmStart:
     ready at once (the first turn never waits for it), runs inside the session's own task group
     (cancelled, and its processes closed, when the session is disposed), and leaves a failure
     to the first run, which tries again and reports it. It also starts the session's command
-    server (its bash calls'), and, for the shipped runtime, makes each next run ready after a run
-    (``PythonRuntime.keep_ready``). A runtime picked by another plugin is started only if it
+    server (its bash calls'), and, for the shipped runtime, makes the next run ready whenever a
+    run takes the ready one (``PythonRuntime.keep_ready``). A runtime picked by another plugin is started only if it
     offers ``keep_ready()``."""
 
     name = "code-mode warm start"

@@ -132,8 +132,8 @@ class PythonRuntime:
     async def keep_ready(self) -> None:
         """The session's warm start and its refills, as one task of the session (``WarmStart``,
         until it is disposed): start the warm process and make the first run ready now, then,
-        after each run, make the next one ready — after the run, not during it, so the forks and
-        the cgroup of the next run never compete with a program for the CPU, nor hold back its result."""
+        whenever a run takes the one made ready, make the next one ready while it runs — in this
+        task, not the run's, so a run's result never waits for the next run's forks and cgroup."""
         if self.session is None:
             return
         keeper = self.session.state(_Keeper)
@@ -163,15 +163,15 @@ class PythonRuntime:
                 raise ToolError(f"run_code could not start its confined runtime ({exc}); nothing was run",
                                 code="SANDBOX_UNAVAILABLE") from None
             run = _Run(self.limits, bindings, prepared.launched, prepared.bound)
+            if keeper is not None and keeper.running:  # the session's task makes the next run ready meanwhile
+                keeper.want = where
+                keeper.wake.set()
             async with anyio.create_task_group() as tg:
                 if keeper is not None and not keeper.running:  # no session task: ready while this one runs
                     tg.start_soon(_refill, slot, where)
                 result = await run.execute(prepared.channel, program, list(bindings.names), cancel)
             return result
         finally:
-            if keeper is not None and keeper.running:  # the session's task makes the next run ready
-                keeper.want = where
-                keeper.wake.set()
             if self.session is None:
                 await slot.aclose()
 

@@ -79,7 +79,7 @@ async def test_a_new_session_starts_its_warm_runtime_before_its_first_program(tm
         assert [r.result.content[0].text for r in results] == ["hi\n"]
         assert slot.starts == 1 and slot.process.proc.pid == warm_pid  # the first run used what was started ahead
         assert len(agent.state(SessionServers).keys) == 1  # and the bash call the server started ahead
-        # after the run, the session's task makes the next run ready
+        # the session's task made the next run ready meanwhile
         await _until(lambda: slot.spare is not None, "the next run made ready")
         await agent.dispose()
         assert not _processes(_ours(workspace))

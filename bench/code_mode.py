@@ -99,6 +99,9 @@ async def _session(example: str, workspace: Path, rules: dict[str, list[dict[str
             await agent.wait_idle()
             _, events = await host.session_store.read(agent.session_id)
             mine = [e for e in events if isinstance(e, ToolCallEvent | ToolResultEvent) and e.turn == turns]
+            failed = [e for e in mine if isinstance(e, ToolResultEvent) and e.result.is_error]
+            if failed:  # a figure of failed calls is no figure (the arguments once went stale unnoticed)
+                raise SystemExit(f"a tool call of {prompt!r} failed: {failed[0].result.content}")
             start = min(e.time for e in mine if isinstance(e, ToolCallEvent))
             end = max(e.time for e in mine if isinstance(e, ToolResultEvent))
             return (end - start) * 1000
@@ -122,11 +125,11 @@ async def reads_and_overlap(workspace: Path, tmp: Path, repeat: int) -> dict[str
     for i in range(100):
         (workspace / "reads" / f"f{i}.txt").write_text("".join(f"line {j} of file {i}\n" for j in range(50)))
     rules = {
-        "native": [{"tools": [{"name": "read", "args": {"path": f"reads/f{i}.txt"}} for i in range(100)]},
+        "native": [{"tools": [{"name": "read", "args": {"file_path": f"reads/f{i}.txt"}} for i in range(100)]},
                    {"text": "ok"}],
         "code": [_run_code('''
             import asyncio
-            got = await asyncio.gather(*[tools.read(path=f"reads/f{i}.txt") for i in range(100)])
+            got = await asyncio.gather(*[tools.read(file_path=f"reads/f{i}.txt") for i in range(100)])
             return sum(r["total_lines"] for r in got)
         '''), {"text": "ok"}],
         "one-slow": [_run_code("await tools.slow_fetch(n=0)"), {"text": "ok"}],
@@ -146,9 +149,9 @@ async def reads_and_overlap(workspace: Path, tmp: Path, repeat: int) -> dict[str
 def _task_native() -> list[Turn]:
     turns = []
     for i in range(FILES):
-        turns.append(Turn(reasoning=f"Read module {i}.", tool_calls=[("read", json.dumps({"path": f"src/m{i}.py"}))]))
+        turns.append(Turn(reasoning=f"Read module {i}.", tool_calls=[("read", json.dumps({"file_path": f"src/m{i}.py"}))]))
         turns.append(Turn(reasoning=f"Mark module {i} reviewed.", tool_calls=[("edit", json.dumps(
-            {"path": f"src/m{i}.py", "old_string": "# TODO: review", "new_string": "# reviewed"}))]))
+            {"file_path": f"src/m{i}.py", "old_string": "# TODO: review", "new_string": "# reviewed"}))]))
     turns.append(Turn(content=f"Reviewed {FILES} modules."))
     return turns
 
@@ -158,9 +161,9 @@ def _task_code() -> list[Turn]:
         done = []
         for i in range({FILES}):
             path = f"src/m{{i}}.py"
-            r = await tools.read(path=path)
+            r = await tools.read(file_path=path)
             if "# TODO: review" in r["text"]:
-                await tools.edit(path=path, old_string="# TODO: review", new_string="# reviewed")
+                await tools.edit(file_path=path, old_string="# TODO: review", new_string="# reviewed")
                 done.append(path)
         return f"reviewed {{len(done)}} modules"
     ''')

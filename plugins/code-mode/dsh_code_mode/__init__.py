@@ -12,15 +12,19 @@ carries the typed API), ``both`` (the native tools and ``run_code``) or ``runtim
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+import logging
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import anyio
 from msgspec import Meta
 
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig, decode
 from dsh_core.interception import PromptSubmit
+from dsh_core.types import RequestHeader
 
 from .limits import Limits
 from .runtime import PythonRuntime
@@ -35,6 +39,9 @@ __all__ = ["Limits", "PythonRuntime", "RunCodeTool", "Settings", "outer_result",
 
 PLUGIN = "code-mode"
 MODES = ("code", "both", "runtime")
+START_TIMEOUT_S = 20.0  # a command server started ahead of the first bash call
+START_DELAY_S = 0.02  # after the session is made, before its warm start begins
+START_WAIT_S = 1.0  # at most this long for the first turn's first model request to go out
 UNKNOWN_HINT = "Tools are called from programs in this session: call run_code and use `await tools.<name>(...)` inside it."
 
 _LIMIT_KEYS = {
@@ -126,6 +133,79 @@ def dsh_make_agent(spec: AgentSpec, host: Host) -> Generator[None, Agent | None,
 @hookimpl(trylast=True)
 def dsh_code_runtime(session: Agent, host: Host) -> PythonRuntime:
     return PythonRuntime(host, session.cwd, settings_for(host).limits, session=session)
+
+
+class WarmStart:
+    """A task of a session that has ``run_code`` (a ``ToolSource`` that offers no tools): it
+    starts the session's warm runtime and makes its first run ready in the background as soon
+    as the session exists, so the session's first program costs what a later one does. It says
+    ready at once (the first turn never waits for it), runs inside the session's own task group
+    (cancelled, and its processes closed, when the session is disposed), and leaves a failure
+    to the first run, which tries again and reports it. It also starts the session's command
+    server (its bash calls'), and, for the shipped runtime, makes the next run ready whenever a
+    run takes the ready one (``PythonRuntime.keep_ready``). A runtime picked by another plugin is started only if it
+    offers ``keep_ready()``."""
+
+    name = "code-mode warm start"
+
+    async def serve(self, session: Agent, ready: Callable[[], None]) -> None:
+        ready()
+        host = session.host
+        if host.confinement is None:
+            return
+        await _after_first_request(session)
+        runtime = host.pm.hook.dsh_code_runtime(session=session, host=host)
+        keep_ready = getattr(runtime, "keep_ready", None)
+        async with anyio.create_task_group() as tg:
+            if keep_ready is not None:
+                tg.start_soon(_quietly, keep_ready, "the warm runtime")
+            if "bash" in session.tools:  # the program's first bash call would start the command server
+                tg.start_soon(_quietly, partial(_start_command_server, session), "the command server")
+
+
+async def _after_first_request(session: Agent) -> None:
+    """Let what is already under way go first: session/new's answer (a short pause) and, when a
+    turn has started meanwhile, its first model request (the model thinks while the processes
+    start). Spawning a process holds the event loop for a few milliseconds."""
+    asked = anyio.Event()
+
+    def observe(agent: Any, event: Any) -> None:
+        if isinstance(event, RequestHeader):
+            asked.set()
+
+    unsubscribe = session.subscribe(observe)
+    try:
+        await anyio.sleep(START_DELAY_S)
+        if session.busy:
+            with anyio.move_on_after(START_WAIT_S):
+                await asked.wait()
+    finally:
+        unsubscribe()
+
+
+async def _start_command_server(session: Agent) -> None:
+    """Start the session's warm confined command server (sandbox-tools'), which its bash calls
+    go through, by running ``true`` through the Confinement seam (one fork and exec more)."""
+    confinement = session.host.confinement
+    if confinement is not None:
+        await confinement.run(["true"], session=session, cwd=session.cwd, timeout_s=START_TIMEOUT_S,
+                              output_limit=1024)
+
+
+async def _quietly(start: Callable[[], Awaitable[None]], what: str) -> None:
+    try:
+        await start()
+    except Exception as exc:  # the first use meets it again and says why
+        logging.getLogger("dsh.code-mode").debug("could not start %s ahead: %r", what, exc)
+
+
+@hookimpl
+def dsh_session_tools(session: Agent, host: Host) -> WarmStart | None:
+    """``WarmStart`` for a session whose model has ``run_code`` (modes ``code`` and ``both``);
+    none in mode ``runtime``, whose users (workflow) run in warm processes of their own."""
+    if settings_for(host).mode == "runtime" or NAME not in session.tools:
+        return None
+    return WarmStart()
 
 
 def prompt_section(host: Host) -> str:

@@ -23,7 +23,7 @@ import os
 import socket
 from collections import deque
 from collections.abc import Awaitable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -110,16 +110,52 @@ class PythonRuntime:
         limits = self.limits if network else replace(self.limits, network=False)
         return PythonRuntime(self.host, self.cwd, limits, mode=mode, owner=self.owner)
 
-    async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
+    async def _where(self) -> Where:
         confinement = self.host.confinement
         if confinement is None:  # never unconfined: the spine's Confinement seam is required
             raise ToolError("run_code needs a plugin that provides confinement (mount sandbox-tools); "
                             "it never runs a program unconfined", code="SANDBOX_UNAVAILABLE")
         confined = await confinement.confine(warm_argv(), cwd=self.cwd, mode=self.mode, session=self.owner)
-        where = Where(argv=tuple(confined.argv), env=tuple(sorted(confined.env.items())),
-                      cwd=os.path.realpath(self.cwd), max_processes=self.limits.max_processes,
-                      confined=confined.mechanism is not None)
+        return Where(argv=tuple(confined.argv), env=tuple(sorted(confined.env.items())),
+                     cwd=os.path.realpath(self.cwd), max_processes=self.limits.max_processes,
+                     confined=confined.mechanism is not None)
+
+    async def prestart(self) -> None:
+        """Start the session's warm process and make its first run ready now, before any program
+        comes (a task of the session: see ``WarmStart``), so its first run costs what a later one
+        does. Only for a session's runtime; a failure is left for the first run to meet (it
+        tries again, and says why it cannot)."""
+        if self.session is None:
+            return
+        await self.session.state(WarmSlot).refill(await self._where())
+
+    async def keep_ready(self) -> None:
+        """The session's warm start and its refills, as one task of the session (``WarmStart``,
+        until it is disposed): start the warm process and make the first run ready now, then,
+        whenever a run takes the one made ready, make the next one ready while it runs — in this
+        task, not the run's, so a run's result never waits for the next run's forks and cgroup."""
+        if self.session is None:
+            return
+        keeper = self.session.state(_Keeper)
+        keeper.running = True
+        try:
+            try:
+                await self.prestart()
+            except (WarmError, ToolError) as exc:  # the first run meets it again and says why
+                logging.getLogger("dsh.code-mode").debug("could not start the warm runtime ahead: %r", exc)
+            while True:
+                await keeper.wake.wait()
+                keeper.wake = anyio.Event()
+                where, keeper.want = keeper.want, None
+                if where is not None:
+                    await _refill(self.session.state(WarmSlot), where)
+        finally:
+            keeper.running = False
+
+    async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
+        where = await self._where()
         slot = self.session.state(WarmSlot) if self.session is not None else WarmSlot()
+        keeper = self.session.state(_Keeper) if self.session is not None else None
         try:
             try:
                 prepared = await slot.take(where)
@@ -127,14 +163,27 @@ class PythonRuntime:
                 raise ToolError(f"run_code could not start its confined runtime ({exc}); nothing was run",
                                 code="SANDBOX_UNAVAILABLE") from None
             run = _Run(self.limits, bindings, prepared.launched, prepared.bound)
+            if keeper is not None and keeper.running:  # the session's task makes the next run ready meanwhile
+                keeper.want = where
+                keeper.wake.set()
             async with anyio.create_task_group() as tg:
-                if self.session is not None:  # the session's next run gets ready while this one runs
+                if keeper is not None and not keeper.running:  # no session task: ready while this one runs
                     tg.start_soon(_refill, slot, where)
                 result = await run.execute(prepared.channel, program, list(bindings.names), cancel)
             return result
         finally:
             if self.session is None:
                 await slot.aclose()
+
+
+@dataclass
+class _Keeper:
+    """A session's state slot: whether its ``keep_ready`` task runs, and the next run it should
+    make ready (where the last run ran)."""
+
+    running: bool = False
+    want: Where | None = None
+    wake: anyio.Event = field(default_factory=anyio.Event)
 
 
 async def _refill(slot: WarmSlot, where: Where) -> None:
@@ -170,6 +219,11 @@ class _Run:
         self.sock: socket.socket | None = None
         self.writing = False  # the writer task owns the socket's send side (a backlog is queued)
         self.names: set[str] = set()
+        self.queue: deque[tuple[int, str, Awaitable[Any], int]] = deque()  # calls waiting for a worker
+        self.workers = 0
+        parallel = getattr(bindings, "max_parallel", None)  # optional: how many calls may run at once
+        self.max_workers = min(parallel, limits.max_pending_calls) if isinstance(parallel, int) and parallel > 0 \
+            else limits.max_pending_calls
         self.outstanding = 0  # bytes held for the run: unanswered calls' arguments + unwritten replies
         self.room = anyio.Event()  # set when ``outstanding`` went down
 
@@ -197,7 +251,7 @@ class _Run:
         self.launched.kill()
         with anyio.move_on_after(5):
             await self.launched.wait()
-        if self.bound.cgroup is not None:
+        if self.bound.cgroup is not None and not self.bound.close_if_empty():  # the common case: no thread hop
             await anyio.to_thread.run_sync(self.bound.close)  # kills anything left in it, then removes it
         self.launched.close()
 
@@ -213,6 +267,11 @@ class _Run:
         self.sock = sock
         self.names = set(names)
         lim = self.limits
+        # The program first: the program process starts on it while the tasks below are set up
+        # (what the socket does not take now, the writer sends once it runs).
+        self._send({"t": "run", "program": program, "names": names, "limits": {
+            "cpu_seconds": lim.compute_seconds, "address_space_bytes": lim.address_space_bytes,
+            "nproc": self.bound.nproc, "max_value_bytes": lim.max_value_bytes, "network": lim.network}})
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._read_output)
@@ -225,18 +284,13 @@ class _Run:
                                     watch.start_soon(self._watch_cancel, cancel)
                                     watch.start_soon(self._watch_exit)
                                     watch.start_soon(self._read_channel, calls)
-                                    run = {"t": "run", "program": program, "names": names, "limits": {
-                                        "cpu_seconds": lim.compute_seconds,
-                                        "address_space_bytes": lim.address_space_bytes,
-                                        "nproc": self.bound.nproc,
-                                        "max_value_bytes": lim.max_value_bytes,
-                                        "network": lim.network}}
-                                    self._send(run)
                             except* _Ended:
                                 pass
                             calls.cancel_scope.cancel()  # the program ended: outstanding calls are cancelled, drained
                 except TimeoutError:
                     self._set("timeout", f"the program ran past its wall-clock budget of {lim.wall_seconds:g} s")
+                finally:
+                    self._drop_queued()
                 # The program is done one way or another: kill what is left; once the reaper says all
                 # of it is gone, no writer of the output is left either: collect the last of it.
                 self.kill()
@@ -361,7 +415,32 @@ class _Run:
         self._hold(len(line))  # the decoded arguments live until the call is answered
         arguments = bytes(msg.args).decode()  # valid UTF-8: its strings were just decoded into ``args``
         awaitable = self.bindings.call(msg.name, args, arguments)  # takes its place in line now, in program order
-        calls.start_soon(self._run_call, msg.id, msg.name, awaitable, len(line))
+        self.queue.append((msg.id, msg.name, awaitable, len(line)))
+        if self.workers < self.max_workers:
+            self.workers += 1
+            calls.start_soon(self._work)
+
+    async def _work(self) -> None:
+        """Run queued calls in their order until none is left. At most as many workers as calls
+        can run at once (the bindings' ``max_parallel``): a task per worker, not per call (an
+        anyio task costs about as much as the rest of a call's way through this bridge). The
+        calls keep their order: each took its place in the scheduler's line when it came, and
+        workers take them first come first served, so the call at the head of the line is
+        always held by a worker."""
+        try:
+            while self.queue:
+                call_id, name, awaitable, size = self.queue.popleft()
+                await self._run_call(call_id, name, awaitable, size)
+        finally:
+            self.workers -= 1
+
+    def _drop_queued(self) -> None:
+        """Calls still queued when the program ended never started: close them unstarted."""
+        while self.queue:
+            awaitable = self.queue.popleft()[2]
+            close = getattr(awaitable, "close", None)
+            if close is not None:
+                close()
 
     def _arguments(self, msg: _Call) -> dict[str, Any]:
         try:

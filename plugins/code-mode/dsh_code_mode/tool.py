@@ -50,6 +50,7 @@ class Dispatcher:
         self.ctx = ctx
         self.names = names
         self.scheduler = ToolScheduler(limit)
+        self.max_parallel = limit  # calls running at once, at most (the runtime needs no more workers)
         self.count = 0
         self.images: list[ContentBlock] = []
 

@@ -19,7 +19,7 @@ from dsh_testing.load import LoadReport, run_load
 
 def load(sessions: int, calls: int, *, at_once: bool) -> LoadReport:
     with tempfile.TemporaryDirectory(prefix="dsh-load-") as d:  # subagents' cap lifted: see bench/load.py
-        return asyncio.run(run_load(Path(d), sessions, calls, at_once=at_once, subagent_cap=sessions))
+        return asyncio.run(run_load(Path(d), sessions, calls, at_once=at_once))
 
 
 def rows(quick: bool = False) -> list[dict]:

@@ -12,13 +12,11 @@ answered wrong, a log that lacks a call or does not parse, a descriptor or proce
 process that stopped serving (``dsh_testing.load``; the same run at 8 x 10 is
 ``tests/reliability/test_load.py``).
 
-Subagents' ``max-running`` (a process-wide cap on children with a turn under way, 16 as shipped;
-over it a delegation is refused by design) is set to the number of sessions unless
-``--shipped-cap``: with it, sessions that delegate at the same moment get ``SUBAGENT_LIMIT``
-results, and the run lists them as problems.
+The acp-agent runs as shipped (subagents' ``max-running`` counts one session's delegation tree,
+so 64 sessions delegating at the same moment are all served).
 
     python bench/load.py [--sessions 64] [--calls 50] [--rounds 1] [--mechanism auto|bwrap|landlock]
-                         [--shipped-cap] [--no-peer]
+                         [--no-peer]
 """
 
 from __future__ import annotations
@@ -32,11 +30,10 @@ from pathlib import Path
 from dsh_testing.load import LoadReport, run_load
 
 
-def load(sessions: int, calls: int, *, at_once: bool, mechanism: str = "auto", shipped_cap: bool = False) -> LoadReport:
+def load(sessions: int, calls: int, *, at_once: bool, mechanism: str = "auto") -> LoadReport:
     env = {} if mechanism == "auto" else {"DSH_SANDBOX_MECHANISM": mechanism}
     with tempfile.TemporaryDirectory(prefix="dsh-load-") as d:
-        return asyncio.run(run_load(Path(d), sessions, calls, env=env, at_once=at_once,
-                                    subagent_cap=None if shipped_cap else sessions))
+        return asyncio.run(run_load(Path(d), sessions, calls, env=env, at_once=at_once))
 
 
 def main() -> None:
@@ -45,7 +42,6 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=50, help="tool calls per session (bash, read, subagent in turn)")
     ap.add_argument("--rounds", type=int, default=1, help="load and peer alternate this many times")
     ap.add_argument("--mechanism", default="auto")
-    ap.add_argument("--shipped-cap", action="store_true", help="keep subagents' max-running as shipped (16)")
     ap.add_argument("--no-peer", action="store_true", help="the load only")
     a = ap.parse_args()
     with open("/proc/loadavg") as f:
@@ -53,10 +49,10 @@ def main() -> None:
     bad = 0
     for r in range(a.rounds):
         if not a.no_peer:
-            peer = load(a.sessions, a.calls, at_once=False, mechanism=a.mechanism, shipped_cap=a.shipped_cap)
+            peer = load(a.sessions, a.calls, at_once=False, mechanism=a.mechanism)
             print(f"\nround {r + 1}, peer (one prompt in flight at a time): {peer.summary()}")
             bad += len(peer.problems)
-        report = load(a.sessions, a.calls, at_once=True, mechanism=a.mechanism, shipped_cap=a.shipped_cap)
+        report = load(a.sessions, a.calls, at_once=True, mechanism=a.mechanism)
         print(f"\nround {r + 1}, load (all sessions at once): {report.summary()}")
         if not a.no_peer:
             print(f"  p99 {report.pct(0.99):.0f} ms vs the peer's {peer.pct(0.99):.0f} ms "

@@ -51,8 +51,8 @@ class SubagentsConfig(PluginConfig):
     """[config.subagents]"""
 
     max_depth: Annotated[int, Meta(ge=0, description="deepest delegation (1: children, no grandchildren)")] = 1
-    max_running: Annotated[int, Meta(ge=1, description="children with a turn under way at once in this process "
-                                                        "(an idle child counts nothing)")] = 16
+    max_running: Annotated[int, Meta(ge=1, description="children with a turn under way at once in one session's "
+                                                        "delegation tree (an idle child counts nothing)")] = 16
     provider: Annotated[str, Meta(min_length=1, description="the provider behind `subagent` (spawn, or acp)")] = (
         "spawn")
     background: Annotated[bool, Meta(description="`subagent` returns at once unless run_in_background is false")] = (

@@ -177,18 +177,37 @@ class Entry:
         return getattr(self.run, "agent", None)
 
 
+def tree_of(agent: Agent) -> Agent:
+    """The top-level session a delegation belongs to: the root of its parents."""
+    while agent.spec.parent is not None:
+        agent = agent.spec.parent
+    return agent
+
+
 @dataclass(eq=False)
 class Registry:
     """Every live child of one host (its state slot): the cap on running ones, teardown. An idle
-    child costs nothing here: only children with a turn under way count against the cap."""
+    child costs nothing here: only children with a turn under way count against the cap, and
+    only against their own session's (the top-level session's whole delegation tree): one
+    session fanning out never refuses another's delegation (64 sessions delegating at once in
+    one process went over a process-wide cap of 16)."""
 
     entries: set[Entry] = field(default_factory=set)  # live (started in this process)
-    reserved: int = 0  # starts under way (counted before their first await, for the cap)
+    # starts under way per session tree (counted before their first await, for the cap)
+    reserved: dict[Agent, int] = field(default_factory=dict)
     closed: bool = False
 
-    @property
-    def running(self) -> int:
-        return sum(1 for e in self.entries if e.run.status == "running") + self.reserved
+    def running(self, tree: Agent) -> int:
+        """Children with a turn under way in ``tree`` (a top-level session), and starts under way."""
+        busy = sum(1 for e in self.entries if e.run.status == "running" and tree_of(e.parent) is tree)
+        return busy + self.reserved.get(tree, 0)
+
+    def reserve(self, tree: Agent, n: int) -> None:
+        left = self.reserved.get(tree, 0) + n
+        if left:
+            self.reserved[tree] = left
+        else:
+            self.reserved.pop(tree, None)
 
     async def aclose(self) -> None:
         self.closed = True

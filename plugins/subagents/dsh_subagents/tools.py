@@ -31,7 +31,7 @@ from dsh_core.protocols import Agent, SubagentRequest, ToolContext, new_id
 from dsh_core.tools import FunctionTool
 from dsh_core.types import SubagentResult, SubagentSettled, SubagentStarted, ToolOutput
 
-from .runs import Delegations, Entry, RecordedRun, Registry
+from .runs import Delegations, Entry, RecordedRun, Registry, tree_of
 
 log = logging.getLogger("dsh.subagents")
 
@@ -219,8 +219,10 @@ class Delegate:
         registry = registry_of(ctx.host)
         if registry.closed:
             raise ToolError("the host is shutting down.", code="SUBAGENT_FAILED")
-        if registry.running >= self.max_running:
-            raise ToolError(f"{registry.running} subagents are running in this process (the cap is "
+        tree = tree_of(parent)
+        running = registry.running(tree)
+        if running >= self.max_running:
+            raise ToolError(f"{running} subagents are running in this session (the cap is "
                             f"{self.max_running}): wait for one to finish, or do the task yourself.",
                             code="SUBAGENT_LIMIT")
         provider = ctx.host.subagent_providers.get(self.provider)
@@ -233,14 +235,14 @@ class Delegate:
         continuable = self.continuable and background
         request = SubagentRequest(prompt=prompt, description=description, parent=parent, cwd=parent.cwd, depth=depth,
                                   call_id=ctx.call_id, continuable=continuable, on_settled=holder.settled)
-        registry.reserved += 1
+        registry.reserve(tree, 1)
         try:
             run = await provider.start(request)
         except Exception as exc:
             log.warning(f"starting a {self.provider} subagent failed: {exc!r}")
             raise ToolError(f"the subagent did not start: {exc}", code="SUBAGENT_FAILED") from None
         finally:
-            registry.reserved -= 1
+            registry.reserve(tree, -1)
         # awaited: a foreground call tells the first turn's end; a background child's comes as a notice
         entry = Entry(run=run, parent=parent, provider=self.provider, description=description, call_id=ctx.call_id,
                       continuable=continuable, background=background, awaited=not background)

@@ -144,7 +144,7 @@ async def test_depth_and_live_caps_refuse_before_anything_starts(scripted, tmp_p
         parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
         events = _events(parent)
         (result,) = await _turn(parent, "nest", events)
-        assert ("got: Error: 1 subagents are running in this process (the cap is 1): wait for one to finish, or do "
+        assert ("got: Error: 1 subagents are running in this session (the cap is 1): wait for one to finish, or do "
                 "the task yourself.") in result.result.content[0].text
         assert len([a for a in host.agents if a is not parent]) <= 1  # nothing started over the cap
 
@@ -170,6 +170,32 @@ class _BlockingPlugin:
     @hookimpl
     def dsh_register_tools(self, register, host):
         register(self.tool)
+
+
+async def test_the_running_cap_counts_one_sessions_tree_not_the_whole_process(scripted, tmp_path):
+    # max-running 1: a child blocked in a tool call holds session A's one slot. Session B's
+    # delegation still starts (its tree has none running); A's second one is refused.
+    script = scripted({"rules": [
+        {"when": "^delegate", "steps": [
+            {"tool": "subagent", "args": {"description": "slow", "prompt": "child: block", "run_in_background": True}},
+            {"text": "started: {tool_result}"}]},
+        {"when": "^child:", "steps": [{"tool": "block", "args": {}}, {"text": "unreachable"}]},
+    ]})
+    plugin = _BlockingPlugin()
+    config = {"subagents": {"max-running": 1}}
+    async with memory_host(script, plugin, plugins=PLUGINS, config=config) as host:
+        a = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        b = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        a_events, b_events = _events(a), _events(b)
+        (first,) = await _turn(a, "delegate", a_events)
+        with anyio.fail_after(10):
+            await plugin.tool.entered.wait()
+        (other,) = await _turn(b, "delegate", b_events)
+        again = (await _turn(a, "delegate", a_events))[-1]
+        texts = [r.result.content[0].text for r in (first, other, again)]
+        assert texts[0].startswith("started subagent") and texts[1].startswith("started subagent"), texts
+        assert again.result.is_error and again.code == "SUBAGENT_LIMIT", texts[2]
+        assert "1 subagents are running in this session (the cap is 1)" in texts[2]
 
 
 async def test_cancelling_the_parent_during_a_childs_tool_call_aborts_both_with_the_partial_text(scripted, tmp_path):
@@ -231,7 +257,7 @@ async def test_cancelling_the_parent_while_a_child_starts_leaves_nothing_behind(
         (result,) = [e for e in events if isinstance(e, ToolResultEvent)]
         assert result.result.is_error
         registry = registry_of(host)
-        assert registry.running == 0 and not registry.entries and not parent.children
+        assert registry.running(parent) == 0 and not registry.reserved and not registry.entries and not parent.children
 
 
 async def test_a_fake_provider_on_the_seam_non_completed_is_an_error_and_background_settles_once(scripted, tmp_path):
@@ -357,7 +383,7 @@ async def test_disposing_the_parent_ends_its_background_children(scripted, tmp_p
         assert len(children) == 2 and all(c.busy for c in children)
         with anyio.fail_after(10):
             await parent.dispose()
-        assert all(c.disposed for c in children) and registry_of(host).running == 0
+        assert all(c.disposed for c in children) and registry_of(host).running(parent) == 0
         assert not [a for a in host.agents if not a.disposed and a is not parent]
 
 
@@ -409,7 +435,7 @@ async def test_a_fork_cancelled_with_its_parent_is_disposed_and_frees_its_place(
             await parent.wait_idle()
         (result,) = [e for e in events if isinstance(e, ToolResultEvent)]
         assert result.code == "ABORTED" and result.result.content[0].text.endswith("ended:\nHALF")
-        assert child.disposed and not parent.children and registry_of(host).running == 0
+        assert child.disposed and not parent.children and registry_of(host).running(parent) == 0
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)

@@ -205,23 +205,6 @@ def check_log(home: Path, sid: str, prompt: str, calls: int, workspace: Path) ->
     return problems + _check_children(home, sid, records, calls), lat
 
 
-def acp_agent_with_cap(examples: Path, cap: int) -> Path:
-    """A directory holding ``acp-agent`` as shipped, but for subagents' ``max-running``.
-
-    That cap counts foreground children in the whole process: by design (plugins/subagents
-    README, "Caps") a delegation over it is an error result. 64 sessions that each delegate at
-    once go over the shipped 16, so the full-size run sets it to the number of sessions."""
-    from dsh_core.compose import available_examples
-
-    shipped = next(p for d, p in available_examples().items() if d == "acp-agent")
-    text = shipped.read_text()
-    section = "[config.subagents]\n"
-    assert text.count(section) == 1, f"{shipped} has no single [config.subagents] section"
-    (examples / "acp-agent").mkdir(parents=True, exist_ok=True)
-    (examples / "acp-agent" / "example.toml").write_text(text.replace(section, f"{section}max-running = {cap}\n"))
-    return examples
-
-
 def programs(pids: list[int]) -> dict[str, int]:
     """How many of ``pids`` run each program (its argv[0] and argv[1], by name)."""
     out: dict[str, int] = {}
@@ -274,12 +257,11 @@ def left_behind(pid: int, report: LoadReport) -> list[str]:
 
 
 async def run_load(root: Path, sessions: int, calls: int, *, env: dict[str, str] | None = None,
-                   subagent_cap: int | None = None, at_once: bool = True, timeout: float = 600) -> LoadReport:
+                   at_once: bool = True, timeout: float = 600) -> LoadReport:
     """``sessions`` sessions in one ``dsh run`` under ``root`` (its home, script, one workspace per
     session), each prompted once to make ``calls`` tool calls, all at once; then every session is
     closed and the process is asked one more bash call. Returns the report (``problems`` empty
-    when everything held). ``subagent_cap``: the process's cap on running subagents (None: as
-    shipped, 16; see ``acp_agent_with_cap``). ``at_once=False``: the peer, the same sessions and
+    when everything held). ``at_once=False``: the peer, the same sessions and
     calls with one prompt in flight at a time (the next session starts when the last answered)."""
     from acp import text_block
 
@@ -292,8 +274,6 @@ async def run_load(root: Path, sessions: int, calls: int, *, env: dict[str, str]
     script = root / "load-script.json"
     script.write_text(json.dumps(load_script(calls)))
     full_env = {"DSH_HOME": str(home), "DSH_PERMISSION_MODE": "workspace-write", **(env or {})}
-    if subagent_cap is not None:
-        full_env["DSH_EXAMPLES_PATH"] = str(acp_agent_with_cap(root / "examples", subagent_cap))
 
     def workspace(name: str) -> Path:
         ws = work / name

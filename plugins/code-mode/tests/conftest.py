@@ -7,25 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dsh_sandbox_tools.testing import home_outside_roots
+from dsh_sandbox_tools.testing import _home  # noqa: F401 (fixture: a clean env, HOME outside the roots)
 
 from dsh_core.contracts import AgentSpec
 from dsh_core.types import TextBlock, UserMessage
 from dsh_testing import memory_host
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    # DSH_HOME: every test already has its own (dsh_testing's autouse dsh_home fixture).
-    monkeypatch.delenv("DSH_PERMISSION_MODE", raising=False)
-    monkeypatch.delenv("DSH_SANDBOX_MECHANISM", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def _home(monkeypatch: pytest.MonkeyPatch) -> Path:
-    """HOME lies outside every writable root, so programs aiming at ``~`` never reach the real home."""
-    with home_outside_roots(monkeypatch) as home:
-        yield home
 
 
 class Turn:

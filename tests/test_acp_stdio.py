@@ -4,7 +4,6 @@ client. Every stdout byte is checked against ACP's schema when each run closes."
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from pathlib import Path
@@ -20,24 +19,13 @@ from acp.helpers import (
 )
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
-from dsh_testing import Recorder
+from dsh_testing import Recorder, session_log
+from dsh_testing import until as wait_for
 
 pytestmark = pytest.mark.anyio
 
 # "hang": stream a partial, create the file "streamed-<prompt>" in the cwd, then wait a minute
 HANG = {"rules": [{"when": "hang", "steps": [{"partial": "partial", "mark": "streamed-{prompt}", "delay_ms": 60000}]}]}
-
-
-def session_log(home: Path, session_id: str) -> list[dict]:
-    path = home / "sessions" / f"{session_id}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-async def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.01)
 
 
 async def test_text_turn_end_to_end(acp_agent, scripted):

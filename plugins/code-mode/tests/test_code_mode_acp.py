@@ -13,15 +13,10 @@ import pytest
 from acp import text_block
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
+from dsh_testing import until as wait_for
+
 pytestmark = pytest.mark.anyio
 ENV = {"DSH_PERMISSION_MODE": "workspace-write"}
-
-
-async def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.01)
 
 
 def step(code: str) -> dict:

@@ -15,7 +15,7 @@ from acp import text_block
 from dsh_acp.client import tree_pids
 
 from conftest import live, peer_command
-from dsh_testing import Recorder
+from dsh_testing import Recorder, until
 
 pytestmark = pytest.mark.anyio
 
@@ -57,11 +57,9 @@ def tool_results(home: Path, sid: str) -> list[str]:
     ]
 
 
+
 async def wait_for(predicate, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.02)
+    await until(predicate, timeout)
 
 
 def child_started(home: Path, parent_sid: str) -> bool:

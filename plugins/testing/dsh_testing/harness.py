@@ -12,13 +12,17 @@ import asyncio
 import json
 import os
 import re
+import secrets
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 import dsh_core
 
@@ -217,6 +221,27 @@ def live_processes(match: Callable[[list[bytes], str], bool]) -> list[int]:
         if state not in ("Z", "X") and match(argv, cwd):
             found.append(int(entry))
     return found
+
+
+def new_sleep_marker(base: int = 3000) -> str:
+    """An argument for ``sleep`` that nobody else runs (``base`` to ``base + 1000`` seconds and a
+    random fraction): a test starts ``sleep <marker>`` and counts what is left of it with ``sleepers``."""
+    return f"{base + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
+
+
+def sleepers(marker: str) -> list[int]:
+    """Live processes running ``sleep <marker>`` (however deep, whatever pid namespace)."""
+    return live_processes(lambda argv, cwd: argv[:2] == [b"sleep", marker.encode()])
+
+
+async def sleepers_gone(marker: str, within: float = 10.0) -> bool:
+    """Whether every ``sleep <marker>`` is gone within ``within`` seconds (polled every 50 ms)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not sleepers(marker):
+            return True
+        await anyio.sleep(0.05)
+    return False
 
 
 async def until(predicate: Any, timeout: float = 10.0) -> None:

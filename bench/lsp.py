@@ -34,7 +34,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "plugins/lsp/snapshots/lsp-python
 SHAPES = (SAMPLE / "shapes.py").read_text()
 MAIN = (SAMPLE / "main.py").read_text()
 HOVER = {"operation": "hover", "file_path": "main.py", "line": 3, "character": 15}
-GREP = {"command": "grep -n 'class Square' *.py"}
+GREP = {"description": "Find the class", "command": "grep -n 'class Square' *.py"}
 
 
 def seed(work: Path) -> None:

@@ -105,7 +105,7 @@ async def main(sessions: int, repeat: int, mechanism: str) -> None:
                 took, out = await session.call(name, args)
                 return took, out.content[0].text
 
-            await call("bash", {"command": "true"})  # the session's command server starts once
+            await call("bash", {"description": "Run the command", "command": "true"})  # the session's command server starts once
             cold, found = await call("session_search", {"query": NEEDLE})
             assert found.startswith("Session search results (3):"), found[:200]
             warm = [(await call("session_search", {"query": NEEDLE}))[0] for _ in range(repeat)]
@@ -118,10 +118,10 @@ async def main(sessions: int, repeat: int, mechanism: str) -> None:
             await extra.close()
             grep_l, grep_r = [], []
             for _ in range(repeat):
-                took, out = await call("bash", {"command": f"grep -rl {NEEDLE} {store.root}"})
+                took, out = await call("bash", {"description": "Run the command", "command": f"grep -rl {NEEDLE} {store.root}"})
                 assert len(out.strip().splitlines()) == 3, out
                 grep_l.append(took)
-                grep_r.append((await call("bash", {"command": f"grep -r {NEEDLE} {store.root} | wc -l"}))[0])
+                grep_r.append((await call("bash", {"description": "Run the command", "command": f"grep -r {NEEDLE} {store.root} | wc -l"}))[0])
             print(f"session_search, cold (builds the index)   {cold:8.1f} ms")
             print(f"session_search, warm                      {med(warm)}")
             print(f"session_search, after one log grew        {med(grown)}")

@@ -35,12 +35,12 @@ async def main(repeat: int, mechanism: str) -> None:
             async def call(who, name: str, args: dict) -> float:
                 return (await session.call(name, args, who))[0]
 
-            await call(agent, "bash", {"command": "true"})  # the session's command server starts once
+            await call(agent, "bash", {"description": "Run the command", "command": "true"})  # the session's command server starts once
             await call(agent, "terminal_open", {"type": "shell"})
             await call(pagent, "bash", {"command": "true"})  # the persistent shell starts once
             one_shot, sent, forked, kept, opened = [], [], [], [], []
             for _ in range(repeat):
-                one_shot.append(await call(agent, "bash", {"command": "true"}))
+                one_shot.append(await call(agent, "bash", {"description": "Run the command", "command": "true"}))
                 sent.append(await call(agent, "terminal_send", {"sessionId": "pty-1", "text": "true"}))
                 forked.append(await call(agent, "terminal_send", {"sessionId": "pty-1", "text": "/bin/true"}))
                 kept.append(await call(pagent, "bash", {"command": "true"}))

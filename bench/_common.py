@@ -9,9 +9,11 @@ Run the benchmarks as ``python bench/<name>.py``: this directory is then first o
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -71,3 +73,13 @@ async def bench_session(work: Path, plugins: tuple[str, ...], config: dict[str, 
     """``bench_host`` with a ``Caller`` on its agent (``.agent``, ``.call``)."""
     async with bench_host(work, plugins, config) as (_, agent):
         yield Caller(agent)
+
+
+def run_main(main: Callable[[int, str], Coroutine[Any, Any, None]], doc: str, repeat: int) -> None:
+    """The command line of a tool-path benchmark: ``--repeat N`` (default ``repeat``) and
+    ``--mechanism auto|bwrap|landlock``, then ``main(repeat, mechanism)``."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=repeat)
+    ap.add_argument("--mechanism", default="auto", choices=["auto", "bwrap", "landlock"])
+    a = ap.parse_args()
+    asyncio.run(main(a.repeat, a.mechanism))

@@ -15,15 +15,13 @@ and model work dwarf both).
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import shlex
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from _common import bench_session, text_of
+from _common import bench_session, run_main, text_of
 
 ECHO = Path(__file__).resolve().parent / "sdk_echo_agent.py"
 
@@ -90,8 +88,4 @@ async def main(repeat: int, mechanism: str) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--mechanism", default="auto")
-    a = ap.parse_args()
-    asyncio.run(main(a.repeat, a.mechanism))
+    run_main(main, __doc__, repeat=20)

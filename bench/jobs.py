@@ -13,15 +13,13 @@ and beside a peer measured in the same run:
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import statistics
 import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 
-from _common import Caller, bench_host, ms
+from _common import Caller, bench_host, ms, run_main
 
 from dsh_core.spill import bound
 
@@ -85,8 +83,4 @@ async def main(repeat: int, mechanism: str) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=30)
-    ap.add_argument("--mechanism", default="auto", choices=["auto", "bwrap", "landlock"])
-    a = ap.parse_args()
-    asyncio.run(main(a.repeat, a.mechanism))
+    run_main(main, __doc__, repeat=30)

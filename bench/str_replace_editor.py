@@ -11,13 +11,11 @@ doing the same work in the same run and sandbox, on a 2,000-line file in the ses
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import statistics
 import tempfile
 from pathlib import Path
 
-from _common import bench_session
+from _common import bench_session, run_main
 
 LINES = 2000
 
@@ -63,8 +61,4 @@ async def main(repeat: int, mechanism: str) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=50)
-    ap.add_argument("--mechanism", default="auto", choices=["auto", "bwrap", "landlock"])
-    a = ap.parse_args()
-    asyncio.run(main(a.repeat, a.mechanism))
+    run_main(main, __doc__, repeat=50)

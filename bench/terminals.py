@@ -12,13 +12,11 @@
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import statistics
 import tempfile
 from pathlib import Path
 
-from _common import Caller, bench_host
+from _common import Caller, bench_host, run_main
 
 
 async def main(repeat: int, mechanism: str) -> None:
@@ -58,8 +56,4 @@ async def main(repeat: int, mechanism: str) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=30)
-    ap.add_argument("--mechanism", default="auto", choices=["auto", "bwrap", "landlock"])
-    a = ap.parse_args()
-    asyncio.run(main(a.repeat, a.mechanism))
+    run_main(main, __doc__, repeat=30)

@@ -74,6 +74,9 @@ from .harness import (
     normalize_transcript as normalize_transcript,
 )
 from .harness import (
+    prompt_once as prompt_once,
+)
+from .harness import (
     session_log as session_log,
 )
 from .harness import (

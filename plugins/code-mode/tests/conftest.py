@@ -6,12 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import dsh_sandbox_tools.testing as sandbox_fixtures
 import pytest
-from dsh_sandbox_tools.testing import _home  # noqa: F401 (fixture: a clean env, HOME outside the roots)
 
 from dsh_core.contracts import AgentSpec
 from dsh_core.types import TextBlock, UserMessage
 from dsh_testing import memory_host
+
+# a clean env and HOME outside every writable root (autouse), a workspace directory
+_home, root = sandbox_fixtures._home, sandbox_fixtures.root
 
 
 class Turn:
@@ -30,10 +33,9 @@ class Turn:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return ws.resolve()
+def workspace(root: Path) -> Path:
+    """The session's workspace: ``root`` (``tmp_path/ws``)."""
+    return root
 
 
 @pytest.fixture

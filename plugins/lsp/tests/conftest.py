@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import dsh_sandbox_tools.testing as sandbox_fixtures
 import pytest
-from dsh_sandbox_tools.testing import _home  # noqa: F401 (fixture)
 
 from dsh_core import ToolError
 from dsh_core.contracts import AgentSpec, ToolContext
@@ -22,14 +22,16 @@ SAMPLE = Path(__file__).resolve().parents[1] / "snapshots" / "lsp-python" / "dia
 SHAPES = (SAMPLE / "shapes.py").read_text()
 MAIN = (SAMPLE / "main.py").read_text()
 
+# a clean env and HOME outside every writable root (autouse), a workspace directory
+_home, root = sandbox_fixtures._home, sandbox_fixtures.root
+
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "shapes.py").write_text(SHAPES)
-    (ws / "main.py").write_text(MAIN)
-    return ws.resolve()
+def workspace(root: Path) -> Path:
+    """``root`` (``tmp_path/ws``) holding the sample project."""
+    (root / "shapes.py").write_text(SHAPES)
+    (root / "main.py").write_text(MAIN)
+    return root
 
 
 class Session:

@@ -15,24 +15,15 @@ and model work dwarf both).
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 import shlex
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from dsh_core.contracts import AgentSpec
-from dsh_testing import memory_host
+from _common import bench_session, run_main, text_of
 
 ECHO = Path(__file__).resolve().parent / "sdk_echo_agent.py"
-
-
-def ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000
 
 
 DRIVER = """
@@ -64,27 +55,16 @@ def piped_exchange(cwd: str) -> str:
 async def main(repeat: int, mechanism: str) -> None:
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
-        script = work / "s.json"
-        script.write_text(json.dumps({"default": [{"text": "ok"}]}))
         config = {
             "sandbox-tools": {"mechanism": mechanism},
             "subagent-acp": {"max-depth": 1, "agents": {"echo": {"command": [sys.executable, str(ECHO)],
                                                                  "description": "echoes"}}},
         }
-        async with memory_host(script, plugins=("scripted-model", "sandbox-tools", "subagent-acp"),
-                               config=config) as host:
-            agent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
-            n = 0
+        async with bench_session(work, ("scripted-model", "sandbox-tools", "subagent-acp"), config) as session:
 
             async def call(name: str, args: dict) -> tuple[float, str]:
-                nonlocal n
-                n += 1
-                t0 = time.perf_counter()
-                out = await agent.call_tool(name, args, call_id=f"c{n}", turn=1, step=1)
-                took = ms(t0)
-                text = "".join(getattr(b, "text", "") for b in out.content)
-                assert not out.is_error, text
-                return took, text
+                took, out = await session.call(name, args)
+                return took, text_of(out)
 
             delegate = {"description": "echo", "prompt": "hello", "agent": "echo"}
             shell = {"description": "Pipe the exchange into the echo agent", "command": piped_exchange(str(work))}
@@ -108,8 +88,4 @@ async def main(repeat: int, mechanism: str) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--mechanism", default="auto")
-    a = ap.parse_args()
-    asyncio.run(main(a.repeat, a.mechanism))
+    run_main(main, __doc__, repeat=20)

@@ -13,25 +13,18 @@ and beside a peer measured in the same run:
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 import statistics
 import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 
-from dsh_core.contracts import AgentSpec
+from _common import Caller, bench_host, ms, run_main
+
 from dsh_core.spill import bound
-from dsh_testing import memory_host
 
 OUTPUT_GOAL_MS = 50.0
 MB10 = 10_000_000
-
-
-def ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000
 
 
 async def main(repeat: int, mechanism: str) -> None:
@@ -39,21 +32,9 @@ async def main(repeat: int, mechanism: str) -> None:
 
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
-        script = work / "s.json"
-        script.write_text(json.dumps({"default": [{"text": "ok"}]}))
         config = {"sandbox-tools": {"mechanism": mechanism}, "jobs": {"max-live": repeat + 10}}
-        async with memory_host(script, plugins=("scripted-model", "sandbox-tools", "jobs"), config=config) as host:
-            agent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
-            n = 0
-
-            async def call(name: str, args: dict) -> tuple[float, object]:
-                nonlocal n
-                n += 1
-                t0 = time.perf_counter()
-                out = await agent.call_tool(name, args, call_id=f"c{n}", turn=1, step=1)
-                took = ms(t0)
-                assert not out.is_error, out.content
-                return took, out
+        async with bench_host(work, ("scripted-model", "sandbox-tools", "jobs"), config) as (host, agent):
+            call = Caller(agent).call
 
             await call("bash", {"description": "Run the command", "command": "true"})  # the session's command server starts once
 
@@ -102,8 +83,4 @@ async def main(repeat: int, mechanism: str) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=30)
-    ap.add_argument("--mechanism", default="auto", choices=["auto", "bwrap", "landlock"])
-    a = ap.parse_args()
-    asyncio.run(main(a.repeat, a.mechanism))
+    run_main(main, __doc__, repeat=30)

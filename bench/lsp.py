@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import tempfile
@@ -27,38 +26,15 @@ import time
 from pathlib import Path
 
 import anyio
+from _common import Caller, bench_host, ms
 from lsprotocol import types as t
 
-from dsh_core.contracts import AgentSpec
-from dsh_testing import memory_host
-
-SHAPES = '''from abc import ABC, abstractmethod
-
-
-class Shape(ABC):
-    @abstractmethod
-    def area(self) -> float:
-        """The area of the shape."""
-
-
-class Square(Shape):
-    def __init__(self, side: float) -> None:
-        self.side = side
-
-    def area(self) -> float:
-        return self.side * self.side
-
-
-def total(shapes: list[Shape]) -> float:
-    return sum(s.area() for s in shapes)
-'''
-MAIN = "from shapes import Square, total\n\nprint(total([Square(2), Square(3)]))\n"
+# the lsp plugin's recorded scenario's small project (its tests use the same files)
+SAMPLE = Path(__file__).resolve().parents[1] / "plugins/lsp/snapshots/lsp-python/diagnostics-after-edit/workspace"
+SHAPES = (SAMPLE / "shapes.py").read_text()
+MAIN = (SAMPLE / "main.py").read_text()
 HOVER = {"operation": "hover", "file_path": "main.py", "line": 3, "character": 15}
-GREP = {"command": "grep -n 'class Square' *.py"}
-
-
-def ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000
+GREP = {"description": "Find the class", "command": "grep -n 'class Square' *.py"}
 
 
 def seed(work: Path) -> None:
@@ -72,21 +48,12 @@ async def tool_path(repeat: int, cold: int, mechanism: str) -> None:
         with tempfile.TemporaryDirectory() as d:
             work = Path(d)
             seed(work)
-            script = work / "s.json"
-            script.write_text(json.dumps({"default": [{"text": "ok"}]}))
             config = {"sandbox-tools": {"mechanism": mechanism}}
-            async with memory_host(script, plugins=("scripted-model", "sandbox-tools", "lsp"), config=config) as host:
-                agent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
-                n = 0
+            async with bench_host(work, ("scripted-model", "sandbox-tools", "lsp"), config) as (_, agent):
+                session = Caller(agent)
 
-                async def call(name: str, args: dict, agent=agent) -> float:
-                    nonlocal n
-                    n += 1
-                    t0 = time.perf_counter()
-                    out = await agent.call_tool(name, args, call_id=f"c{n}", turn=1, step=1)
-                    took = ms(t0)
-                    assert not out.is_error, out.content
-                    return took
+                async def call(name: str, args: dict, session: Caller = session) -> float:
+                    return (await session.call(name, args))[0]
 
                 cold_bash.append(await call("bash", GREP))
                 cold_lsp.append(await call("lsp", HOVER))

@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dsh_core.contracts import AgentSpec
+from _common import Caller, bench_host
+
 from dsh_core.types import (
     AssistantMessage,
     AssistantMessageEvent,
@@ -37,7 +38,6 @@ from dsh_core.types import (
     UserMessage,
     UserMessageEvent,
 )
-from dsh_testing import memory_host
 
 NEEDLE = "quokka-teleport-7781"
 WORDS = ["build", "test", "deploy", "parser", "cache", "index", "server", "client", "request", "response", "error",
@@ -92,28 +92,20 @@ async def main(sessions: int, repeat: int, mechanism: str) -> None:
         home, work = Path(d) / "home", Path(d) / "work"
         work.mkdir()
         os.environ["DSH_HOME"] = str(home)
-        script = work / "s.json"
-        script.write_text(json.dumps({"default": [{"text": "ok"}]}))
         plugins = ("scripted-model", "jsonl-persistence", "sandbox-tools", "session-query")
-        async with memory_host(script, plugins=plugins, config={"sandbox-tools": {"mechanism": mechanism}}) as host:
+        async with bench_host(work, plugins, {"sandbox-tools": {"mechanism": mechanism}}) as (host, agent):
             store = host.session_store
             t0 = time.perf_counter()
             await write_logs(store, str(work), sessions, random.Random(7))
             size = sum(p.stat().st_size for p in store.root.iterdir())
             print(f"{sessions} logged sessions, {size / 1e6:.1f} MB of JSONL, written in {time.perf_counter() - t0:.1f} s")
-            agent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
-            n = 0
+            session = Caller(agent)
 
             async def call(name: str, args: dict) -> tuple[float, str]:
-                nonlocal n
-                n += 1
-                t0 = time.perf_counter()
-                out = await agent.call_tool(name, args, call_id=f"c{n}", turn=1, step=1)
-                took = (time.perf_counter() - t0) * 1000
-                assert not out.is_error, out.content
+                took, out = await session.call(name, args)
                 return took, out.content[0].text
 
-            await call("bash", {"command": "true"})  # the session's command server starts once
+            await call("bash", {"description": "Run the command", "command": "true"})  # the session's command server starts once
             cold, found = await call("session_search", {"query": NEEDLE})
             assert found.startswith("Session search results (3):"), found[:200]
             warm = [(await call("session_search", {"query": NEEDLE}))[0] for _ in range(repeat)]
@@ -126,10 +118,10 @@ async def main(sessions: int, repeat: int, mechanism: str) -> None:
             await extra.close()
             grep_l, grep_r = [], []
             for _ in range(repeat):
-                took, out = await call("bash", {"command": f"grep -rl {NEEDLE} {store.root}"})
+                took, out = await call("bash", {"description": "Run the command", "command": f"grep -rl {NEEDLE} {store.root}"})
                 assert len(out.strip().splitlines()) == 3, out
                 grep_l.append(took)
-                grep_r.append((await call("bash", {"command": f"grep -r {NEEDLE} {store.root} | wc -l"}))[0])
+                grep_r.append((await call("bash", {"description": "Run the command", "command": f"grep -r {NEEDLE} {store.root} | wc -l"}))[0])
             print(f"session_search, cold (builds the index)   {cold:8.1f} ms")
             print(f"session_search, warm                      {med(warm)}")
             print(f"session_search, after one log grew        {med(grown)}")

@@ -11,22 +11,13 @@ doing the same work in the same run and sandbox, on a 2,000-line file in the ses
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
-from dsh_core.contracts import AgentSpec
-from dsh_testing import memory_host
+from _common import bench_session, run_main
 
 LINES = 2000
-
-
-def ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000
 
 
 async def main(repeat: int, mechanism: str) -> None:
@@ -34,22 +25,12 @@ async def main(repeat: int, mechanism: str) -> None:
         work = Path(d)
         target = work / "big.py"
         target.write_text("".join(f"value_{i} = {i}  # line {i}\n" for i in range(LINES)))
-        script = work / "s.json"
-        script.write_text(json.dumps({"default": [{"text": "ok"}]}))
         config = {"sandbox-tools": {"mechanism": mechanism}}
         plugins = ("scripted-model", "sandbox-tools", "str-replace-editor")
-        async with memory_host(script, plugins=plugins, config=config) as host:
-            agent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
-            n = 0
+        async with bench_session(work, plugins, config) as session:
 
             async def call(name: str, args: dict) -> float:
-                nonlocal n
-                n += 1
-                t0 = time.perf_counter()
-                out = await agent.call_tool(name, args, call_id=f"c{n}", turn=1, step=1)
-                took = ms(t0)
-                assert not out.is_error, out.content
-                return took
+                return (await session.call(name, args))[0]
 
             path = str(target)
             await call("bash", {"command": "true", "description": "start the command server"})
@@ -80,8 +61,4 @@ async def main(repeat: int, mechanism: str) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=50)
-    ap.add_argument("--mechanism", default="auto", choices=["auto", "bwrap", "landlock"])
-    a = ap.parse_args()
-    asyncio.run(main(a.repeat, a.mechanism))
+    run_main(main, __doc__, repeat=50)

@@ -12,52 +12,33 @@
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
-from dsh_core.contracts import AgentSpec
-from dsh_testing import memory_host
-
-
-def ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000
+from _common import Caller, bench_host, run_main
 
 
 async def main(repeat: int, mechanism: str) -> None:
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
-        script = work / "s.json"
-        script.write_text(json.dumps({"default": [{"text": "ok"}]}))
         plugins = ("scripted-model", "sandbox-tools", "jobs", "terminal")
         config = {"sandbox-tools": {"mechanism": mechanism}, "terminal": {"max-terminals": repeat + 5}}
         persistent = {"sandbox-tools": {"mechanism": mechanism, "bash": False},
                       "terminal": {"tools": "persistent-bash"}}
-        async with memory_host(script, plugins=plugins, config=config) as host, \
-                memory_host(script, plugins=plugins, config=persistent) as phost:
-            agent = host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
-            pagent = phost.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
-            n = 0
+        async with bench_host(work, plugins, config) as (_, agent), \
+                bench_host(work, plugins, persistent) as (_, pagent):
+            session = Caller(agent)
 
             async def call(who, name: str, args: dict) -> float:
-                nonlocal n
-                n += 1
-                t0 = time.perf_counter()
-                out = await who.call_tool(name, args, call_id=f"c{n}", turn=1, step=1)
-                took = ms(t0)
-                assert not out.is_error, out.content
-                return took
+                return (await session.call(name, args, who))[0]
 
-            await call(agent, "bash", {"command": "true"})  # the session's command server starts once
+            await call(agent, "bash", {"description": "Run the command", "command": "true"})  # the session's command server starts once
             await call(agent, "terminal_open", {"type": "shell"})
             await call(pagent, "bash", {"command": "true"})  # the persistent shell starts once
             one_shot, sent, forked, kept, opened = [], [], [], [], []
             for _ in range(repeat):
-                one_shot.append(await call(agent, "bash", {"command": "true"}))
+                one_shot.append(await call(agent, "bash", {"description": "Run the command", "command": "true"}))
                 sent.append(await call(agent, "terminal_send", {"sessionId": "pty-1", "text": "true"}))
                 forked.append(await call(agent, "terminal_send", {"sessionId": "pty-1", "text": "/bin/true"}))
                 kept.append(await call(pagent, "bash", {"command": "true"}))
@@ -75,8 +56,4 @@ async def main(repeat: int, mechanism: str) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=30)
-    ap.add_argument("--mechanism", default="auto", choices=["auto", "bwrap", "landlock"])
-    a = ap.parse_args()
-    asyncio.run(main(a.repeat, a.mechanism))
+    run_main(main, __doc__, repeat=30)

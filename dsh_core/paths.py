@@ -93,3 +93,30 @@ def exists_inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) ->
     except OSError:
         return False
     return True
+
+
+def read_small_text(path: str, max_bytes: int) -> tuple[bool, str | None]:
+    """(known, text) of a file that is about to change, for showing the change: ``(True, None)``
+    when it does not exist; ``(False, None)`` when its text cannot be shown (not a regular UTF-8
+    file, larger than ``max_bytes``, unreadable). The open does not block: a FIFO hangs nobody."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True, None
+    except OSError:
+        return False, None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+            return False, None
+        data = os.read(fd, max_bytes + 1)
+    except OSError:
+        return False, None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # it grew since the fstat
+        return False, None
+    try:
+        return True, data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False, None

@@ -4,7 +4,6 @@ client. Every stdout byte is checked against ACP's schema when each run closes."
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from pathlib import Path
@@ -20,24 +19,13 @@ from acp.helpers import (
 )
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
-from dsh_testing import Recorder
+from dsh_testing import Recorder, session_log, sleepers
+from dsh_testing import until as wait_for
 
 pytestmark = pytest.mark.anyio
 
 # "hang": stream a partial, create the file "streamed-<prompt>" in the cwd, then wait a minute
 HANG = {"rules": [{"when": "hang", "steps": [{"partial": "partial", "mark": "streamed-{prompt}", "delay_ms": 60000}]}]}
-
-
-def session_log(home: Path, session_id: str) -> list[dict]:
-    path = home / "sessions" / f"{session_id}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-async def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.01)
 
 
 async def test_text_turn_end_to_end(acp_agent, scripted):
@@ -170,8 +158,7 @@ async def test_five_concurrent_sessions_are_demultiplexed(acp_agent, scripted):
 async def test_cancelling_one_session_leaves_the_others_intact(acp_agent, scripted):
     script = scripted({**HANG, "default": [{"text": "done {prompt}", "delay_ms": 300}]})
     async with acp_agent(script) as run:
-        await run.conn.initialize(protocol_version=1)
-        a = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        a = await run.start()
         b = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         pa = asyncio.create_task(run.conn.prompt(session_id=a, prompt=[text_block("hang")]))
         pb = asyncio.create_task(run.conn.prompt(session_id=b, prompt=[text_block("b")]))
@@ -364,26 +351,10 @@ async def test_cancelling_a_running_bash_kills_its_grandchild(acp_agent, scripte
     async with acp_agent(script, env=env) as run:
         sid = await run.start()
         pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("go")]))
-        await wait_for(lambda: len(_sleepers(marker)) >= 2)
+        await wait_for(lambda: len(sleepers(marker)) >= 2)
         await run.conn.cancel(session_id=sid)
         assert (await asyncio.wait_for(pending, 10)).stop_reason == "cancelled"
-        await wait_for(lambda: not _sleepers(marker), timeout=5)
-
-
-def _sleepers(marker: str) -> list[int]:
-    """Live (non-zombie) processes running ``sleep <marker>``, seen from outside any sandbox."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if cmdline[:2] == [b"sleep", marker.encode()] and state != "Z":
-            found.append(int(entry))
-    return found
+        await wait_for(lambda: not sleepers(marker), timeout=5)
 
 
 async def test_sigterm_shuts_down_like_eof(acp_agent, scripted):

@@ -9,14 +9,14 @@ import asyncio
 import contextlib
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
 from acp import RequestError, text_block
 from dsh_jsonl_persistence.store import JsonlStore
 
-from dsh_testing import Recorder
+from dsh_testing import Recorder, session_log
+from dsh_testing import until as wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -30,18 +30,6 @@ PERMISSION_SCRIPT = {
         ]}
     ]
 }
-
-
-def session_log(home: Path, session_id: str) -> list[dict]:
-    path = home / "sessions" / f"{session_id}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-async def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.01)
 
 
 def rss_kib(pid: int) -> int:

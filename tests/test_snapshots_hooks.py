@@ -22,6 +22,8 @@ import pytest
 from acp import text_block
 from test_snapshots import SNAPSHOTS
 
+from dsh_testing import live_processes
+
 pytestmark = [pytest.mark.anyio]
 
 
@@ -322,18 +324,7 @@ async def test_pretool_deny_from_claude_settings(acp_agent, scripted):
 
 def _running(command: str) -> list[int]:
     """Pids of live (not zombie) processes whose command line is ``command``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if cmdline == command and state not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
+    return live_processes(lambda argv, cwd: b" ".join(argv).decode(errors="replace").strip() == command)
 
 
 async def test_hanging_hook_is_killed_at_its_timeout(acp_agent, scripted):

@@ -172,6 +172,28 @@ async def test_unknown_tool_and_bad_arguments_become_error_results(scripted, tmp
         assert result.code == "UNKNOWN_TOOL" and result.result.is_error
 
 
+async def _one_call(scripted, tmp_path, name: str, schema: dict, args: dict) -> tuple[list[dict], ToolResultEvent]:
+    """The model calls tool ``name`` (``schema``) once with ``args``: what reached the tool, and the call's result."""
+    ran: list[dict] = []
+
+    class Recording:
+        @hookimpl
+        def dsh_register_tools(self, register):
+            async def run(a, ctx):
+                ran.append(a)
+                return "ran"
+
+            register(FunctionTool(name, "A tool.", schema, run))
+
+    script = scripted({"default": [{"tool": name, "args": args}, {"text": "{tool_result}"}]})
+    async with memory_host(script, Recording()) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        await agent.wait_idle()
+        (result,) = [e for e in _events(host, agent) if isinstance(e, ToolResultEvent)]
+    return ran, result
+
+
 @pytest.mark.parametrize(("args", "problem"), [
     ({}, "missing required argument 'x'"),
     ({"x": 3}, "argument 'x' must be string, not int"),
@@ -180,25 +202,8 @@ async def test_unknown_tool_and_bad_arguments_become_error_results(scripted, tmp
     ({"x": "a", "glob": "*", "timeout_ms": 5}, "unknown arguments 'glob', 'timeout_ms' (it takes: x, n)"),
 ])
 async def test_arguments_that_break_the_schema_never_reach_the_tool(scripted, tmp_path, args, problem):
-    ran: list[dict] = []
-
-    class Strict:
-        @hookimpl
-        def dsh_register_tools(self, register):
-            async def strict(a, ctx):
-                ran.append(a)
-                return "ran"
-
-            schema = {"type": "object", "properties": {"x": {"type": "string"}, "n": {"type": "integer"}},
-                      "required": ["x"]}
-            register(FunctionTool("strict", "Needs x.", schema, strict))
-
-    script = scripted({"default": [{"tool": "strict", "args": args}, {"text": "{tool_result}"}]})
-    async with memory_host(script, Strict()) as host:
-        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-        await agent.wait_idle()
-        (result,) = [e for e in _events(host, agent) if isinstance(e, ToolResultEvent)]
+    schema = {"type": "object", "properties": {"x": {"type": "string"}, "n": {"type": "integer"}}, "required": ["x"]}
+    ran, result = await _one_call(scripted, tmp_path, "strict", schema, args)
     assert ran == []
     assert result.code == "INVALID_ARGUMENTS" and result.result.is_error
     assert result.result.content[0].text == (f"Error: strict: {problem}. "
@@ -207,24 +212,8 @@ async def test_arguments_that_break_the_schema_never_reach_the_tool(scripted, tm
 
 @pytest.mark.parametrize(("extra", "runs"), [(True, True), ({"type": "string"}, True), (False, False)])
 async def test_undeclared_arguments_pass_only_when_the_schema_opens_itself(scripted, tmp_path, extra, runs):
-    ran: list[dict] = []
-
-    class Open:
-        @hookimpl
-        def dsh_register_tools(self, register):
-            async def open_tool(a, ctx):
-                ran.append(a)
-                return "ran"
-
-            schema = {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": extra}
-            register(FunctionTool("open", "Takes x and more.", schema, open_tool))
-
-    script = scripted({"default": [{"tool": "open", "args": {"x": "a", "y": "b"}}, {"text": "{tool_result}"}]})
-    async with memory_host(script, Open()) as host:
-        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-        await agent.wait_idle()
-        (result,) = [e for e in _events(host, agent) if isinstance(e, ToolResultEvent)]
+    schema = {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": extra}
+    ran, result = await _one_call(scripted, tmp_path, "open", schema, {"x": "a", "y": "b"})
     assert ran == ([{"x": "a", "y": "b"}] if runs else [])
     assert result.result.is_error is not runs
 

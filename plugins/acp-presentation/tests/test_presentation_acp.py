@@ -31,8 +31,7 @@ def _updates(run, sid):
 
 async def test_acp_editor_shows_tool_cards_diffs_thoughts_and_the_plan(acp_agent, scripted):
     async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("write notes")])
         assert resp.stop_reason == "end_turn"
         await until(lambda: any(u.session_update == "session_info_update" for u in _updates(run, sid)))

@@ -42,8 +42,7 @@ def _shown(run, sid):
 async def test_session_load_shows_tool_cards_thoughts_and_the_plan_again(acp_agent, scripted):
     script = scripted(SCRIPT)
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("do it")])
         assert resp.stop_reason == "end_turn"
         live = _shown(run, sid)
@@ -103,8 +102,7 @@ async def test_session_load_shows_the_thread_as_it_was_live(acp_agent, scripted)
     from the log (the file on disk is gone by then), rawOutput, each usage_update, the title."""
     script = scripted(FULL)
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("write notes")])
         assert resp.stop_reason == "end_turn"
         await until(lambda: any(f["sessionUpdate"] == "session_info_update" for f in _frames(run, sid)))

@@ -229,6 +229,10 @@ class Admission(Controls):
                 await agent.dispose()
             self.host.forget(agent)
             raise internal_error(CLOSING + "no session was created")
+        return self._opened_new(rid, agent)
+
+    def _opened_new(self, rid: Any, agent: Agent) -> wire.NewSessionResult:
+        """A new session (session/new, session/fork) published, and its answer: its id and settings."""
         session = self._publish(agent)
         self.opened(rid, session)
         state = self.session_state(agent)
@@ -429,23 +433,10 @@ class Admission(Controls):
     async def _reopen(self, p: wire.ResumeSessionParams, method: str) -> tuple[dict[str, Any], Session, list[Any]]:
         """The shared part of resume and load: the published session and its recorded events."""
         store = self._needs_store(method)
-        if self.closed:
-            raise internal_error(CLOSING + "the session was not resumed")
-        servers = _check_resume_params(p, self.host.pm.hook.dsh_client_mcp(host=self.host))
-        asked = self._additional(p.additional_directories)
-        self._recorded(store, p.session_id)
-        self._require_credential()
-        if self._open_here(p.session_id):
-            raise invalid_params(f"session {p.session_id} is already open in this agent process")
-        try:
-            contents = (await store.read(p.session_id)).contents
-        except DshError as exc:
-            raise internal_error(f"the session log cannot be read: {exc}") from None
+        servers, contents, cwd, before, extra = await self._prepare(store, p, "the session was not resumed",
+                                                                    exclusive=True)
         header = contents.header
-        cwd = _check_resumable(p, header)
         recorded = _last_route(header, contents.events)
-        before = recorded_directories(header, contents.events)
-        extra = self._kept_directories(before) if asked is None else asked
         if self._open_here(p.session_id):  # re-checked: the read awaited
             raise invalid_params(f"session {p.session_id} is already open in this agent process")
         # The route is this agent's own (example, then --provider/--model, DSH_PROVIDER/DSH_MODEL),
@@ -483,6 +474,29 @@ class Admission(Controls):
                                        "note": note}}}, session, list(contents.events))
         return {}, session, list(contents.events)
 
+    async def _prepare(self, store: Any, p: wire.ResumeSessionParams | wire.ForkSessionParams, refused: str, *,
+                       exclusive: bool) -> tuple[tuple[McpServer, ...], Any, str, tuple[str, ...], tuple[str, ...]]:
+        """What resume, load and fork check and read before they build an agent: not closing (else
+        ``refused``), the client's MCP servers, its ``additionalDirectories``, the session recorded, a
+        credential, and (``exclusive``: resume and load) not open here; then the log read and its cwd
+        checked. Returns the servers, the log's contents, the cwd, the recorded additional directories
+        and the ones the new agent gets (those asked for, else the recorded ones kept)."""
+        if self.closed:
+            raise internal_error(CLOSING + refused)
+        servers = _check_resume_params(p, self.host.pm.hook.dsh_client_mcp(host=self.host))
+        asked = self._additional(p.additional_directories)
+        self._recorded(store, p.session_id)
+        self._require_credential()
+        if exclusive and self._open_here(p.session_id):
+            raise invalid_params(f"session {p.session_id} is already open in this agent process")
+        try:
+            contents = (await store.read(p.session_id)).contents
+        except DshError as exc:
+            raise internal_error(f"the session log cannot be read: {exc}") from None
+        cwd = _check_resumable(p, contents.header)
+        before = recorded_directories(contents.header, contents.events)
+        return servers, contents, cwd, before, self._kept_directories(before) if asked is None else asked
+
     def _kept_directories(self, recorded: tuple[str, ...]) -> tuple[str, ...]:
         """A resumed session's recorded additional directories, when the request names none: kept
         where the door takes them (each still a directory, else ``-32602`` naming it: pass the
@@ -506,19 +520,8 @@ class Admission(Controls):
         absent means the source's recorded ones. Answered as session/new is."""
         store = self._needs_store("session/fork")
         p = decode_params(params, wire.ForkSessionParams)
-        if self.closed:
-            raise internal_error(CLOSING + "no session was created")
-        servers = _check_resume_params(p, self.host.pm.hook.dsh_client_mcp(host=self.host))
-        asked = self._additional(p.additional_directories)
-        self._recorded(store, p.session_id)
-        self._require_credential()
-        try:
-            contents = (await store.read(p.session_id)).contents
-        except DshError as exc:
-            raise internal_error(f"the session log cannot be read: {exc}") from None
+        servers, contents, cwd, _, extra = await self._prepare(store, p, "no session was created", exclusive=False)
         header = contents.header
-        cwd = _check_resumable(p, header)
-        extra = self._kept_directories(recorded_directories(header, contents.events)) if asked is None else asked
         try:
             provider, model = self.host.check_route()
             agent = self.host.create_agent(
@@ -537,11 +540,7 @@ class Admission(Controls):
         if self.closed:
             await self._abandon(agent)
             raise internal_error(CLOSING + "no session was created")
-        session = self._publish(agent)
-        self.opened(rid, session)
-        state = self.session_state(agent)
-        return wire.NewSessionResult(session_id=agent.session_id, config_options=state.get("configOptions", UNSET),
-                                     modes=state.get("modes", UNSET))
+        return self._opened_new(rid, agent)
 
     async def _abandon(self, agent: Agent) -> None:
         """Dispose and forget an agent built for a resume that does not go through."""

@@ -9,12 +9,12 @@ carry terminal control sequences that could disguise what is being asked.
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any
 
 from dsh_acp import wire
 from dsh_acp.display import bound_input, cut, strip_unsafe, visible
 
+from dsh_core.paths import read_small_text
 from dsh_core.types import ApprovalRequest
 
 TITLE_MAX = 200  # characters
@@ -105,7 +105,7 @@ def diff_of(request: ApprovalRequest, buffered: str | None = None) -> wire.DiffO
     if full is None:
         return None
     args = request.args or {}
-    showable, old = (True, buffered) if buffered is not None else _read_small(full)
+    showable, old = (True, buffered) if buffered is not None else read_small_text(full, DIFF_MAX * 4)
     if not showable or (old is not None and len(old) > DIFF_MAX):
         return None
     if request.tool_name == "write":
@@ -118,29 +118,6 @@ def diff_of(request: ApprovalRequest, buffered: str | None = None) -> wire.DiffO
     if not isinstance(new, str) or len(new) > DIFF_MAX:
         return None
     return wire.DiffOut(path=full, old_text=old, new_text=new)
-
-
-def _read_small(path: str) -> tuple[bool, str | None]:
-    """(showable, the file's text — None: it does not exist). Non-blocking open (a FIFO does not
-    hang the door), then only a regular UTF-8 file of at most ``DIFF_MAX`` characters is read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return True, None
-    except OSError:
-        return False, None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > DIFF_MAX * 4:
-            return False, None
-        data = os.read(fd, DIFF_MAX * 4 + 1)
-    finally:
-        os.close(fd)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False, None
-    return (True, text) if len(text) <= DIFF_MAX else (False, None)
 
 
 def tool_call_of(request: ApprovalRequest, buffered: str | None = None) -> wire.PermissionToolCall:

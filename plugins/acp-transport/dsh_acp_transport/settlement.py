@@ -127,13 +127,7 @@ def live_observer(session: Session) -> Callable[[Agent, LiveText], None]:
             session.streamed.add(piece.message_id)
             session.delivery.push(TextBlock(text=piece.text), piece.message_id)
         elif present is not None:
-            try:
-                shown = [u for updates in present(session=agent, piece=piece) for u in updates or ()]
-            except Exception as exc:
-                log.warning(f"presenting live thinking failed: {exc!r}")
-                shown = []
-            for update in shown:
-                session.delivery.push_update(update)
+            _present(session, "live thinking", present, piece=piece)
 
     return watch
 
@@ -149,15 +143,21 @@ def progress_observer(session: Session) -> Callable[[Agent, ToolProgress], None]
     def watch(agent: Agent, piece: ToolProgress) -> None:
         if agent is not session.agent:
             return
-        try:
-            shown = [u for updates in hook(session=agent, progress=piece) for u in updates or ()]
-        except Exception as exc:
-            log.warning(f"presenting tool progress failed: {exc!r}")
-            shown = []
-        for update in shown:
-            session.delivery.push_update(update)
+        _present(session, "tool progress", hook, progress=piece)
 
     return watch
+
+
+def _present(session: Session, what: str, hook: Any, **kw: Any) -> None:
+    """Ask the presentation plugins (``hook``) for the updates of a live piece and push them down the
+    delivery chain; a plugin that fails is logged (``what`` it presented) and nothing is shown."""
+    try:
+        shown = [u for updates in hook(session=session.agent, **kw) for u in updates or ()]
+    except Exception as exc:
+        log.warning(f"presenting {what} failed: {exc!r}")
+        return
+    for update in shown:
+        session.delivery.push_update(update)
 
 
 def _deliver(session: Session, slot: Slot | None, event: AssistantMessageEvent) -> None:

@@ -68,6 +68,13 @@ async def _queue(run: Any, sid: str, text: str) -> tuple[Any, asyncio.Future[Any
     return rid, task
 
 
+async def _running(run: Any, sid: str) -> tuple[Any, asyncio.Future[Any]]:
+    """The prompt "first" sent (its request id, its answer to come) and its turn started."""
+    queued = await _queue(run, sid, "first")
+    await until(lambda: (run.cwd / "first-started").exists())
+    return queued
+
+
 async def test_a_prompt_during_a_turn_waits_and_runs_as_its_own_turn(acp_agent, scripted):
     script = _script(scripted, {"text": "FIRST ANSWER", "wait_for": "release"})
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
@@ -77,8 +84,7 @@ async def test_a_prompt_during_a_turn_waits_and_runs_as_its_own_turn(acp_agent, 
         init = await run.conn.initialize(protocol_version=1)
         assert init.agent_capabilities.field_meta == {"dsh": {"promptQueueing": True, "promptQueueLimit": 8}}
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
-        first_id, first = await _queue(run, sid, "first")
-        await until(lambda: (run.cwd / "first-started").exists())
+        first_id, first = await _running(run, sid)
         second_id, second = await _queue(run, sid, "second")
         await asyncio.sleep(0.3)
         assert not second.done()  # admitted, not refused: it waits
@@ -110,8 +116,7 @@ async def test_session_cancel_cancels_the_turn_and_every_prompt_waiting(acp_agen
     script = _script(scripted, {"partial": "working", "delay_ms": 60000})
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
         sid = await _start(run)
-        _, first = await _queue(run, sid, "first")
-        await until(lambda: (run.cwd / "first-started").exists())
+        _, first = await _running(run, sid)
         _, second = await _queue(run, sid, "second")
         _, third = await _queue(run, sid, "third")
         await asyncio.sleep(0.3)  # both wait in line (a cancel read before their handlers ran would also do)
@@ -131,8 +136,7 @@ async def test_cancel_request_for_a_waiting_prompt_removes_only_that_one(acp_age
     script = _script(scripted, {"text": "FIRST ANSWER", "wait_for": "release"})
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
         sid = await run.start()
-        first_id, first = await _queue(run, sid, "first")
-        await until(lambda: (run.cwd / "first-started").exists())
+        first_id, first = await _running(run, sid)
         second_id, second = await _queue(run, sid, "second")
         third_id, third = await _queue(run, sid, "third")
         await run.conn._conn.send_notification("$/cancel_request", {"requestId": second_id})
@@ -153,8 +157,7 @@ async def test_cancel_request_for_the_running_prompt_leaves_the_waiting_ones(acp
     script = _script(scripted, {"partial": "working", "delay_ms": 60000})
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
         sid = await _start(run)
-        first_id, first = await _queue(run, sid, "first")
-        await until(lambda: (run.cwd / "first-started").exists())
+        first_id, first = await _running(run, sid)
         _, second = await _queue(run, sid, "second")
         await run.conn._conn.send_notification("$/cancel_request", {"requestId": first_id})
         assert (await asyncio.wait_for(first, 10)).stop_reason == "cancelled"
@@ -169,8 +172,7 @@ async def test_eof_answers_the_waiting_prompts_cancelled(acp_agent, scripted):
     script = _script(scripted, {"partial": "working", "delay_ms": 60000})
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
         sid = await run.start()
-        first_id, _ = await _queue(run, sid, "first")
-        await until(lambda: (run.cwd / "first-started").exists())
+        first_id, _ = await _running(run, sid)
         second_id, _ = await _queue(run, sid, "second")
         await asyncio.sleep(0.3)  # read by the agent before its stdin closes
         assert await run.close_stdin() == 0
@@ -182,8 +184,7 @@ async def test_the_line_is_bounded_and_session_close_empties_it(acp_agent, scrip
     script = _script(scripted, {"partial": "working", "delay_ms": 60000})
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
         sid = await run.start()
-        _, first = await _queue(run, sid, "first")
-        await until(lambda: (run.cwd / "first-started").exists())
+        _, first = await _running(run, sid)
         waiting = [(await _queue(run, sid, f"second {i}"))[1] for i in range(8)]
         with pytest.raises(RequestError) as refused:
             await run.conn.prompt(session_id=sid, prompt=[text_block("one too many")])
@@ -206,8 +207,7 @@ async def test_a_waiting_prompt_it_would_refuse_is_refused_at_once(acp_agent, sc
     script = _script(scripted, {"text": "FIRST ANSWER", "wait_for": "release"})
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
         sid = await run.start()
-        _, first = await _queue(run, sid, "first")
-        await until(lambda: (run.cwd / "first-started").exists())
+        _, first = await _running(run, sid)
         with pytest.raises(RequestError) as refused:  # an empty prompt: not after the turn, now
             await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("  ")]), 5)
         assert refused.value.code == -32602 and "empty prompt" in str(refused.value.data)

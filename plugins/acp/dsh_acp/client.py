@@ -414,15 +414,7 @@ class AcpClient:
             return
         if note.session_id != self.session_id or update is None:
             return
-        if update.session_update != "agent_message_chunk" or update.content is None:
-            return  # thoughts, tool calls, plans, usage…: not the answer
-        if update.content.type == "text" and update.content.text:
-            self._text.append(update.content.text)
-            if self._on_text is not None:
-                try:
-                    self._on_text(update.content.text)
-                except Exception as exc:
-                    log.warning(f"text callback failed: {exc!r}")
+        _take_text(update, self._text, self._on_text)
 
     async def _on_permission(self, rid: Any, params: msgspec.Raw | None) -> Any:
         try:
@@ -442,23 +434,10 @@ class AcpClient:
             return await extra._on_permission(ask)
         verdict: str = "cancelled"
         if p.session_id == self.session_id and self.on_permission is not None and not self._cancel_sent:
-            with anyio.CancelScope() as scope:
-                self._permission_scopes.add(scope)
-                try:
-                    verdict = await self.on_permission(ask)
-                except Exception as exc:  # a failing policy closes the gate
-                    log.warning(f"permission policy failed: {exc!r}")
-                    verdict = "reject"
-                finally:
-                    self._permission_scopes.discard(scope)
-            if scope.cancelled_caught:
-                verdict = "cancelled"
+            verdict = await _ask_policy(self.on_permission, ask, self._permission_scopes)
         elif self.on_permission is None:
             verdict = "reject"
-        option = pick_option(ask.options, verdict) if verdict in ("allow", "reject") else None
-        if option is None:
-            return _CANCELLED
-        return wire.PermissionResult(outcome=wire.PermissionOutcome(outcome="selected", option_id=option))
+        return _answer(ask, verdict)
 
     async def _drain_stderr(self, reader: FdReader) -> None:
         try:
@@ -600,38 +579,54 @@ class AcpSession:
         return released
 
     def _on_update(self, update: wire.LenientUpdate) -> None:
-        if update.session_update != "agent_message_chunk" or update.content is None:
-            return
-        if update.content.type == "text" and update.content.text:
-            self._text.append(update.content.text)
-            if self._on_text is not None:
-                try:
-                    self._on_text(update.content.text)
-                except Exception as exc:
-                    log.warning(f"text callback failed: {exc!r}")
+        _take_text(update, self._text, self._on_text)
 
     async def _on_permission(self, ask: PermissionAsk) -> Any:
         verdict: str = "cancelled"
         if self.on_permission is None:
             verdict = "reject"
         elif not self._cancel_sent and not self.closed:
-            with anyio.CancelScope() as scope:
-                self._permission_scopes.add(scope)
-                try:
-                    verdict = await self.on_permission(ask)
-                except Exception as exc:  # a failing policy closes the gate
-                    log.warning(f"permission policy failed: {exc!r}")
-                    verdict = "reject"
-                finally:
-                    self._permission_scopes.discard(scope)
-            if scope.cancelled_caught:
-                verdict = "cancelled"
+            verdict = await _ask_policy(self.on_permission, ask, self._permission_scopes)
         self.permissions.append((ask, verdict))
-        option = pick_option(ask.options, verdict) if verdict in ("allow", "reject") else None
-        if option is None:
-            return _CANCELLED
-        return wire.PermissionResult(outcome=wire.PermissionOutcome(outcome="selected", option_id=option))
+        return _answer(ask, verdict)
 
+
+def _take_text(update: wire.LenientUpdate, text: list[str], on_text: Any) -> None:
+    """An answer's text chunk (``agent_message_chunk``) into ``text`` and to ``on_text``; thoughts,
+    tool calls, plans, usage…: not the answer."""
+    if update.session_update != "agent_message_chunk" or update.content is None:
+        return
+    if update.content.type == "text" and update.content.text:
+        text.append(update.content.text)
+        if on_text is not None:
+            try:
+                on_text(update.content.text)
+            except Exception as exc:
+                log.warning(f"text callback failed: {exc!r}")
+
+
+async def _ask_policy(policy: Any, ask: PermissionAsk, scopes: set[anyio.CancelScope]) -> str:
+    """The permission policy's verdict on ``ask``, withdrawable meanwhile (a cancel cancels the scopes):
+    ``"cancelled"`` when withdrawn, ``"reject"`` when the policy fails (a failing policy closes the gate)."""
+    verdict = "cancelled"
+    with anyio.CancelScope() as scope:
+        scopes.add(scope)
+        try:
+            verdict = await policy(ask)
+        except Exception as exc:
+            log.warning(f"permission policy failed: {exc!r}")
+            verdict = "reject"
+        finally:
+            scopes.discard(scope)
+    return "cancelled" if scope.cancelled_caught else verdict
+
+
+def _answer(ask: PermissionAsk, verdict: str) -> Any:
+    """The answer to a permission request: the option that matches an allow/reject verdict, else cancelled."""
+    option = pick_option(ask.options, verdict) if verdict in ("allow", "reject") else None
+    if option is None:
+        return _CANCELLED
+    return wire.PermissionResult(outcome=wire.PermissionOutcome(outcome="selected", option_id=option))
 
 @asynccontextmanager
 async def _single_errors() -> AsyncIterator[None]:

@@ -29,13 +29,28 @@ class FdEndOfStream(anyio.EndOfStream, EOFError):
     """The end of an fd's data: anyio's ``EndOfStream``, and an ``EOFError`` for plain callers."""
 
 
-class FdReader(anyio.abc.ByteReceiveStream):
+class _Fd:
+    """An fd this stream owns: non-blocking unless a regular file (epoll refuses those); closed once."""
+
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self._pollable = not stat.S_ISREG(os.fstat(fd).st_mode)  # epoll refuses regular files
+        self._pollable = not stat.S_ISREG(os.fstat(fd).st_mode)
         if self._pollable:
             os.set_blocking(fd, False)
 
+    def close(self) -> None:
+        """Idempotent: a second close must not close whatever reused the fd number."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+    async def aclose(self) -> None:
+        self.close()
+
+
+class FdReader(_Fd, anyio.abc.ByteReceiveStream):
     async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
         """The next chunk (at most ``max_bytes``); raises ``FdEndOfStream`` at EOF."""
         while True:
@@ -52,24 +67,10 @@ class FdReader(anyio.abc.ByteReceiveStream):
                 raise FdEndOfStream
             return data
 
-    def close(self) -> None:
-        """Idempotent: a second close must not close whatever reused the fd number."""
-        fd, self.fd = self.fd, -1
-        if fd < 0:
-            return
-        with contextlib.suppress(OSError):
-            os.close(fd)
 
-    async def aclose(self) -> None:
-        self.close()
-
-
-class FdWriter(anyio.abc.ByteSendStream):
+class FdWriter(_Fd, anyio.abc.ByteSendStream):
     def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._pollable = not stat.S_ISREG(os.fstat(fd).st_mode)
-        if self._pollable:
-            os.set_blocking(fd, False)
+        super().__init__(fd)
         self.aborted = False
         self._blocked: set[anyio.CancelScope] = set()
 
@@ -112,14 +113,3 @@ class FdWriter(anyio.abc.ByteSendStream):
         self.aborted = True
         for scope in list(self._blocked):
             scope.cancel()
-
-    def close(self) -> None:
-        """Idempotent: a second close must not close whatever reused the fd number."""
-        fd, self.fd = self.fd, -1
-        if fd < 0:
-            return
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-    async def aclose(self) -> None:
-        self.close()

@@ -101,6 +101,16 @@ def batch_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+
+def scripted_batch(tmp_path: Path, script: dict[str, Any]) -> tuple[Path, Path, tuple[str, ...]]:
+    """A batch's set-up: its directory, a fresh ``home`` in it, and the route arguments that run
+    ``acp-testkit`` on a scripted model playing ``script``."""
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(script))
+    home = tmp_path / "home"
+    home.mkdir()
+    return tmp_path, home, ("-e", "acp-testkit", "--provider", "scripted", "--model", str(path))
+
 def batch_argv(tasks: Path, out: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "dsh_core.cli", "batch", str(tasks), "--out", str(out), *args]
 

@@ -23,6 +23,7 @@ from batchkit import (
     mixed_tasks,
     read_results,
     run_batch,
+    scripted_batch,
     wait_for_lines,
     write_jsonl,
 )
@@ -42,12 +43,7 @@ def wait_gone(pids, seconds: float = 10.0) -> list[int]:
 
 @pytest.fixture
 def setup(tmp_path: Path):
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(MIXED_SCRIPT))
-    home = tmp_path / "home"
-    home.mkdir()
-    args = ("-e", "acp-testkit", "--provider", "scripted", "--model", str(script))
-    return tmp_path, home, args
+    return scripted_batch(tmp_path, MIXED_SCRIPT)
 
 
 def test_200_mixed_tasks_exact_results(setup):

@@ -15,7 +15,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from batchkit import REPO, batch_env, read_results, run_batch, write_jsonl
+from batchkit import REPO, batch_env, read_results, run_batch, scripted_batch, write_jsonl
 
 from dsh_testing.browser import Page as BrowserPage
 
@@ -104,11 +104,7 @@ def no_external_fetch(page: Page, text: str) -> None:
 
 @pytest.fixture
 def setup(tmp_path: Path):
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(SCRIPT))
-    home = tmp_path / "home"
-    home.mkdir()
-    return tmp_path, home, ("-e", "acp-testkit", "--provider", "scripted", "--model", str(script))
+    return scripted_batch(tmp_path, SCRIPT)
 
 
 def test_a_batch_report_has_a_row_per_task_its_numbers_plots_and_fetches_nothing(setup, chromium_browser):

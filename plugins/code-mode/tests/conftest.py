@@ -6,26 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import dsh_sandbox_tools.testing as sandbox_fixtures
 import pytest
-from dsh_sandbox_tools.testing import home_outside_roots
 
 from dsh_core.contracts import AgentSpec
 from dsh_core.types import TextBlock, UserMessage
 from dsh_testing import memory_host
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    # DSH_HOME: every test already has its own (dsh_testing's autouse dsh_home fixture).
-    monkeypatch.delenv("DSH_PERMISSION_MODE", raising=False)
-    monkeypatch.delenv("DSH_SANDBOX_MECHANISM", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def _home(monkeypatch: pytest.MonkeyPatch) -> Path:
-    """HOME lies outside every writable root, so programs aiming at ``~`` never reach the real home."""
-    with home_outside_roots(monkeypatch) as home:
-        yield home
+# a clean env and HOME outside every writable root (autouse), a workspace directory
+_home, root = sandbox_fixtures._home, sandbox_fixtures.root
 
 
 class Turn:
@@ -44,10 +33,9 @@ class Turn:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return ws.resolve()
+def workspace(root: Path) -> Path:
+    """The session's workspace: ``root`` (``tmp_path/ws``)."""
+    return root
 
 
 @pytest.fixture

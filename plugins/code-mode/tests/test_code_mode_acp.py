@@ -13,15 +13,11 @@ import pytest
 from acp import text_block
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
+from dsh_testing import live_processes
+from dsh_testing import until as wait_for
+
 pytestmark = pytest.mark.anyio
 ENV = {"DSH_PERMISSION_MODE": "workspace-write"}
-
-
-async def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.01)
 
 
 def step(code: str) -> dict:
@@ -93,20 +89,7 @@ async def test_an_escalation_inside_code_is_a_one_shot_permission_request(acp_ag
 
 def _processes(pred) -> list[int]:
     """Live (not zombie) processes whose argv, cwd and comm match ``pred``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-            comm = Path(f"/proc/{entry}/comm").read_text().strip()
-        except OSError:
-            continue
-        if state != "Z" and pred(cmdline, cwd, comm):
-            found.append(int(entry))
-    return found
+    return live_processes(pred, comm=True)
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)

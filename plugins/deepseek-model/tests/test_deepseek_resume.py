@@ -8,14 +8,13 @@ import asyncio
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 from acp import RequestError, text_block
 from fake_deepseek import Turn
 
-from dsh_testing import spawn_acp
+from dsh_testing import spawn_acp, until
 
 pytest.importorskip("dsh_acp_transport")
 pytestmark = pytest.mark.anyio
@@ -57,11 +56,9 @@ def setup(env, tmp_path: Path):
     return env, spawn, work, home
 
 
+
 async def wait_for(predicate, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.01)
+    await until(predicate, timeout)
 
 
 def log_of(home: Path, sid: str) -> list[dict]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -19,7 +18,8 @@ from dsh_core import ToolError
 from dsh_core.contracts import AgentSpec
 from dsh_core.protocols import JobEnd
 from dsh_core.types import JobSettled, JobStarted, TextBlock, ToolResultEvent, UserMessage, UserMessageEvent
-from dsh_testing import live_processes, memory_host
+from dsh_testing import live_processes, memory_host, new_sleep_marker, sleepers
+from dsh_testing import sleepers_gone as gone
 
 pytestmark = pytest.mark.anyio
 
@@ -27,22 +27,8 @@ PLUGINS = ("scripted-model", "sandbox-tools", "jobs")
 TIERS = [*MECHANISMS, "unconfined"]  # unconfined: danger-full-access (a command server without confinement)
 
 
-def sleepers(marker: str) -> list[int]:
-    """Live processes running ``sleep <marker>`` (however deep, whatever pid namespace)."""
-    return live_processes(lambda argv, cwd: argv[:2] == [b"sleep", marker.encode()])
-
-
 def new_marker() -> str:
-    return f"{3000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"  # a sleep nobody else runs
-
-
-async def gone(marker: str, within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if not sleepers(marker):
-            return True
-        await anyio.sleep(0.05)
-    return False
+    return new_sleep_marker(3000)
 
 
 def tier_config(tier: str, jobs: dict | None = None) -> dict:

@@ -31,9 +31,9 @@ from dsh_core.types import (
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("DSH_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
+def home(dsh_home: Path) -> Path:
+    """This test's ``DSH_HOME`` (dsh_testing's autouse fixture sets it)."""
+    return dsh_home
 
 
 def sample_events() -> list:

@@ -9,59 +9,29 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import dsh_sandbox_tools.testing as sandbox_fixtures
 import pytest
-from dsh_sandbox_tools.testing import home_outside_roots
 
 from dsh_core import ToolError
 from dsh_core.contracts import AgentSpec, ToolContext
 from dsh_core.types import TextBlock, ToolOutput, UserMessage
 from dsh_testing import memory_host
 
-SHAPES = '''from abc import ABC, abstractmethod
+# the small project of the recorded scenario (its workspace), the same files for the tests
+SAMPLE = Path(__file__).resolve().parents[1] / "snapshots" / "lsp-python" / "diagnostics-after-edit" / "workspace"
+SHAPES = (SAMPLE / "shapes.py").read_text()
+MAIN = (SAMPLE / "main.py").read_text()
 
-
-class Shape(ABC):
-    @abstractmethod
-    def area(self) -> float:
-        """The area of the shape."""
-
-
-class Square(Shape):
-    def __init__(self, side: float) -> None:
-        self.side = side
-
-    def area(self) -> float:
-        return self.side * self.side
-
-
-def total(shapes: list[Shape]) -> float:
-    return sum(s.area() for s in shapes)
-'''
-MAIN = '''from shapes import Square, total
-
-print(total([Square(2), Square(3)]))
-'''
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DSH_PERMISSION_MODE", raising=False)
-    monkeypatch.delenv("DSH_SANDBOX_MECHANISM", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def _home(monkeypatch: pytest.MonkeyPatch) -> Path:
-    with home_outside_roots(monkeypatch) as home:
-        yield home
+# a clean env and HOME outside every writable root (autouse), a workspace directory
+_home, root = sandbox_fixtures._home, sandbox_fixtures.root
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "shapes.py").write_text(SHAPES)
-    (ws / "main.py").write_text(MAIN)
-    return ws.resolve()
+def workspace(root: Path) -> Path:
+    """``root`` (``tmp_path/ws``) holding the sample project."""
+    (root / "shapes.py").write_text(SHAPES)
+    (root / "main.py").write_text(MAIN)
+    return root
 
 
 class Session:

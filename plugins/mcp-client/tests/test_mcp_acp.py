@@ -14,16 +14,12 @@ from acp import RequestError, text_block
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
-from dsh_testing import REPO, until
+from dsh_testing import REPO, session_log, until
 
 pytestmark = pytest.mark.anyio
 
 FIXTURE = str(Path(__file__).resolve().parent / "fixture_server.py")
 EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
-
-
-def session_log(home: Path, session_id: str) -> list[dict]:
-    return [json.loads(line) for line in (home / "sessions" / f"{session_id}.jsonl").read_text().splitlines()]
 
 
 def _running_with(value: str) -> list[int]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import io
 import os
-import stat
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
 from dsh_core import ToolError
 from dsh_core.media import sniff_image
+from dsh_core.paths import read_small_text
 from dsh_core.types import FileChange, FileChanges, ImageBlock, TextBlock, ToolOutput
 
 from .base import BOOL, INT, OPT_INT, STR, SandboxTool, out_schema, str_arg, whole_number
@@ -134,31 +134,6 @@ def _denied(sb: Sandbox, exc: PathDenied, mode: str, raw: str) -> ToolError:
 CHANGE_MAX = 1 << 20  # bytes of a file's text a write reads to show what it replaces (larger: shown without)
 
 
-def _text_now(path: str) -> tuple[bool, str | None]:
-    """(known, text) of a file a write is about to replace: ``(True, None)`` when it does not
-    exist; ``(False, None)`` when its text cannot be shown (not a regular UTF-8 file, larger than
-    ``CHANGE_MAX``, unreadable). Non-blocking open: a FIFO does not hang the tool."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return True, None
-    except OSError:
-        return False, None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > CHANGE_MAX:
-            return False, None
-        data = os.read(fd, CHANGE_MAX + 1)
-    except OSError:
-        return False, None
-    finally:
-        os.close(fd)
-    try:
-        return len(data) <= CHANGE_MAX, data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False, None
-
-
 def write_bytes(abspath: str, data: bytes, roots: list[str] | None, *, create: bool, label: str) -> tuple[bool, int]:
     existed = os.path.lexists(abspath)
     fd = open_for_write(abspath, roots, create=create, mkdirs=create, mode_label=label)
@@ -199,7 +174,7 @@ class WriteTool(SandboxTool):
         # included) when the door lends one, else the disk. The approval and the card show this pair.
         buffers = ctx.agent.spec.buffers
         buffered = await buffers.read(os.path.realpath(path)) if buffers is not None else None
-        known, before = (True, buffered) if buffered is not None else await anyio.to_thread.run_sync(_text_now, path)
+        known, before = (True, buffered) if buffered is not None else await anyio.to_thread.run_sync(read_small_text, path, CHANGE_MAX)
         change = FileChange(path=path, before=before, after=content) if known else None
         mode = await self.sb.effective_mode(args, ctx, "file operation", change)
         data = content.encode("utf-8")

@@ -9,6 +9,12 @@
 root, so escape tests aimed at ``~`` never touch the real home and mean the same wherever the
 suite was started (a HOME under /tmp would itself be a writable root).
 
+Fixtures a plugin's ``tests/conftest.py`` takes by importing them (``from dsh_sandbox_tools.testing
+import _home, outside, root``): ``_home`` (autouse) clears ``DSH_PERMISSION_MODE`` and
+``DSH_SANDBOX_MECHANISM`` and puts HOME outside every writable root; ``root`` is a workspace
+directory under ``tmp_path``; ``outside`` a writable directory in no writable root (with a
+``victim`` file).
+
 A parametrisation skips only when the machine lacks that mechanism: bubblewrap not installed,
 or installed but unable to start here (e.g. user namespaces disabled), or a kernel without
 Landlock. A mechanism that is present but does not confine (or a Landlock launcher that fails
@@ -56,3 +62,30 @@ def home_outside_roots(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         yield d.resolve()
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A clean env and HOME (``~`` for the file tools, ``$HOME`` for bash) outside every writable root."""
+    # DSH_HOME: every test already has its own (dsh_testing's autouse dsh_home fixture).
+    monkeypatch.delenv("DSH_PERMISSION_MODE", raising=False)
+    monkeypatch.delenv("DSH_SANDBOX_MECHANISM", raising=False)
+    with home_outside_roots(monkeypatch) as home:
+        yield home
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "ws"
+    r.mkdir()
+    return r.resolve()
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A directory that is writable to the test but in no writable root (not under /tmp)."""
+    d = Path("/var/tmp") / f"dsh-test-outside-{secrets.token_hex(4)}"
+    d.mkdir(parents=True)
+    (d / "victim").write_text("original\n")
+    yield d.resolve()
+    shutil.rmtree(d, ignore_errors=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from dsh_core.compose import Composition
 from dsh_core.contracts import AgentSpec, ToolContext
 from dsh_core.host import make_plugin_manager, open_host, register_plugin
 from dsh_core.types import Finish, ModelInfo, RetryPolicy, ToolOutput
+from dsh_testing import live_processes
 
 
 class FakeProvider:
@@ -97,15 +97,5 @@ def mechanisms() -> list[str]:
 
 
 def host_alive_with(token: str) -> list[int]:
-    """Pids whose command line contains ``token`` (zombies have none)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if token.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
+    """Pids of live (not zombie) processes whose command line contains ``token``."""
+    return live_processes(lambda argv, cwd: token.encode() in b"\0".join(argv))

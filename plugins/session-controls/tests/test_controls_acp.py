@@ -77,8 +77,7 @@ async def test_a_mode_change_applies_to_the_tools_tells_the_model_and_is_shown(a
 async def test_plan_mode_runs_only_reads_until_the_person_approves_the_plan(acp_agent, scripted, answer):
     client = Recorder(permission_answers=[answer])
     async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES, client=client) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         changed = await run.conn.set_config_option(config_id="mode", session_id=sid, value="plan")
         assert _mode(changed.config_options) == "plan"
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("plan it")])
@@ -123,8 +122,7 @@ async def test_a_resumed_session_takes_back_its_mode_but_never_full_access(acp_a
 
 async def test_slash_commands_are_offered_after_the_session_opens_and_run(acp_agent, scripted):
     async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         await until(lambda: _mine(run, sid))
         first = _mine(run, sid)[0]
         assert first.session_update == "available_commands_update"
@@ -193,8 +191,7 @@ async def test_a_narrower_mode_confines_commands_on_every_mechanism(acp_agent, s
     client = Recorder(permission_answers=["reject-once"])
     env = {**EXAMPLES, "DSH_SANDBOX_MECHANISM": mechanism}
     async with acp_agent(script, example="acp-editor", env=env, client=client) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         await run.conn.set_session_mode(session_id=sid, mode_id=mode)
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("touch")])
         assert resp.stop_reason == "end_turn"
@@ -212,8 +209,7 @@ async def test_a_narrower_mode_confines_commands_on_every_mechanism(acp_agent, s
 async def test_a_new_session_is_titled_by_a_short_model_call_everywhere_it_is_listed(acp_agent, scripted):
     script = scripted({"rules": [{"when": "^fix the login", "steps": [{"text": "\"Login bug fix.\"\nsecond line"}]}]})
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         await run.conn.prompt(session_id=sid, prompt=[text_block("fix the login bug please\nit fails on empty passwords")])
         await until(lambda: any(u.session_update == "session_info_update" for u in _mine(run, sid)))
         (info,) = [u for u in _mine(run, sid) if u.session_update == "session_info_update"]
@@ -236,8 +232,7 @@ async def test_the_commands_are_sent_again_when_the_set_changes(acp_agent, scrip
     text = (REPO / "examples" / "acp-editor" / "example.toml").read_text()
     (root / "example.toml").write_text(text.replace('"session-controls"]', '"session-controls", "testkit-commands"]'))
     async with acp_agent(scripted(SCRIPT), example="editor-commands", env={"DSH_EXAMPLES_PATH": str(root.parent)}) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         await run.conn.prompt(session_id=sid, prompt=[text_block("hello")])  # now /turns exists
         await run.conn.prompt(session_id=sid, prompt=[text_block("hello again")])  # no change: not sent again
         await until(lambda: len([u for u in _mine(run, sid) if u.session_update == "available_commands_update"]) >= 2)
@@ -257,8 +252,7 @@ async def test_a_command_that_becomes_a_prompt_keeps_the_prompts_images(acp_agen
 
     script = scripted({**SCRIPT, "capabilities": {"image_input": True}})
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         image = image_block(base64.b64encode(make_png()).decode(), "image/png")
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("/init"), image])
         assert resp.stop_reason == "end_turn" and run.client.text(sid)[-1] == "init ran"

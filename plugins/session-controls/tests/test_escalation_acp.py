@@ -27,8 +27,7 @@ SCRIPT = {
 async def test_read_only_offers_workspace_write_first_and_the_card_asks_for_it(acp_agent, scripted):
     client = Recorder(permission_answers=["allow-once"])
     async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES, client=client) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         await run.conn.set_session_mode(session_id=sid, mode_id="read-only")
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("write it")])
         assert resp.stop_reason == "end_turn"

@@ -35,8 +35,7 @@ async def test_compact_says_why_nothing_was_compacted(acp_agent, scripted):
         "default": [{"text": "noted"}],
     })
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         assert await _ask(run, sid, "short") == "noted"
         assert await _ask(run, sid, "/compact") == ("Nothing was compacted: nothing older than the retained "
                                                     "messages to summarise.")
@@ -50,8 +49,7 @@ async def test_compact_says_why_nothing_was_compacted(acp_agent, scripted):
 async def test_a_retried_model_call_is_shown_with_why(acp_agent, scripted):
     script = scripted({"default": [{"error": "server"}, {"text": "answered after a retry"}]})
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         assert await _ask(run, sid, "hello") == "answered after a retry"
         (thought,) = _mine(run, sid, "agent_thought_chunk")
         assert thought.content.text.startswith(
@@ -76,8 +74,7 @@ async def test_a_silent_model_call_is_said_to_be_waited_for(acp_agent, scripted,
         {"when": "^quick", "steps": [{"text": "quick answer"}]},
     ]})
     async with acp_agent(script, example="acp-editor", env=_waiting_example(tmp_path, 1)) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         assert await _ask(run, sid, "quick") == "quick answer"
         assert not _mine(run, sid, "agent_thought_chunk")  # nothing said of a call that was not slow
         assert await _ask(run, sid, "slow") == "slow answer"
@@ -97,8 +94,7 @@ async def test_session_load_shows_commands_as_the_person_typed_them(acp_agent, s
     script = scripted({"rules": [{"when": "^Write AGENTS.md", "steps": [{"text": "init ran"}]}],
                        "default": [{"text": "the model answered: {prompt}"}]})
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         assert await _ask(run, sid, "hello") == "the model answered: hello"
         status = await _ask(run, sid, "/status")
         assert await _ask(run, sid, "/init cover the tests") == "init ran"

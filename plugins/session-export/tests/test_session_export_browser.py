@@ -27,13 +27,18 @@ def Page(browser, path: Path) -> _Page:
     return _Page(browser, path, ready="html[data-ready]")
 
 
-def test_a_recorded_session_as_a_person_sees_it(browser, recorded_store, tmp_path):
-    """acp-agent/fs-delete-recreate (a read, a bash call, a failed read, a write that makes a diff)."""
+def recorded_page(browser, recorded_store, tmp_path: Path, scenario: str) -> _Page:
+    """The page ``dsh sessions export --html`` writes for a recorded scenario's session, opened."""
     home, recorded = recorded_store
-    [rec] = [r for r in recorded if r.scenario == "acp-agent/fs-delete-recreate"]
+    [rec] = [r for r in recorded if r.scenario == scenario]
     out = tmp_path / "page.html"
     assert run_dsh(home, rec.ids[0], "--html", "-o", str(out)).returncode == 0
-    view = Page(browser, out)
+    return Page(browser, out)
+
+
+def test_a_recorded_session_as_a_person_sees_it(browser, recorded_store, tmp_path):
+    """acp-agent/fs-delete-recreate (a read, a bash call, a failed read, a write that makes a diff)."""
+    view = recorded_page(browser, recorded_store, tmp_path, "acp-agent/fs-delete-recreate")
     try:
         page = view.page
         assert page.locator("section.turn").count() == 1
@@ -61,11 +66,7 @@ def test_a_recorded_session_as_a_person_sees_it(browser, recorded_store, tmp_pat
 
 
 def test_a_subagent_opens_under_its_call(browser, recorded_store, tmp_path):
-    home, recorded = recorded_store
-    [rec] = [r for r in recorded if r.scenario == "acp-agent/spawn-report"]
-    out = tmp_path / "page.html"
-    assert run_dsh(home, rec.ids[0], "--html", "-o", str(out)).returncode == 0
-    view = Page(browser, out)
+    view = recorded_page(browser, recorded_store, tmp_path, "acp-agent/spawn-report")
     try:
         page = view.page
         assert page.locator("section.turn").count() == 4

@@ -58,6 +58,16 @@ def _array(description: str, enum: tuple[str, ...] | None = None) -> dict[str, A
     return {"type": "array", "description": description, "items": item}
 
 
+
+def _bounds(prefix: str) -> dict[str, Any]:
+    """The event sequence and time bounds of a search (``<prefix>seq_from`` …), each inclusive."""
+    return {
+        f"{prefix}seq_from": {"type": "integer", "description": "Smallest event sequence number to match; the bound itself matches."},
+        f"{prefix}seq_to": {"type": "integer", "description": "Largest event sequence number to match; the bound itself matches."},
+        f"{prefix}time_from": {"type": "string", "description": "Earliest event time to match, ISO 8601 with a timezone; the bound itself matches."},
+        f"{prefix}time_to": {"type": "string", "description": "Latest event time to match, ISO 8601 with a timezone; the bound itself matches."},
+    }
+
 _TARGET = {"session_id": {"type": "string", "description": "Id of the session to look in; leave it out to mean this session."}}
 _SEQ = {"seq": {"type": "integer", "description": "Sequence number of the event in question."}}
 
@@ -74,10 +84,7 @@ SESSION_SEARCH = _object({
     "parent_session_ids": _array("Keep only sessions whose immediate parent is one of these ids (optional)."),
     "include_root_sessions": {"type": "boolean", "description": "When filtering by parent, also keep top-level sessions that have no parent."},
     "availability": _array("Keep only sessions whose source has at least one of these availabilities.", query.AVAILABILITIES),
-    "event_seq_from": {"type": "integer", "description": "Smallest event sequence number to match; the bound itself matches."},
-    "event_seq_to": {"type": "integer", "description": "Largest event sequence number to match; the bound itself matches."},
-    "event_time_from": {"type": "string", "description": "Earliest event time to match, ISO 8601 with a timezone; the bound itself matches."},
-    "event_time_to": {"type": "string", "description": "Latest event time to match, ISO 8601 with a timezone; the bound itself matches."},
+    **_bounds("event_"),
     "event_types": _array("Keep only events of these types."),
     "event_surfaces": _array("Keep only events on these surfaces.", query.SURFACES),
 }, ["query"])
@@ -85,10 +92,7 @@ SESSION_SEARCH = _object({
 EVENT_SEARCH = _object({
     **_TARGET,
     "query": {"type": "string", "description": "Text to look for, taken literally, within the chosen session."},
-    "seq_from": {"type": "integer", "description": "Smallest event sequence number to match; the bound itself matches."},
-    "seq_to": {"type": "integer", "description": "Largest event sequence number to match; the bound itself matches."},
-    "time_from": {"type": "string", "description": "Earliest event time to match, ISO 8601 with a timezone; the bound itself matches."},
-    "time_to": {"type": "string", "description": "Latest event time to match, ISO 8601 with a timezone; the bound itself matches."},
+    **_bounds(""),
     "event_types": _array("Keep only events of these types."),
     "surfaces": _array("Keep only events on these surfaces.", query.SURFACES),
 }, ["query"])

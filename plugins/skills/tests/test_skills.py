@@ -12,7 +12,7 @@ from dsh_skills.catalog import discover
 
 from dsh_core.contracts import AgentSpec
 from dsh_core.types import TextBlock, ToolResultEvent, UserMessage, UserMessageEvent
-from dsh_testing import memory_host
+from dsh_testing import memory_host, prompt_once
 
 pytestmark = pytest.mark.anyio
 
@@ -239,12 +239,7 @@ async def test_the_skill_block_is_bounded_and_its_body_cannot_close_its_frame(pr
     flagged(repo / ".dsh" / "skills", "tricky", "", body=body)
     script = scripted({"default": [{"tool": "skill", "args": {"name": "tricky"}}, {"text": "ok"}]})
     async with memory_host(script, plugins=("scripted-model", "skills"), config={"skills": {"skill-bytes": 300}}) as host:
-        agent = host.create_agent(AgentSpec(cwd=str(repo), provider="scripted", model=str(script)))
-        seen: list = []
-        agent.subscribe(lambda a, e: seen.append(e))
-        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-        with anyio.fail_after(10):
-            await agent.wait_idle()
+        _, seen = await prompt_once(host, repo, script, timeout=10)
     text = [e for e in seen if isinstance(e, ToolResultEvent)][-1].result.content[0].text
     instructions = text.split("<skill_instructions>\n", 1)[1]
     assert instructions.count("</skill_instructions>") == 1 and text.count("</skill_content>") == 1

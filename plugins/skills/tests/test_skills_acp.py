@@ -47,8 +47,7 @@ async def test_a_skill_is_a_slash_command_in_the_editor(acp_agent, scripted):
     (folder / "SKILL.md").write_text("---\nname: release-notes\ndescription: Write the release notes.\n---\n\n"
                                      "List the changes, then write NOTES.md.\n")
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         await until(lambda: any(u.session_update == "available_commands_update" for s, u in run.client.updates))
         (offered,) = [u for s, u in run.client.updates if s == sid and u.session_update == "available_commands_update"]
         by_name = {c.name: c for c in offered.available_commands}
@@ -93,8 +92,7 @@ async def test_the_flags_decide_the_editors_slash_commands(acp_agent, scripted):
                        "default": [{"text": "plain: {prompt}"}]})
     root = seed(acp_agent.work)
     async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        await run.conn.initialize(protocol_version=1)
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+        sid = await run.start()
         await until(lambda: any(u.session_update == "available_commands_update" for s, u in run.client.updates))
         (offered,) = [u for s, u in run.client.updates if s == sid and u.session_update == "available_commands_update"]
         names = {c.name for c in offered.available_commands}

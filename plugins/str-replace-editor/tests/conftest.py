@@ -4,17 +4,16 @@ plugins (a throwaway model provider: the tools are called directly, as the agent
 
 from __future__ import annotations
 
-import secrets
-import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import dsh_sandbox_tools
+import dsh_sandbox_tools.testing as sandbox_fixtures
 import dsh_str_replace_editor
 import pytest
-from dsh_sandbox_tools.testing import MECHANISMS, home_outside_roots, require_mechanism
+from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
 from dsh_core import ToolError, hookimpl
 from dsh_core.compose import Composition
@@ -23,34 +22,9 @@ from dsh_core.host import make_plugin_manager, open_host, register_plugin
 from dsh_core.tools import argument_problems
 from dsh_core.types import Finish, ModelInfo, RetryPolicy, TextBlock, ToolOutput
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DSH_PERMISSION_MODE", raising=False)
-    monkeypatch.delenv("DSH_SANDBOX_MECHANISM", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def _home(monkeypatch: pytest.MonkeyPatch) -> Path:
-    with home_outside_roots(monkeypatch) as home:
-        yield home
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    r = tmp_path / "ws"
-    r.mkdir()
-    return r.resolve()
-
-
-@pytest.fixture
-def outside() -> Path:
-    """A directory the test can write but that is in no writable root (not under /tmp)."""
-    d = Path("/var/tmp") / f"dsh-editor-outside-{secrets.token_hex(4)}"
-    d.mkdir(parents=True)
-    (d / "victim").write_text("original\n")
-    yield d.resolve()
-    shutil.rmtree(d, ignore_errors=True)
+# the fixtures of every plugin whose tests run the sandbox: a clean env and HOME outside the roots
+# (autouse), a workspace, a directory in no writable root
+_home, outside, root = sandbox_fixtures._home, sandbox_fixtures.outside, sandbox_fixtures.root
 
 
 class _Provider:

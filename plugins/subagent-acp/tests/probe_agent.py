@@ -1,17 +1,22 @@
 """A test ACP agent on the official SDK's agent side that tries what a confined child must not
 do: its prompt names a file outside the workspace to write. It answers one line saying what
-happened, a write inside the workspace beside it, and which credential-shaped variables it saw."""
+happened, a write inside the workspace beside it, and which credential-shaped variables it saw.
+Everything but the prompt is the benchmarks' echo agent (bench/sdk_echo_agent.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import re
-import uuid
+import sys
+from pathlib import Path
 from typing import Any
 
-from acp import PROTOCOL_VERSION, run_agent, text_block, update_agent_message
-from acp.schema import AgentCapabilities, InitializeResponse, NewSessionResponse, PromptResponse
+from acp import run_agent, text_block, update_agent_message
+from acp.schema import PromptResponse
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from sdk_echo_agent import EchoAgent
 
 
 def attempt(fn: Any) -> str:
@@ -22,16 +27,7 @@ def attempt(fn: Any) -> str:
         return f"denied ({exc.strerror})"
 
 
-class Probe:
-    def on_connect(self, conn: Any) -> None:
-        self.conn = conn
-
-    async def initialize(self, protocol_version: int, **kw: Any) -> InitializeResponse:
-        return InitializeResponse(protocol_version=PROTOCOL_VERSION, agent_capabilities=AgentCapabilities())
-
-    async def new_session(self, cwd: str, **kw: Any) -> NewSessionResponse:
-        return NewSessionResponse(session_id=uuid.uuid4().hex)
-
+class Probe(EchoAgent):
     async def prompt(self, session_id: str, prompt: list[Any], **kw: Any) -> PromptResponse:
         outside = "".join(getattr(b, "text", "") for b in prompt).strip()
 
@@ -47,12 +43,6 @@ class Probe:
         text = f"inside: {attempt(write_inside)}; outside: {attempt(write)}; keys: {keys}"
         await self.conn.session_update(session_id, update_agent_message(text_block(text)))
         return PromptResponse(stop_reason="end_turn")
-
-    async def cancel(self, session_id: str, **kw: Any) -> None:
-        pass
-
-    async def authenticate(self, method_id: str, **kw: Any) -> None:
-        return None
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from acp import text_block
 from dsh_acp.client import tree_pids
 
 from conftest import live
-from dsh_testing import REPO, Recorder
+from dsh_testing import REPO, Recorder, until
 
 pytestmark = pytest.mark.anyio
 
@@ -104,11 +103,9 @@ def results(home: Path, sid: str) -> list[tuple[str, bool]]:
             for e in events(home, sid) if e["type"] == "tool/result"]
 
 
+
 async def wait_for(predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.02)
+    await until(predicate, timeout)
 
 
 async def test_the_model_picks_an_agent_by_name_and_gets_its_answer(acp_agent, scripted, tmp_path):

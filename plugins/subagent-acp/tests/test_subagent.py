@@ -15,7 +15,7 @@ from acp import text_block
 from dsh_acp.client import tree_pids
 
 from conftest import live, peer_command
-from dsh_testing import Recorder
+from dsh_testing import Recorder, until
 
 pytestmark = pytest.mark.anyio
 
@@ -57,11 +57,18 @@ def tool_results(home: Path, sid: str) -> list[str]:
     ]
 
 
+
 async def wait_for(predicate, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.02)
+    await until(predicate, timeout)
+
+
+async def delegate_and_hang(run, home: Path) -> tuple[str, asyncio.Task, list[int]]:
+    """A session whose prompt delegated to a child that hangs: its id, the prompt in flight, and the
+    process tree once the child has started (the parent dsh and its child)."""
+    sid = await run.start()
+    pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("delegate-hang")]))
+    await wait_for(lambda: child_started(home, sid))
+    return sid, pending, tree_pids(run.proc.pid)
 
 
 def child_started(home: Path, parent_sid: str) -> bool:
@@ -133,10 +140,7 @@ async def test_cancelling_the_parent_cancels_the_child_and_reports_aborted_with_
 ):
     path = examples("sub")
     async with acp_agent(scripted(SCRIPT), example="sub", env={"DSH_EXAMPLES_PATH": path}) as run:
-        sid = await run.start()
-        pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("delegate-hang")]))
-        await wait_for(lambda: child_started(acp_agent.home, sid))
-        tree = tree_pids(run.proc.pid)
+        sid, pending, tree = await delegate_and_hang(run, acp_agent.home)
         assert len(tree) >= 2  # the parent and its child
         await wait_for(lambda: (run.cwd / "child-streamed").exists())  # the child's partial is out
         await run.conn.cancel(session_id=sid)
@@ -154,10 +158,7 @@ async def test_cancelling_the_parent_cancels_the_child_and_reports_aborted_with_
 async def test_parent_teardown_disposes_live_children_leaving_no_process(acp_agent, scripted, examples):
     path = examples("sub")
     async with acp_agent(scripted(SCRIPT), example="sub", env={"DSH_EXAMPLES_PATH": path}) as run:
-        sid = await run.start()
-        pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("delegate-hang")]))
-        await wait_for(lambda: child_started(acp_agent.home, sid))
-        tree = tree_pids(run.proc.pid)
+        _, pending, tree = await delegate_and_hang(run, acp_agent.home)
         started = time.monotonic()
         assert await run.close_stdin() == 0
         assert time.monotonic() - started < 4.0
@@ -260,10 +261,7 @@ async def test_session_close_with_a_subagent_child_alive_leaves_no_process(acp_a
     """Issue 17: ``session/close`` disposes the session's agent children first, as at teardown."""
     path = examples("sub")
     async with acp_agent(scripted(SCRIPT), example="sub", env={"DSH_EXAMPLES_PATH": path}) as run:
-        sid = await run.start()
-        pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("delegate-hang")]))
-        await wait_for(lambda: child_started(acp_agent.home, sid))
-        tree = tree_pids(run.proc.pid)
+        sid, pending, tree = await delegate_and_hang(run, acp_agent.home)
         children = [p for p in tree if p != run.proc.pid]
         assert children  # the child dsh is running
         await asyncio.wait_for(run.conn.close_session(session_id=sid), 15)

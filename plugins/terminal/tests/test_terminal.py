@@ -16,7 +16,8 @@ from dsh_sandbox_tools.testing import MECHANISMS, home_outside_roots, require_me
 from dsh_core.contracts import AgentSpec
 from dsh_core.errors import CompositionError
 from dsh_core.types import JobSettled, TextBlock, ToolResultEvent, UserMessage
-from dsh_testing import live_processes, memory_host
+from dsh_testing import memory_host, new_sleep_marker, sleepers
+from dsh_testing import sleepers_gone as gone
 
 pytestmark = pytest.mark.anyio
 
@@ -35,19 +36,7 @@ def tier_config(tier: str, terminal: dict | None = None, mode: str = "workspace-
 
 
 def new_marker() -> str:
-    return f"{4000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
-
-
-def sleepers(marker: str) -> list[int]:
-    return live_processes(lambda argv, cwd: argv[:2] == [b"sleep", marker.encode()])
-
-
-async def gone(marker: str, within: float = 10.0) -> bool:
-    with anyio.move_on_after(within):
-        while sleepers(marker):
-            await anyio.sleep(0.05)
-        return True
-    return False
+    return new_sleep_marker(4000)
 
 
 class Session:

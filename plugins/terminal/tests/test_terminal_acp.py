@@ -5,7 +5,6 @@ the official SDK client. A terminal outlives the turn that opened it, and ends w
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 
 import anyio
@@ -13,7 +12,8 @@ import pytest
 from acp import text_block
 from dsh_sandbox_tools.testing import require_mechanism
 
-from dsh_testing import REPO, live_processes, session_log
+from dsh_testing import REPO, live_processes, new_sleep_marker, session_log, sleepers
+from dsh_testing import sleepers_gone as gone
 
 pytestmark = pytest.mark.anyio
 
@@ -23,19 +23,7 @@ TIERS = {"bwrap": {"DSH_SANDBOX_MECHANISM": "bwrap"}, "landlock": {"DSH_SANDBOX_
 
 
 def new_marker() -> str:
-    return f"{5000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
-
-
-def sleepers(marker: str) -> list[int]:
-    return live_processes(lambda argv, cwd: argv[:2] == [b"sleep", marker.encode()])
-
-
-async def gone(marker: str, within: float = 10.0) -> bool:
-    with anyio.move_on_after(within):
-        while sleepers(marker):
-            await anyio.sleep(0.05)
-        return True
-    return False
+    return new_sleep_marker(5000)
 
 
 def script(marker: str) -> dict:

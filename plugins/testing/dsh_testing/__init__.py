@@ -68,10 +68,22 @@ from .harness import (
     minimal_env as minimal_env,
 )
 from .harness import (
+    new_sleep_marker as new_sleep_marker,
+)
+from .harness import (
     normalize_transcript as normalize_transcript,
 )
 from .harness import (
+    prompt_once as prompt_once,
+)
+from .harness import (
     session_log as session_log,
+)
+from .harness import (
+    sleepers as sleepers,
+)
+from .harness import (
+    sleepers_gone as sleepers_gone,
 )
 from .harness import (
     spawn_acp as spawn_acp,

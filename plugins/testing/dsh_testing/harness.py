@@ -12,13 +12,17 @@ import asyncio
 import json
 import os
 import re
+import secrets
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 import dsh_core
 
@@ -149,6 +153,22 @@ def memory_host(
     return open_host(comp, provider=provider, model=str(model), pm=pm)
 
 
+async def prompt_once(host: Any, cwd: str | Path, script: str | Path, text: str = "go", *,
+                      timeout: float = 30.0) -> tuple[Any, list[Any]]:
+    """A new agent on ``host`` in ``cwd`` whose scripted model plays ``script``, one prompt
+    (``text``) until the agent is idle (at most ``timeout`` s): the agent and every event it emitted."""
+    from dsh_core.contracts import AgentSpec
+    from dsh_core.types import TextBlock, UserMessage
+
+    agent = host.create_agent(AgentSpec(cwd=str(cwd), provider="scripted", model=str(script)))
+    seen: list[Any] = []
+    agent.subscribe(lambda a, e: seen.append(e))
+    agent.submit(UserMessage(id="u1", content=[TextBlock(text=text)]))
+    with anyio.fail_after(timeout):
+        await agent.wait_idle()
+    return agent, seen
+
+
 def streaming(host: Any, provider: str = "scripted", calls: int = 1, *, delta: bool = True) -> Any:
     """An ``anyio.Event`` set once ``calls`` model calls of ``host``'s ``provider`` have each
     yielded their first delta (``delta=False``: have each started, before any output): a test
@@ -200,10 +220,11 @@ def session_log(home: Path, session_id: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (home / "sessions" / f"{session_id}.jsonl").read_text().splitlines()]
 
 
-def live_processes(match: Callable[[list[bytes], str], bool]) -> list[int]:
+def live_processes(match: Callable[..., bool], *, comm: bool = False) -> list[int]:
     """Pids of the live (not zombie) processes of this machine whose argv (split at NULs) and
     working directory ``match`` accepts — seen from outside any sandbox or pid namespace, so a test
-    can count what a command left behind: ``live_processes(lambda argv, cwd: argv[:2] == [b"sleep", b"317.5"])``."""
+    can count what a command left behind: ``live_processes(lambda argv, cwd: argv[:2] == [b"sleep", b"317.5"])``.
+    With ``comm=True`` ``match`` also gets the process's name (``/proc/<pid>/comm``): ``match(argv, cwd, comm)``."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -212,11 +233,33 @@ def live_processes(match: Callable[[list[bytes], str], bool]) -> list[int]:
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
             cwd = os.readlink(f"/proc/{entry}/cwd")
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            extra = (Path(f"/proc/{entry}/comm").read_text().strip(),) if comm else ()
         except (OSError, IndexError):
             continue  # gone meanwhile
-        if state not in ("Z", "X") and match(argv, cwd):
+        if state not in ("Z", "X") and match(argv, cwd, *extra):
             found.append(int(entry))
     return found
+
+
+def new_sleep_marker(base: int = 3000) -> str:
+    """An argument for ``sleep`` that nobody else runs (``base`` to ``base + 1000`` seconds and a
+    random fraction): a test starts ``sleep <marker>`` and counts what is left of it with ``sleepers``."""
+    return f"{base + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
+
+
+def sleepers(marker: str) -> list[int]:
+    """Live processes running ``sleep <marker>`` (however deep, whatever pid namespace)."""
+    return live_processes(lambda argv, cwd: argv[:2] == [b"sleep", marker.encode()])
+
+
+async def sleepers_gone(marker: str, within: float = 10.0) -> bool:
+    """Whether every ``sleep <marker>`` is gone within ``within`` seconds (polled every 50 ms)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not sleepers(marker):
+            return True
+        await anyio.sleep(0.05)
+    return False
 
 
 async def until(predicate: Any, timeout: float = 10.0) -> None:

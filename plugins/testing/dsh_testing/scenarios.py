@@ -281,21 +281,14 @@ class _Driver:
         await self.run.conn.initialize(protocol_version=int(step.get("protocolVersion", 1)))
 
     async def new_session(self, step: dict[str, Any], n: int) -> None:
-        from acp import RequestError
-
         kw: dict[str, Any] = {}
         if "additionalDirectories" in step:
             kw["additional_directories"] = step["additionalDirectories"]
         cwd = self.run.cwd / step["cwd"] if "cwd" in step else self.run.cwd
         servers = [_mcp_server(s, self.scenario_dir) for s in step.get("mcpServers", [])]
-        try:
-            self.sids.append((await self.run.conn.new_session(cwd=str(cwd), mcp_servers=servers, **kw)).session_id)
-        except RequestError:
-            if not step.get("expectError"):
-                raise
-        else:
-            if step.get("expectError"):
-                raise ScenarioError(f"step {n} ({step.get('op')}): expected an error")
+        created = await self._answer(step, n, self.run.conn.new_session(cwd=str(cwd), mcp_servers=servers, **kw))
+        if created is not None:
+            self.sids.append(created.session_id)
 
     async def prompt(self, step: dict[str, Any], n: int) -> None:
         from acp import text_block
@@ -321,17 +314,22 @@ class _Driver:
     async def cancel(self, step: dict[str, Any], n: int) -> None:
         await self.run.conn.cancel(session_id=self.session(step))
 
-    async def _settle(self, step: dict[str, Any], n: int, call: Awaitable[Any]) -> None:
+    async def _answer(self, step: dict[str, Any], n: int, call: Awaitable[Any]) -> Any:
+        """The answer to ``call``; None when it is an error the step expects (``expectError``)."""
         from acp import RequestError
 
         try:
-            await call
+            answer = await call
         except RequestError:
             if not step.get("expectError"):
                 raise
-        else:
-            if step.get("expectError"):
-                raise ScenarioError(f"step {n} ({step.get('op')}): expected an error")
+            return None
+        if step.get("expectError"):
+            raise ScenarioError(f"step {n} ({step.get('op')}): expected an error")
+        return answer
+
+    async def _settle(self, step: dict[str, Any], n: int, call: Awaitable[Any]) -> None:
+        await self._answer(step, n, call)
         await asyncio.sleep(0.05)  # the updates that follow the answer (config_option_update…) arrive
 
     async def set_config_option(self, step: dict[str, Any], n: int) -> None:

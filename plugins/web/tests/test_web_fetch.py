@@ -8,13 +8,11 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
-import anyio
 import pytest
 
 from dsh_core import hookimpl
-from dsh_core.contracts import AgentSpec
-from dsh_core.types import TextBlock, ToolResultEvent, UserMessage
-from dsh_testing import memory_host
+from dsh_core.types import ToolResultEvent
+from dsh_testing import memory_host, prompt_once
 
 pytestmark = pytest.mark.anyio
 
@@ -85,12 +83,7 @@ async def fetch(scripted, tmp_path, url, *extra, config=None, plugins=("scripted
     script = scripted({"default": [{"tool": "web_fetch", "args": {"url": url}}, {"text": "{tool_result}"}]})
     cfg = {"web": {"allow-private": True, "max-bytes": 100_000}, **(config or {})}
     async with memory_host(script, *extra, plugins=plugins, config=cfg) as host:
-        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        seen: list = []
-        agent.subscribe(lambda a, e: seen.append(e))
-        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-        with anyio.fail_after(30):
-            await agent.wait_idle()
+        _, seen = await prompt_once(host, tmp_path, script)
         (result,) = [e for e in seen if isinstance(e, ToolResultEvent)]
         return result, seen
 

@@ -11,13 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 from urllib.parse import parse_qs, urlsplit
 
-import anyio
 import msgspec
 import pytest
 
-from dsh_core.contracts import AgentSpec
-from dsh_core.types import TextBlock, ToolResultEvent, UserMessage
-from dsh_testing import memory_host
+from dsh_core.types import ToolResultEvent
+from dsh_testing import memory_host, prompt_once
 
 pytestmark = pytest.mark.anyio
 
@@ -67,12 +65,7 @@ async def search(scripted, tmp_path, endpoint, queries):
     config = {"web": {"brave-endpoint": endpoint, "search-results": 3}}
     async with memory_host(script, plugins=("scripted-model", "web", "jsonl-persistence"), config=config) as host:
         assert "web_search" in host.tools and KEY not in repr(host.search_providers["brave"])
-        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        seen: list = []
-        agent.subscribe(lambda a, e: seen.append(e))
-        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-        with anyio.fail_after(30):
-            await agent.wait_idle()
+        _, seen = await prompt_once(host, tmp_path, script)
         (result,) = [e for e in seen if isinstance(e, ToolResultEvent)]
         return result, b"".join(msgspec.json.encode(e) for e in seen)
 

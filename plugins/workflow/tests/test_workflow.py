@@ -12,7 +12,7 @@ from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
 from dsh_core.contracts import AgentSpec
 from dsh_core.types import Note, TextBlock, ToolResultEvent, TurnEnd, UserMessage
-from dsh_testing import memory_host
+from dsh_testing import memory_host, prompt_once
 
 pytestmark = pytest.mark.anyio
 
@@ -46,12 +46,7 @@ def _script(scripted, tool: str, args: dict) -> object:
 
 
 async def _go(host, workspace, script):
-    agent = host.create_agent(AgentSpec(cwd=str(workspace), provider="scripted", model=str(script)))
-    seen: list = []
-    agent.subscribe(lambda a, e: seen.append(e))
-    agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-    with anyio.fail_after(60):
-        await agent.wait_idle()
+    agent, seen = await prompt_once(host, workspace, script, timeout=60)
     (result,) = [e for e in seen if isinstance(e, ToolResultEvent)]
     return agent, seen, result
 
@@ -297,12 +292,7 @@ async def test_the_script_reaches_no_server(scripted, tmp_path, mechanism):
     config = {**_config(mechanism), "code-mode": {"mode": "both"}}
     try:
         async with memory_host(script, plugins=PLUGINS, config=config) as host:
-            agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-            seen: list = []
-            agent.subscribe(lambda a, e: seen.append(e))
-            agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-            with anyio.fail_after(60):
-                await agent.wait_idle()
+            _, seen = await prompt_once(host, tmp_path, script, timeout=60)
             flow, plain = [e.result.content[0].text for e in seen if isinstance(e, ToolResultEvent)]
     finally:
         server.close()

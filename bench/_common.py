@@ -1,0 +1,85 @@
+"""What the tool-path benchmarks share: a scripted model that only answers ``ok``, an in-process host
+with the plugins under test, and a timed tool call through the agent's real tool path.
+
+    async with bench_session(work, ("scripted-model", "sandbox-tools", "jobs"), config) as s:
+        took, out = await s.call("bash", {"command": "true"})   # ms, the ToolOutput (an error raises)
+
+Run the benchmarks as ``python bench/<name>.py``: this directory is then first on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from dsh_core.contracts import AgentSpec
+from dsh_testing import memory_host
+
+
+def ms(t0: float) -> float:
+    """Milliseconds since ``t0`` (a ``time.perf_counter()`` reading)."""
+    return (time.perf_counter() - t0) * 1000
+
+
+def ok_script(work: Path) -> Path:
+    """A scripted-model script in ``work`` whose model says ``ok`` (the tools are called directly)."""
+    script = work / "s.json"
+    script.write_text(json.dumps({"default": [{"text": "ok"}]}))
+    return script
+
+
+def text_of(out: Any) -> str:
+    return "".join(getattr(b, "text", "") for b in out.content)
+
+
+class Caller:
+    """Timed tool calls on one or more agents; call ids count across them all."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+        self.n = 0
+
+    async def call(self, name: str, args: dict, agent: Any = None) -> tuple[float, Any]:
+        """Run one tool call as the loop does; its time in ms and its output. An error result raises."""
+        self.n += 1
+        t0 = time.perf_counter()
+        out = await (agent or self.agent).call_tool(name, args, call_id=f"c{self.n}", turn=1, step=1)
+        took = ms(t0)
+        assert not out.is_error, text_of(out)
+        return took, out
+
+
+@asynccontextmanager
+async def bench_host(work: Path, plugins: tuple[str, ...], config: dict[str, Any]) -> AsyncIterator[tuple[Any, Any]]:
+    """An in-process host with ``plugins`` (the scripted model first) and one agent in ``work``."""
+    script = ok_script(work)
+    async with memory_host(script, plugins=plugins, config=config) as host:
+        yield host, new_agent(host, work)
+
+
+def new_agent(host: Any, work: Path) -> Any:
+    script = work / "s.json"
+    return host.create_agent(AgentSpec(cwd=str(work), provider="scripted", model=str(script)))
+
+
+@asynccontextmanager
+async def bench_session(work: Path, plugins: tuple[str, ...], config: dict[str, Any]) -> AsyncIterator[Caller]:
+    """``bench_host`` with a ``Caller`` on its agent (``.agent``, ``.call``)."""
+    async with bench_host(work, plugins, config) as (_, agent):
+        yield Caller(agent)
+
+
+def run_main(main: Callable[[int, str], Coroutine[Any, Any, None]], doc: str, repeat: int) -> None:
+    """The command line of a tool-path benchmark: ``--repeat N`` (default ``repeat``) and
+    ``--mechanism auto|bwrap|landlock``, then ``main(repeat, mechanism)``."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=repeat)
+    ap.add_argument("--mechanism", default="auto", choices=["auto", "bwrap", "landlock"])
+    a = ap.parse_args()
+    asyncio.run(main(a.repeat, a.mechanism))

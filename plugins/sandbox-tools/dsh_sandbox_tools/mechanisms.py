@@ -51,17 +51,23 @@ def bwrap_argv(argv: list[str], roots: list[str], cwd: str) -> list[str]:
         out += ["--bind", r, r]
     secrets = str(credentials_home())
     if os.path.isdir(secrets):  # a login's stored key: an empty directory in its place, over any bind
-        out += ["--tmpfs", secrets]  # (Landlock alone cannot do this: it only grants, and reads are granted)
+        out += ["--tmpfs", secrets]  # (Landlock grants reads beside it instead: landlock_rules)
     out += ["--chdir", cwd, "--", *argv]
     return out
 
 
-def landlock_argv(argv: list[str], roots: list[str]) -> list[str]:
-    out = [sys.executable, "-I", "-S", LAUNCHER]
+def landlock_rules(roots: list[str]) -> list[str]:
+    """The Landlock launcher's (and the command server's) rule arguments: write beneath ``roots``
+    and to /dev/null, and read everything but the stored-credentials directory (``--hide``: Landlock
+    only grants, so the launcher grants reads beside it; see ``_landlock_exec.hide_rules``)."""
+    out: list[str] = []
     for r in roots:
         out += ["--rw", r]
-    out += ["--rw-file", "/dev/null", "--", *argv]
-    return out
+    return [*out, "--rw-file", "/dev/null", "--hide", str(credentials_home())]
+
+
+def landlock_argv(argv: list[str], roots: list[str]) -> list[str]:
+    return [sys.executable, "-I", "-S", LAUNCHER, *landlock_rules(roots), "--", *argv]
 
 
 @dataclass

@@ -175,7 +175,8 @@ async def test_file_tools_write_inside_root_and_temp(root: Path) -> None:
     [
         "bwrap",
         pytest.param("landlock", marks=pytest.mark.xfail(
-            strict=True, reason="known gap: Landlock (ABI ≤ 7) does not govern chmod/chown/utimes")),
+            strict=True, reason="documented gap (plugins/sandbox-tools/README.md, \"Landlock: what it cannot confine\"): "
+                                "Landlock (ABI ≤ 7) has no right for chmod/chown/utimes; install bubblewrap")),
     ],
 )
 async def test_metadata_changes_outside(mechanism: str, root: Path, outside: Path) -> None:

@@ -170,6 +170,11 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def _under(base: str, rel: str) -> str:
+    """``base``/``rel`` normalised (never the ``//`` that ``normpath`` keeps when ``base`` is ``/``)."""
+    return "/" + os.path.normpath(os.path.join(base, rel)).lstrip("/")
+
+
 def _unescape(field: str) -> str:
     """A /proc/self/mountinfo path field (space, tab, newline and backslash are octal escapes)."""
     if "\\" not in field:
@@ -201,12 +206,12 @@ def mount_aliases(path: str, mountinfo: str = "/proc/self/mountinfo") -> list[st
     if best is None:
         return []
     dev, root, point = best
-    in_fs = os.path.normpath(root + "/" + os.path.relpath(path, point))
+    in_fs = _under(root, os.path.relpath(path, point))
     out = []
     for m in mounts:
         if m is best or m[0] != dev or not _inside(in_fs, m[1]):
             continue
-        alias = os.path.normpath(m[2] + "/" + os.path.relpath(in_fs, m[1]))
+        alias = _under(m[2], os.path.relpath(in_fs, m[1]))
         if alias != path and alias not in out:
             out.append(alias)
     return out

@@ -175,7 +175,7 @@ async def test_file_tools_write_inside_root_and_temp(root: Path) -> None:
     [
         "bwrap",
         pytest.param("landlock", marks=pytest.mark.xfail(
-            strict=True, reason="documented gap (plugins/sandbox-tools/README.md, \"Landlock: what it cannot confine\"): "
+            strict=True, reason="documented gap (plugins/sandbox-tools/README.md, \"Landlock: the stored key, and what it cannot confine\"): "
                                 "Landlock (ABI ≤ 7) has no right for chmod/chown/utimes; install bubblewrap")),
     ],
 )

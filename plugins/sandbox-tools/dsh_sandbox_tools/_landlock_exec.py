@@ -32,7 +32,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 SYS_CREATE_RULESET = 444  # the same number on every architecture (unified syscall table)
 SYS_ADD_RULE = 445
@@ -264,12 +264,10 @@ def hidden_in_force(hidden: list[str], rw_dirs: list[str]) -> list[str]:
     return out
 
 
-def restrict(rw_dirs: list[str], rw_files: list[str], *, fatal: bool = True, hidden: list[str] = ()) -> int:
-    """Confine this process (and everything it execs) to writing only the given paths, and to
-    reading everything but the ``hidden`` paths.
-
-    A failure exits (125) when ``fatal``, else raises ``OSError`` (the command server reports it)."""
-    fail = _fail if fatal else _raise
+def build_ruleset(rw_dirs: list[str], rw_files: list[str], hidden: Sequence[str] = (),
+                  fail: Callable[[str], None] = _raise) -> tuple[int, int]:
+    """(the ruleset's descriptor, the ABI): writes beneath ``rw_dirs`` and to ``rw_files``, reads
+    everywhere but the ``hidden`` paths. Built, not applied (``restrict`` applies it)."""
     abi = abi_version()
     if abi < 1:
         fail("Landlock is not available in this kernel")
@@ -295,6 +293,16 @@ def restrict(rw_dirs: list[str], rw_files: list[str], *, fatal: bool = True, hid
         os.close(fd)
         if r < 0 and not (flags == os.O_NOFOLLOW and err == 22):  # EINVAL: it became a file or a symlink since
             fail(f"landlock_add_rule({path}) failed: {os.strerror(err)}")
+    return ruleset, abi
+
+
+def restrict(rw_dirs: list[str], rw_files: list[str], *, fatal: bool = True, hidden: Sequence[str] = ()) -> int:
+    """Confine this process (and everything it execs) to writing only the given paths, and to
+    reading everything but the ``hidden`` paths.
+
+    A failure exits (125) when ``fatal``, else raises ``OSError`` (the command server reports it)."""
+    fail = _fail if fatal else _raise
+    ruleset, abi = build_ruleset(rw_dirs, rw_files, hidden, fail)
     drop_capabilities(fail)
     if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         fail(f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")

@@ -11,9 +11,9 @@ stored-credentials directory): Landlock only grants, so reads are then handled t
 granted on everything *beside* the path to it — every entry of ``/`` and of each directory
 on the way down, minus the next step and the hidden path itself (``hide_rules``). The
 ancestors themselves get ``READ_DIR`` only (``ls ~`` works, names are visible); a file
-created in one of them after the ruleset was built is not readable by the confined tree. ``no_new_privs`` is set first, so
-setuid binaries cannot regain anything. Failure to confine is fatal: exit 125 with a
-``landlock-run:`` line on stderr, never an unconfined exec.
+created in one of them after the ruleset was built is not readable by the confined tree.
+``no_new_privs`` is set first, so setuid binaries cannot regain anything. Failure to confine
+is fatal: exit 125 with a ``landlock-run:`` line on stderr, never an unconfined exec.
 
 Beyond files, because Landlock alone has no pid namespace:
 

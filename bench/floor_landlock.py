@@ -74,7 +74,7 @@ def rows(quick: bool = False) -> list[dict]:
         note = "this kernel has no working Landlock"
         return [{"figure": "sandboxed bash true, stored key hidden (Landlock)", "dsh": note, "floor": "-",
                  "goal": "-", "met": None}]
-    calls, rounds, builds = (10, 1, 50) if quick else (40, 3, 500)
+    calls, rounds, builds = (10, 1, 50) if quick else (60, 7, 500)
     saved = {k: os.environ.get(k) for k in ("DSH_SANDBOX_MECHANISM", "DSH_CONFIG_HOME", "DSH_PERMISSION_MODE")}
     tmp = Path(tempfile.mkdtemp(prefix="dsh-bench-landlock-"))
     outside = Path(tempfile.mkdtemp(prefix="dsh-bench-config-", dir="/var/tmp"))  # as ~/.config/dsh: no root holds it

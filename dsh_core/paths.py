@@ -30,8 +30,8 @@ def config_home() -> Path:
 
 def credentials_home() -> Path:
     """Where a provider's login keeps a credential when no OS keyring is available (files only
-    the user can read). Sandboxed commands must not read it: sandbox-tools hides it where the
-    mechanism can (bubblewrap)."""
+    the user can read). Sandboxed commands must not read it: sandbox-tools hides it (a tmpfs over
+    it under bubblewrap, reads granted only beside it under Landlock)."""
     return config_home() / "credentials"
 
 

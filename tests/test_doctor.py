@@ -64,6 +64,8 @@ def test_without_bubblewrap_the_real_probe_falls_back_to_landlock_or_fails(tmp_p
     if abi >= 1:
         assert (code, sandbox["status"]) == (0, "ok" if abi >= 3 else "warn"), out + err
         assert sandbox["detail"].startswith(f"Landlock ABI {abi} confines bash in workspace-write mode")
+        assert "not confined by Landlock: chmod/chown/touch of files outside" in sandbox["detail"]
+        assert "to confine metadata too" in sandbox["fix"]
     else:
         assert (code, sandbox["status"]) == (1, "fail"), out + err
         assert sandbox["detail"].startswith("none usable")

@@ -59,15 +59,7 @@ async def test_the_server_writes_nowhere_outside_the_roots_and_by_default_nowher
     assert list(outside.iterdir()) == []
 
 
-@pytest.mark.parametrize(
-    "mechanism",
-    [
-        "bwrap",
-        pytest.param("landlock", marks=pytest.mark.xfail(
-            strict=True, reason="known gap (as for bash): Landlock only grants rights, and reads are granted "
-                                "everywhere, so a key `dsh auth login` stored in a file stays readable")),
-    ],
-)
+@pytest.mark.parametrize("mechanism", MECHANISMS)
 async def test_a_key_stored_by_login_is_hidden_from_the_server(lsp_host, workspace, mechanism):
     require_mechanism(mechanism)
     creds = credentials_home()

@@ -3,7 +3,7 @@
 Run as a standalone script (stdlib + ctypes only), already inside bubblewrap or with Landlock
 applied by itself before it accepts work::
 
-    python3 -I -S _cmdserver.py --reaping PATH [--landlock --rw DIR … --rw-file FILE …] CONTROL_FD
+    python3 -I -S _cmdserver.py --reaping PATH [--landlock --rw DIR … --rw-file FILE … --hide DIR …] CONTROL_FD
 
 Confinement is inherited by everything it forks, so a command costs a fork and an exec instead
 of a new bubblewrap or Python launcher (about 1 ms instead of 12–35 ms).
@@ -176,6 +176,7 @@ def _load(name: str, path: str):
 def main(argv: list[str]) -> None:
     rw_dirs: list[str] = []
     rw_files: list[str] = []
+    hidden: list[str] = []
     landlock = False
     reaping_path = ""
     i = 0
@@ -183,11 +184,11 @@ def main(argv: list[str]) -> None:
         if argv[i] == "--landlock":
             landlock = True
             i += 1
-        elif argv[i] in ("--rw", "--rw-file", "--reaping") and i + 2 < len(argv):
+        elif argv[i] in ("--rw", "--rw-file", "--hide", "--reaping") and i + 2 < len(argv):
             if argv[i] == "--reaping":
                 reaping_path = argv[i + 1]
             else:
-                (rw_dirs if argv[i] == "--rw" else rw_files).append(argv[i + 1])
+                {"--rw": rw_dirs, "--rw-file": rw_files, "--hide": hidden}[argv[i]].append(argv[i + 1])
             i += 2
         else:
             break
@@ -203,7 +204,7 @@ def main(argv: list[str]) -> None:
         landlock_exec = _load("dsh_landlock_exec",
                               os.path.join(os.path.dirname(os.path.abspath(__file__)), "_landlock_exec.py"))
         try:
-            landlock_exec.restrict(rw_dirs, rw_files, fatal=False)
+            landlock_exec.restrict(rw_dirs, rw_files, fatal=False, hidden=hidden)
         except OSError as exc:
             control.send(f"error {exc}".encode()[:MAX_MSG])
             return

@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.doctor import Finding
 
 INSTALL_BWRAP = "apt-get install -y bubblewrap   (Debian/Ubuntu package: bubblewrap)"
+METADATA_GAP = "not confined by Landlock: chmod/chown/touch of files outside the writable roots (contents are)"
 
 
 class SandboxCheck:
@@ -42,8 +43,13 @@ class SandboxCheck:
         if runner.partial:
             return Finding(self.name, "warn", f"{detail}; partial: {runner.detail} cannot confine truncation",
                            INSTALL_BWRAP)
-        if runner.name == "landlock" and bwrap_missing:
-            return Finding(self.name, "ok", detail, f"optional, for a read-only root and a pid namespace: {INSTALL_BWRAP}")
+        if runner.name == "landlock":
+            # Landlock (ABI <= 7) has no right for file metadata: chmod, chown and utimes of a file outside
+            # the roots are not confined; only bubblewrap's read-only root refuses them (README: Landlock gaps).
+            detail += f"; {METADATA_GAP}"
+            if bwrap_missing:
+                return Finding(self.name, "ok", detail,
+                               f"optional, to confine metadata too, for a read-only root and a pid namespace: {INSTALL_BWRAP}")
         return Finding(self.name, "ok", detail)
 
 

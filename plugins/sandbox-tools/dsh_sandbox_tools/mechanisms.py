@@ -8,6 +8,7 @@ confined tiers refuse to run commands ("sandbox unavailable"), never run unconfi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -34,13 +35,14 @@ class Runner:
     partial: bool = False
     denial: str = ""  # how a denied write reads: EROFS for bwrap, EACCES for Landlock
 
-    def wrap(self, argv: list[str], roots: list[str], cwd: str) -> list[str]:
+    def wrap(self, argv: list[str], roots: list[str], cwd: str, *, probe: bool = False) -> list[str]:
         if self.name == "bwrap":
-            return bwrap_argv(argv, roots, cwd)
+            return bwrap_argv(argv, roots, cwd, probe=probe)
         return landlock_argv(argv, roots)
 
 
-def bwrap_argv(argv: list[str], roots: list[str], cwd: str) -> list[str]:
+def bwrap_argv(argv: list[str], roots: list[str], cwd: str, *, probe: bool = False) -> list[str]:
+    """``probe``: the one-time probe (``dsh doctor`` too), which creates nothing."""
     bwrap = shutil.which("bwrap") or "bwrap"
     # --cap-drop ALL matters when the harness runs as root: bwrap otherwise keeps every capability
     # inside, and CAP_SYS_ADMIN can simply `mount -o remount,rw /`.
@@ -50,18 +52,29 @@ def bwrap_argv(argv: list[str], roots: list[str], cwd: str) -> list[str]:
     for r in sorted(roots, key=lambda p: (p.count("/"), p)):
         out += ["--bind", r, r]
     secrets = str(credentials_home())
+    if not probe and not os.path.isdir(secrets):
+        # made now (empty, owner-only) so that a key `dsh auth login` stores while this sandbox runs
+        # lands under the tmpfs too: / is bound live, and a directory made later would show through
+        with contextlib.suppress(OSError):
+            os.makedirs(secrets, mode=0o700, exist_ok=True)
     if os.path.isdir(secrets):  # a login's stored key: an empty directory in its place, over any bind
-        out += ["--tmpfs", secrets]  # (Landlock alone cannot do this: it only grants, and reads are granted)
+        out += ["--tmpfs", secrets]  # (Landlock grants reads beside it instead: landlock_rules)
     out += ["--chdir", cwd, "--", *argv]
     return out
 
 
-def landlock_argv(argv: list[str], roots: list[str]) -> list[str]:
-    out = [sys.executable, "-I", "-S", LAUNCHER]
+def landlock_rules(roots: list[str]) -> list[str]:
+    """The Landlock launcher's (and the command server's) rule arguments: write beneath ``roots``
+    and to /dev/null, and read everything but the stored-credentials directory (``--hide``: Landlock
+    only grants, so the launcher grants reads beside it; see ``_landlock_exec.hide_rules``)."""
+    out: list[str] = []
     for r in roots:
         out += ["--rw", r]
-    out += ["--rw-file", "/dev/null", "--", *argv]
-    return out
+    return [*out, "--rw-file", "/dev/null", "--hide", str(credentials_home())]
+
+
+def landlock_argv(argv: list[str], roots: list[str]) -> list[str]:
+    return [sys.executable, "-I", "-S", LAUNCHER, *landlock_rules(roots), "--", *argv]
 
 
 @dataclass
@@ -84,7 +97,7 @@ def _probe_one(runner: Runner) -> str | None:
             'echo ok > "$1/probe"; mount -o remount,rw / >/dev/null 2>&1; mount -o remount,bind,rw / >/dev/null 2>&1; '
             'echo bad > "$2/probe" 2>/dev/null; exit 0'
         )
-        argv = runner.wrap(["/bin/sh", "-c", script, "sh", inside, beside], [inside], inside)
+        argv = runner.wrap(["/bin/sh", "-c", script, "sh", inside, beside], [inside], inside, probe=True)
         try:
             proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=20, start_new_session=True)
         except (OSError, subprocess.TimeoutExpired) as exc:

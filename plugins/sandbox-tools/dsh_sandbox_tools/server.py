@@ -48,17 +48,14 @@ class ServerError(Exception):
 def server_argv(runner: Any, roots: list[str], cwd: str, fd: int) -> list[str]:
     """The argv that starts a command server confined like ``runner.wrap`` would confine a command
     (``runner`` None: unconfined, for danger-full-access jobs that still need the reaper)."""
-    from .mechanisms import bwrap_argv
+    from .mechanisms import bwrap_argv, landlock_rules
 
     base = [sys.executable, "-I", "-S", SERVER, "--reaping", reaping.PATH]
     if runner is None:
         return [*base, str(fd)]
     if runner.name == "bwrap":
         return bwrap_argv([*base, str(fd)], roots, cwd)
-    out = [*base, "--landlock"]
-    for r in roots:
-        out += ["--rw", r]
-    return [*out, "--rw-file", "/dev/null", str(fd)]
+    return [*base, "--landlock", *landlock_rules(roots), str(fd)]
 
 
 class CommandServer:

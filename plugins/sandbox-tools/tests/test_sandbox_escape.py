@@ -175,7 +175,8 @@ async def test_file_tools_write_inside_root_and_temp(root: Path) -> None:
     [
         "bwrap",
         pytest.param("landlock", marks=pytest.mark.xfail(
-            strict=True, reason="known gap: Landlock (ABI ≤ 7) does not govern chmod/chown/utimes")),
+            strict=True, reason="documented gap (plugins/sandbox-tools/README.md, \"Landlock: the stored key, and what it cannot confine\"): "
+                                "Landlock (ABI ≤ 7) has no right for chmod/chown/utimes; install bubblewrap")),
     ],
 )
 async def test_metadata_changes_outside(mechanism: str, root: Path, outside: Path) -> None:
@@ -186,15 +187,7 @@ async def test_metadata_changes_outside(mechanism: str, root: Path, outside: Pat
     assert (after.st_mode, after.st_mtime) == (before.st_mode, before.st_mtime)
 
 
-@pytest.mark.parametrize(
-    "mechanism",
-    [
-        "bwrap",
-        pytest.param("landlock", marks=pytest.mark.xfail(
-            strict=True, reason="known gap: Landlock only grants rights, and reads are granted everywhere, so a key "
-                                "`dsh auth login` stored in a file stays readable (the OS keyring is not a file)")),
-    ],
-)
+@pytest.mark.parametrize("mechanism", mechanisms())
 async def test_a_key_stored_by_login_is_hidden_from_commands(mechanism: str, root: Path) -> None:
     from dsh_core.paths import credentials_home
 

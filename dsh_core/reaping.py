@@ -5,11 +5,13 @@ leaves behind, setsid'd or double-forked, is re-parented to it. It watches the c
 and the call socket, then kills and reaps everything before it reports ``exit <code>``; end of
 file on the call socket means kill, so a call never outlives whoever asked for it.
 
-Two confined scripts use it: sandbox-tools' command server (``_cmdserver.py``: a forked command
-per ``bash`` call) and code mode's warm runtime (``_warm.py``: a forked program per run). They
-run with ``python -I -S`` inside the sandbox and cannot import dsh_core, so they load this file
-by path (``PATH``, handed to them on their command line). ``recv_datagram`` is the host's side
-of the call socket.
+It is also the confined side of a warm server (``dsh_core/warmserver.py`` is the host's):
+``serve`` keeps one reaper forked in advance, waiting for the next piece of work, and ``finish``
+ends a call. Two confined scripts use it: sandbox-tools' command server (``_cmdserver.py``: a
+forked command per ``bash`` call) and code mode's warm runtime (``_warm.py``: a forked program
+per run). They run with ``python -I -S`` inside the sandbox and cannot import dsh_core, so they
+load this file by path (``PATH``, handed to them on their command line). ``recv_datagram`` is
+the host's side of the call socket.
 """
 
 from __future__ import annotations
@@ -124,6 +126,105 @@ def exit_code(status: int) -> int:
 def report(call: socket.socket, code: int) -> None:
     with contextlib.suppress(OSError):
         call.send(b"exit %d" % code)
+
+
+def finish(leader: int, call: socket.socket, on_message: Callable[[bytes], bool] = lambda msg: True,
+           status: int | None = None) -> None:
+    """A reaper's whole job once its leader runs (``leader`` 0 with ``status``: it could not
+    start): watch it, then kill and reap everything of the call and report ``exit <code>``."""
+    if status is None:
+        watch(leader, call, on_message)
+    reaped = reap_all(leader)
+    if reaped is not None:
+        status = reaped
+    report(call, exit_code(status) if status is not None else 0)
+
+
+def load(name: str, path: str):
+    """A module by path (the confined scripts run with -I -S, outside any package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def serve(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int],
+          handle: Callable[[bytes, list[int]], None], *, prefork: bool = True) -> None:
+    """A warm server's loop: each message on ``control`` (one of ``words`` with ``nfds[0]`` to
+    ``nfds[1]`` descriptors; anything else is dropped) is run as ``handle(word, fds)`` in a fork
+    of the server, its reaper. ``prefork``: that fork is made in advance and takes the message
+    itself, telling the server, which forks the next one at once — no fork is on a call's
+    critical path (the command server); else the server forks once the message came (the warm
+    runtime, whose runs are made ready in advance anyway). End-of-file on ``control`` ends the
+    server. The server's SIGCHLD should be ignored (reapers are reaped by the kernel); a reaper
+    gets the default back."""
+    while prefork:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                os.close(r)
+                _take_one(control, w, words, nfds, handle)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        os.close(w)
+        try:
+            said = os.read(r, 1)  # b"" once the reaper took a message (it closed its end)
+        finally:
+            os.close(r)
+        if said:
+            return
+    while taken := _next(control, words, nfds):
+        word, fds = taken
+        if os.fork() == 0:
+            code = 0
+            try:
+                _handle(control, word, fds, handle)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        for fd in fds:
+            os.close(fd)
+
+
+def _next(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int]) -> tuple[bytes, list[int]] | None:
+    """The next well-formed message on ``control``; None at end-of-file."""
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(control, MAX_MSG, nfds[1])
+        except InterruptedError:
+            continue
+        except OSError:
+            return None
+        if not msg:
+            return None
+        if msg in words and nfds[0] <= len(fds) <= nfds[1]:
+            return msg, fds
+        for fd in fds:
+            os.close(fd)
+
+
+def _handle(control: socket.socket, word: bytes, fds: list[int], handle: Callable[[bytes, list[int]], None]) -> None:
+    control.close()
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    handle(word, fds)
+
+
+def _take_one(control: socket.socket, taken: int, words: tuple[bytes, ...], nfds: tuple[int, int],
+              handle: Callable[[bytes, list[int]], None]) -> None:
+    got = _next(control, words, nfds)
+    if got is None:
+        os.write(taken, b"E")  # the host closed the session (or died): the server ends too
+        return
+    os.close(taken)
+    _handle(control, *got, handle)
 
 
 async def recv_datagram(sock: socket.socket) -> bytes:

@@ -152,13 +152,19 @@ def load(name: str, path: str):
 
 
 def serve(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int],
-          handle: Callable[[bytes, list[int]], None], *, prefork: bool = True) -> None:
+          handle: Callable[[bytes, list[int], Callable[[], None]], None], *, prefork: bool = True,
+          prepare: Callable[[], None] | None = None) -> None:
     """A warm server's loop: each message on ``control`` (one of ``words`` with ``nfds[0]`` to
-    ``nfds[1]`` descriptors; anything else is dropped) is run as ``handle(word, fds)`` in a fork
-    of the server, its reaper. ``prefork``: that fork is made in advance and takes the message
-    itself, telling the server, which forks the next one at once — no fork is on a call's
-    critical path (the command server); else the server forks once the message came (the warm
-    runtime, whose runs are made ready in advance anyway). End-of-file on ``control`` ends the
+    ``nfds[1]`` descriptors; anything else is dropped) is run as ``handle(word, fds, release)``
+    in a fork of the server, its reaper. ``prefork``: that fork is made in advance and takes the
+    message itself — no fork is on a call's critical path (the command server); it calls
+    ``release()`` once past its own critical part (its command spawned), and only then does the
+    server fork the next one, so that fork does not compete with the call for a CPU (a call sent
+    meanwhile waits in the socket for it); returning or dying releases too. Without ``prefork``
+    the server forks once the message came and ``release`` does nothing (the warm runtime, whose
+    runs are made ready in advance anyway). ``prepare()``: run in a pre-forked reaper before it
+    waits (what need not be on the call's path: becoming a subreaper, touching what the call
+    will touch so its copy-on-write faults are paid while idle). End-of-file on ``control`` ends the
     server. The server's SIGCHLD should be ignored (reapers are reaped by the kernel); a reaper
     gets the default back."""
     while prefork:
@@ -168,6 +174,8 @@ def serve(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int
             code = 0
             try:
                 os.close(r)
+                if prepare is not None:
+                    prepare()
                 _take_one(control, w, words, nfds, handle)
             except BaseException:
                 code = 1
@@ -184,7 +192,7 @@ def serve(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int
         if os.fork() == 0:
             code = 0
             try:
-                _handle(control, word, fds, handle)
+                _handle(control, word, fds, handle, lambda: None)
             except BaseException:
                 code = 1
             os._exit(code)
@@ -209,22 +217,31 @@ def _next(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int
             os.close(fd)
 
 
-def _handle(control: socket.socket, word: bytes, fds: list[int], handle: Callable[[bytes, list[int]], None]) -> None:
+def _handle(control: socket.socket, word: bytes, fds: list[int],
+            handle: Callable[[bytes, list[int], Callable[[], None]], None], release: Callable[[], None]) -> None:
     control.close()
     for fd in fds:
         os.set_inheritable(fd, False)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    handle(word, fds)
+    handle(word, fds, release)
 
 
 def _take_one(control: socket.socket, taken: int, words: tuple[bytes, ...], nfds: tuple[int, int],
-              handle: Callable[[bytes, list[int]], None]) -> None:
+              handle: Callable[[bytes, list[int], Callable[[], None]], None]) -> None:
     got = _next(control, words, nfds)
     if got is None:
         os.write(taken, b"E")  # the host closed the session (or died): the server ends too
         return
-    os.close(taken)
-    _handle(control, *got, handle)
+    held = [taken]
+
+    def release() -> None:  # closing it (b"" on the server's side) says: fork the next reaper
+        if held:
+            os.close(held.pop())
+
+    try:
+        _handle(control, *got, handle, release)
+    finally:
+        release()
 
 
 async def recv_datagram(sock: socket.socket) -> bytes:

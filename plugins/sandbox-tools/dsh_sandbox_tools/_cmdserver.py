@@ -33,6 +33,7 @@ before it answers ``exit``. End-of-file on the control socket ends the server.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import os
@@ -58,13 +59,12 @@ _DEFAULT_SIGNALS = [s for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, 
 
 
 def _reaper(reaping, request: dict, out_fd: int, call: socket.socket, err_fd: int | None = None,
-            in_fd: int | None = None) -> None:
-    """The per-call process: spawn the command, relay "term", kill and reap everything."""
-    reaping.become_subreaper()
+            in_fd: int | None = None, release=lambda: None) -> None:
+    """The per-call process (a subreaper already): spawn the command, relay "term", kill and reap everything."""
     leader, leader_status = _spawn(request, out_fd, err_fd, in_fd)
-    for fd in (out_fd, err_fd, in_fd):
-        if fd is not None:
-            os.close(fd)
+    release()  # the server forks the next reaper now, not while this call was being spawned
+    if in_fd is not None:
+        os.close(in_fd)
 
     def on_message(msg: bytes) -> bool:  # "term": SIGTERM and keep watching; anything else: kill
         if msg == b"term":
@@ -73,8 +73,12 @@ def _reaper(reaping, request: dict, out_fd: int, call: socket.socket, err_fd: in
         return True
 
     # Nothing of the call outlives it: the group (while the zombie leader holds its id), then every
-    # process re-parented to this subreaper, until none is left.
+    # process re-parented to this subreaper, until none is left. The output pipes are closed only
+    # after the report: the harness sees their end-of-file with the "exit", in one wake-up.
     reaping.finish(leader, call, on_message, leader_status)
+    for fd in (out_fd, err_fd):
+        if fd is not None:
+            os.close(fd)
 
 
 def _spawn(request: dict, out_fd: int, err_fd: int | None = None, in_fd: int | None = None) -> tuple[int, int | None]:
@@ -97,7 +101,14 @@ def _spawn(request: dict, out_fd: int, err_fd: int | None = None, in_fd: int | N
     return leader, None
 
 
-def _call(reaping, fds: list[int]) -> None:
+def _prepare(reaping) -> None:
+    """A pre-forked reaper, before it waits: what a call needs that is the same for every call."""
+    gc.disable()  # a collection would touch (and so copy) every object shared with the server
+    reaping.become_subreaper()  # harmless while it has no child
+    json.loads('{"argv": ["true"], "cwd": "/", "env": {"PATH": "/bin"}, "stderr": true, "stdin": false}')
+
+
+def _call(reaping, fds: list[int], release) -> None:
     """One taken request (in its pre-forked reaper): read it, check it, run it."""
     memfd, out_fd, call_fd, *extra = fds
     call = socket.socket(fileno=call_fd)
@@ -115,7 +126,7 @@ def _call(reaping, fds: list[int]) -> None:
     in_fd = extra.pop(0) if request.get("stdin") and extra else None
     if extra or (request.get("stderr") and err_fd is None) or (request.get("stdin") and in_fd is None):
         return  # descriptors and flags disagree: lose the call rather than guess
-    _reaper(reaping, request, out_fd, call, err_fd, in_fd)
+    _reaper(reaping, request, out_fd, call, err_fd, in_fd, release)
 
 
 def _load(name: str, path: str):  # dsh_core/reaping.py by path (-I -S: outside any package); it loads the rest
@@ -160,7 +171,8 @@ def main(argv: list[str]) -> None:
             control.send(f"error {exc}".encode()[:MAX_MSG])
             return
     control.send(b"ready")
-    reaping.serve(control, (b"run",), (3, 5), lambda _word, fds: _call(reaping, fds))
+    reaping.serve(control, (b"run",), (3, 5), lambda _word, fds, release: _call(reaping, fds, release),
+                  prepare=lambda: _prepare(reaping))
 
 
 if __name__ == "__main__":

@@ -108,6 +108,7 @@ class _Call:
         self.in_r, self.in_w = os.pipe2(os.O_CLOEXEC) if stdin is not None else (-1, -1)
         self.line = CallSocket()
         self.drained = anyio.Event()
+        self.draining = 0
         self.finished = False
         self.code: int | None = None
         self.timed_out = False
@@ -141,30 +142,43 @@ class _Call:
             self.err_sink.close()
 
     async def _drain(self, fd: int, into: _Sink | HeadSink) -> None:
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                await anyio.wait_readable(fd)
-                continue
-            if not chunk:
-                return
-            into.feed(chunk)
-            if self.tap is not None:
-                self.tap(chunk)
-
-    async def _reader(self) -> None:
         try:
-            async with anyio.create_task_group() as both:
-                both.start_soon(self._drain, self.out_r, self.sink)
-                if self.err_sink is not None:
-                    both.start_soon(self._drain, self.err_r, self.err_sink)
+            while True:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    await anyio.wait_readable(fd)
+                    continue
+                if not chunk:
+                    return
+                into.feed(chunk)
+                if self.tap is not None:
+                    self.tap(chunk)
         finally:
-            self.drained.set()
+            self.draining -= 1
+            if not self.draining:
+                self.drained.set()
 
-    async def _writer(self, data: bytes) -> None:
-        """The command's stdin: written, then closed (EOF); one that does not read it is fine."""
-        view = memoryview(data)
+    def _write_now(self) -> memoryview | None:
+        """As much of the command's stdin as the pipe takes now (all of a hook's payload, usually:
+        then it is closed at once and no writer task is needed); what is left, else None."""
+        if self.stdin is None:
+            return None
+        view = memoryview(self.stdin)
+        try:
+            view = view[os.write(self.in_w, view):]
+        except BlockingIOError:
+            pass
+        except OSError:
+            view = view[:0]  # EPIPE: it exited or closed its stdin
+        if view:
+            return view
+        os.close(self.in_w)
+        self.in_w = -1
+        return None
+
+    async def _writer(self, view: memoryview) -> None:
+        """The rest of the command's stdin: written, then closed (EOF); one that does not read it is fine."""
         try:
             while view:
                 try:
@@ -200,9 +214,13 @@ class _Call:
                 os.set_blocking(fd, False)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._reader)
-                if self.stdin is not None:
-                    tg.start_soon(self._writer, self.stdin)
+                drains = [(self.out_r, self.sink), *([(self.err_r, self.err_sink)] if self.err_sink is not None else [])]
+                self.draining = len(drains)
+                for fd, sink in drains:
+                    tg.start_soon(self._drain, fd, sink)
+                rest = self._write_now()
+                if rest is not None:
+                    tg.start_soon(self._writer, rest)
                 with anyio.move_on_after(timeout_s) as deadline:
                     if stop is not None:
                         tg.start_soon(self._watch_stop, stop, deadline)

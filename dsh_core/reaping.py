@@ -151,53 +151,93 @@ def load(name: str, path: str):
     return module
 
 
+SPARE_REAPERS = 2  # idle reapers a server keeps at most
+CALLS_PER_REAPER = 1000  # then it exits and a fresh fork of the server takes its place
+
+
 def serve(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int],
-          handle: Callable[[bytes, list[int], Callable[[], None]], None], *, prefork: bool = True,
+          handle: Callable[[bytes, list[int]], None], *, prefork: bool = True,
           prepare: Callable[[], None] | None = None) -> None:
     """A warm server's loop: each message on ``control`` (one of ``words`` with ``nfds[0]`` to
-    ``nfds[1]`` descriptors; anything else is dropped) is run as ``handle(word, fds, release)``
-    in a fork of the server, its reaper. ``prefork``: that fork is made in advance and takes the
-    message itself — no fork is on a call's critical path (the command server); it calls
-    ``release()`` once past its own critical part (its command spawned), and only then does the
-    server fork the next one, so that fork does not compete with the call for a CPU (a call sent
-    meanwhile waits in the socket for it); returning or dying releases too. Without ``prefork``
-    the server forks once the message came and ``release`` does nothing (the warm runtime, whose
-    runs are made ready in advance anyway). ``prepare()``: run in a pre-forked reaper before it
-    waits (what need not be on the call's path: becoming a subreaper, touching what the call
-    will touch so its copy-on-write faults are paid while idle). End-of-file on ``control`` ends the
-    server. The server's SIGCHLD should be ignored (reapers are reaped by the kernel); a reaper
-    gets the default back."""
-    while prefork:
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                os.close(r)
-                if prepare is not None:
-                    prepare()
-                _take_one(control, w, words, nfds, handle)
-            except BaseException:
-                code = 1
-            os._exit(code)
-        os.close(w)
+    ``nfds[1]`` descriptors; anything else is dropped) is run as ``handle(word, fds)`` in a
+    reaper, a fork of the server. ``handle`` owns ``fds`` and closes them all.
+
+    ``prefork`` (the command server): reapers are forked in advance and serve call after call;
+    one waits on ``control`` whenever none is busy, so neither a fork nor a process's first
+    copy-on-write faults are on a call's path. A reaper tells the server when it takes a call
+    (the server forks another only when no reaper is left waiting) and when it waits again; at
+    most ``SPARE_REAPERS`` wait (one more exits after its call). ``prepare()`` runs once in each
+    reaper before its first wait (e.g. becoming a subreaper). Without ``prefork`` (the warm
+    runtime, whose runs are made ready in advance anyway) the server forks one reaper per
+    message, which ends with it. End-of-file on ``control`` ends the server; calls still
+    running keep their reapers. The server's SIGCHLD should be ignored (reapers are reaped by
+    the kernel); a reaper gets the default back."""
+    if not prefork:
+        while taken := _next(control, words, nfds):
+            word, fds = taken
+            if os.fork() == 0:
+                code = 0
+                try:
+                    control.close()
+                    _adopt(fds)
+                    handle(word, fds)
+                except BaseException:
+                    code = 1
+                os._exit(code)
+            for fd in fds:
+                os.close(fd)
+        return
+    events_r, events_w = os.pipe()  # reaper -> server, one byte each: T took a call, F waits again,
+    tokens_r, tokens_w = os.pipe()  # X left unused, E end-of-file; a waiting reaper holds a token
+    os.write(tokens_w, b"x" * SPARE_REAPERS)
+    os.set_blocking(tokens_r, False)
+    waiting = 0  # reapers waiting on control, or forked and about to
+    while True:
+        if waiting <= 0:
+            if os.fork() == 0:
+                code = 0
+                try:
+                    os.close(events_r)
+                    _reaper_loop(control, events_w, tokens_r, tokens_w, words, nfds, handle, prepare)
+                except BaseException:
+                    code = 1
+                os._exit(code)
+            waiting = 1
+        for event in os.read(events_r, 64):
+            if event == ord("E"):
+                return
+            waiting += 1 if event == ord("F") else -1
+
+
+def _reaper_loop(control: socket.socket, events: int, tokens_r: int, tokens_w: int, words: tuple[bytes, ...],
+                 nfds: tuple[int, int], handle: Callable[[bytes, list[int]], None],
+                 prepare: Callable[[], None] | None) -> None:
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if prepare is not None:
+        prepare()
+    for calls in range(CALLS_PER_REAPER):
         try:
-            said = os.read(r, 1)  # b"" once the reaper took a message (it closed its end)
-        finally:
-            os.close(r)
-        if said:
+            os.read(tokens_r, 1)  # a place among the waiting reapers
+        except BlockingIOError:  # enough wait already
+            if calls == 0:
+                os.write(events, b"X")  # the server counted this one as waiting
             return
-    while taken := _next(control, words, nfds):
-        word, fds = taken
-        if os.fork() == 0:
-            code = 0
-            try:
-                _handle(control, word, fds, handle, lambda: None)
-            except BaseException:
-                code = 1
-            os._exit(code)
-        for fd in fds:
-            os.close(fd)
+        if calls:
+            os.write(events, b"F")
+        got = _next(control, words, nfds)
+        if got is None:
+            os.write(events, b"E")  # the host closed the session (or died): the server ends too
+            return
+        os.write(tokens_w, b"x")
+        os.write(events, b"T")
+        _adopt(got[1])
+        handle(*got)
+
+
+def _adopt(fds: list[int]) -> None:
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def _next(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int]) -> tuple[bytes, list[int]] | None:
@@ -215,33 +255,6 @@ def _next(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int
             return msg, fds
         for fd in fds:
             os.close(fd)
-
-
-def _handle(control: socket.socket, word: bytes, fds: list[int],
-            handle: Callable[[bytes, list[int], Callable[[], None]], None], release: Callable[[], None]) -> None:
-    control.close()
-    for fd in fds:
-        os.set_inheritable(fd, False)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    handle(word, fds, release)
-
-
-def _take_one(control: socket.socket, taken: int, words: tuple[bytes, ...], nfds: tuple[int, int],
-              handle: Callable[[bytes, list[int], Callable[[], None]], None]) -> None:
-    got = _next(control, words, nfds)
-    if got is None:
-        os.write(taken, b"E")  # the host closed the session (or died): the server ends too
-        return
-    held = [taken]
-
-    def release() -> None:  # closing it (b"" on the server's side) says: fork the next reaper
-        if held:
-            os.close(held.pop())
-
-    try:
-        _handle(control, *got, handle, release)
-    finally:
-        release()
 
 
 async def recv_datagram(sock: socket.socket) -> bytes:

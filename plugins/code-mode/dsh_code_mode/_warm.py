@@ -218,7 +218,7 @@ def main(reaping_path: str) -> None:
     control.send(b"ready")
     # a reaper forked for each run (``reaping.serve``; the run itself is made ready in advance)
     reaping.serve(control, (b"run", b"run confined"), (3, 4),
-                  lambda word, fds, _release: reaper(reaping, child, fds, word == b"run confined"), prefork=False)
+                  lambda word, fds: reaper(reaping, child, fds, word == b"run confined"), prefork=False)
 
 
 if __name__ == "__main__":

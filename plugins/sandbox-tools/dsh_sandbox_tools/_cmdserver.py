@@ -22,13 +22,13 @@ Protocol (``AF_UNIX``/``SOCK_SEQPACKET``, one message per datagram):
   (SIGKILL everything). End-of-file on the call socket — the harness closed it, was cancelled
   mid-spawn, or died — means ``kill``: a call can never outlive the one who asked for it.
 
-Each call gets its own *reaper*, a fork of the server made in advance (it waits for the
-next request itself, so no fork is on a call's critical path: ``reaping.serve``) that is a
-child subreaper (``PR_SET_CHILD_SUBREAPER``, ``dsh_core/reaping.py``, loaded by the path
-``--reaping`` gives; the host's side is ``dsh_core/warmserver.py``):
-every process the command leaves behind, even one that called
-``setsid`` or double-forked, is re-parented to the reaper, which kills and reaps them all
-before it answers ``exit``. End-of-file on the control socket ends the server.
+Each call runs in a *reaper*, a fork of the server made in advance that serves call after
+call (``reaping.serve``: a fork, and its copy-on-write faults, are on no call's path; another
+is forked only while every reaper is busy) and is a child subreaper
+(``PR_SET_CHILD_SUBREAPER``, ``dsh_core/reaping.py``, loaded by the path ``--reaping`` gives;
+the host's side is ``dsh_core/warmserver.py``): every process the command leaves behind, even
+one that called ``setsid`` or double-forked, is re-parented to the reaper, which kills and
+reaps them all before it answers ``exit``. End-of-file on the control socket ends the server.
 """
 
 from __future__ import annotations
@@ -58,13 +58,13 @@ _DEFAULT_SIGNALS = [s for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, 
                                 signal.SIGHUP, signal.SIGQUIT) if s is not None]
 
 
-def _reaper(reaping, request: dict, out_fd: int, call: socket.socket, err_fd: int | None = None,
-            in_fd: int | None = None, release=lambda: None) -> None:
-    """The per-call process (a subreaper already): spawn the command, relay "term", kill and reap everything."""
+def _reaper(reaping, request: dict, owned: list[int], out_fd: int, call: socket.socket, err_fd: int | None = None,
+            in_fd: int | None = None) -> None:
+    """One call, in a reaper (a subreaper already): spawn the command, relay "term", kill and
+    reap everything, report. ``owned``: the call's descriptors still open (closed as they go)."""
     leader, leader_status = _spawn(request, out_fd, err_fd, in_fd)
-    release()  # the server forks the next reaper now, not while this call was being spawned
     if in_fd is not None:
-        os.close(in_fd)
+        _close(owned, in_fd)
 
     def on_message(msg: bytes) -> bool:  # "term": SIGTERM and keep watching; anything else: kill
         if msg == b"term":
@@ -76,9 +76,11 @@ def _reaper(reaping, request: dict, out_fd: int, call: socket.socket, err_fd: in
     # process re-parented to this subreaper, until none is left. The output pipes are closed only
     # after the report: the harness sees their end-of-file with the "exit", in one wake-up.
     reaping.finish(leader, call, on_message, leader_status)
-    for fd in (out_fd, err_fd):
-        if fd is not None:
-            os.close(fd)
+
+
+def _close(owned: list[int], fd: int) -> None:
+    owned.remove(fd)
+    os.close(fd)
 
 
 def _spawn(request: dict, out_fd: int, err_fd: int | None = None, in_fd: int | None = None) -> tuple[int, int | None]:
@@ -88,7 +90,7 @@ def _spawn(request: dict, out_fd: int, err_fd: int | None = None, in_fd: int | N
     env = {str(k): str(v) for k, v in request["env"].items()}
     try:
         os.chdir(request["cwd"])
-        source = in_fd if in_fd is not None else os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        source = in_fd if in_fd is not None else _null()
         leader = os.posix_spawn(
             _resolve(argv[0], env), argv, env,
             file_actions=[(os.POSIX_SPAWN_DUP2, source, 0), (os.POSIX_SPAWN_DUP2, out_fd, 1),
@@ -101,32 +103,48 @@ def _spawn(request: dict, out_fd: int, err_fd: int | None = None, in_fd: int | N
     return leader, None
 
 
+_NULL: list[int] = []
+
+
+def _null() -> int:
+    """/dev/null for a command's stdin, opened once per reaper."""
+    if not _NULL:
+        _NULL.append(os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC))
+    return _NULL[0]
+
+
 def _prepare(reaping) -> None:
-    """A pre-forked reaper, before it waits: what a call needs that is the same for every call."""
-    gc.disable()  # a collection would touch (and so copy) every object shared with the server
+    """A reaper, before its first call: what every call needs."""
+    gc.disable()  # collections would copy the pages of every object shared with the server
     reaping.become_subreaper()  # harmless while it has no child
-    json.loads('{"argv": ["true"], "cwd": "/", "env": {"PATH": "/bin"}, "stderr": true, "stdin": false}')
+    _null()
 
 
-def _call(reaping, fds: list[int], release) -> None:
-    """One taken request (in its pre-forked reaper): read it, check it, run it."""
+def _call(reaping, fds: list[int]) -> None:
+    """One taken request: read it, check it, run it; every descriptor of it is closed after, or
+    at once when the request is bad (the harness then sees the call as lost: no "exit")."""
+    owned = list(fds)
     memfd, out_fd, call_fd, *extra = fds
     call = socket.socket(fileno=call_fd)
+    owned.remove(call_fd)
     try:
         raw = b""
         os.lseek(memfd, 0, os.SEEK_SET)
         while chunk := os.read(memfd, 1 << 20):
             raw += chunk
+        _close(owned, memfd)
         request = json.loads(raw)
+        err_fd = extra.pop(0) if request.get("stderr") and extra else None
+        in_fd = extra.pop(0) if request.get("stdin") and extra else None
+        if extra or (request.get("stderr") and err_fd is None) or (request.get("stdin") and in_fd is None):
+            return  # descriptors and flags disagree: lose the call rather than guess
+        _reaper(reaping, request, owned, out_fd, call, err_fd, in_fd)
     except (OSError, ValueError):
-        return  # exiting closes the call socket: the harness sees the call as lost
+        return
     finally:
-        os.close(memfd)
-    err_fd = extra.pop(0) if request.get("stderr") and extra else None
-    in_fd = extra.pop(0) if request.get("stdin") and extra else None
-    if extra or (request.get("stderr") and err_fd is None) or (request.get("stdin") and in_fd is None):
-        return  # descriptors and flags disagree: lose the call rather than guess
-    _reaper(reaping, request, out_fd, call, err_fd, in_fd, release)
+        call.close()
+        for fd in owned:
+            os.close(fd)
 
 
 def _load(name: str, path: str):  # dsh_core/reaping.py by path (-I -S: outside any package); it loads the rest
@@ -171,8 +189,7 @@ def main(argv: list[str]) -> None:
             control.send(f"error {exc}".encode()[:MAX_MSG])
             return
     control.send(b"ready")
-    reaping.serve(control, (b"run",), (3, 5), lambda _word, fds, release: _call(reaping, fds, release),
-                  prepare=lambda: _prepare(reaping))
+    reaping.serve(control, (b"run",), (3, 5), lambda _word, fds: _call(reaping, fds), prepare=lambda: _prepare(reaping))
 
 
 if __name__ == "__main__":

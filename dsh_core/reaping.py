@@ -23,6 +23,7 @@ import select
 import signal
 import socket
 import time
+import types
 from collections.abc import Callable
 
 PATH = os.path.abspath(__file__)
@@ -140,7 +141,7 @@ def finish(leader: int, call: socket.socket, on_message: Callable[[bytes], bool]
     report(call, exit_code(status) if status is not None else 0)
 
 
-def load(name: str, path: str):
+def load(name: str, path: str) -> types.ModuleType:
     """A module by path (the confined scripts run with -I -S, outside any package)."""
     import importlib.util
 

@@ -165,72 +165,95 @@ def serve(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int
 
     ``prefork`` (the command server): reapers are forked in advance and serve call after call;
     one waits on ``control`` whenever none is busy, so neither a fork nor a process's first
-    copy-on-write faults are on a call's path. A reaper tells the server when it takes a call
-    (the server forks another only when no reaper is left waiting) and when it waits again; at
-    most ``SPARE_REAPERS`` wait (one more exits after its call). ``prepare()`` runs once in each
+    copy-on-write faults are on a call's path. Each has a line to the server: it says when it
+    takes a call (the server forks another when none is left waiting) and asks to wait again
+    after it (at most ``SPARE_REAPERS`` wait; one more exits); a reaper that dies, even killed
+    while waiting, is seen by its line's end-of-file. ``prepare()`` runs once in each
     reaper before its first wait (e.g. becoming a subreaper). Without ``prefork`` (the warm
     runtime, whose runs are made ready in advance anyway) the server forks one reaper per
     message, which ends with it. End-of-file on ``control`` ends the server; calls still
     running keep their reapers. The server's SIGCHLD should be ignored (reapers are reaped by
     the kernel); a reaper gets the default back."""
-    if not prefork:
-        while taken := _next(control, words, nfds):
-            word, fds = taken
-            if os.fork() == 0:
-                code = 0
-                try:
-                    control.close()
-                    _adopt(fds)
-                    handle(word, fds)
-                except BaseException:
-                    code = 1
-                os._exit(code)
-            for fd in fds:
-                os.close(fd)
-        return
-    events_r, events_w = os.pipe()  # reaper -> server, one byte each: T took a call, F waits again,
-    tokens_r, tokens_w = os.pipe()  # X left unused, E end-of-file; a waiting reaper holds a token
-    os.write(tokens_w, b"x" * SPARE_REAPERS)
-    os.set_blocking(tokens_r, False)
-    waiting = 0  # reapers waiting on control, or forked and about to
+    if prefork:
+        _serve_reused(control, words, nfds, handle, prepare)
+    else:
+        _serve_forking(control, words, nfds, handle)
+
+
+def _serve_forking(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int],
+                   handle: Callable[[bytes, list[int]], None]) -> None:
+    while taken := _next(control, words, nfds):
+        word, fds = taken
+        if os.fork() == 0:
+            code = 0
+            try:
+                control.close()
+                _adopt(fds)
+                handle(word, fds)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        for fd in fds:
+            os.close(fd)
+
+
+def _serve_reused(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int],
+                  handle: Callable[[bytes, list[int]], None], prepare: Callable[[], None] | None) -> None:
+    reapers: dict[socket.socket, bool] = {}  # the server's end of each reaper's line -> it waits
+    poller = select.poll()
     while True:
-        if waiting <= 0:
+        if not any(reapers.values()):
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             if os.fork() == 0:
                 code = 0
                 try:
-                    os.close(events_r)
-                    _reaper_loop(control, events_w, tokens_r, tokens_w, words, nfds, handle, prepare)
+                    for line in (ours, *reapers):
+                        line.close()
+                    _reaper_loop(control, theirs, words, nfds, handle, prepare)
                 except BaseException:
                     code = 1
                 os._exit(code)
-            waiting = 1
-        for event in os.read(events_r, 64):
-            if event == ord("E"):
+            theirs.close()
+            reapers[ours] = True
+            poller.register(ours, select.POLLIN)
+        for fd, _ in poller.poll():
+            line = next(r for r in reapers if r.fileno() == fd)
+            try:
+                said = line.recv(16)
+            except OSError:
+                said = b""
+            if said == b"E":
                 return
-            waiting += 1 if event == ord("F") else -1
+            if said == b"T":
+                reapers[line] = False
+            elif said == b"F" and sum(reapers.values()) < SPARE_REAPERS:
+                reapers[line] = True
+                line.send(b"w")
+            else:  # gone (killed even: another is forked if none is left waiting), or one too many
+                with contextlib.suppress(OSError):
+                    line.send(b"x")
+                poller.unregister(fd)
+                del reapers[line]
+                line.close()
 
 
-def _reaper_loop(control: socket.socket, events: int, tokens_r: int, tokens_w: int, words: tuple[bytes, ...],
-                 nfds: tuple[int, int], handle: Callable[[bytes, list[int]], None],
-                 prepare: Callable[[], None] | None) -> None:
+def _reaper_loop(control: socket.socket, line: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int],
+                 handle: Callable[[bytes, list[int]], None], prepare: Callable[[], None] | None) -> None:
+    """A reaper made in advance: wait for a call, tell the server (``T``), run it; then ask to
+    wait again (``F``: the server answers ``w``, or ``x`` when enough already wait)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     if prepare is not None:
         prepare()
     for calls in range(CALLS_PER_REAPER):
-        try:
-            os.read(tokens_r, 1)  # a place among the waiting reapers
-        except BlockingIOError:  # enough wait already
-            if calls == 0:
-                os.write(events, b"X")  # the server counted this one as waiting
-            return
         if calls:
-            os.write(events, b"F")
+            line.send(b"F")
+            if line.recv(16) != b"w":
+                return
         got = _next(control, words, nfds)
         if got is None:
-            os.write(events, b"E")  # the host closed the session (or died): the server ends too
+            line.send(b"E")  # the host closed the session (or died): the server ends too
             return
-        os.write(tokens_w, b"x")
-        os.write(events, b"T")
+        line.send(b"T")
         _adopt(got[1])
         handle(*got)
 

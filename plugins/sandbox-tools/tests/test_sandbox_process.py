@@ -6,6 +6,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import time
 from itertools import pairwise
 from pathlib import Path
@@ -229,7 +230,8 @@ def _server_processes(cwd: Path) -> dict[int, int]:
 async def test_reapers_serve_call_after_call_without_leaking_and_a_long_call_holds_no_other(
         mechanism: str, root: Path) -> None:
     """A session's reapers are reused (no fork per call), keep no descriptor of a finished call,
-    stay few, and a call that runs long does not hold up the next: another reaper takes it."""
+    stay few, are replaced when killed, and a call that runs long does not hold up the next:
+    another reaper takes it."""
     from dsh_core.reaping import SPARE_REAPERS
 
     def reapers() -> dict[int, int]:  # reaper pid -> open descriptors
@@ -252,6 +254,13 @@ async def test_reapers_serve_call_after_call_without_leaking_and_a_long_call_hol
         assert 1 <= len(after) <= SPARE_REAPERS
         assert set(after) & set(before), (before, after)  # the same processes served the 20 calls
         assert {p: after[p] for p in set(after) & set(before)} == {p: before[p] for p in set(after) & set(before)}
+
+        for pid in after:  # reapers killed while they wait: the server forks another
+            os.kill(pid, signal.SIGKILL)
+        with anyio.fail_after(10):  # (a call sent while one is dying may be taken down with it)
+            while set(after) & set(reapers()):
+                await anyio.sleep(0.01)
+            assert text(await s.call("bash", description="test command", command="echo again")) == "again\n"
 
         token = f"3.{secrets.randbelow(10**6):06d}"
         async with anyio.create_task_group() as tg:

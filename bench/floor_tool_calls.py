@@ -7,9 +7,9 @@ Rows (per mechanism: Landlock always, bubblewrap too when ``bwrap`` is installed
    call ``true`` with a turn of text only; the median difference. Floor: a confined process
    (wrapped by the mechanism's own runner, so the very same ruleset) that times a fork+exec of
    ``bash -c true`` and waits for it. Goal: <= 2x the floor.
-2. "a confined PreToolUse hook true, added per tool call": the same bash turn in a workspace
-   whose ``.claude/settings.json`` has a PreToolUse hook ``true``, minus the bash turn without
-   it. Floor: that confined process timing ``/bin/sh -c true`` (what the hook runs). Goal: <= 2 ms.
+2. "a confined PreToolUse hook true, added per tool call": the same bash turn in a second
+   session of that host, whose workspace's ``.claude/settings.json`` has a PreToolUse hook
+   ``true``, minus the bash turn without it (the three kinds of turn alternate). Floor: that confined process timing ``/bin/sh -c true`` (what the hook runs). Goal: <= 2 ms.
 
 All timings alternate (text, bash, hook turn; floor batches between rounds) and report medians:
 the machine may be shared, so read the ratio against the floor measured in the same run.
@@ -75,8 +75,10 @@ def _script(tmp: Path) -> Path:
     return script
 
 
-async def _session_turns(workspace: Path, script: Path, prompts: list[str], profile: cProfile.Profile | None = None,
-                         ) -> dict[str, list[float]]:
+async def _session_turns(workspaces: dict[str, Path], script: Path, prompts: list[tuple[str, str]],
+                         profile: cProfile.Profile | None = None) -> dict[str, list[float]]:
+    """One host, one session per workspace; ``prompts``: (workspace name, prompt) in turn order,
+    so the turns being compared alternate in time. Times by "<workspace> <prompt>"."""
     from dsh_core.compose import load_composition
     from dsh_core.contracts import AgentSpec, new_id
     from dsh_core.host import open_host
@@ -86,10 +88,12 @@ async def _session_turns(workspace: Path, script: Path, prompts: list[str], prof
     composition = dataclasses.replace(composition, config={**composition.config, "jsonl-persistence": {}})
     times: dict[str, list[float]] = {}
     async with open_host(composition, provider="scripted", model=str(script)) as host:
-        agent = host.create_agent(AgentSpec(cwd=str(workspace), provider="scripted", model=str(script)))
-        for prompt in ["bash warm", "text warm", *prompts]:  # the first bash call starts the command server
-            warm = prompt.endswith("warm")
-            on = profile is not None and not warm and prompt.startswith("bash")
+        agents = {name: host.create_agent(AgentSpec(cwd=str(ws), provider="scripted", model=str(script)))
+                  for name, ws in workspaces.items()}
+        warm = [(name, p) for name in agents for p in ("bash warm", "text warm")]  # each starts its command server
+        for name, prompt in [*warm, *prompts]:
+            agent = agents[name]
+            on = profile is not None and not prompt.endswith("warm") and prompt.startswith("bash")
             started = time.perf_counter()
             if on:
                 profile.enable()
@@ -97,9 +101,10 @@ async def _session_turns(workspace: Path, script: Path, prompts: list[str], prof
             await agent.wait_idle()
             if on:
                 profile.disable()
-            if not warm:
-                times.setdefault(prompt, []).append((time.perf_counter() - started) * 1000)
-        await agent.dispose()
+            if not prompt.endswith("warm"):
+                times.setdefault(f"{name} {prompt}", []).append((time.perf_counter() - started) * 1000)
+        for agent in agents.values():
+            await agent.dispose()
     return times
 
 
@@ -121,11 +126,11 @@ async def _measure(mechanism: str, rounds: int, turns: int, tmp: Path) -> dict[s
     profile = cProfile.Profile() if profile_to else None
     text, bash, hook, fbash, fsh = [], [], [], [], []
     for _ in range(rounds):
-        t = await _session_turns(plain, script, ["text", "bash"] * turns, profile)
-        text += t["text"]
-        bash += t["bash"]
-        h = await _session_turns(hooked, script, ["bash"] * turns)
-        hook += h["bash"]
+        order = [("plain", "text"), ("plain", "bash"), ("hooked", "bash")] * turns
+        t = await _session_turns({"plain": plain, "hooked": hooked}, script, order, profile)
+        text += t["plain text"]
+        bash += t["plain bash"]
+        hook += t["hooked bash"]
         roots = writable_roots("workspace-write", str(plain))
         fbash += await asyncio.to_thread(_floor, probe.runner, roots, str(plain), [BASH, "-c", "true"], turns + 1)
         fsh += await asyncio.to_thread(_floor, probe.runner, roots, str(plain), ["/bin/sh", "-c", "true"], turns + 1)

@@ -154,7 +154,7 @@ def rows(quick: bool = False, under_load: bool = False) -> list[dict]:
     suffix = ", under load" if under_load else ""
     rounds, turns = (1, 8) if quick else (3, 30)
     out: list[dict] = []
-    saved = os.environ.get("DSH_SANDBOX_MECHANISM")
+    saved = {k: os.environ.get(k) for k in ("DSH_SANDBOX_MECHANISM", "DSH_HOME")}
     with tempfile.TemporaryDirectory(prefix="dsh-bench-floor-tools-") as d:
         tmp = Path(d)
         os.environ.setdefault("DSH_HOME", str(tmp / "home"))
@@ -175,10 +175,11 @@ def rows(quick: bool = False, under_load: bool = False) -> list[dict]:
             for p in busy:
                 p.kill()
                 p.wait()
-            if saved is None:
-                os.environ.pop("DSH_SANDBOX_MECHANISM", None)
-            else:
-                os.environ["DSH_SANDBOX_MECHANISM"] = saved
+            for key, value in saved.items():  # as they were: other rows may run in this process
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
     return out
 
 

@@ -5,11 +5,13 @@ leaves behind, setsid'd or double-forked, is re-parented to it. It watches the c
 and the call socket, then kills and reaps everything before it reports ``exit <code>``; end of
 file on the call socket means kill, so a call never outlives whoever asked for it.
 
-Two confined scripts use it: sandbox-tools' command server (``_cmdserver.py``: a forked command
-per ``bash`` call) and code mode's warm runtime (``_warm.py``: a forked program per run). They
-run with ``python -I -S`` inside the sandbox and cannot import dsh_core, so they load this file
-by path (``PATH``, handed to them on their command line). ``recv_datagram`` is the host's side
-of the call socket.
+It is also the confined side of a warm server (``dsh_core/warmserver.py`` is the host's):
+``serve`` keeps one reaper forked in advance, waiting for the next piece of work, and ``finish``
+ends a call. Two confined scripts use it: sandbox-tools' command server (``_cmdserver.py``: a
+forked command per ``bash`` call) and code mode's warm runtime (``_warm.py``: a forked program
+per run). They run with ``python -I -S`` inside the sandbox and cannot import dsh_core, so they
+load this file by path (``PATH``, handed to them on their command line). ``recv_datagram`` is
+the host's side of the call socket.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import select
 import signal
 import socket
 import time
+import types
 from collections.abc import Callable
 
 PATH = os.path.abspath(__file__)
@@ -124,6 +127,158 @@ def exit_code(status: int) -> int:
 def report(call: socket.socket, code: int) -> None:
     with contextlib.suppress(OSError):
         call.send(b"exit %d" % code)
+
+
+def finish(leader: int, call: socket.socket, on_message: Callable[[bytes], bool] = lambda msg: True,
+           status: int | None = None) -> None:
+    """A reaper's whole job once its leader runs (``leader`` 0 with ``status``: it could not
+    start): watch it, then kill and reap everything of the call and report ``exit <code>``."""
+    if status is None:
+        watch(leader, call, on_message)
+    reaped = reap_all(leader)
+    if reaped is not None:
+        status = reaped
+    report(call, exit_code(status) if status is not None else 0)
+
+
+def load(name: str, path: str) -> types.ModuleType:
+    """A module by path (the confined scripts run with -I -S, outside any package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SPARE_REAPERS = 2  # idle reapers a server keeps at most
+CALLS_PER_REAPER = 1000  # then it exits and a fresh fork of the server takes its place
+
+
+def serve(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int],
+          handle: Callable[[bytes, list[int]], None], *, prefork: bool = True,
+          prepare: Callable[[], None] | None = None) -> None:
+    """A warm server's loop: each message on ``control`` (one of ``words`` with ``nfds[0]`` to
+    ``nfds[1]`` descriptors; anything else is dropped) is run as ``handle(word, fds)`` in a
+    reaper, a fork of the server. ``handle`` owns ``fds`` and closes them all.
+
+    ``prefork`` (the command server): reapers are forked in advance and serve call after call;
+    one waits on ``control`` whenever none is busy, so neither a fork nor a process's first
+    copy-on-write faults are on a call's path. Each has a line to the server: it says when it
+    takes a call (the server forks another when none is left waiting) and asks to wait again
+    after it (at most ``SPARE_REAPERS`` wait; one more exits); a reaper that dies, even killed
+    while waiting, is seen by its line's end-of-file. ``prepare()`` runs once in each
+    reaper before its first wait (e.g. becoming a subreaper). Without ``prefork`` (the warm
+    runtime, whose runs are made ready in advance anyway) the server forks one reaper per
+    message, which ends with it. End-of-file on ``control`` ends the server; calls still
+    running keep their reapers. The server's SIGCHLD should be ignored (reapers are reaped by
+    the kernel); a reaper gets the default back."""
+    if prefork:
+        _serve_reused(control, words, nfds, handle, prepare)
+    else:
+        _serve_forking(control, words, nfds, handle)
+
+
+def _serve_forking(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int],
+                   handle: Callable[[bytes, list[int]], None]) -> None:
+    while taken := _next(control, words, nfds):
+        word, fds = taken
+        if os.fork() == 0:
+            code = 0
+            try:
+                control.close()
+                _adopt(fds)
+                handle(word, fds)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        for fd in fds:
+            os.close(fd)
+
+
+def _serve_reused(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int],
+                  handle: Callable[[bytes, list[int]], None], prepare: Callable[[], None] | None) -> None:
+    reapers: dict[socket.socket, bool] = {}  # the server's end of each reaper's line -> it waits
+    poller = select.poll()
+    while True:
+        if not any(reapers.values()):
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            if os.fork() == 0:
+                code = 0
+                try:
+                    for line in (ours, *reapers):
+                        line.close()
+                    _reaper_loop(control, theirs, words, nfds, handle, prepare)
+                except BaseException:
+                    code = 1
+                os._exit(code)
+            theirs.close()
+            reapers[ours] = True
+            poller.register(ours, select.POLLIN)
+        for fd, _ in poller.poll():
+            line = next(r for r in reapers if r.fileno() == fd)
+            try:
+                said = line.recv(16)
+            except OSError:
+                said = b""
+            if said == b"E":
+                return
+            if said == b"T":
+                reapers[line] = False
+            elif said == b"F" and sum(reapers.values()) < SPARE_REAPERS:
+                reapers[line] = True
+                line.send(b"w")
+            else:  # gone (killed even: another is forked if none is left waiting), or one too many
+                with contextlib.suppress(OSError):
+                    line.send(b"x")
+                poller.unregister(fd)
+                del reapers[line]
+                line.close()
+
+
+def _reaper_loop(control: socket.socket, line: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int],
+                 handle: Callable[[bytes, list[int]], None], prepare: Callable[[], None] | None) -> None:
+    """A reaper made in advance: wait for a call, tell the server (``T``), run it; then ask to
+    wait again (``F``: the server answers ``w``, or ``x`` when enough already wait)."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if prepare is not None:
+        prepare()
+    for calls in range(CALLS_PER_REAPER):
+        if calls:
+            line.send(b"F")
+            if line.recv(16) != b"w":
+                return
+        got = _next(control, words, nfds)
+        if got is None:
+            line.send(b"E")  # the host closed the session (or died): the server ends too
+            return
+        line.send(b"T")
+        _adopt(got[1])
+        handle(*got)
+
+
+def _adopt(fds: list[int]) -> None:
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+def _next(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int]) -> tuple[bytes, list[int]] | None:
+    """The next well-formed message on ``control``; None at end-of-file."""
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(control, MAX_MSG, nfds[1])
+        except InterruptedError:
+            continue
+        except OSError:
+            return None
+        if not msg:
+            return None
+        if msg in words and nfds[0] <= len(fds) <= nfds[1]:
+            return msg, fds
+        for fd in fds:
+            os.close(fd)
 
 
 async def recv_datagram(sock: socket.socket) -> bytes:

@@ -15,8 +15,9 @@ Protocol, one datagram per message:
 - host → warm: ``run`` or ``run confined`` with three or four descriptors: the run's *call
   socket* (``SOCK_SEQPACKET``), its *channel* (a stream socket speaking ``_child.py``'s
   protocol), the write end of its *output* pipe, and when the run has a pids cgroup, that
-  cgroup's ``cgroup.procs`` opened for writing. The warm process forks a reaper and forgets it;
-  end-of-file on the control socket ends the warm process.
+  cgroup's ``cgroup.procs`` opened for writing. The warm process forks a reaper and forgets it
+  (``reaping.serve``, shared with the bash command server; the host's side is
+  ``dsh_core/warmserver.py``); end-of-file on the control socket ends the warm process.
 - reaper (a child subreaper; ``dsh_core/reaping.py``, shared with the bash command server):
   forks the *program process*, then waits until it exits, or the host says ``kill`` on the call
   socket, or closes it (end-of-file is ``kill``: a run never outlives the one who asked for
@@ -118,12 +119,10 @@ def nest() -> bool:
     return True
 
 
-def _load(name: str, path: str):
-    """A module by path: this script runs with -I -S, outside any package."""
+def _load(name: str, path: str):  # dsh_core/reaping.py by path (-I -S: outside any package); it loads the rest
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
 
@@ -184,7 +183,6 @@ def reaper(reaping, child, fds: list[int], confined: bool) -> None:
     or the host says kill (or goes away), then kill and reap everything of the run and report."""
     call_fd, channel, out, *rest = fds
     cgroup = rest[0] if rest else None
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     reaping.become_subreaper()
     _set_name(b"dsh-code-reaper")
     call = socket.socket(fileno=call_fd)
@@ -197,37 +195,10 @@ def reaper(reaping, child, fds: list[int], confined: bool) -> None:
     for fd in (channel, out, cgroup):
         if fd is not None:
             os.close(fd)
-    reaping.watch(pid, call, lambda msg: True)  # "kill" (or anything): the run ends now
-    status = reaping.reap_all(pid)
-    reaping.report(call, reaping.exit_code(status) if status is not None else 0)
+    reaping.finish(pid, call)  # "kill" (or anything) on the call socket: the run ends now
 
 
 # ------------------------------------------------------------------ the warm process
-
-
-def serve(control: socket.socket, reaping, child) -> None:
-    while True:
-        try:
-            msg, fds, _flags, _addr = socket.recv_fds(control, MAX_MSG, 4)
-        except InterruptedError:
-            continue
-        except OSError:
-            return
-        if not msg:
-            return  # the session ended (or dsh died)
-        if msg not in (b"run", b"run confined") or len(fds) not in (3, 4):
-            for fd in fds:
-                os.close(fd)
-            continue
-        pid = os.fork()
-        if pid == 0:
-            try:
-                control.close()
-                reaper(reaping, child, fds, msg == b"run confined")
-            finally:
-                os._exit(0)
-        for fd in fds:
-            os.close(fd)
 
 
 def main(reaping_path: str) -> None:
@@ -238,14 +209,16 @@ def main(reaping_path: str) -> None:
     _prctl(PR_SET_DUMPABLE, 0)  # runs, forked from here, cannot trace or read this process
     _set_name(b"dsh-code-warm")
     reaping = _load("dsh_reaping", reaping_path)  # dsh_core/reaping.py: how a run ends
-    child = _load("dsh_code_child", os.path.join(HERE, "_child.py"))
+    child = reaping.load("dsh_code_child", os.path.join(HERE, "_child.py"))
     import asyncio  # loaded once here: a program using it skips its import (60-100 ms)
     import asyncio.unix_events  # noqa: F401
     import traceback  # noqa: F401 - a failing program's report
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # reapers are reaped by the kernel
     control.send(b"ready")
-    serve(control, reaping, child)
+    # a reaper forked for each run (``reaping.serve``; the run itself is made ready in advance)
+    reaping.serve(control, (b"run", b"run confined"), (3, 4),
+                  lambda word, fds: reaper(reaping, child, fds, word == b"run confined"), prefork=False)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,17 +27,15 @@ from typing import Any
 import anyio
 
 from dsh_core import reaping
-from dsh_core.reaping import recv_datagram
+from dsh_core.warmserver import STOP_TIMEOUT_S, CallSocket, WarmServer, WarmServerError
 
 from .limits import ProcessBound
 
 WARM = str(Path(__file__).resolve().parent / "_warm.py")
-START_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 5.0
 MAX_MSG = 4096
 
 
-class WarmError(Exception):
+class WarmError(WarmServerError):
     """The warm process could not start, or is gone (nothing of the run it was asked for ran)."""
 
 
@@ -64,73 +61,20 @@ def warm_argv() -> list[str]:
     return [sys.executable, "-I", "-S", WARM, reaping.PATH]
 
 
-class WarmProcess:
-    """One running ``_warm.py`` process and its control socket."""
+class WarmProcess(WarmServer):
+    """One running ``_warm.py`` process and its control socket (on its stdin; ``dsh_core/warmserver.py``)."""
+
+    error = WarmError
+    name = "the warm runtime"
+    kill_group = True
 
     def __init__(self, where: Where) -> None:
+        super().__init__(list(where.argv), env=dict(where.env), cwd=where.cwd, control_on_stdin=True)
         self.where = where
-        self.control: socket.socket | None = None
-        self.proc: Any = None
-        self.closed = False
-
-    async def start(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            with anyio.CancelScope(shield=True):
-                self.proc = await anyio.open_process(
-                    list(self.where.argv), stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                    env=dict(self.where.env), cwd=self.where.cwd, start_new_session=True)
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        self.control = ours
-        ours.setblocking(False)
-        try:
-            with anyio.fail_after(START_TIMEOUT_S):
-                first = await recv_datagram(ours)
-            if first != b"ready":
-                err = b""
-                if self.proc.stderr is not None:
-                    with anyio.move_on_after(2):
-                        async for chunk in self.proc.stderr:
-                            err += chunk
-                detail = err.decode(errors="replace").strip()
-                raise WarmError(detail.splitlines()[-1] if detail else "the warm runtime exited at start")
-            if self.proc.stderr is not None:
-                await self.proc.stderr.aclose()
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self.aclose()
-            raise
 
     def launch(self, fds: list[int], *, confined: bool) -> None:
-        """Hand the warm process one run's descriptors (it forks the run's reaper)."""
-        if self.control is None or self.closed or self.proc.returncode is not None:
-            self.closed = True
-            raise WarmError("the warm runtime is gone")
-        try:
-            socket.send_fds(self.control, [b"run confined" if confined else b"run"], fds)
-        except OSError as exc:  # BlockingIOError included: a healthy warm process never lags by a buffer
-            self.closed = True
-            raise WarmError(f"the warm runtime is gone ({exc})") from None
-
-    async def aclose(self) -> None:
-        """End the warm process (end-of-file on its control socket) and reap it; runs still
-        going keep their reapers, which their own call sockets end."""
-        self.closed = True
-        if self.control is not None:
-            self.control.close()
-        if self.proc is not None:
-            with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(STOP_TIMEOUT_S) as slow:
-                    await self.proc.wait()
-                if slow.cancelled_caught:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(self.proc.pid, 9)
-                    await self.proc.wait()
-                await self.proc.aclose()
+        """Hand the warm process one run's descriptors (a reaper it forked in advance takes them)."""
+        self.send(b"run confined" if confined else b"run", fds)
 
 
 class Prepared:
@@ -255,39 +199,35 @@ class Launched:
     """One run handed to the warm process: its call socket and the read end of its output."""
 
     def __init__(self) -> None:
-        self.call, self._call_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.line = CallSocket()
+        self.call = self.line.sock
         self.output, self._output_theirs = os.pipe2(os.O_CLOEXEC)
         self.code: int | None = None
         self.finished = False
         self._exit_lock = anyio.Lock()
 
     def theirs(self) -> list[int]:
-        return [self._call_theirs.fileno(), self._output_theirs]
+        return [self.line.theirs(), self._output_theirs]
 
     def sent(self) -> None:
         """The warm process has its copies: drop ours (the run now owns the only write end)."""
-        self._call_theirs.close()
+        self.line.sent()
         if self._output_theirs >= 0:
             os.close(self._output_theirs)
             self._output_theirs = -1
-        self.call.setblocking(False)
         os.set_blocking(self.output, False)
 
     def kill(self) -> None:
         """Ask the reaper to kill everything of the run now (idempotent; a gone reaper is fine)."""
-        with contextlib.suppress(OSError):
-            self.call.send(b"kill")
+        self.line.stop(b"kill")
 
     async def wait(self) -> int | None:
         """The program process's exit code (negative: the signal), once the reaper reported that
         every process of the run is gone; None when the reaper vanished without reporting."""
         async with self._exit_lock:
             if not self.finished:
-                msg = await recv_datagram(self.call)
+                _, self.code = await self.line.wait()
                 self.finished = True
-                if msg.startswith(b"exit "):
-                    with contextlib.suppress(ValueError):
-                        self.code = int(msg[5:])
             return self.code
 
     async def read(self, size: int = 1 << 16) -> bytes:
@@ -299,9 +239,7 @@ class Launched:
                 await anyio.wait_readable(self.output)
 
     def close(self) -> None:
-        self.call.close()
-        with contextlib.suppress(OSError):
-            self._call_theirs.close()
+        self.line.close()
         for fd in (self.output, self._output_theirs):
             if fd >= 0:
                 with contextlib.suppress(OSError):

@@ -22,16 +22,19 @@ Protocol (``AF_UNIX``/``SOCK_SEQPACKET``, one message per datagram):
   (SIGKILL everything). End-of-file on the call socket — the harness closed it, was cancelled
   mid-spawn, or died — means ``kill``: a call can never outlive the one who asked for it.
 
-Each call gets its own *reaper*, a fork of the server made in advance (it waits for the
-next request itself, so no fork is on a call's critical path) that is a child subreaper
-(``PR_SET_CHILD_SUBREAPER``, ``dsh_core/reaping.py``, loaded by the path ``--reaping`` gives):
-every process the command leaves behind, even one that called
-``setsid`` or double-forked, is re-parented to the reaper, which kills and reaps them all
-before it answers ``exit``. End-of-file on the control socket ends the server.
+Each call runs in a *reaper*, a fork of the server made in advance that serves call after
+call (``reaping.serve``: a fork, and its copy-on-write faults, are on no call's path; another
+is forked only while every reaper is busy) and is a child subreaper
+(``PR_SET_CHILD_SUBREAPER``, ``dsh_core/reaping.py``, loaded by the path ``--reaping`` gives;
+the host's side is ``dsh_core/warmserver.py``): every process the command leaves behind, even
+one that called ``setsid`` or double-forked, is re-parented to the reaper, which kills and
+reaps them all before it answers ``exit``. End-of-file on the control socket ends the server.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib.util
 import json
 import os
 import signal
@@ -55,30 +58,29 @@ _DEFAULT_SIGNALS = [s for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, 
                                 signal.SIGHUP, signal.SIGQUIT) if s is not None]
 
 
-def _reaper(reaping, request: dict, out_fd: int, call: socket.socket, err_fd: int | None = None,
+def _reaper(reaping, request: dict, owned: list[int], out_fd: int, call: socket.socket, err_fd: int | None = None,
             in_fd: int | None = None) -> None:
-    """The forked per-call process: spawn the command, relay "term", kill and reap everything."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    reaping.become_subreaper()
+    """One call, in a reaper (a subreaper already): spawn the command, relay "term", kill and
+    reap everything, report. ``owned``: the call's descriptors still open (closed as they go)."""
     leader, leader_status = _spawn(request, out_fd, err_fd, in_fd)
-    for fd in (out_fd, err_fd, in_fd):
-        if fd is not None:
-            os.close(fd)
-    if leader_status is None:
+    if in_fd is not None:
+        _close(owned, in_fd)
 
-        def on_message(msg: bytes) -> bool:  # "term": SIGTERM and keep watching; anything else: kill
-            if msg == b"term":
-                reaping.terminate(leader)
-                return False
-            return True
+    def on_message(msg: bytes) -> bool:  # "term": SIGTERM and keep watching; anything else: kill
+        if msg == b"term":
+            reaping.terminate(leader)
+            return False
+        return True
 
-        reaping.watch(leader, call, on_message)
     # Nothing of the call outlives it: the group (while the zombie leader holds its id), then every
-    # process re-parented to this subreaper, until none is left.
-    reaped = reaping.reap_all(leader)
-    if reaped is not None:
-        leader_status = reaped
-    reaping.report(call, reaping.exit_code(leader_status) if leader_status is not None else 0)
+    # process re-parented to this subreaper, until none is left. The output pipes are closed only
+    # after the report: the harness sees their end-of-file with the "exit", in one wake-up.
+    reaping.finish(leader, call, on_message, leader_status)
+
+
+def _close(owned: list[int], fd: int) -> None:
+    owned.remove(fd)
+    os.close(fd)
 
 
 def _spawn(request: dict, out_fd: int, err_fd: int | None = None, in_fd: int | None = None) -> tuple[int, int | None]:
@@ -88,7 +90,7 @@ def _spawn(request: dict, out_fd: int, err_fd: int | None = None, in_fd: int | N
     env = {str(k): str(v) for k, v in request["env"].items()}
     try:
         os.chdir(request["cwd"])
-        source = in_fd if in_fd is not None else os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        source = in_fd if in_fd is not None else _null()
         leader = os.posix_spawn(
             _resolve(argv[0], env), argv, env,
             file_actions=[(os.POSIX_SPAWN_DUP2, source, 0), (os.POSIX_SPAWN_DUP2, out_fd, 1),
@@ -101,75 +103,54 @@ def _spawn(request: dict, out_fd: int, err_fd: int | None = None, in_fd: int | N
     return leader, None
 
 
-def _take_one(reaping, control: socket.socket, taken: int) -> None:
-    """A pre-forked reaper: wait for the next request, tell the server (closing ``taken``, so it
-    forks the next reaper at once), and run the call. The fork is off the critical path."""
-    while True:
-        try:
-            msg, fds, _flags, _addr = socket.recv_fds(control, MAX_MSG, 5)
-        except InterruptedError:
-            continue
-        except OSError:
-            msg, fds = b"", []
-        if not msg:
-            os.write(taken, b"E")  # the harness closed the session (or died): the server ends too
-            return
-        if msg == b"run" and 3 <= len(fds) <= 5:
-            break
-        for fd in fds:
-            os.close(fd)
-    os.close(taken)
-    control.close()
+_NULL: list[int] = []
+
+
+def _null() -> int:
+    """/dev/null for a command's stdin, opened once per reaper."""
+    if not _NULL:
+        _NULL.append(os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC))
+    return _NULL[0]
+
+
+def _prepare(reaping) -> None:
+    """A reaper, before its first call: what every call needs."""
+    gc.disable()  # collections would copy the pages of every object shared with the server
+    reaping.become_subreaper()  # harmless while it has no child
+    _null()
+
+
+def _call(reaping, fds: list[int]) -> None:
+    """One taken request: read it, check it, run it; every descriptor of it is closed after, or
+    at once when the request is bad (the harness then sees the call as lost: no "exit")."""
+    owned = list(fds)
     memfd, out_fd, call_fd, *extra = fds
-    for fd in fds:
-        os.set_inheritable(fd, False)
     call = socket.socket(fileno=call_fd)
+    owned.remove(call_fd)
     try:
         raw = b""
         os.lseek(memfd, 0, os.SEEK_SET)
         while chunk := os.read(memfd, 1 << 20):
             raw += chunk
+        _close(owned, memfd)
         request = json.loads(raw)
+        err_fd = extra.pop(0) if request.get("stderr") and extra else None
+        in_fd = extra.pop(0) if request.get("stdin") and extra else None
+        if extra or (request.get("stderr") and err_fd is None) or (request.get("stdin") and in_fd is None):
+            return  # descriptors and flags disagree: lose the call rather than guess
+        _reaper(reaping, request, owned, out_fd, call, err_fd, in_fd)
     except (OSError, ValueError):
-        return  # exiting closes the call socket: the harness sees the call as lost
+        return
     finally:
-        os.close(memfd)
-    err_fd = extra.pop(0) if request.get("stderr") and extra else None
-    in_fd = extra.pop(0) if request.get("stdin") and extra else None
-    if extra or (request.get("stderr") and err_fd is None) or (request.get("stdin") and in_fd is None):
-        return  # descriptors and flags disagree: lose the call rather than guess
-    _reaper(reaping, request, out_fd, call, err_fd, in_fd)
+        call.close()
+        for fd in owned:
+            os.close(fd)
 
 
-def _serve(reaping, control: socket.socket) -> None:
-    while True:
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                os.close(r)
-                _take_one(reaping, control, w)
-            except BaseException:
-                code = 1
-            os._exit(code)
-        os.close(w)
-        try:
-            said = os.read(r, 1)  # b"" once the reaper took a request (it closed its end)
-        finally:
-            os.close(r)
-        if said:
-            return
-
-
-def _load(name: str, path: str):
-    """A module by path: this script runs with -I -S, outside any package."""
-    import importlib.util
-
+def _load(name: str, path: str):  # dsh_core/reaping.py by path (-I -S: outside any package); it loads the rest
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
 
@@ -201,7 +182,7 @@ def main(argv: list[str]) -> None:
         control.send(f"error cannot load the reaper ({reaping_path!r}): {exc}".encode()[:MAX_MSG])
         return
     if landlock:
-        landlock_exec = _load("dsh_landlock_exec",
+        landlock_exec = reaping.load("dsh_landlock_exec",
                               os.path.join(os.path.dirname(os.path.abspath(__file__)), "_landlock_exec.py"))
         try:
             landlock_exec.restrict(rw_dirs, rw_files, fatal=False, hidden=hidden)
@@ -209,7 +190,7 @@ def main(argv: list[str]) -> None:
             control.send(f"error {exc}".encode()[:MAX_MSG])
             return
     control.send(b"ready")
-    _serve(reaping, control)
+    reaping.serve(control, (b"run",), (3, 5), lambda _word, fds: _call(reaping, fds), prepare=lambda: _prepare(reaping))
 
 
 if __name__ == "__main__":

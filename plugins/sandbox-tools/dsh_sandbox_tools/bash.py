@@ -139,7 +139,7 @@ class BashTool(SandboxTool):
             raise ToolError(f"the session directory {workspace} does not exist", code="NO_CWD")
         cwd = resolve_workdir(str_arg(args, "workdir", required=False), workspace, self.sb.extra_roots(ctx.agent))
         mode = await self.sb.effective_mode(args, ctx, "command")
-        bash = shutil.which("bash") or "/bin/sh"
+        bash = _bash()
         if background:
             return await self._background(command, [bash, "-c", command], mode, cwd, workspace, ctx)
         async with output_progress(ctx) as tap:  # the tail so far, for a person watching (None: nobody)
@@ -210,6 +210,17 @@ class BashTool(SandboxTool):
         out.structured = {"exit_code": None, "output": "", "stderr": "", "timed_out": False, "signal": None, "spill_path": None,
                           "job_id": job.id}
         return out
+
+
+_BASH: dict[str | None, str] = {}  # PATH -> the shell found on it (looked up once, not on every call)
+
+
+def _bash() -> str:
+    path = os.environ.get("PATH")
+    found = _BASH.get(path)
+    if found is None:
+        found = _BASH[path] = shutil.which("bash") or "/bin/sh"
+    return found
 
 
 def resolve_workdir(workdir: str | None, workspace: str, extra: tuple[str, ...] = ()) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -27,7 +28,6 @@ import anyio
 from dsh_core import ToolError
 from dsh_core.contracts import ConfinedCommand, ConfinedRun
 from dsh_core.errors import WriteDenied
-from dsh_core.spill import spill_path_for
 
 from .files import write_bytes
 from .fspath import PathDenied
@@ -99,7 +99,7 @@ class SandboxConfinement:
     ) -> ConfinedRun:
         mode = self.sandbox.mode_for(session)
         real = os.path.realpath(cwd)
-        spill = spill_path_for(self.sandbox.settings.spill_root(), session.session_id, "confined")  # unused: captured
+        spill = Path(os.devnull)  # never written: a captured call keeps each stream's head, with no spill file
         result, _ = await self.sandbox.run_argv(
             list(argv), mode=mode, cwd=real, spill=spill, owner=session, timeout_s=timeout_s, limit=output_limit,
             env={**scrubbed_env(mode=mode), **(env or {})}, stdin=stdin, capture=True,

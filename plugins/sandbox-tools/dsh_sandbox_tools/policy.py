@@ -118,9 +118,27 @@ def writable_roots(mode: str, root: str, extra: Sequence[str] = ()) -> list[str]
 is_credential_name = _is_credential_name
 
 
+_SCRUBBED: dict[str, tuple[Any, dict[str, str]]] = {}  # mode -> (the environment it was made from, the result)
+
+
 def scrubbed_env(environ: Mapping[str, str] | None = None, *, mode: str = DEFAULT_MODE) -> dict[str, str]:
-    """The environment a command sees: the harness's, minus credential-shaped variables."""
-    env = {k: v for k, v in (os.environ if environ is None else environ).items() if not is_credential_name(k)}
+    """The environment a command sees: the harness's, minus credential-shaped variables (for the
+    harness's own environment, made again only when that changed: it is on every call's path)."""
+    if environ is None:
+        raw = getattr(os.environ, "_data", None)
+        now = tuple(raw.items()) if isinstance(raw, dict) else None
+        known = _SCRUBBED.get(mode)
+        if now is not None and known is not None and known[0] == now:
+            return dict(known[1])
+        env = _scrub(os.environ, mode)
+        if now is not None:
+            _SCRUBBED[mode] = (now, env)
+        return dict(env)
+    return _scrub(environ, mode)
+
+
+def _scrub(environ: Mapping[str, str], mode: str) -> dict[str, str]:
+    env = {k: v for k, v in environ.items() if not is_credential_name(k)}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env["DSH_SANDBOX"] = mode
     env.setdefault("PAGER", "cat")

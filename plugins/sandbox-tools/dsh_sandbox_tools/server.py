@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 import weakref
@@ -26,23 +24,18 @@ from typing import Any
 import anyio
 
 from dsh_core import reaping
-from dsh_core.reaping import recv_datagram
+from dsh_core.warmserver import CallSocket, WarmServer, WarmServerError
 
 from .run import DRAIN_GRACE_S, TERM_GRACE_S, CommandResult, HeadSink, _Sink, stderr_spill
 
 SERVER = str(Path(__file__).with_name("_cmdserver.py").resolve())
-START_TIMEOUT_S = 20.0
 EXIT_WAIT_S = 10.0  # after "kill", how long to wait for the reaper's "exit" before giving up on it
 MAX_SERVERS = 32  # idle servers beyond this many are closed, least recently used first …
 IDLE_KEEP_S = 30.0  # … but a live session's server used in the last this many seconds is kept beyond it
 
 
-class ServerError(Exception):
+class ServerError(WarmServerError):
     """The command server could not be started or lost the call (never run unconfined instead)."""
-
-    def __init__(self, message: str, *, before_start: bool = False) -> None:
-        super().__init__(message)
-        self.before_start = before_start  # nothing of the call ran: trying again is safe
 
 
 def server_argv(runner: Any, roots: list[str], cwd: str, fd: int) -> list[str]:
@@ -58,74 +51,19 @@ def server_argv(runner: Any, roots: list[str], cwd: str, fd: int) -> list[str]:
     return [*base, "--landlock", *landlock_rules(roots), str(fd)]
 
 
-class CommandServer:
-    """One running ``_cmdserver`` process and its control socket."""
+class CommandServer(WarmServer):
+    """One running ``_cmdserver`` process and its control socket (``dsh_core/warmserver.py``)."""
+
+    error = ServerError
+    name = "the command server"
 
     def __init__(self, argv_for_fd: Callable[[int], list[str]], *, env: dict[str, str], cwd: str) -> None:
-        self._argv_for_fd = argv_for_fd
-        self._env = env
-        self._cwd = cwd
-        self.control: socket.socket | None = None
-        self.proc: Any = None
+        super().__init__(argv_for_fd, env=env, cwd=cwd)
         self.active = 0
         self.last_used = time.monotonic()  # when a call last ended (or the server started)
-        self.closed = False
-
-    async def start(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            with anyio.CancelScope(shield=True):
-                self.proc = await anyio.open_process(
-                    self._argv_for_fd(theirs.fileno()), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),), env=self._env, cwd=self._cwd,
-                    start_new_session=True,
-                )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        self.control = ours
-        ours.setblocking(False)
-        try:
-            with anyio.fail_after(START_TIMEOUT_S):
-                first = await recv_datagram(ours)
-            if first != b"ready":
-                err = b""
-                if self.proc.stderr is not None:
-                    with anyio.move_on_after(2):
-                        async for chunk in self.proc.stderr:
-                            err += chunk
-                detail = (first[6:] if first.startswith(b"error ") else err).decode(errors="replace").strip()
-                raise ServerError(detail.splitlines()[-1] if detail else "the command server exited at start")
-            if self.proc.stderr is not None:
-                await self.proc.stderr.aclose()
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self.aclose()
-            raise
-
-    async def aclose(self) -> None:
-        """End the server (end-of-file on its control socket) and reap it."""
-        self.closed = True
-        if self.control is not None:
-            self.control.close()
-        if self.proc is not None:
-            with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(5) as slow:
-                    await self.proc.wait()
-                if slow.cancelled_caught:
-                    self.proc.kill()
-                    await self.proc.wait()
-                await self.proc.aclose()
 
     def _send(self, fds: list[int]) -> None:
-        assert self.control is not None
-        try:
-            socket.send_fds(self.control, [b"run"], fds)
-        except OSError as exc:  # BlockingIOError included: a healthy server never lags by a whole buffer
-            self.closed = True
-            raise ServerError(f"the command server is gone ({exc})", before_start=True) from None
+        self.send(b"run", fds)
 
     async def run(
         self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path,
@@ -169,8 +107,9 @@ class _Call:
         self.out_r, self.out_w = os.pipe2(os.O_CLOEXEC)
         self.err_r, self.err_w = os.pipe2(os.O_CLOEXEC) if capture or split else (-1, -1)
         self.in_r, self.in_w = os.pipe2(os.O_CLOEXEC) if stdin is not None else (-1, -1)
-        self.call, self.call_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.line = CallSocket()
         self.drained = anyio.Event()
+        self.draining = 0
         self.finished = False
         self.code: int | None = None
         self.timed_out = False
@@ -184,16 +123,16 @@ class _Call:
             view = memoryview(payload)
             while view:
                 view = view[os.write(memfd, view):]
-            send_fds([memfd, self.out_w, self.call_theirs.fileno(), *theirs])
+            send_fds([memfd, self.out_w, self.line.theirs(), *theirs])
         finally:
             os.close(memfd)
             for fd in (self.out_w, *theirs):
                 os.close(fd)
             self.out_w = self.err_w = self.in_r = -1
-            self.call_theirs.close()
+            self.line.sent()
 
     def close(self) -> None:
-        self.call.close()
+        self.line.close()
         for name in ("out_r", "err_r", "in_w", "out_w", "err_w", "in_r"):
             fd = getattr(self, name)
             if fd >= 0:
@@ -204,30 +143,43 @@ class _Call:
             self.err_sink.close()
 
     async def _drain(self, fd: int, into: _Sink | HeadSink) -> None:
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                await anyio.wait_readable(fd)
-                continue
-            if not chunk:
-                return
-            into.feed(chunk)
-            if self.tap is not None:
-                self.tap(chunk)
-
-    async def _reader(self) -> None:
         try:
-            async with anyio.create_task_group() as both:
-                both.start_soon(self._drain, self.out_r, self.sink)
-                if self.err_sink is not None:
-                    both.start_soon(self._drain, self.err_r, self.err_sink)
+            while True:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    await anyio.wait_readable(fd)
+                    continue
+                if not chunk:
+                    return
+                into.feed(chunk)
+                if self.tap is not None:
+                    self.tap(chunk)
         finally:
-            self.drained.set()
+            self.draining -= 1
+            if not self.draining:
+                self.drained.set()
 
-    async def _writer(self, data: bytes) -> None:
-        """The command's stdin: written, then closed (EOF); one that does not read it is fine."""
-        view = memoryview(data)
+    def _write_now(self) -> memoryview | None:
+        """As much of the command's stdin as the pipe takes now (all of a hook's payload, usually:
+        then it is closed at once and no writer task is needed); what is left, else None."""
+        if self.stdin is None:
+            return None
+        view = memoryview(self.stdin)
+        try:
+            view = view[os.write(self.in_w, view):]
+        except BlockingIOError:
+            pass
+        except OSError:
+            view = view[:0]  # EPIPE: it exited or closed its stdin
+        if view:
+            return view
+        os.close(self.in_w)
+        self.in_w = -1
+        return None
+
+    async def _writer(self, view: memoryview) -> None:
+        """The rest of the command's stdin: written, then closed (EOF); one that does not read it is fine."""
         try:
             while view:
                 try:
@@ -241,19 +193,15 @@ class _Call:
             self.in_w = -1
 
     async def _stop(self, first: bytes) -> tuple[bool, int | None]:
-        try:
-            self.call.send(first)
-        except OSError:
+        if not self.line.stop(first):
             return False, None  # the reaper is gone without reporting
         if first == b"term":
             with anyio.move_on_after(TERM_GRACE_S):
-                return _parse(await recv_datagram(self.call))
-            try:
-                self.call.send(b"kill")
-            except OSError:
+                return await self.line.wait()
+            if not self.line.stop(b"kill"):
                 return False, None
         with anyio.move_on_after(EXIT_WAIT_S):
-            return _parse(await recv_datagram(self.call))
+            return await self.line.wait()
         return False, None
 
     async def _watch_stop(self, stop: anyio.Event, deadline: anyio.CancelScope) -> None:
@@ -262,19 +210,22 @@ class _Call:
         deadline.cancel()
 
     async def run(self, timeout_s: float, stop: anyio.Event | None = None) -> CommandResult:
-        self.call.setblocking(False)
         for fd in (self.out_r, self.err_r, self.in_w):
             if fd >= 0:
                 os.set_blocking(fd, False)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._reader)
-                if self.stdin is not None:
-                    tg.start_soon(self._writer, self.stdin)
+                drains = [(self.out_r, self.sink), *([(self.err_r, self.err_sink)] if self.err_sink is not None else [])]
+                self.draining = len(drains)
+                for fd, sink in drains:
+                    tg.start_soon(self._drain, fd, sink)
+                rest = self._write_now()
+                if rest is not None:
+                    tg.start_soon(self._writer, rest)
                 with anyio.move_on_after(timeout_s) as deadline:
                     if stop is not None:
                         tg.start_soon(self._watch_stop, stop, deadline)
-                    self.finished, self.code = _parse(await recv_datagram(self.call))
+                    self.finished, self.code = await self.line.wait()
                 if deadline.cancelled_caught:
                     self.timed_out = not self.stopped
                     with anyio.CancelScope(shield=True):
@@ -302,16 +253,6 @@ class _Call:
                                else None),
             stopped=self.stopped,
         )
-
-
-def _parse(msg: bytes) -> tuple[bool, int | None]:
-    """(finished, exit code) from a reaper message; end-of-file means the call was lost."""
-    if msg.startswith(b"exit "):
-        try:
-            return True, int(msg[5:])
-        except ValueError:
-            pass
-    return False, None
 
 
 @dataclass

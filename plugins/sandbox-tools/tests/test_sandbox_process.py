@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
+import signal
 import time
 from itertools import pairwise
 from pathlib import Path
@@ -204,3 +206,70 @@ async def test_a_watched_bash_call_shows_its_growing_output_and_an_unwatched_one
     assert all(b.startswith(a) and len(b) > len(a) for a, b in pairwise(pieces))
     assert len(pieces) <= 3  # one per change, never after the result; nothing for the unwatched call
     assert not any("tick" in repr(e) for e in s.events)  # progress records nothing durable
+
+
+def _server_processes(cwd: Path) -> dict[int, int]:
+    """pid -> parent pid of every Python process of the command server (the server and its
+    reapers; not bubblewrap, whose command line names the server too) whose directory is ``cwd``."""
+    from dsh_sandbox_tools.server import SERVER
+
+    found = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if (os.readlink(f"/proc/{pid}/cwd") == str(cwd) and SERVER.encode() in cmdline
+                        and os.path.basename(cmdline[0]).startswith(b"python")):
+                    found[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_reapers_serve_call_after_call_without_leaking_and_a_long_call_holds_no_other(
+        mechanism: str, root: Path) -> None:
+    """A session's reapers are reused (no fork per call), keep no descriptor of a finished call,
+    stay few, are replaced when killed, and a call that runs long does not hold up the next:
+    another reaper takes it."""
+    from dsh_core.reaping import SPARE_REAPERS
+
+    def reapers() -> dict[int, int]:  # reaper pid -> open descriptors
+        procs = _server_processes(root)
+        out = {}
+        for pid, parent in procs.items():
+            if parent in procs:
+                with contextlib.suppress(OSError):
+                    out[pid] = len(os.listdir(f"/proc/{pid}/fd"))
+        return out
+
+    async with running_host(mechanism=mechanism) as host:
+        s = Session(host, root)
+        for i in range(3):
+            assert text(await s.call("bash", description="test command", command=f"echo {i}")).startswith(str(i))
+        before = reapers()
+        for i in range(20):
+            assert text(await s.call("bash", description="test command", command=f"echo {i} >&2")) == f"[stderr]\n{i}\n"
+        after = reapers()
+        assert 1 <= len(after) <= SPARE_REAPERS
+        assert set(after) & set(before), (before, after)  # the same processes served the 20 calls
+        assert {p: after[p] for p in set(after) & set(before)} == {p: before[p] for p in set(after) & set(before)}
+
+        for pid in after:  # reapers killed while they wait: the server forks another
+            os.kill(pid, signal.SIGKILL)
+        with anyio.fail_after(10):  # (a call sent while one is dying may be taken down with it)
+            while set(after) & set(reapers()):
+                await anyio.sleep(0.01)
+            assert text(await s.call("bash", description="test command", command="echo again")) == "again\n"
+
+        token = f"3.{secrets.randbelow(10**6):06d}"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: s.call("bash", description="test command", command=f"sleep {token}"))
+            with anyio.fail_after(10):
+                while not host_alive_with(token):
+                    await anyio.sleep(0.02)
+            t0 = time.monotonic()
+            assert text(await s.call("bash", description="test command", command="echo meanwhile")) == "meanwhile\n"
+            assert time.monotonic() - t0 < 2.5  # not after the sleep
+            tg.cancel_scope.cancel()
+        assert len(reapers()) <= SPARE_REAPERS + 1  # one more may be finishing its cancelled call

@@ -138,7 +138,17 @@ def finish(leader: int, call: socket.socket, on_message: Callable[[bytes], bool]
     reaped = reap_all(leader)
     if reaped is not None:
         status = reaped
+    if _again is not None:
+        _again()
     report(call, exit_code(status) if status is not None else 0)
+
+
+# A reused reaper's "ready again" (set by ``_reaper_loop``): said to the server *before* the call's
+# exit is reported, so that by the time the host sends its next call the server counts this reaper
+# as waiting. Said after, a next call taken by the other waiting reaper found none waiting: the
+# server forked a third, and the first, back too late, was one too many and exited — a fork and
+# an exit per call under load.
+_again: Callable[[], None] | None = None
 
 
 def load(name: str, path: str) -> types.ModuleType:
@@ -244,9 +254,18 @@ def _reaper_loop(control: socket.socket, line: socket.socket, words: tuple[bytes
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     if prepare is not None:
         prepare()
+    global _again
+    said: list[bool] = []
+
+    def again() -> None:
+        line.send(b"F")
+        said.append(True)
+
     for calls in range(CALLS_PER_REAPER):
         if calls:
-            line.send(b"F")
+            if not said:
+                line.send(b"F")
+            said.clear()
             if line.recv(16) != b"w":
                 return
         got = _next(control, words, nfds)
@@ -255,7 +274,11 @@ def _reaper_loop(control: socket.socket, line: socket.socket, words: tuple[bytes
             return
         line.send(b"T")
         _adopt(got[1])
-        handle(*got)
+        _again = again
+        try:
+            handle(*got)
+        finally:
+            _again = None
 
 
 def _adopt(fds: list[int]) -> None:

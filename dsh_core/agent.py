@@ -62,6 +62,17 @@ T = TypeVar("T")
 class Agent(TurnLoop, ToolDispatch, History):
     """The spine's agent. Front doors use only the ``protocols.Agent`` surface."""
 
+    # Slots: a session's agent is most of what an open session costs (a dict for ~45 attributes
+    # is 1.6 KiB). ``__dict__`` stays for what a plugin or test sets beyond these (made on first use).
+    __slots__ = (
+        "spec", "host", "session_id", "cwd", "provider", "route", "tools", "system", "header", "log", "children",
+        "log_error", "history_policy", "settings", "_observers", "_watchers", "_progress_watchers", "_seq", "_turn",
+        "_inbox", "_history", "_busy", "_idle", "_scope", "_abort_kind", "_disposed", "_wake", "_header_sent",
+        "_header_reason", "_pending_context", "_notices", "_woken", "_wake_due", "_wakes", "_claimed_ids", "_state",
+        "_offered", "_unknown_hint", "_spliced", "_metered", "_start_source", "_halted", "_published",
+        "_sources_ready", "_sources_done", "_sources_scope", "_retired", "__dict__", "__weakref__",
+    )
+
     def __init__(self, spec: AgentSpec, host: Host) -> None:
         self.spec = spec
         self.host = host
@@ -101,6 +112,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._abort_kind: str | None = None
         self._disposed = False
         self._wake: anyio.Event | None = None
+        self._retired = False  # the idle driver was told to end (turn.ParkedDrivers)
         self._header_sent = False
         self._header_reason = "initial"
         self.settings = SessionSettings()
@@ -422,7 +434,7 @@ class Agent(TurnLoop, ToolDispatch, History):
     def _start_driver(self) -> None:
         self._busy = True
         self._idle = Flag()
-        if self._wake is None:  # the driver lives as long as the agent: no task per prompt
+        if self._wake is None:  # the driver outlives its turn (turn.ParkedDrivers): no task per prompt
             self._wake = anyio.Event()
             self.host.task_group.start_soon(self._drive, name=f"agent {self.session_id[:8]}")
         else:

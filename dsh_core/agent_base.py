@@ -39,6 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class AgentBase:
     """The agent's state (set in ``Agent.__init__``) and the parts' shared calls."""
 
+    __slots__ = ()  # the state lives in ``Agent``'s slots
+
     spec: AgentSpec
     host: Host
     session_id: str
@@ -64,6 +66,7 @@ class AgentBase:
     _abort_kind: str | None
     _disposed: bool
     _wake: anyio.Event | None
+    _retired: bool
     _header_sent: bool
     _header_reason: str
     _pending_context: list[str]

@@ -105,7 +105,7 @@ async def drive(argv: list[str], cwd: Path, env: dict[str, str], n: int,
             proc.stdin.close()
         try:
             await asyncio.wait_for(proc.wait(), 30)
-        except asyncio.TimeoutError:  # pragma: no cover
+        except TimeoutError:  # pragma: no cover
             proc.kill()
             await proc.wait()
         await conn.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import gc
 import os
 import pickle
@@ -47,10 +48,8 @@ def child(argv: list[str]) -> None:
             t = type(o)
             name = f"{t.__module__}.{t.__qualname__}"
             counts[name] += 1
-            try:
+            with contextlib.suppress(TypeError):
                 sizes[name] += sys.getsizeof(o)
-            except TypeError:  # pragma: no cover
-                pass
         snap = tracemalloc.take_snapshot()
         path = f"{out}.{seq[0]}"
         seq[0] += 1

@@ -19,7 +19,7 @@ module), and nothing outside ``dsh_core`` imports it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -62,16 +62,9 @@ T = TypeVar("T")
 class Agent(TurnLoop, ToolDispatch, History):
     """The spine's agent. Front doors use only the ``protocols.Agent`` surface."""
 
-    # Slots: a session's agent is most of what an open session costs (a dict for ~45 attributes
-    # is 1.6 KiB). ``__dict__`` stays for what a plugin or test sets beyond these (made on first use).
-    __slots__ = (
-        "spec", "host", "session_id", "cwd", "provider", "route", "tools", "system", "header", "log", "children",
-        "log_error", "history_policy", "settings", "_observers", "_watchers", "_progress_watchers", "_seq", "_turn",
-        "_inbox", "_history", "_busy", "_idle", "_scope", "_abort_kind", "_disposed", "_wake", "_header_sent",
-        "_header_reason", "_pending_context", "_notices", "_woken", "_wake_due", "_wakes", "_claimed_ids", "_state",
-        "_offered", "_unknown_hint", "_spliced", "_metered", "_start_source", "_halted", "_published",
-        "_sources_ready", "_sources_done", "_sources_scope", "_retired", "__dict__", "__weakref__",
-    )
+    # The state is in AgentBase's slots; ``__dict__`` stays for what a plugin or test sets beyond
+    # them (made on first use).
+    __slots__ = ("__dict__", "__weakref__")
 
     def __init__(self, spec: AgentSpec, host: Host) -> None:
         self.spec = spec
@@ -80,7 +73,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         self.cwd = spec.cwd
         self.provider: ModelProvider = host.provider(spec.provider)
         self.route: ModelInfo = self.provider.resolve(spec.model)
-        self.tools: dict[str, Tool] = host.tools  # the host's until a tool source publishes (then a copy)
+        self.tools: Mapping[str, Tool] = host.tools  # the host's until a tool source publishes (then a copy)
         self.system: str = host.system_prompt(spec)
         if spec.persona:
             self.system = f"{self.system}\n\n{spec.persona}" if self.system else spec.persona
@@ -305,17 +298,18 @@ class Agent(TurnLoop, ToolDispatch, History):
         before = self._published.get(source, [])
         if [self.tools.get(n) for n in before] == list(tools):
             return list(before)  # the same set: the request (and the prefix cache) stays as it was
-        if self.tools is self.host.tools:  # the first set this session publishes: its own catalog from now on
-            self.tools = dict(self.host.tools)
+        # the first set this session publishes: its own catalog from now on (the host's until then)
+        own = self.tools if isinstance(self.tools, dict) and self.tools is not self.host.tools else dict(self.tools)
+        self.tools = own
         for name in before:
-            self.tools.pop(name, None)
+            own.pop(name, None)
         taken: list[str] = []
         for tool in tools:
             name = tool.spec.name
-            if name in self.tools:
+            if name in own:
                 warn(f"tool {name!r} of {source} is not added to session {self.session_id}: the name is taken")
                 continue
-            self.tools[name] = tool
+            own[name] = tool
             taken.append(name)
         self._published[source] = taken
         self._header_sent = False

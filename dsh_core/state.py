@@ -83,7 +83,7 @@ class Flag:
     Sessions hold a few of these each (idle, tool sources ready); most are set and never
     waited on, and an ``anyio.Event`` with its asyncio event and waiter deque is ~0.8 KiB."""
 
-    __slots__ = ("_set", "_event")
+    __slots__ = ("_event", "_set")
 
     def __init__(self, is_set: bool = False) -> None:
         self._set = is_set

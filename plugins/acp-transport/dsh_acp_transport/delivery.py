@@ -34,8 +34,18 @@ class Delivery:
     ``drain`` returns when everything queued so far is written (or failed).
     """
 
-    __slots__ = ("peer", "host", "session_id", "_line", "_queued", "_done", "_changed", "_working", "_closed",
-                 "failure")
+    __slots__ = (
+        "_changed",
+        "_closed",
+        "_done",
+        "_line",
+        "_queued",
+        "_working",
+        "failure",
+        "host",
+        "peer",
+        "session_id",
+    )
 
     def __init__(self, peer: Peer, host: Host, session_id: str) -> None:
         self.peer = peer
@@ -132,7 +142,7 @@ class Delivery:
                     self._finished(n)
         finally:
             self._working = False
-            self._line = None if not line else line
+            self._line = line or None  # what a cancelled worker left waits for the next one
 
     async def _deliver(self, item: Any) -> None:
         if not isinstance(item, tuple):  # a session update as it is (usage, or a presentation plugin's)

@@ -177,6 +177,7 @@ class TurnLoop(AgentBase):
     # ------------------------------------------------------------------ the loop
 
     async def _drive(self) -> None:
+        parked = self.host.state(ParkedDrivers)
         try:
             while True:
                 while not self._disposed and (self._inbox or self._claim_wake()):
@@ -187,7 +188,6 @@ class TurnLoop(AgentBase):
                     return
                 assert self._wake is not None
                 self._wake = anyio.Event()
-                parked = self.host.state(ParkedDrivers)
                 parked.park(self)
                 await self._wake.wait()
                 parked.idle.pop(self, None)
@@ -198,7 +198,7 @@ class TurnLoop(AgentBase):
             self._retired = False
             self._busy = False
             self._idle.set()
-            self.host.state(ParkedDrivers).idle.pop(self, None)
+            parked.idle.pop(self, None)
 
     async def _run_turn(self) -> None:
         self._turn += 1

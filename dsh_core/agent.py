@@ -19,7 +19,7 @@ module), and nothing outside ``dsh_core`` imports it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -30,7 +30,7 @@ from .dispatch import ToolDispatch
 from .errors import AgentDisposed, SessionLogFailed
 from .history import History
 from .protocols import AgentSpec, Observer, new_id
-from .state import StateSlots
+from .state import Flag, StateSlots
 from .turn import TurnLoop
 from .types import (
     AssistantMessage,
@@ -62,6 +62,10 @@ T = TypeVar("T")
 class Agent(TurnLoop, ToolDispatch, History):
     """The spine's agent. Front doors use only the ``protocols.Agent`` surface."""
 
+    # The state is in AgentBase's slots; ``__dict__`` stays for what a plugin or test sets beyond
+    # them (made on first use).
+    __slots__ = ("__dict__", "__weakref__")
+
     def __init__(self, spec: AgentSpec, host: Host) -> None:
         self.spec = spec
         self.host = host
@@ -69,7 +73,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         self.cwd = spec.cwd
         self.provider: ModelProvider = host.provider(spec.provider)
         self.route: ModelInfo = self.provider.resolve(spec.model)
-        self.tools: dict[str, Tool] = dict(host.tools)
+        self.tools: Mapping[str, Tool] = host.tools  # the host's until a tool source publishes (then a copy)
         self.system: str = host.system_prompt(spec)
         if spec.persona:
             self.system = f"{self.system}\n\n{spec.persona}" if self.system else spec.persona
@@ -96,12 +100,12 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._inbox: list[UserMessage] = []
         self._history: list[UserMessage | AssistantMessage | ToolResultMessage] = []
         self._busy = False
-        self._idle = anyio.Event()
-        self._idle.set()
+        self._idle = Flag(True)
         self._scope: anyio.CancelScope | None = None
         self._abort_kind: str | None = None
         self._disposed = False
         self._wake: anyio.Event | None = None
+        self._retired = False  # the idle driver was told to end (turn.ParkedDrivers)
         self._header_sent = False
         self._header_reason = "initial"
         self.settings = SessionSettings()
@@ -125,16 +129,14 @@ class Agent(TurnLoop, ToolDispatch, History):
             self._fork_from(spec.parent)
         self.history_policy = host.pm.hook.dsh_history_policy(session=self, host=host)
         self._published: dict[str, list[str]] = {}  # tool source -> the names it holds in self.tools
-        self._sources_ready = anyio.Event()  # every source published its first set (or failed)
-        self._sources_done = anyio.Event()
-        self._sources_scope = anyio.CancelScope()
         # A fork calls the parent's tools (its session's too): it serves no sources of its own.
         sources = [] if spec.fork else [s for s in host.pm.hook.dsh_session_tools(session=self, host=host) if s is not None]
+        self._sources_ready = Flag(not sources)  # every source published its first set (or failed)
+        self._sources_done = Flag(not sources)
+        self._sources_scope: anyio.CancelScope | None = None
         if sources:
+            self._sources_scope = anyio.CancelScope()
             host.task_group.start_soon(self._serve_sources, sources, name=f"tool sources {self.session_id[:8]}")
-        else:
-            self._sources_ready.set()
-            self._sources_done.set()
 
     # ------------------------------------------------------------------ events
 
@@ -296,15 +298,18 @@ class Agent(TurnLoop, ToolDispatch, History):
         before = self._published.get(source, [])
         if [self.tools.get(n) for n in before] == list(tools):
             return list(before)  # the same set: the request (and the prefix cache) stays as it was
+        # the first set this session publishes: its own catalog from now on (the host's until then)
+        own = self.tools if isinstance(self.tools, dict) and self.tools is not self.host.tools else dict(self.tools)
+        self.tools = own
         for name in before:
-            self.tools.pop(name, None)
+            own.pop(name, None)
         taken: list[str] = []
         for tool in tools:
             name = tool.spec.name
-            if name in self.tools:
+            if name in own:
                 warn(f"tool {name!r} of {source} is not added to session {self.session_id}: the name is taken")
                 continue
-            self.tools[name] = tool
+            own[name] = tool
             taken.append(name)
         self._published[source] = taken
         self._header_sent = False
@@ -330,6 +335,7 @@ class Agent(TurnLoop, ToolDispatch, History):
             finally:
                 ready()
 
+        assert self._sources_scope is not None
         try:
             with self._sources_scope:
                 async with anyio.create_task_group() as tg:
@@ -421,8 +427,8 @@ class Agent(TurnLoop, ToolDispatch, History):
 
     def _start_driver(self) -> None:
         self._busy = True
-        self._idle = anyio.Event()
-        if self._wake is None:  # the driver lives as long as the agent: no task per prompt
+        self._idle = Flag()
+        if self._wake is None:  # the driver outlives its turn (turn.ParkedDrivers): no task per prompt
             self._wake = anyio.Event()
             self.host.task_group.start_soon(self._drive, name=f"agent {self.session_id[:8]}")
         else:
@@ -465,6 +471,7 @@ class Agent(TurnLoop, ToolDispatch, History):
             except Exception as exc:
                 errors.append(exc)
         if not self._sources_done.is_set():  # its tool sources end (an MCP server's process with them)
+            assert self._sources_scope is not None
             self._sources_scope.cancel()
             with anyio.CancelScope(shield=True):
                 await self._sources_done.wait()

@@ -45,6 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class ToolDispatch(AgentBase):
     """The tool-dispatch part of the agent (see ``agent_base``)."""
 
+    __slots__ = ()
+
     def parallel_safe(self, name: str) -> bool:
         """Whether calls of ``name`` may overlap (unknown tools run nothing, so they may)."""
         tool = self.tools.get(name)

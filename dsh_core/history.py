@@ -113,6 +113,8 @@ def _committed(events: list[DurableEvent]) -> list[DurableEvent]:
 class History(AgentBase):
     """The history part of the agent (see ``agent_base``)."""
 
+    __slots__ = ()
+
     # ------------------------------------------------------------------ resume
 
     def restore(self, events: list[DurableEvent], *, fork_of: str | None = None) -> None:

@@ -60,6 +60,7 @@ from .types import (
 
 ENTRY_POINT_GROUP = "dsh"
 T = TypeVar("T")
+PROMPTS_KEPT = 64  # distinct system prompt texts a host keeps one copy of (Host.system_prompt)
 C = TypeVar("C", bound=PluginConfig)
 
 
@@ -269,6 +270,7 @@ class Host:
         self.guidance: list[Guidance] = []  # every section, in prompt order (dsh_register_guidance)
         self.approvals = ApprovalService(pm)
         self.agents: set[Agent] = set()
+        self._prompts: dict[str, str] = {}  # system prompts seen: one copy of each text (system_prompt)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._state = StateSlots()  # plugin state of this host (dsh_core.state)
         # Each plugin's declared config Struct, decoded once (dsh_core.config); then dsh_configure.
@@ -353,7 +355,15 @@ class Host:
         # pluggy calls trylast builtins last; reverse so the spine's base section leads.
         sections = [s for s in reversed(self.pm.hook.dsh_system_prompt(spec=spec, host=self)) if s]
         sections += [g.text for g in self.guidance_for(spec) if g.text]
-        return "\n\n".join(sections)
+        text = "\n\n".join(sections)
+        # Sessions of one workspace mostly share one prompt (several KiB): they hold one copy of it.
+        # A bounded table: prompts that differ per session (a date, a path) only fill it once.
+        kept = self._prompts.get(text)
+        if kept is not None:
+            return kept
+        if len(self._prompts) < PROMPTS_KEPT:
+            self._prompts[text] = text
+        return text
 
     def guidance_for(self, spec: AgentSpec) -> list[Guidance]:
         """The guidance sections of the tools an agent built from ``spec`` has — the host's and the

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import anyio
+import anyio.lowlevel
 
 from .diag import warn
 
@@ -73,3 +74,35 @@ class StateSlots:
                     await close()
                 except Exception as exc:
                     warn(f"closing the state slot {cls.__module__}.{cls.__qualname__} failed: {exc!r}")
+
+
+class Flag:
+    """An ``anyio.Event`` that costs an event only while someone waits on it unset.
+
+    ``set``/``is_set``/``wait`` behave as the event's (``wait`` on a set flag is a checkpoint).
+    Sessions hold a few of these each (idle, tool sources ready); most are set and never
+    waited on, and an ``anyio.Event`` with its asyncio event and waiter deque is ~0.8 KiB."""
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self, is_set: bool = False) -> None:
+        self._set = is_set
+        self._event: anyio.Event | None = None
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            event, self._event = self._event, None
+            if event is not None:
+                event.set()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        if self._set:
+            await anyio.lowlevel.checkpoint()
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()

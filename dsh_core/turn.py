@@ -142,12 +142,42 @@ class _Partial:
                    for b in self.blocks)
 
 
+PARKED_DRIVERS = 128  # idle agents of a host whose driver task waits for their next prompt
+
+
+class ParkedDrivers:
+    """A host's idle agents whose driver task waits for their next prompt, longest idle first.
+
+    An agent's driver task outlives its turn, so a session prompted again reuses it (no task per
+    prompt); but a waiting task costs ~4 KiB, most of what an idle session would hold. Past
+    ``PARKED_DRIVERS`` the longest-idle driver ends, and that session's next prompt starts one
+    again: 10,000 idle sessions hold at most that many tasks."""
+
+    __slots__ = ("idle",)
+
+    def __init__(self) -> None:
+        self.idle: dict[AgentBase, None] = {}  # insertion order: longest idle first
+
+    def park(self, agent: AgentBase) -> None:
+        agent._retired = False
+        self.idle[agent] = None
+        if len(self.idle) > PARKED_DRIVERS:
+            oldest = next(iter(self.idle))
+            del self.idle[oldest]
+            oldest._retired = True
+            if oldest._wake is not None:
+                oldest._wake.set()
+
+
 class TurnLoop(AgentBase):
     """The turn-loop part of the agent (see ``agent_base``)."""
+
+    __slots__ = ()
 
     # ------------------------------------------------------------------ the loop
 
     async def _drive(self) -> None:
+        parked = self.host.state(ParkedDrivers)
         try:
             while True:
                 while not self._disposed and (self._inbox or self._claim_wake()):
@@ -158,11 +188,17 @@ class TurnLoop(AgentBase):
                     return
                 assert self._wake is not None
                 self._wake = anyio.Event()
+                parked.park(self)
                 await self._wake.wait()
+                parked.idle.pop(self, None)
+                if self._retired and not self._busy:  # no prompt since: the next one starts a driver again
+                    return
         finally:
             self._wake = None
+            self._retired = False
             self._busy = False
             self._idle.set()
+            parked.idle.pop(self, None)
 
     async def _run_turn(self) -> None:
         self._turn += 1

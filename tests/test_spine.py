@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from importlib.metadata import entry_points
 from itertools import pairwise
@@ -454,3 +455,106 @@ async def test_a_notice_goes_in_the_next_request_unless_it_was_told_another_way_
             await agent.wait_idle()
         notices = [m.content[0].text for m in agent.history if getattr(m, "source", None) == "notice"]
         assert notices == ["A happened", "C happened"]
+
+
+# --------------------------------------------------------------------------- what an idle session holds
+
+
+async def test_idle_drivers_past_the_bound_end_and_their_sessions_still_answer(scripted, tmp_path, monkeypatch):
+    from dsh_core import turn
+
+    monkeypatch.setattr(turn, "PARKED_DRIVERS", 2)
+    script = scripted({"default": [{"text": "said {prompt}"}], "repeat_default": True})
+    async with await _host(script) as host:
+        parked = host.state(turn.ParkedDrivers)
+        agents = [host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+                  for _ in range(4)]
+        for i, agent in enumerate(agents):
+            agent.submit(UserMessage(id=f"u{i}", content=[TextBlock(text=f"p{i}")]))
+            with anyio.fail_after(5):
+                await agent.wait_idle()
+        await anyio.wait_all_tasks_blocked()
+        # the two most recently idle keep a driver waiting; the older two ended theirs
+        assert list(parked.idle) == agents[2:]
+        assert [a._wake is None for a in agents] == [True, True, False, False]
+        tasks = [t.get_name() for t in asyncio.all_tasks()]
+        assert sum(name.startswith("agent ") for name in tasks) == 2
+        # a session whose driver ended answers its next prompt (a new driver), which parks again
+        agents[0].submit(UserMessage(id="again", content=[TextBlock(text="again")]))
+        with anyio.fail_after(5):
+            await agents[0].wait_idle()
+        await anyio.wait_all_tasks_blocked()
+        final = [e for e in _events(host, agents[0]) if isinstance(e, AssistantMessageEvent)][-1]
+        assert final.message.content == [TextBlock(text="said again")]
+        assert list(parked.idle) == [agents[3], agents[0]]
+        # a parked driver and an ended one both let dispose finish
+        with anyio.fail_after(5):
+            for agent in agents:
+                await agent.dispose()
+        await anyio.wait_all_tasks_blocked()
+        assert parked.idle == {}
+
+
+async def test_a_prompt_that_comes_while_the_retired_driver_wakes_is_run_by_it(scripted, tmp_path, monkeypatch):
+    from dsh_core import turn
+
+    monkeypatch.setattr(turn, "PARKED_DRIVERS", 1)
+    script = scripted({"default": [{"text": "said {prompt}"}], "repeat_default": True})
+    async with await _host(script) as host:
+        a, b = (host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+                for _ in range(2))
+        a.submit(UserMessage(id="a1", content=[TextBlock(text="one")]))
+        with anyio.fail_after(5):
+            await a.wait_idle()
+        await anyio.wait_all_tasks_blocked()
+        b.submit(UserMessage(id="b1", content=[TextBlock(text="one")]))
+        with anyio.fail_after(5):
+            await b.wait_idle()  # b parks: a's driver is told to end, and is woken
+        a.submit(UserMessage(id="a2", content=[TextBlock(text="two")]))  # before it runs
+        with anyio.fail_after(5):
+            await a.wait_idle()
+        final = [e for e in _events(host, a) if isinstance(e, AssistantMessageEvent)][-1]
+        assert final.message.content == [TextBlock(text="said two")]
+
+
+async def test_the_flag_is_an_event_that_makes_its_event_only_for_a_waiter():
+    from dsh_core.state import Flag
+
+    flag = Flag()
+    assert not flag.is_set() and flag._event is None
+    woke: list[str] = []
+
+    async def waiter(name: str) -> None:
+        await flag.wait()
+        woke.append(name)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter, "a")
+        tg.start_soon(waiter, "b")
+        await anyio.wait_all_tasks_blocked()
+        assert woke == [] and flag._event is not None
+        flag.set()
+    assert sorted(woke) == ["a", "b"] and flag.is_set() and flag._event is None
+    with anyio.CancelScope() as scope:  # waiting on a set flag is a checkpoint, as on a set event
+        scope.cancel()
+        await Flag(True).wait()
+    assert scope.cancelled_caught
+
+
+async def test_sessions_share_the_host_catalog_and_prompt_until_a_source_publishes(scripted, tmp_path):
+    script = scripted({"default": [{"text": "ok"}]})
+    async with await _host(script, Tools()) as host:
+        a, b = (host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+                for _ in range(2))
+        assert a.tools is host.tools and b.tools is host.tools
+        assert a.system is b.system  # one copy of the text
+        assert vars(a) == {}  # the state is in slots (the __dict__ is made only for extras)
+        assert a.publish_tools("mine", []) == [] and a.tools is host.tools  # nothing published: nothing copied
+
+        async def run(args, ctx):
+            return "x"
+
+        assert a.publish_tools("mine", [FunctionTool("extra", "Extra.", {"type": "object"}, run)]) == ["extra"]
+        assert "extra" in a.tools and "echo" in a.tools
+        assert "extra" not in host.tools and b.tools is host.tools
+        assert a.publish_tools("mine", []) == [] and "extra" not in a.tools and "extra" not in host.tools

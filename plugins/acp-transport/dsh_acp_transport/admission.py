@@ -315,7 +315,6 @@ class Admission(Controls):
         if self.settings.waiting > 0:  # acp-editor: a silent model call is said to be one
             session.unsubscribe = self._watch_silence(session, session.unsubscribe)
         self.sessions[session.id] = session
-        self.peer.start_soon(session.delivery.run)
         return session
 
     # ------------------------------------------------------------------ session/list

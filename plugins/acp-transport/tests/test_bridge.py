@@ -528,9 +528,39 @@ async def test_close_frees_the_session_agent_and_all_per_session_state(echo, tmp
         assert bridge.sessions == {} and bridge.closing == {} and host.agents == set()
         assert sid not in host.provider("scripted")._cursors  # Agent.dispose told the provider to forget
         assert not any(e.method == "session/prompt" for e in bridge.peer._inbound.values())
-        with anyio.fail_after(5):  # the delivery worker ends once its stream is closed
+        with anyio.fail_after(5):  # no delivery worker runs once its output is out
             while any(r() is not None for r in refs):  # then nothing holds the session or its agent
                 await anyio.sleep(0.01)
                 gc.collect()
         again = await client.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]})
         assert again["error"]["code"] == -32602 and "unknown session" in again["error"]["message"]
+
+
+async def test_an_idle_session_holds_no_delivery_worker_and_queued_output_keeps_its_order(echo, tmp_path):
+    from dsh_acp import wire
+
+    async with served(echo) as (client, bridge, _host):
+        sid = await client.start(tmp_path)
+        resp = await client.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]})
+        assert resp["result"]["stopReason"] == "end_turn"
+        delivery = bridge.sessions[sid].delivery
+        assert not delivery._working and delivery._line is None and delivery._changed is None  # text went out at once
+        # an update waits for the worker; text pushed behind it must not overtake it
+        delivery.push_update(wire.MessageChunk(content=wire.TextOut(text="queued"), message_id="m1"))
+        delivery.push(TextBlock(text="behind"), "m2")
+        assert delivery._working and len(delivery._line or ()) == 2
+        with anyio.fail_after(5):
+            await delivery.drain()
+        assert not delivery._working and delivery._line is None
+        texts: list[str] = []
+        with anyio.fail_after(5):
+            while len(texts) < 2:
+                frame = await client.recv()
+                if frame.get("method") == "session/update":
+                    texts.append(frame["params"]["update"]["content"]["text"])
+        assert texts == ["queued", "behind"]
+        delivery.push(TextBlock(text="alone"), "m3")  # nothing waits again: written at once, no worker
+        assert not delivery._working
+        delivery.close()
+        with pytest.raises(anyio.ClosedResourceError):
+            delivery.push(TextBlock(text="late"), "m4")

@@ -19,6 +19,7 @@ Skills are text for the model; dsh never runs anything a skill contains. See REA
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -54,15 +55,29 @@ def dsh_config_type() -> tuple[str, type[PluginConfig]]:
     return NAME, SkillsConfig
 
 
+class Catalogs:
+    """The host's catalogs by cwd (a host state slot): the sessions of one workspace share one,
+    and it goes with the last of them (weak values)."""
+
+    def __init__(self) -> None:
+        self.by_cwd: weakref.WeakValueDictionary[str, Catalog] = weakref.WeakValueDictionary()
+
+    def get(self, cwd: str) -> Catalog:
+        catalog = self.by_cwd.get(cwd)
+        if catalog is None:
+            catalog = self.by_cwd[cwd] = Catalog(cwd)
+        return catalog
+
+
 @dataclass
 class Seen:
-    """The skills this session knows (its state slot): its catalog, made on first use."""
+    """The skills this session knows (its state slot): its cwd's catalog, found on first use."""
 
     catalog: Catalog | None = None
 
-    def refresh(self, cwd: str) -> dict[str, Skill]:
+    def refresh(self, cwd: str, host: Host) -> dict[str, Skill]:
         if self.catalog is None:
-            self.catalog = Catalog(cwd)
+            self.catalog = host.state(Catalogs).get(cwd)
         return self.catalog.refresh()
 
 
@@ -107,7 +122,7 @@ def dsh_prompt_submit(session: Agent, messages: list[Any], turn: int) -> PromptS
     shown: dict[str, tuple[str, tuple[int, int]]] | None = session.spec.extra.get(_SHOWN)
     if shown is None:
         return None
-    now = _for_model(session.state(Seen).refresh(session.cwd))
+    now = _for_model(session.state(Seen).refresh(session.cwd, session.host))
     added = [s for n, s in now.items() if n not in shown]
     changed = [s for n, s in now.items() if n in shown and shown[n] != (s.description, s.stamp)]
     gone = [n for n in shown if n not in now]
@@ -126,7 +141,7 @@ def dsh_prompt_submit(session: Agent, messages: list[Any], turn: int) -> PromptS
 def _load(session: Agent, name: str, *, by: Literal["model", "person"]) -> tuple[Skill, str]:
     """The skill ``name`` and its file's text, for ``by`` ("model": the ``skill`` tool, which knows
     only the skills the model may start; "person": a slash command, which starts any skill)."""
-    skills = session.state(Seen).refresh(session.cwd)
+    skills = session.state(Seen).refresh(session.cwd, session.host)
     known = _for_model(skills) if by == "model" else skills
     skill = skills.get(name)
     if skill is None:
@@ -213,5 +228,5 @@ def _command(skill: Skill) -> SlashCommand:
 def dsh_slash_commands(session: Agent, host: Host) -> list[SlashCommand] | None:
     if not host.config_for(SkillsConfig).commands:
         return None
-    skills = session.state(Seen).refresh(session.cwd)
+    skills = session.state(Seen).refresh(session.cwd, session.host)
     return [_command(s) for s in skills.values() if s.user_invocable] or None

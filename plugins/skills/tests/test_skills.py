@@ -267,3 +267,33 @@ async def test_a_command_listed_before_its_author_turned_the_person_away_refuses
         with pytest.raises(ValueError, match='skill "notes" is not available as a command: its front matter says '
                                              "user-invocable: false"):
             await command.run(agent, "")
+
+
+async def test_the_sessions_of_one_workspace_share_one_catalog_and_it_goes_with_the_last(project, scripted):
+    import gc
+
+    from dsh_skills import Catalogs, Seen
+
+    repo, _, _ = project
+    other = repo / "src"
+    skill(repo / ".agents" / "skills", "lint", "run the linter")
+    script = scripted({"default": [{"text": "ok"}], "repeat_default": True})
+    async with memory_host(script, plugins=("scripted-model", "skills")) as host:
+        a, b = (host.create_agent(AgentSpec(cwd=str(repo), provider="scripted", model=str(script))) for _ in range(2))
+        c = host.create_agent(AgentSpec(cwd=str(other), provider="scripted", model=str(script)))
+        for i, agent in enumerate((a, b, c)):
+            agent.submit(UserMessage(id=f"u{i}", content=[TextBlock(text="hi")]))
+            with anyio.fail_after(5):
+                await agent.wait_idle()
+        seen = [agent.state(Seen).catalog for agent in (a, b, c)]
+        assert seen[0] is not None and seen[0] is seen[1] and seen[2] is not seen[0]
+        assert list(seen[0].refresh()) == list(seen[2].refresh()) == ["lint"]  # one project, two cwds
+        catalogs = host.state(Catalogs)
+        assert set(catalogs.by_cwd) == {str(repo), str(other)}
+        del seen
+        for agent in (a, b):
+            await agent.dispose()
+            host.forget(agent)
+        del a, b, agent
+        gc.collect()
+        assert set(catalogs.by_cwd) == {str(other)}

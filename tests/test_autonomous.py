@@ -239,8 +239,9 @@ async def test_session_cancel_with_no_prompt_in_flight_cancels_autonomous_work(a
         await run.conn.cancel(session_id=sid)
         await _until(lambda: _turns(acp_agent.home, sid)[-1][2] is not None)
         assert _turns(acp_agent.home, sid) == [(1, False, "completed"), (2, True, "aborted")]
-        # the interrupted text was committed and sent; the session takes the next prompt as usual
-        assert "working on it" in run.client.text(sid)
+        # the interrupted text was committed and sent (the log tells the turn's end before the
+        # client has read the chunk: wait for it); the session takes the next prompt as usual
+        await _until(lambda: "working on it" in run.client.text(sid))
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("after")])
         assert resp.stop_reason == "end_turn" and run.client.text(sid)[-1] == "AFTER"
         assert await run.close_stdin() == 0

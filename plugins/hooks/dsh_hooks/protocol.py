@@ -472,26 +472,30 @@ class Bridge:
 
     # ---------------------------------------------------------------- the interception points
 
-    def _pending(self, session: Any, point: str, query: str, turn: int, fields: dict[str, Any],
+    def _pending(self, session: Any, point: str, query: str, turn: int, fields: Callable[[], dict[str, Any]],
                  mapper: Callable[[Merged], Any]) -> _Pending | None:
+        """A decision to await when a hook of ``point`` matches ``query``, else None. ``fields``
+        (the payload's point-specific part) is built only then: most prompts run no hook, and a
+        Stop payload walks the history (bench/profile_prompt.py)."""
         selected = self.selected(session, point, query)
         if not selected:
             return None
-        return _Pending(self, session, point, selected, turn, fields, mapper)
+        return _Pending(self, session, point, selected, turn, fields(), mapper)
 
     def session_start(self, session: Any, source: str, turn: int) -> _Pending | None:
-        return self._pending(session, "SessionStart", source, turn, {"source": source},
+        return self._pending(session, "SessionStart", source, turn, lambda: {"source": source},
                              lambda m: SessionStart(context=m.context, **_halt(m)) if m.context or m.stop else None)
 
     def prompt_submit(self, session: Any, messages: list[Any], turn: int) -> _Pending | None:
-        prompt = "\n".join(b.text for m in messages for b in m.content if isinstance(b, TextBlock))
+        def fields() -> dict[str, Any]:
+            return {"prompt": "\n".join(b.text for m in messages for b in m.content if isinstance(b, TextBlock))}
 
         def decided(m: Merged) -> PromptSubmit:
             if m.decision == "deny":
                 return PromptSubmit(block=m.reason or BLOCKED_PROMPT, **_halt(m))
             return PromptSubmit(context=m.context, **_halt(m))
 
-        return self._pending(session, "UserPromptSubmit", "", turn, {"prompt": prompt}, decided)
+        return self._pending(session, "UserPromptSubmit", "", turn, fields, decided)
 
     def before_tool(self, session: Any, name: str, args: dict[str, Any], call_id: str, turn: int) -> _Pending | None:
         honours_ask = self.dialect.honours_ask
@@ -504,38 +508,42 @@ class Bridge:
             return BeforeTool(**_halt(m)) if m.stop else None
 
         return self._pending(session, "PreToolUse", name, turn,
-                             {"tool_name": name, "tool_input": args, "tool_use_id": call_id}, decided)
+                             lambda: {"tool_name": name, "tool_input": args, "tool_use_id": call_id}, decided)
 
     def after_tool(self, session: Any, call: Any, output: Any, turn: int) -> _Pending | None:
-        try:
-            args = json.loads(call.arguments) if call.arguments.strip() else {}
-        except ValueError:
-            args = {}
-        response = "\n".join(b.text for b in output.content if isinstance(b, TextBlock))
+        def fields() -> dict[str, Any]:
+            try:
+                args = json.loads(call.arguments) if call.arguments.strip() else {}
+            except ValueError:
+                args = {}
+            response = "\n".join(b.text for b in output.content if isinstance(b, TextBlock))
+            return {"tool_name": call.name, "tool_input": args if isinstance(args, dict) else {},
+                    "tool_use_id": call.id, "tool_response": response}
 
         def decided(m: Merged) -> AfterTool:
             if m.decision == "deny":
                 return AfterTool(block=m.reason or BLOCKED_RESULT, context=m.context, **_halt(m))
             return AfterTool(context=m.context, **_halt(m))
 
-        return self._pending(session, "PostToolUse", call.name, turn, {
-            "tool_name": call.name, "tool_input": args if isinstance(args, dict) else {},
-            "tool_use_id": call.id, "tool_response": response}, decided)
+        return self._pending(session, "PostToolUse", call.name, turn, fields, decided)
 
     def before_stop(self, session: Any, turn: int, continued: int) -> _Pending | None:
-        last = ""
-        for message in reversed(list(getattr(session, "history", []))):
-            if isinstance(message, AssistantMessage):
-                last = "".join(b.text for b in message.content if isinstance(b, TextBlock))
-                break
+        def fields() -> dict[str, Any]:
+            last = ""
+            history = getattr(session, "history", [])
+            for i in range(len(history) - 1, -1, -1):  # the latest assistant message, without copying
+                message = history[i]
+                if isinstance(message, AssistantMessage):
+                    last = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+                    break
+            return {"stop_hook_active": continued > 0, "last_assistant_message": last}
 
         def decided(m: Merged) -> BeforeStop | None:
             if m.decision == "deny":
                 return BeforeStop(block=m.reason or BLOCKED_STOP, **_halt(m))
             return BeforeStop(**_halt(m)) if m.stop else None
 
-        return self._pending(session, "Stop", "", turn,
-                             {"stop_hook_active": continued > 0, "last_assistant_message": last}, decided)
+        return self._pending(session, "Stop", "", turn, fields, decided)
 
 
 class _Pending:

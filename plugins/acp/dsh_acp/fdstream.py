@@ -2,7 +2,10 @@
 
 ``FdReader`` is an ``anyio.abc.ByteReceiveStream`` and ``FdWriter`` an
 ``anyio.abc.ByteSendStream``; they wait with ``anyio.wait_readable``/``wait_writable``, so
-nothing here assumes asyncio. ``rpc.Peer`` runs over these or over any other anyio byte
+nothing here assumes asyncio. On asyncio, ``FdReader`` keeps its fd registered with the loop
+between reads instead (``anyio.wait_readable`` adds and removes it around every wait: two
+``epoll_ctl`` calls and an event per frame read, bench/profile_prompt.py); the reader owns its
+fd, so nothing else may wait on it. ``rpc.Peer`` runs over these or over any other anyio byte
 stream (memory-backed ones in the unit tests). ``FdWriter`` also offers what the peer's fast
 path uses: ``send_nowait`` (write what the pipe takes now) and ``abort`` (drop output that
 waits for a reader that stopped reading).
@@ -10,6 +13,7 @@ waits for a reader that stopped reading).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
@@ -35,6 +39,8 @@ class FdReader(anyio.abc.ByteReceiveStream):
         self._pollable = not stat.S_ISREG(os.fstat(fd).st_mode)  # epoll refuses regular files
         if self._pollable:
             os.set_blocking(fd, False)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the fd stays registered with
+        self._waiter: asyncio.Future[None] | None = None
 
     async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
         """The next chunk (at most ``max_bytes``); raises ``FdEndOfStream`` at EOF."""
@@ -42,7 +48,7 @@ class FdReader(anyio.abc.ByteReceiveStream):
             try:
                 data = os.read(self.fd, max_bytes)
             except BlockingIOError:
-                await anyio.wait_readable(self.fd)
+                await self._wait_readable()
                 continue
             except OSError as exc:
                 if exc.errno in (errno.EBADF, errno.EIO):
@@ -52,9 +58,42 @@ class FdReader(anyio.abc.ByteReceiveStream):
                 raise FdEndOfStream
             return data
 
+    async def _wait_readable(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another anyio backend (trio)
+            await anyio.wait_readable(self.fd)
+            return
+        if self._loop is not loop:
+            self._unregister()
+            loop.add_reader(self.fd, self._readable)
+            self._loop = loop
+        waiter = self._waiter = loop.create_future()
+        try:
+            await waiter  # a cancel scope cancels the task here, as at any checkpoint
+        finally:
+            self._waiter = None
+
+    def _readable(self) -> None:
+        waiter = self._waiter
+        if waiter is None:  # nobody reads now: stop watching (level-triggered, it would fire every loop turn)
+            self._unregister()
+        elif not waiter.done():
+            waiter.set_result(None)
+
+    def _unregister(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None and self.fd >= 0:
+            with contextlib.suppress(Exception):  # a closed loop
+                loop.remove_reader(self.fd)
+
     def close(self) -> None:
         """Idempotent: a second close must not close whatever reused the fd number."""
+        self._unregister()
         fd, self.fd = self.fd, -1
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)  # a read waiting now retries, and finds the fd closed
         if fd < 0:
             return
         with contextlib.suppress(OSError):

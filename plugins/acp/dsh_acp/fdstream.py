@@ -41,6 +41,7 @@ class FdReader(anyio.abc.ByteReceiveStream):
             os.set_blocking(fd, False)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the fd stays registered with
         self._waiter: asyncio.Future[None] | None = None
+        self._unwatched = 0  # readiness reports in a row with nobody waiting
 
     async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
         """The next chunk (at most ``max_bytes``); raises ``FdEndOfStream`` at EOF."""
@@ -76,12 +77,20 @@ class FdReader(anyio.abc.ByteReceiveStream):
 
     def _readable(self) -> None:
         waiter = self._waiter
-        if waiter is None:  # nobody reads now: stop watching (level-triggered, it would fire every loop turn)
+        if waiter is not None:
+            self._unwatched = 0
+            if not waiter.done():
+                waiter.set_result(None)
+            return
+        # Nobody waits. Once is normal: the loop polled before the woken reader read the data.
+        # Twice in a row, the data waits for a reader busy elsewhere: stop watching until it
+        # waits again (level-triggered, it would fire on every loop turn).
+        self._unwatched += 1
+        if self._unwatched > 1:
             self._unregister()
-        elif not waiter.done():
-            waiter.set_result(None)
 
     def _unregister(self) -> None:
+        self._unwatched = 0
         loop, self._loop = self._loop, None
         if loop is not None and self.fd >= 0:
             with contextlib.suppress(Exception):  # a closed loop

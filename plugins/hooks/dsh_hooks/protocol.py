@@ -379,6 +379,10 @@ class Settings:
 class _SessionState:
     files: list[HookFile]
     counter: int = 0
+    points: frozenset[str] = frozenset()  # the points any of the files has hooks for
+
+    def __post_init__(self) -> None:
+        self.points = frozenset(p for f in self.files for p, groups in f.points.items() if groups)
 
 
 class HookSessions(dict[str, _SessionState]):
@@ -414,7 +418,10 @@ class Bridge:
         return st
 
     def selected(self, session: Any, point: str, query: str) -> list[tuple[HookFile, Group]]:
-        return [(f, g) for f in self.state(session).files for g in f.points.get(point, [])
+        st = self.state(session)
+        if point not in st.points:  # the usual case: no hook of this point at all
+            return []
+        return [(f, g) for f in st.files for g in f.points.get(point, [])
                 if matches(g.matcher, query, self.dialect.literal_matchers)]
 
     def project_dir(self, session: Any) -> str:

@@ -108,7 +108,10 @@ def _warn(message: str) -> None:
 def _write_all(fd: int, data: bytes) -> None:
     # A regular-file write is whole unless the disk fills up or a signal lands; loop on a
     # short write anyway, so the worst case stays "a torn last line".
-    view = memoryview(data)
+    n = os.write(fd, data)
+    if n == len(data):  # the usual case: one whole write
+        return
+    view = memoryview(data)[n:]
     while view:
         n = os.write(fd, view)
         view = view[n:]

@@ -3,7 +3,7 @@
 Both agents are subprocesses driven by the same minimal raw JSON-RPC client (one line per
 frame, stdlib ``json``), so the client's cost is in neither figure. Per agent: ``initialize``,
 ``session/new``, a warm-up of prompts, then ``--prompts`` text prompts in a row on one session;
-the figure is the agent process's own user+system CPU time (``/proc/<pid>/stat``) over those
+the figure is the agent process's own CPU time (``/proc/<pid>/task/*/schedstat``) over those
 prompts divided by their count. dsh runs ``--example acp-agent`` with the scripted instant model
 and its JSONL session log on (every event written, as in production). Rounds alternate dsh and
 echo so drift on a shared machine hits both alike; the row reports the median of the rounds.
@@ -63,8 +63,15 @@ class RawClient:
                 return frame["result"]
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+        """The process's CPU time: its threads' ``schedstat`` run time (nanoseconds; a thread that
+        ended meanwhile is not counted: the agents' threads live on), else ``stat``'s
+        utime + stime (clock ticks: 10 ms steps)."""
+        try:
+            return sum(int((t / "schedstat").read_text().split()[0])
+                       for t in Path(f"/proc/{self.proc.pid}/task").iterdir()) / 1e9
+        except (OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / TICKS
 
     async def close(self) -> None:
         assert self.proc.stdin is not None

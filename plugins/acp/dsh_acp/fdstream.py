@@ -23,6 +23,9 @@ import anyio
 import anyio.abc
 
 READ_CHUNK = 1 << 20
+# What the loop's reader callback reads at most: a pipe holds 64 KiB, and a smaller buffer is
+# served from the heap (a 1 MiB one is mmapped, shrunk and unmapped on every read).
+CALLBACK_CHUNK = 1 << 16
 
 
 class TransportClosed(anyio.BrokenResourceError):
@@ -40,54 +43,85 @@ class FdReader(anyio.abc.ByteReceiveStream):
         if self._pollable:
             os.set_blocking(fd, False)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the fd stays registered with
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[bytes | None] | None = None
+        self._want = READ_CHUNK  # max_bytes of the waiting receive
+        self._drained = False  # the last read took less than asked: the next one would find nothing
+        self._stash: bytes | None = None  # read for a receive that was cancelled before it returned
         self._unwatched = 0  # readiness reports in a row with nobody waiting
 
     async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
         """The next chunk (at most ``max_bytes``); raises ``FdEndOfStream`` at EOF."""
+        if self._stash is not None:
+            data, self._stash = self._stash, None
+            return self._took(data, max_bytes)
+        if self._drained and self._pollable:  # wait first: a read now would only say EAGAIN
+            self._drained = False
+            data = await self._wait_readable(max_bytes)
+            if data is not None:
+                return self._took(data, max_bytes)
         while True:
             try:
                 data = os.read(self.fd, max_bytes)
             except BlockingIOError:
-                await self._wait_readable()
-                continue
+                data = await self._wait_readable(max_bytes)
+                if data is None:
+                    continue
             except OSError as exc:
                 if exc.errno in (errno.EBADF, errno.EIO):
                     raise FdEndOfStream from None
                 raise
-            if not data:
-                raise FdEndOfStream
-            return data
+            return self._took(data, max_bytes)
 
-    async def _wait_readable(self) -> None:
+    def _took(self, data: bytes, max_bytes: int) -> bytes:
+        if not data:
+            raise FdEndOfStream
+        self._drained = len(data) < max_bytes
+        return data
+
+    async def _wait_readable(self, max_bytes: int) -> bytes | None:
+        """Wait until the fd is readable. On asyncio the loop's reader callback reads it and this
+        returns the data (None: read again); elsewhere it returns None."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another anyio backend (trio)
             await anyio.wait_readable(self.fd)
-            return
+            return None
         if self._loop is not loop:
             self._unregister()
             loop.add_reader(self.fd, self._readable)
             self._loop = loop
         waiter = self._waiter = loop.create_future()
+        self._want = max_bytes
         try:
-            await waiter  # a cancel scope cancels the task here, as at any checkpoint
+            return await waiter  # a cancel scope cancels the task here, as at any checkpoint
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._stash = waiter.result()  # read already: the next receive returns it
+            raise
         finally:
             self._waiter = None
 
     def _readable(self) -> None:
+        """The loop's reader callback: read for the waiting receive, in the callback itself (a
+        readiness report the loop polled before the data was read finds EAGAIN here, and wakes
+        nobody)."""
         waiter = self._waiter
-        if waiter is not None:
-            self._unwatched = 0
-            if not waiter.done():
-                waiter.set_result(None)
+        if waiter is None or waiter.done():
+            # Nobody waits. Twice in a row, the data waits for a reader busy elsewhere: stop
+            # watching until it waits again (level-triggered, it would fire on every loop turn).
+            self._unwatched += 1
+            if self._unwatched > 1:
+                self._unregister()
             return
-        # Nobody waits. Once is normal: the loop polled before the woken reader read the data.
-        # Twice in a row, the data waits for a reader busy elsewhere: stop watching until it
-        # waits again (level-triggered, it would fire on every loop turn).
-        self._unwatched += 1
-        if self._unwatched > 1:
-            self._unregister()
+        self._unwatched = 0
+        try:
+            data = os.read(self.fd, min(self._want, CALLBACK_CHUNK))
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            waiter.set_exception(FdEndOfStream() if exc.errno in (errno.EBADF, errno.EIO) else exc)
+            return
+        waiter.set_result(data)
 
     def _unregister(self) -> None:
         self._unwatched = 0

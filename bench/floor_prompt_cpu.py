@@ -8,7 +8,7 @@ prompts divided by their count. dsh runs ``--example acp-agent`` with the script
 and its JSONL session log on (every event written, as in production). Rounds alternate dsh and
 echo so drift on a shared machine hits both alike; the row reports the median of the rounds.
 
-Goal (issue 45): dsh ≤ 1.5× echo.
+Goal (issue 45): dsh ≤ 1.5x echo.
 
 ``--base SRC`` adds a third agent to every round: the same acp-agent run from another source tree
 (e.g. ``git archive <commit> | tar -x -C SRC``) through ``PYTHONPATH`` (its ``dsh_core`` and every
@@ -148,9 +148,9 @@ def rows(quick: bool = False) -> list[dict]:
     ratio = dsh / echo if echo else float("inf")
     return [{
         "figure": f"agent CPU per text prompt ({prompts} in a row)",
-        "dsh": f"{dsh * 1e3:.3f} ms ({ratio:.2f}×)",
+        "dsh": f"{dsh * 1e3:.3f} ms ({ratio:.2f}x)",
         "floor": f"SDK echo {echo * 1e3:.3f} ms",
-        "goal": f"≤ {GOAL}× echo",
+        "goal": f"≤ {GOAL}x echo",
         "met": None if quick else ratio <= GOAL,
     }]
 
@@ -172,13 +172,13 @@ def main() -> None:
         dsh, echo = statistics.median(got["dsh"]), statistics.median(got["echo"])
         if "base" in got:
             base = statistics.median(got["base"])
-            print(f"  base {base * 1e3:.3f} ms ({base / echo:.2f}× echo) → this tree {dsh * 1e3:.3f} ms "
-                  f"({dsh / echo:.2f}× echo): {dsh / base:.2f}× base", file=sys.stderr)
+            print(f"  base {base * 1e3:.3f} ms ({base / echo:.2f}x echo) → this tree {dsh * 1e3:.3f} ms "
+                  f"({dsh / echo:.2f}x echo): {dsh / base:.2f}x base", file=sys.stderr)
         ratio = dsh / echo
         result = [{
             "figure": f"agent CPU per text prompt ({args.prompts} in a row)",
-            "dsh": f"{dsh * 1e3:.3f} ms ({ratio:.2f}×)", "floor": f"SDK echo {echo * 1e3:.3f} ms",
-            "goal": f"≤ {GOAL}× echo", "met": ratio <= GOAL,
+            "dsh": f"{dsh * 1e3:.3f} ms ({ratio:.2f}x)", "floor": f"SDK echo {echo * 1e3:.3f} ms",
+            "goal": f"≤ {GOAL}x echo", "met": ratio <= GOAL,
         }]
     for row in result:
         print(f"{row['figure']:<48} {row['dsh']:>20} {row['floor']:>22} {row['goal']:>12}  met={row['met']}")

@@ -25,8 +25,11 @@ How to read it:
 - ``tottime/prompt`` is the time in the function's own body: builtins such as
   ``msgspec.json.encode``, ``os.write``, ``select.epoll.poll`` appear here with their true cost.
 - cProfile adds a fixed cost per Python call, so call-heavy code (pluggy's hook calling, small
-  helpers) looks up to ~2× heavier than it is; compare shares, not absolute µs, with
+  helpers) looks up to ~2x heavier than it is; compare shares, not absolute µs, with
   bench/floor_prompt_cpu.py (no profiler) giving the real figure.
+- ``calls per prompt`` does not depend on the machine's load (the µs do): the agent's CPU is
+  almost all the interpreter running Python (``perf`` puts the kernel at ~6%), so fewer Python
+  calls per prompt is the figure to drive down, and to compare before/after on a shared machine.
 - ``--out FILE`` keeps the raw stats for ``python -m pstats FILE`` (``callers <name>`` shows who
   calls a hot function; ``sort tottime`` / ``stats 40``) or snakeviz.
 
@@ -144,7 +147,11 @@ def report(path: Path, prompts: int, top: int) -> None:
         short = "/".join(parts[-2:]) if len(parts) > 1 else file
         return f"{short}:{line}({func})"
 
+    calls = sum(v[1] for v in entries.values())
+    python_calls = sum(v[1] for k, v in entries.items() if k[0] != "~")
     print(f"profiled: {prompts} prompts, {total / prompts * 1e6:.0f} µs/prompt of own time under cProfile")
+    print(f"calls per prompt: {calls / prompts:.0f} ({python_calls / prompts:.0f} to Python functions; "
+          "the same on a busy machine: a count to compare before/after)")
     by_package: dict[str, float] = {}
     for key, value in entries.items():
         by_package[package(key[0])] = by_package.get(package(key[0]), 0.0) + value[2]

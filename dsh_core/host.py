@@ -408,12 +408,17 @@ def _direct_observers(hook: Any, *, traced: bool = False) -> tuple[Callable[[Age
     out: list[Callable[[Agent, DurableEvent], None]] = []
     for impl in reversed(impls):  # pluggy calls the last registered (and tryfirst) first
         fn, names = impl.function, tuple(impl.argnames)
-        if names == ("session", "event"):
-            out.append(fn)
-        else:
-            out.append(lambda agent, event, fn=fn, names=names:
-                       fn(*[agent if n == "session" else event for n in names]))
+        out.append(fn if names == ("session", "event") else _by_name(fn, names))
     return tuple(out)
+
+
+def _by_name(fn: Callable[..., Any], names: tuple[str, ...]) -> Callable[[Agent, DurableEvent], None]:
+    """``fn`` taking the arguments it names (a subset of ``session``, ``event``, in its order)."""
+
+    def call(agent: Agent, event: DurableEvent) -> None:
+        fn(*[agent if n == "session" else event for n in names])
+
+    return call
 
 
 @asynccontextmanager

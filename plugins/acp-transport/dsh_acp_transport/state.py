@@ -25,7 +25,7 @@ class Slot:
 
     request_id: Any = None
     cancelled: bool = False
-    admission: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    _admission: anyio.CancelScope | None = None  # made on first use (`admission`): most prompts need none
     message_id: str | None = None
     typed: str | None = None  # the slash command as the person typed it, when it became this prompt
     in_inbox: bool = False
@@ -39,6 +39,18 @@ class Slot:
     settled: anyio.Event = field(default_factory=anyio.Event)  # the prompt handler is done with it
     waiting: anyio.CancelScope = field(default_factory=anyio.CancelScope)  # cancelled: autonomous work began after its turn
     called: anyio.Event | None = None  # a queued prompt's: set when it takes the slot, or is cancelled in line
+
+    @property
+    def admission(self) -> anyio.CancelScope:
+        """The scope of the prompt's admission (a command, saving images): a cancel before inbox
+        receipt cancels it, entered or not yet."""
+        if self._admission is None:
+            self._admission = anyio.CancelScope()
+        return self._admission
+
+    @admission.setter
+    def admission(self, scope: anyio.CancelScope) -> None:
+        self._admission = scope
 
 
 @dataclass(eq=False)

@@ -56,16 +56,17 @@ class FdReader(anyio.abc.ByteReceiveStream):
             return self._took(data, max_bytes)
         if self._drained and self._pollable:  # wait first: a read now would only say EAGAIN
             self._drained = False
-            data = await self._wait_readable(max_bytes)
-            if data is not None:
-                return self._took(data, max_bytes)
+            ready = await self._wait_readable(max_bytes)
+            if ready is not None:
+                return self._took(ready, max_bytes)
         while True:
             try:
                 data = os.read(self.fd, max_bytes)
             except BlockingIOError:
-                data = await self._wait_readable(max_bytes)
-                if data is None:
+                ready = await self._wait_readable(max_bytes)
+                if ready is None:
                     continue
+                data = ready
             except OSError as exc:
                 if exc.errno in (errno.EBADF, errno.EIO):
                     raise FdEndOfStream from None
@@ -90,7 +91,8 @@ class FdReader(anyio.abc.ByteReceiveStream):
             self._unregister()
             loop.add_reader(self.fd, self._readable)
             self._loop = loop
-        waiter = self._waiter = loop.create_future()
+        waiter: asyncio.Future[bytes | None] = loop.create_future()
+        self._waiter = waiter
         self._want = max_bytes
         try:
             return await waiter  # a cancel scope cancels the task here, as at any checkpoint

@@ -42,6 +42,7 @@ import logging
 import os
 import re
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -576,15 +577,25 @@ class DialectPlugin:
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
+        # The last host asked about and its Bridge: the interception points run on every prompt
+        # (weak: a closed host is not kept alive by the plugin object).
+        self._last: tuple[weakref.ref[Any], Bridge | None] | None = None
 
     def _bridge(self, session: Any) -> Bridge | None:
-        bridges: HookBridges = session.host.state(HookBridges)
-        return bridges.get(self.dialect.name)
+        host = session.host
+        last = self._last
+        if last is not None and last[0]() is host:
+            return last[1]
+        bridges: HookBridges = host.state(HookBridges)
+        bridge = bridges.get(self.dialect.name)
+        self._last = (weakref.ref(host), bridge)
+        return bridge
 
     @hookimpl
     def dsh_configure(self, config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
         settings = Settings.from_typed(host.config_for(self.dialect.config_type), self.dialect)
         host.state(HookBridges)[self.dialect.name] = Bridge(self.dialect, settings)
+        self._last = None
 
     @hookimpl
     def dsh_config_type(self) -> tuple[str, type[PluginConfig]]:

@@ -11,6 +11,7 @@ import inspect
 import os
 import shlex
 import sys
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import EntryPoint, entry_points
@@ -174,7 +175,11 @@ def make_plugin_manager(*, trace: bool | None = None) -> pluggy.PluginManager:
     if trace if trace is not None else os.environ.get("DSH_TRACE_PLUGINS") == "1":
         pm.trace.root.setwriter(lambda s: sys.stderr.write(s))
         pm.enable_tracing()
+        _TRACED.add(pm)
     return pm
+
+
+_TRACED: weakref.WeakSet[pluggy.PluginManager] = weakref.WeakSet()  # managers whose hook calls are traced
 
 
 def load_plugins(pm: pluggy.PluginManager, composition: Composition) -> dict[str, EntryPoint]:
@@ -289,8 +294,9 @@ class Host:
         pm.hook.dsh_register_subagent_providers(register=self._add_subagent_provider, host=self)
         pm.hook.dsh_register_front_doors(register=self._add_door, host=self)
         self.session_store: SessionStore = pm.hook.dsh_session_store(host=self)
-        # Checked once: with no dsh_session_event implementation, emitting skips the hook call.
-        self._event_observers = bool(pm.hook.dsh_session_event.get_hookimpls())
+        # Resolved once: each event goes straight to the dsh_session_event implementations
+        # (none: nothing at all), not through pluggy's call machinery (bench/profile_prompt.py).
+        self._event_observers = _direct_observers(pm.hook.dsh_session_event, traced=pm in _TRACED)
         self.attachment_store: AttachmentStore | None = pm.hook.dsh_attachment_store(host=self)
         self.confinement: Confinement | None = pm.hook.dsh_confinement(host=self)
 
@@ -376,12 +382,11 @@ class Host:
         return [g for g in self.guidance if has.intersection(g.tools)]
 
     def observe(self, agent: Agent, event: DurableEvent) -> None:
-        if not self._event_observers:
-            return
-        try:
-            self.pm.hook.dsh_session_event(session=agent, event=event)
-        except Exception as exc:
-            warn(f"dsh_session_event observer failed: {exc!r}")
+        for observer in self._event_observers:
+            try:
+                observer(agent, event)
+            except Exception as exc:  # one observer's bug costs neither the turn nor the other observers
+                warn(f"dsh_session_event observer failed: {exc!r}")
 
     @property
     def task_group(self) -> anyio.abc.TaskGroup:
@@ -428,6 +433,29 @@ class Host:
         self.agents.clear()
         if errors:
             raise ExceptionGroup("disposing agents failed", errors)
+
+
+def _direct_observers(hook: Any, *, traced: bool = False) -> tuple[Callable[[Agent, DurableEvent], None], ...]:
+    """``dsh_session_event``'s implementations as plain ``(session, event)`` callables, in pluggy's
+    call order (plugins are registered before the host is made); with a wrapper among them, or
+    hook calls traced (``DSH_TRACE_PLUGINS``), the hook itself, so pluggy's semantics hold."""
+    impls = hook.get_hookimpls()
+    if impls and (traced or any(i.hookwrapper or i.wrapper for i in impls)):
+        return (lambda agent, event: hook(session=agent, event=event),)
+    out: list[Callable[[Agent, DurableEvent], None]] = []
+    for impl in reversed(impls):  # pluggy calls the last registered (and tryfirst) first
+        fn, names = impl.function, tuple(impl.argnames)
+        out.append(fn if names == ("session", "event") else _by_name(fn, names))
+    return tuple(out)
+
+
+def _by_name(fn: Callable[..., Any], names: tuple[str, ...]) -> Callable[[Agent, DurableEvent], None]:
+    """``fn`` taking the arguments it names (a subset of ``session``, ``event``, in its order)."""
+
+    def call(agent: Agent, event: DurableEvent) -> None:
+        fn(*[agent if n == "session" else event for n in names])
+
+    return call
 
 
 @asynccontextmanager

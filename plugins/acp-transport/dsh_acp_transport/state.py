@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 from dsh_acp.rpc import Peer
 
 from dsh_core.types import TurnEnd, Usage
@@ -19,13 +20,40 @@ if TYPE_CHECKING:  # pragma: no cover
 CLOSING = "the connection is closing (the client closed stdin, or the agent was signalled to stop); "
 
 
+class Settled:
+    """A one-way flag with ``anyio.Event``'s ``set``/``is_set``/``wait``, whose event is made only
+    when someone waits (closing a session; rare): not one per prompt."""
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: anyio.Event | None = None
+
+    def set(self) -> None:
+        self._set = True
+        if self._event is not None:
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        if self._set:
+            await anyio.lowlevel.checkpoint()
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
+
+
 @dataclass(eq=False)
 class Slot:
     """One admitted prompt: the interval it is responsible for (ACP-7, settlement)."""
 
     request_id: Any = None
     cancelled: bool = False
-    admission: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    _admission: anyio.CancelScope | None = None  # made on first use (`admission`): most prompts need none
     message_id: str | None = None
     typed: str | None = None  # the slash command as the person typed it, when it became this prompt
     in_inbox: bool = False
@@ -36,9 +64,21 @@ class Slot:
     usage: Usage | None = None  # summed over the turn's committed model calls that reported usage
     calls: int = 0  # model calls of the turn that reported usage
     context: int = 0  # tokens in context after the last such call: its prompt plus its answer
-    settled: anyio.Event = field(default_factory=anyio.Event)  # the prompt handler is done with it
+    settled: Settled = field(default_factory=Settled)  # the prompt handler is done with it
     waiting: anyio.CancelScope = field(default_factory=anyio.CancelScope)  # cancelled: autonomous work began after its turn
     called: anyio.Event | None = None  # a queued prompt's: set when it takes the slot, or is cancelled in line
+
+    @property
+    def admission(self) -> anyio.CancelScope:
+        """The scope of the prompt's admission (a command, saving images): a cancel before inbox
+        receipt cancels it, entered or not yet."""
+        if self._admission is None:
+            self._admission = anyio.CancelScope()
+        return self._admission
+
+    @admission.setter
+    def admission(self, scope: anyio.CancelScope) -> None:
+        self._admission = scope
 
 
 @dataclass(eq=False)

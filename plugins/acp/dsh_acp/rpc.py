@@ -271,8 +271,7 @@ class Peer:
         self._tg: anyio.abc.TaskGroup | None = None
         self.closed = False
         self.read_seq = 0  # the number of the frame being (or last) read
-        self._handlers_idle = anyio.Event()
-        self._handlers_idle.set()
+        self._handlers_idle: anyio.Event | None = None  # made when someone waits for running handlers
         self._handlers = 0
         self._read_scope = anyio.CancelScope()
 
@@ -400,7 +399,7 @@ class Peer:
                     if on_close is not None:
                         await on_close()
                     with anyio.move_on_after(grace):
-                        await self._handlers_idle.wait()
+                        await self.wait_handlers()
                 self._abort_output()
                 tg.cancel_scope.cancel()
 
@@ -419,6 +418,12 @@ class Peer:
         self._tg.start_soon(fn, *args)
 
     async def wait_handlers(self) -> None:
+        """Until no request handler runs (an event only then: not one per request)."""
+        if self._handlers == 0:
+            await anyio.lowlevel.checkpoint()
+            return
+        if self._handlers_idle is None:
+            self._handlers_idle = anyio.Event()
         await self._handlers_idle.wait()
 
     def after_reply(self, rid: Any, fn: Callable[[], None]) -> None:
@@ -587,8 +592,6 @@ class Peer:
         entry = Inbound(self.read_seq, frame.method)
         self._inbound[frame.id] = entry  # registered now: a cancel read next applies to it
         self._handlers += 1
-        if self._handlers == 1:
-            self._handlers_idle = anyio.Event()
         assert self._tg is not None
         self._tg.start_soon(self._handle, frame.id, frame.method, params, entry)
 
@@ -679,8 +682,9 @@ class Peer:
             if self._inbound.get(rid) is entry:
                 del self._inbound[rid]
             self._handlers -= 1
-            if self._handlers == 0:
+            if self._handlers == 0 and self._handlers_idle is not None:
                 self._handlers_idle.set()
+                self._handlers_idle = None
 
 
 def decode_params(params: msgspec.Raw | None, type_: type[T]) -> T:

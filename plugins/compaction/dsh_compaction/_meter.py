@@ -91,15 +91,20 @@ class Meter:
     def __init__(self) -> None:
         self._prefix_key: tuple[str, tuple[str, ...]] | None = None
         self._prefix = 0
+        self._seen_system: str | None = None
+        self._seen_tools: list[ToolSpec] = []
         self._first: Any = None
         self._last: Any = None
         self._count = 0
         self._total = 0
 
     def prefix(self, system: str, tools: Sequence[ToolSpec]) -> int:
+        if system is self._seen_system and tools == self._seen_tools:  # the same objects as last time: one C loop
+            return self._prefix
         key = (system, tuple(t.name for t in tools))
         if key != self._prefix_key:
             self._prefix_key, self._prefix = key, prefix_tokens(system, tools)
+        self._seen_system, self._seen_tools = system, list(tools)
         return self._prefix
 
     def history(self, history: Sequence[Any]) -> int:

@@ -25,7 +25,6 @@ from .tools import make_tools, state
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Agent, Host, Tool
-    from dsh_core.types import DurableEvent
 
 NAME = "goals"
 
@@ -81,9 +80,8 @@ def dsh_check_step(session: Agent, turn: int, step: int) -> None:
     driver.admit(session, turn, step)  # no opinion on the step itself
 
 
-@hookimpl
-def dsh_session_event(session: Agent, event: DurableEvent) -> None:
-    driver.observe(session, event)
+# Every event of every session: the driver's observer itself, not a function that calls it.
+dsh_session_event = hookimpl(driver.observe)
 
 
 

@@ -51,15 +51,17 @@ def armed_goal(st: GoalState) -> dict[str, Any] | None:
 
 def observe(session: Agent, event: Any) -> None:
     """Follow the session's events: which messages a turn claimed (whose prompt it runs), whether
-    it claimed the queued round, and how it ended."""
-    st = state(session)
+    it claimed the queued round, and how it ended. Every other event returns at once (this runs
+    for each event of every session)."""
     if isinstance(event, UserMessageEvent):
+        st = session.state(GoalState)
         message = event.message
         st.sources[message.id] = message.source
         if (st.pending is not None and message.source == SOURCE
                 and "".join(getattr(b, "text", "") for b in message.content) == st.pending_text):
             st.pending_message = message.id
     elif isinstance(event, InboxClaimed):
+        st = session.state(GoalState)
         st.turn_sources = (event.turn, frozenset(st.sources.get(i, "") for i in event.message_ids))
         if st.pending_message is not None and st.pending_message in event.message_ids:
             st.claimed = (event.turn, st.pending) if st.pending is not None else None

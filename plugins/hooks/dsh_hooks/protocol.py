@@ -42,6 +42,7 @@ import logging
 import os
 import re
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -379,6 +380,10 @@ class Settings:
 class _SessionState:
     files: list[HookFile]
     counter: int = 0
+    points: frozenset[str] = frozenset()  # the points any of the files has hooks for
+
+    def __post_init__(self) -> None:
+        self.points = frozenset(p for f in self.files for p, groups in f.points.items() if groups)
 
 
 class HookSessions(dict[str, _SessionState]):
@@ -414,7 +419,10 @@ class Bridge:
         return st
 
     def selected(self, session: Any, point: str, query: str) -> list[tuple[HookFile, Group]]:
-        return [(f, g) for f in self.state(session).files for g in f.points.get(point, [])
+        st = self.state(session)
+        if point not in st.points:  # the usual case: no hook of this point at all
+            return []
+        return [(f, g) for f in st.files for g in f.points.get(point, [])
                 if matches(g.matcher, query, self.dialect.literal_matchers)]
 
     def project_dir(self, session: Any) -> str:
@@ -472,26 +480,30 @@ class Bridge:
 
     # ---------------------------------------------------------------- the interception points
 
-    def _pending(self, session: Any, point: str, query: str, turn: int, fields: dict[str, Any],
+    def _pending(self, session: Any, point: str, query: str, turn: int, fields: Callable[[], dict[str, Any]],
                  mapper: Callable[[Merged], Any]) -> _Pending | None:
+        """A decision to await when a hook of ``point`` matches ``query``, else None. ``fields``
+        (the payload's point-specific part) is built only then: most prompts run no hook, and a
+        Stop payload walks the history (bench/profile_prompt.py)."""
         selected = self.selected(session, point, query)
         if not selected:
             return None
-        return _Pending(self, session, point, selected, turn, fields, mapper)
+        return _Pending(self, session, point, selected, turn, fields(), mapper)
 
     def session_start(self, session: Any, source: str, turn: int) -> _Pending | None:
-        return self._pending(session, "SessionStart", source, turn, {"source": source},
+        return self._pending(session, "SessionStart", source, turn, lambda: {"source": source},
                              lambda m: SessionStart(context=m.context, **_halt(m)) if m.context or m.stop else None)
 
     def prompt_submit(self, session: Any, messages: list[Any], turn: int) -> _Pending | None:
-        prompt = "\n".join(b.text for m in messages for b in m.content if isinstance(b, TextBlock))
+        def fields() -> dict[str, Any]:
+            return {"prompt": "\n".join(b.text for m in messages for b in m.content if isinstance(b, TextBlock))}
 
         def decided(m: Merged) -> PromptSubmit:
             if m.decision == "deny":
                 return PromptSubmit(block=m.reason or BLOCKED_PROMPT, **_halt(m))
             return PromptSubmit(context=m.context, **_halt(m))
 
-        return self._pending(session, "UserPromptSubmit", "", turn, {"prompt": prompt}, decided)
+        return self._pending(session, "UserPromptSubmit", "", turn, fields, decided)
 
     def before_tool(self, session: Any, name: str, args: dict[str, Any], call_id: str, turn: int) -> _Pending | None:
         honours_ask = self.dialect.honours_ask
@@ -504,38 +516,42 @@ class Bridge:
             return BeforeTool(**_halt(m)) if m.stop else None
 
         return self._pending(session, "PreToolUse", name, turn,
-                             {"tool_name": name, "tool_input": args, "tool_use_id": call_id}, decided)
+                             lambda: {"tool_name": name, "tool_input": args, "tool_use_id": call_id}, decided)
 
     def after_tool(self, session: Any, call: Any, output: Any, turn: int) -> _Pending | None:
-        try:
-            args = json.loads(call.arguments) if call.arguments.strip() else {}
-        except ValueError:
-            args = {}
-        response = "\n".join(b.text for b in output.content if isinstance(b, TextBlock))
+        def fields() -> dict[str, Any]:
+            try:
+                args = json.loads(call.arguments) if call.arguments.strip() else {}
+            except ValueError:
+                args = {}
+            response = "\n".join(b.text for b in output.content if isinstance(b, TextBlock))
+            return {"tool_name": call.name, "tool_input": args if isinstance(args, dict) else {},
+                    "tool_use_id": call.id, "tool_response": response}
 
         def decided(m: Merged) -> AfterTool:
             if m.decision == "deny":
                 return AfterTool(block=m.reason or BLOCKED_RESULT, context=m.context, **_halt(m))
             return AfterTool(context=m.context, **_halt(m))
 
-        return self._pending(session, "PostToolUse", call.name, turn, {
-            "tool_name": call.name, "tool_input": args if isinstance(args, dict) else {},
-            "tool_use_id": call.id, "tool_response": response}, decided)
+        return self._pending(session, "PostToolUse", call.name, turn, fields, decided)
 
     def before_stop(self, session: Any, turn: int, continued: int) -> _Pending | None:
-        last = ""
-        for message in reversed(list(getattr(session, "history", []))):
-            if isinstance(message, AssistantMessage):
-                last = "".join(b.text for b in message.content if isinstance(b, TextBlock))
-                break
+        def fields() -> dict[str, Any]:
+            last = ""
+            history = getattr(session, "history", [])
+            for i in range(len(history) - 1, -1, -1):  # the latest assistant message, without copying
+                message = history[i]
+                if isinstance(message, AssistantMessage):
+                    last = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+                    break
+            return {"stop_hook_active": continued > 0, "last_assistant_message": last}
 
         def decided(m: Merged) -> BeforeStop | None:
             if m.decision == "deny":
                 return BeforeStop(block=m.reason or BLOCKED_STOP, **_halt(m))
             return BeforeStop(**_halt(m)) if m.stop else None
 
-        return self._pending(session, "Stop", "", turn,
-                             {"stop_hook_active": continued > 0, "last_assistant_message": last}, decided)
+        return self._pending(session, "Stop", "", turn, fields, decided)
 
 
 class _Pending:
@@ -561,15 +577,25 @@ class DialectPlugin:
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
+        # The last host asked about and its Bridge: the interception points run on every prompt
+        # (weak: a closed host is not kept alive by the plugin object).
+        self._last: tuple[weakref.ref[Any], Bridge | None] | None = None
 
     def _bridge(self, session: Any) -> Bridge | None:
-        bridges: HookBridges = session.host.state(HookBridges)
-        return bridges.get(self.dialect.name)
+        host = session.host
+        last = self._last
+        if last is not None and last[0]() is host:
+            return last[1]
+        bridges: HookBridges = host.state(HookBridges)
+        bridge = bridges.get(self.dialect.name)
+        self._last = (weakref.ref(host), bridge)
+        return bridge
 
     @hookimpl
     def dsh_configure(self, config: Mapping[str, Mapping[str, Any]], host: Any) -> None:
         settings = Settings.from_typed(host.config_for(self.dialect.config_type), self.dialect)
         host.state(HookBridges)[self.dialect.name] = Bridge(self.dialect, settings)
+        self._last = None
 
     @hookimpl
     def dsh_config_type(self) -> tuple[str, type[PluginConfig]]:

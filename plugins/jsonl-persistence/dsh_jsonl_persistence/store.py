@@ -108,7 +108,10 @@ def _warn(message: str) -> None:
 def _write_all(fd: int, data: bytes) -> None:
     # A regular-file write is whole unless the disk fills up or a signal lands; loop on a
     # short write anyway, so the worst case stays "a torn last line".
-    view = memoryview(data)
+    n = os.write(fd, data)
+    if n == len(data):  # the usual case: one whole write
+        return
+    view = memoryview(data)[n:]
     while view:
         n = os.write(fd, view)
         view = view[n:]
@@ -299,15 +302,23 @@ class JsonlLog:
             raise
 
     def append(self, event: DurableEvent) -> None:
-        line = encode_line(event)
+        # Every event of every session comes through here: the helpers are inlined (encode_line,
+        # the store's _touch, _write_all's whole first write), bench/profile_prompt.py.
+        line = log_encoder.encode(event) + b"\n"
         try:
             if self._fd is None:
                 self.store._make_room()
                 self._fd, prefix = self._open()
                 self.closed = False
                 line = prefix + line
-            self.store._touch(self)
-            _write_all(self._fd, line)
+            open_logs = self.store._open_logs
+            if self in open_logs:
+                open_logs.move_to_end(self)
+            else:
+                open_logs[self] = None
+            n = os.write(self._fd, line)
+            if n != len(line):  # a short write (disk full, a signal): finish it or fail
+                _write_all(self._fd, line[n:])
         except OSError as exc:
             raise DshError(f"jsonl-persistence: cannot append to {self.path}: {exc}") from exc
 

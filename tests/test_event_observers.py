@@ -1,0 +1,82 @@
+"""``dsh_session_event`` reaches its implementations directly (no pluggy call per event), in
+pluggy's own order, with the arguments each implementation names; a wrapper or tracing keeps
+the hook call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsh_core import hookimpl
+from dsh_core.host import _direct_observers, make_plugin_manager
+
+
+def _plugins(calls: list[tuple[str, Any]]) -> list[object]:
+    class Both:
+        @hookimpl
+        def dsh_session_event(self, session: Any, event: Any) -> None:
+            calls.append(("both", (session, event)))
+
+    class EventOnly:
+        @hookimpl
+        def dsh_session_event(self, event: Any) -> None:
+            calls.append(("event-only", event))
+
+    class Reversed:
+        @hookimpl
+        def dsh_session_event(self, event: Any, session: Any) -> None:
+            calls.append(("reversed", (session, event)))
+
+    class First:
+        @hookimpl(tryfirst=True)
+        def dsh_session_event(self, session: Any, event: Any) -> None:
+            calls.append(("first", (session, event)))
+
+    return [First(), Both(), EventOnly(), Reversed()]
+
+
+def test_direct_observers_are_called_as_pluggy_calls_them():
+    calls: list[tuple[str, Any]] = []
+    pm = make_plugin_manager(trace=False)
+    for i, plugin in enumerate(_plugins(calls)):
+        pm.register(plugin, name=f"p{i}")
+    pm.hook.dsh_session_event(session="S", event="E")
+    through_pluggy = list(calls)
+    calls.clear()
+    observers = _direct_observers(pm.hook.dsh_session_event)
+    assert len(observers) == 4
+    for observer in observers:
+        observer("S", "E")
+    assert calls == through_pluggy
+    assert [name for name, _ in calls] == ["first", "reversed", "event-only", "both"]
+    assert dict(calls)["reversed"] == ("S", "E") and dict(calls)["event-only"] == "E"
+
+
+def test_no_implementation_means_no_call_and_a_wrapper_or_tracing_keeps_the_hook():
+    pm = make_plugin_manager(trace=False)
+    assert _direct_observers(pm.hook.dsh_session_event) == ()
+
+    seen: list[str] = []
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def dsh_session_event(self, session: Any, event: Any) -> Any:
+            seen.append("before")
+            result = yield
+            seen.append("after")
+            return result
+
+    class Plain:
+        @hookimpl
+        def dsh_session_event(self, session: Any, event: Any) -> None:
+            seen.append("plain")
+
+    pm.register(Plain(), name="plain")
+    assert len(_direct_observers(pm.hook.dsh_session_event)) == 1
+    (traced,) = _direct_observers(pm.hook.dsh_session_event, traced=True)
+    traced("S", "E")
+    assert seen == ["plain"]
+    pm.register(Wrapper(), name="wrapper")
+    seen.clear()
+    (wrapped,) = _direct_observers(pm.hook.dsh_session_event)
+    wrapped("S", "E")
+    assert seen == ["before", "plain", "after"]

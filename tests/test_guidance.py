@@ -102,7 +102,8 @@ async def test_a_duplicate_or_toolless_section_stops_start_up(scripted, sections
 
 def _host(example: str, *, without: tuple[str, ...] = ()) -> Host:
     comp = load_composition(example)
-    comp = replace(comp, plugins=tuple(p for p in comp.plugins if p not in without))
+    comp = replace(comp, plugins=tuple(p for p in comp.plugins if p not in without),
+                   config={k: v for k, v in comp.config.items() if k not in without})  # a table nobody reads is refused
     pm = make_plugin_manager(trace=False)
     load_plugins(pm, comp)
     return Host(pm, comp)

@@ -92,6 +92,9 @@ class _Probe:
         self.spec, self.host, self.cwd, self.session_id = spec, host, spec.cwd, spec.session_id
         self.children: list[Any] = []
         self.published: dict[str, list[Any]] = {}
+        # no tools yet: a source that only acts for a session holding some tool (code-mode's warm
+        # start, which publishes none) stays out of the catalog
+        self.tools: dict[str, Any] = {}
         self._state = StateSlots()
         self.disposed = False
 

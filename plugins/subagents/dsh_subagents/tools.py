@@ -26,6 +26,7 @@ import anyio
 
 from dsh_core import ToolError
 from dsh_core.display import one_line
+from dsh_core.history import recorded_events
 from dsh_core.paths import dir_inside
 from dsh_core.protocols import Agent, SubagentRequest, ToolContext, new_id
 from dsh_core.tools import FunctionTool
@@ -77,11 +78,7 @@ async def recall(agent: Agent) -> Delegations:
     if mine.loaded:
         return mine
     mine.loaded = True
-    try:
-        _, events = await agent.host.session_store.read(agent.session_id)
-    except Exception as exc:  # a store that cannot read back: nothing to recall
-        log.debug(f"no recorded children for {agent.session_id}: {exc!r}")
-        return mine
+    events = await recorded_events(agent)
     started: dict[str, SubagentStarted] = {}
     last: dict[str, SubagentResult] = {}
     for ev in events:

@@ -12,14 +12,45 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 from dsh_core.contracts import AgentSpec
 from dsh_testing import memory_host
+
+
+class QuietClient:
+    """An SDK client's side for a benchmark: counts the updates, answers nothing else."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+
+    async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
+        self.chunks += 1
+
+    async def request_permission(self, *a: Any, **kw: Any) -> Any:  # pragma: no cover
+        raise RuntimeError("not expected")
+
+    def on_connect(self, conn: Any) -> None:
+        pass
+
+
+@contextmanager
+def env_restored(*names: str) -> Iterator[None]:
+    """On the way out, put ``names`` back in ``os.environ`` as they were (unset if they were)."""
+    saved = {k: os.environ.get(k) for k in names}
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def ms(t0: float) -> float:

@@ -23,31 +23,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import QuietClient
 from acp import connect_to_agent, text_block
 
 HERE = Path(__file__).resolve().parent
 
 
-class Quiet:
-    def __init__(self) -> None:
-        self.chunks = 0
 
-    async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
-        self.chunks += 1
-
-    async def request_permission(self, *a: Any, **kw: Any) -> Any:  # pragma: no cover
-        raise RuntimeError("not expected")
-
-    def on_connect(self, conn: Any) -> None:
-        pass
-
-
-async def spawn(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[Any, Any, Quiet]:
+async def spawn(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[Any, Any, QuietClient]:
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL, cwd=cwd, env=env, limit=64 * 1024 * 1024,
     )
-    client = Quiet()
+    client = QuietClient()
     return connect_to_agent(client, proc.stdin, proc.stdout), proc, client
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from _common import env_restored
 
 from dsh_core.compose import load_composition
 from dsh_core.contracts import AgentSpec, new_id
@@ -179,20 +180,13 @@ async def reads(tmp: Path, workspace: Path, rounds: int) -> dict[str, list[float
 async def measure(quick: bool, gap: float) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory(prefix="dsh-floor-code-") as d:
         tmp = Path(d)
-        saved = {k: os.environ.get(k) for k in ("DSH_HOME", "DSH_PERMISSION_MODE")}
-        os.environ["DSH_HOME"] = str(tmp / "home")
-        os.environ.setdefault("DSH_PERMISSION_MODE", "workspace-write")
-        try:
+        with env_restored("DSH_HOME", "DSH_PERMISSION_MODE"):
+            os.environ["DSH_HOME"] = str(tmp / "home")
+            os.environ.setdefault("DSH_PERMISSION_MODE", "workspace-write")
             workspace = tmp / "work"
             workspace.mkdir()
             out = await first_runs(tmp, workspace, 2 if quick else 5, gap)
             out.update(await reads(tmp, workspace, 3 if quick else 7))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
     return out
 
 

@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import env_restored
 from dsh_sandbox_tools import _landlock_exec
 from dsh_sandbox_tools.mechanisms import probe_cached
 
@@ -75,38 +76,33 @@ def rows(quick: bool = False) -> list[dict]:
         return [{"figure": "sandboxed bash true, stored key hidden (Landlock)", "dsh": note, "floor": "-",
                  "goal": "-", "met": None}]
     calls, rounds, builds = (10, 1, 50) if quick else (60, 7, 500)
-    saved = {k: os.environ.get(k) for k in ("DSH_SANDBOX_MECHANISM", "DSH_CONFIG_HOME", "DSH_PERMISSION_MODE")}
     tmp = Path(tempfile.mkdtemp(prefix="dsh-bench-landlock-"))
     outside = Path(tempfile.mkdtemp(prefix="dsh-bench-config-", dir="/var/tmp"))  # as ~/.config/dsh: no root holds it
     try:
-        workspace = tmp / "work"
-        workspace.mkdir()
-        creds = outside / "credentials"
-        creds.mkdir(mode=0o700)
-        (creds / "deepseek-api-key").write_text("sk-bench-not-a-key\n")
-        script = tmp / "script.json"
-        steps = [{"tool": "bash", "args": {"command": "true", "description": "noop"}} for _ in range(calls)]
-        script.write_text(json.dumps({"default": [*steps, {"text": "done"}]}))
-        os.environ.update(DSH_SANDBOX_MECHANISM="landlock", DSH_PERMISSION_MODE="workspace-write")
-        hidden: list[float] = []
-        plain: list[float] = []
-        for _ in range(rounds):
-            for config, out in ((str(outside), hidden), (str(workspace / "no-config"), plain)):
-                os.environ["DSH_CONFIG_HOME"] = config
-                out.append(asyncio.run(_bash_turn(workspace, script, calls)))
-        roots = [str(workspace), "/tmp"]
-        b_hidden: list[float] = []
-        b_plain: list[float] = []
-        for _ in range(builds):
-            b_hidden.append(_build_ms(roots, [str(creds)]))
-            b_plain.append(_build_ms(roots, []))
-        rules = len(_landlock_exec.hide_rules([str(creds)]))
+        with env_restored("DSH_SANDBOX_MECHANISM", "DSH_CONFIG_HOME", "DSH_PERMISSION_MODE"):
+            workspace = tmp / "work"
+            workspace.mkdir()
+            creds = outside / "credentials"
+            creds.mkdir(mode=0o700)
+            (creds / "deepseek-api-key").write_text("sk-bench-not-a-key\n")
+            script = tmp / "script.json"
+            steps = [{"tool": "bash", "args": {"command": "true", "description": "noop"}} for _ in range(calls)]
+            script.write_text(json.dumps({"default": [*steps, {"text": "done"}]}))
+            os.environ.update(DSH_SANDBOX_MECHANISM="landlock", DSH_PERMISSION_MODE="workspace-write")
+            hidden: list[float] = []
+            plain: list[float] = []
+            for _ in range(rounds):
+                for config, out in ((str(outside), hidden), (str(workspace / "no-config"), plain)):
+                    os.environ["DSH_CONFIG_HOME"] = config
+                    out.append(asyncio.run(_bash_turn(workspace, script, calls)))
+            roots = [str(workspace), "/tmp"]
+            b_hidden: list[float] = []
+            b_plain: list[float] = []
+            for _ in range(builds):
+                b_hidden.append(_build_ms(roots, [str(creds)]))
+                b_plain.append(_build_ms(roots, []))
+            rules = len(_landlock_exec.hide_rules([str(creds)]))
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(outside, ignore_errors=True)
     bash_ratio = statistics.median(hidden) / statistics.median(plain)

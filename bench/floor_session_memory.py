@@ -21,28 +21,14 @@ import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+
+from _common import QuietClient
 
 HERE = Path(__file__).resolve().parent
 GOAL_KIB = 16.0
 FIGURE = "memory per extra session ({n:,} sessions, each prompted once)"
 WARM = 30  # sessions before the baseline: first-use caches, imports, arenas
 
-
-class Quiet:
-    """The SDK client's side: takes the updates, answers nothing else."""
-
-    def __init__(self) -> None:
-        self.chunks = 0
-
-    async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
-        self.chunks += 1
-
-    async def request_permission(self, *a: Any, **kw: Any) -> Any:  # pragma: no cover
-        raise RuntimeError("not expected")
-
-    def on_connect(self, conn: Any) -> None:
-        pass
 
 
 def rss_kib(pid: int) -> int:
@@ -79,7 +65,7 @@ async def drive(argv: list[str], cwd: Path, env: dict[str, str], n: int,
         *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL, cwd=str(cwd), env=env, limit=64 * 1024 * 1024,
     )
-    client = Quiet()
+    client = QuietClient()
     conn = connect_to_agent(client, proc.stdin, proc.stdout)
     try:
         await conn.initialize(protocol_version=1)

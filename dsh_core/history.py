@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .agent_base import AgentBase
-from .diag import warn
+from .diag import debug, warn
 from .protocols import HistoryContext
 from .types import (
     AssistantMessage,
@@ -33,7 +33,7 @@ from .types import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    pass
+    from .protocols import Agent
 
 # Sources of user messages the loop itself puts into the history when it records them (not
 # through the inbox): results spliced after tool calls, and interception context.
@@ -108,6 +108,18 @@ def _committed(events: list[DurableEvent]) -> list[DurableEvent]:
             ended.add(ev.turn)
     open_at = [i for turn, i in starts.items() if turn not in ended]
     return list(events[:min(open_at)] if open_at else events)
+
+
+async def recorded_events(session: Agent) -> list[DurableEvent]:
+    """What ``session``'s log holds so far, as its store reads it back; ``[]`` when the store cannot
+    (nothing written yet, or a store without read-back). For plugins that rebuild their state from
+    the log of a resumed session."""
+    try:
+        _, events = await session.host.session_store.read(session.session_id)
+    except Exception as exc:  # the session goes on with what it has
+        debug(f"session {session.session_id}: its log could not be read back: {exc!r}")
+        return []
+    return events
 
 
 class History(AgentBase):

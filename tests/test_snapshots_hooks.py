@@ -322,6 +322,12 @@ async def test_pretool_deny_from_claude_settings(acp_agent, scripted):
     assert [(r["point"], r["decision"], r["exitCode"]) for r in results] == [("PreToolUse", "deny", 0)]
 
 
+def _write_hook(path: Path, event: str, command: str, matcher: str | None = None, **extra: object) -> None:
+    """A hooks file at ``path``: one command hook on ``event`` (``extra``: its other fields, e.g. timeout)."""
+    group = {"matcher": matcher} if matcher else {}
+    path.write_text(json.dumps({"hooks": {event: [{**group, "hooks": [{"type": "command", "command": command, **extra}]}]}}))
+
+
 def _running(command: str) -> list[int]:
     """Pids of live (not zombie) processes whose command line is ``command``."""
     return live_processes(lambda argv, cwd: b" ".join(argv).decode(errors="replace").strip() == command)
@@ -329,8 +335,7 @@ def _running(command: str) -> list[int]:
 
 async def test_hanging_hook_is_killed_at_its_timeout(acp_agent, scripted):
     cwd = acp_agent.work
-    (cwd / "hooks.json").write_text(json.dumps({"hooks": {"PreToolUse": [{"hooks": [
-        {"type": "command", "command": "touch hook-started; sleep 5.0417; touch hook-survived", "timeout": 1}]}]}}))
+    _write_hook(cwd / "hooks.json", "PreToolUse", "touch hook-started; sleep 5.0417; touch hook-survived", timeout=1)
     async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
         await _open(run, sids := [])
         started = time.monotonic()
@@ -349,8 +354,8 @@ async def test_hanging_hook_is_killed_at_its_timeout(acp_agent, scripted):
 async def test_flooding_hook_output_is_bounded(acp_agent, scripted):
     """10 MB on stdout: read to the end, 1 MiB kept, and the model gets at most 10,000 characters."""
     cwd = acp_agent.work
-    (cwd / "codex-hooks.json").write_text(json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [
-        {"type": "command", "command": "head -c 10000000 /dev/zero | tr '\\0' x; echo; touch flood-done"}]}]}}))
+    _write_hook(cwd / "codex-hooks.json", "UserPromptSubmit",
+                "head -c 10000000 /dev/zero | tr '\\0' x; echo; touch flood-done")
     async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
         await _open(run, sids := [])
         assert (await _ask(run, sids[0], "ping")).stop_reason == "end_turn"
@@ -366,8 +371,7 @@ async def test_flooding_hook_output_is_bounded(acp_agent, scripted):
 
 async def test_cancel_during_a_hook_kills_it(acp_agent, scripted):
     cwd = acp_agent.work
-    (cwd / "hooks.json").write_text(json.dumps({"hooks": {"PreToolUse": [{"hooks": [
-        {"type": "command", "command": "touch hook-started; sleep 3.0417; touch hook-survived"}]}]}}))
+    _write_hook(cwd / "hooks.json", "PreToolUse", "touch hook-started; sleep 3.0417; touch hook-survived")
     async with acp_agent(scripted(SCRIPT), env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
         await _open(run, sids := [])
         task = asyncio.create_task(_ask(run, sids[0], "create the file"))
@@ -396,8 +400,8 @@ async def test_hook_denies_a_run_code_nested_call(acp_agent, scripted):
     hook sees them (tool_use_id <parent>:code:<n>) and its deny stops them."""
     cwd = acp_agent.work
     (cwd / ".claude").mkdir()
-    (cwd / ".claude" / "settings.json").write_text(json.dumps({"hooks": {"PreToolUse": [{"matcher": "bash", "hooks": [
-        {"type": "command", "command": "cat > .nested-payload.json; echo 'nested bash is not allowed' >&2; exit 2"}]}]}}))
+    _write_hook(cwd / ".claude" / "settings.json", "PreToolUse",
+                "cat > .nested-payload.json; echo 'nested bash is not allowed' >&2; exit 2", matcher="bash")
     async with acp_agent(scripted(CODE_SCRIPT), example="hooks-code-mode",
                          env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
         await _open(run, sids := [])
@@ -489,8 +493,7 @@ async def test_post_tool_hook_sees_a_run_code_nested_call(acp_agent, scripted, m
     else:
         out = {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "nested output audited"}}
         command = f"cat > .nested-post.json; printf '%s\\n' '{json.dumps(out)}'"
-    (cwd / ".claude" / "settings.json").write_text(json.dumps({"hooks": {"PostToolUse": [{"matcher": "bash", "hooks": [
-        {"type": "command", "command": command}]}]}}))
+    _write_hook(cwd / ".claude" / "settings.json", "PostToolUse", command, matcher="bash")
     async with acp_agent(scripted(CODE_SCRIPT), example="hooks-code-mode",
                          env={"DSH_PERMISSION_MODE": "workspace-write"}) as run:
         await _open(run, sids := [])

@@ -235,14 +235,20 @@ async def test_cancel_mid_delay_commits_partial_and_aborts(scripted, tmp_path):
         assert events[-1].reason == "aborted" and events[-1].abort_kind == "user"
 
 
+async def _in_sleepy(host, tools, tmp_path, script):
+    """A new agent whose turn (prompt ``go``) is inside the ``sleepy`` tool."""
+    agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+    agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+    with anyio.fail_after(5):
+        await tools.sleeping.wait()
+    return agent
+
+
 async def test_cancel_during_a_tool_gives_every_call_a_result(scripted, tmp_path):
     script = scripted({"default": [{"tools": [{"name": "sleepy", "args": {}}, {"name": "echo", "args": {"x": "q"}}]}]})
     tools = Tools()
     async with await _host(script, tools) as host:
-        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-        with anyio.fail_after(5):
-            await tools.sleeping.wait()
+        agent = await _in_sleepy(host, tools, tmp_path, script)
         agent.cancel()
         await agent.wait_idle()
         results = [e for e in _events(host, agent) if isinstance(e, ToolResultEvent)]
@@ -266,10 +272,7 @@ async def test_an_exclusive_call_waits_for_the_parallel_safe_calls_before_it(scr
     script = scripted({"default": [{"tools": [{"name": "sleepy", "args": {}}, {"name": "note", "args": {"x": "1"}}]}]})
     tools = Tools()
     async with await _host(script, tools) as host:
-        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
-        with anyio.fail_after(5):
-            await tools.sleeping.wait()
+        agent = await _in_sleepy(host, tools, tmp_path, script)
         await anyio.wait_all_tasks_blocked()  # every task that could run now has run
         assert tools.calls == []  # note has not started while sleepy runs
         agent.cancel()

@@ -361,19 +361,23 @@ def deep(draw: Any) -> Spec:
     return Spec(body, 1, 1)
 
 
+def _edit(line: bytearray, op: str, pos: int, byte: int) -> None:
+    """One byte edit at ``pos``: flip ("f"), insert ("i") or delete (any other op); never a newline."""
+    if op == "f" and line:
+        line[pos] = byte
+    elif op == "i":
+        line.insert(pos, byte)
+    elif line:
+        del line[pos]
+
+
 @st.composite
 def mutated(draw: Any) -> Spec:
     line = bytearray(draw(st.sampled_from(VALID_REQUESTS + NOTIFICATIONS)).replace(b"@ID@", b'"m@ID@"'))
     for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["flip", "insert", "delete"]))
+        op = draw(st.sampled_from("fid"))
         pos = draw(st.integers(0, max(len(line) - 1, 0)))
-        byte = draw(st.integers(0, 255).filter(lambda b: b != 10))
-        if op == "flip" and line:
-            line[pos] = byte
-        elif op == "insert":
-            line.insert(pos, byte)
-        elif line:
-            del line[pos]
+        _edit(line, op, pos, draw(st.integers(0, 255).filter(lambda b: b != 10)))
     return Spec(bytes(line), 0, 1)
 
 
@@ -403,13 +407,7 @@ def _mutate(line: bytes, rng: random.Random) -> bytes:
     for _ in range(rng.randint(1, 4)):
         pos = rng.randrange(max(len(data), 1))
         op = rng.choice("fid")
-        byte = rng.choice([b for b in range(256) if b != 10])
-        if op == "f" and data:
-            data[pos] = byte
-        elif op == "i":
-            data.insert(pos, byte)
-        elif data:
-            del data[pos]
+        _edit(data, op, pos, rng.choice([b for b in range(256) if b != 10]))
     return bytes(data)
 
 

@@ -15,6 +15,15 @@ from typing import Any
 STRESS = os.environ.get("DSH_STRESS") == "1"
 
 
+def agent_dirs(tmp_path: Path, script: dict[str, Any]) -> tuple[Path, Path, Path]:
+    """A workspace (made), the scripted model's script (written) and a DSH_HOME, under ``tmp_path``."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(script))
+    return ws, path, tmp_path / "home"
+
+
 def frame(method: str, params: dict[str, Any], rid: int | None = None) -> bytes:
     msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
     if rid is not None:

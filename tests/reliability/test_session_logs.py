@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 import resource
 import signal
@@ -19,18 +18,14 @@ from pathlib import Path
 
 import pytest
 from dsh_jsonl_persistence import JsonlStore
-from raw_stdio import STRESS, RawAgent, frame
+from raw_stdio import STRESS, RawAgent, agent_dirs, frame
 
 SCRIPT = {"default": [{"text": "echo: {prompt}"}]}
 
 
 @pytest.fixture
 def setup(tmp_path: Path):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(SCRIPT))
-    return ws, script, tmp_path / "home"
+    return agent_dirs(tmp_path, SCRIPT)
 
 
 def _limits(nofile: int | None = None, fsize: int | None = None):

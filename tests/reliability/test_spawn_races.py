@@ -8,14 +8,13 @@ which the bash call is being spawned. ``DSH_STRESS=1`` repeats the sweep many mo
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from pathlib import Path
 
 import pytest
 from dsh_sandbox_tools.testing import require_mechanism
-from raw_stdio import STRESS, RawAgent, frame, live_in_dir, live_with_marker
+from raw_stdio import STRESS, RawAgent, agent_dirs, frame, live_in_dir, live_with_marker
 
 # The prompt text is the command: {prompt} is substituted into the bash call's arguments.
 SCRIPT = {"default": [{"tool": "bash", "args": {"description": "Run the command", "command": "{prompt}"}}, {"text": "done: {tool_result}"}]}
@@ -40,11 +39,7 @@ def _marker() -> str:
 
 @pytest.fixture
 def agent_env(tmp_path: Path):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(SCRIPT))
-    return ws, script, tmp_path / "home"
+    return agent_dirs(tmp_path, SCRIPT)
 
 
 @pytest.mark.timeout(1200 if STRESS else 120)  # the long (stress) version runs for minutes

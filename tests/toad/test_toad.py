@@ -191,10 +191,16 @@ def toad(toad_program: tuple[Path, bool], tmp_path: Path) -> Iterator[Callable[.
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, timeout=30)
 
 
-def test_a_session_in_toad_streams_and_shows_the_edit_as_a_diff(toad, tmp_path: Path) -> None:
+def _notes_workspace(tmp_path: Path) -> Path:
+    """A workspace holding notes.txt (``alpha``, ``beta``): the file the edit tests change."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "notes.txt").write_text("alpha\nbeta\n")
+    return workspace
+
+
+def test_a_session_in_toad_streams_and_shows_the_edit_as_a_diff(toad, tmp_path: Path) -> None:
+    workspace = _notes_workspace(tmp_path)
     script = {"rules": [{"when": "(?i)edit", "steps": [
         {"tool": "read", "args": {"file_path": "notes.txt"}},
         {"partial": "Editing the notes ", "mark": "streamed", "delay_ms": 3000, "text": "in place.",
@@ -219,9 +225,7 @@ def test_a_session_in_toad_streams_and_shows_the_edit_as_a_diff(toad, tmp_path: 
 
 
 def test_a_session_reopened_in_toad_shows_its_tool_cards(toad, tmp_path: Path) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    (workspace / "notes.txt").write_text("alpha\nbeta\n")
+    workspace = _notes_workspace(tmp_path)
     script = {"rules": [{"when": "(?i)edit", "steps": [
         {"tool": "read", "args": {"file_path": "notes.txt"}},
         {"tool": "edit", "args": {"file_path": "notes.txt", "old_string": "beta", "new_string": "BETA-EDITED"}},

@@ -9,15 +9,13 @@ by ``bash`` and by the file tools, and a resumed session keeps its directories."
 from __future__ import annotations
 
 import json
-import secrets
-import shutil
 from pathlib import Path
 
 import pytest
 from acp import RequestError, text_block
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
-from dsh_testing import REPO
+from dsh_testing import REPO, added_and_sibling_dirs
 
 pytestmark = pytest.mark.anyio
 
@@ -133,11 +131,8 @@ async def test_acp_agent_answers_fork_as_an_unknown_method(acp_agent, scripted):
 @pytest.fixture
 def dirs():
     """An added directory and its sibling, outside every writable root (not under /tmp)."""
-    base = Path("/var/tmp") / f"dsh-added-{secrets.token_hex(4)}"
-    (base / "added").mkdir(parents=True)
-    (base / "sibling").mkdir()
-    yield (base / "added").resolve(), (base / "sibling").resolve()
-    shutil.rmtree(base, ignore_errors=True)
+    with added_and_sibling_dirs("added") as pair:
+        yield pair
 
 
 def _writes(added: Path, sibling: Path, tag: str) -> dict:

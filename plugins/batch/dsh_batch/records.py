@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -203,13 +203,9 @@ def open_results(path: str | os.PathLike[str], *, rerun: Iterable[str] = ()) -> 
     lines: dict[str, bytes] = {}
     dropped: list[tuple[int, str]] = []
     rewrite = False
-    for n, line in enumerate(raw.split(b"\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            result = _result_decoder.decode(line)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            dropped.append((n, f"unreadable result line removed ({exc})"))
+    for n, line, result in _result_lines(raw):
+        if isinstance(result, Exception):
+            dropped.append((n, f"unreadable result line removed ({result})"))
             rewrite = True
             continue
         if result.id in lines:
@@ -237,19 +233,29 @@ def open_results(path: str | os.PathLike[str], *, rerun: Iterable[str] = ()) -> 
     return ResultsFile(path=path, fd=lock_fd, kept=kept, dropped_lines=dropped)
 
 
+def _result_lines(raw: bytes) -> Iterator[tuple[int, bytes, Result | msgspec.MsgspecError]]:
+    """Each non-blank line of a results file: its number (from 1), its bytes, and its ``Result``
+    or why it does not decode to one."""
+    for n, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            result = _result_decoder.decode(line)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            yield n, line, exc
+            continue
+        yield n, line, result
+
+
 def read_results(path: str | os.PathLike[str]) -> tuple[list[Result], list[tuple[int, str]]]:
     """A results file as it is, read-only (no lock, nothing rewritten): its results in file
     order (a later line of an id replaces the earlier one, at the later place) and the
     unreadable lines (number, reason)."""
     kept: dict[str, Result] = {}
     dropped: list[tuple[int, str]] = []
-    for n, line in enumerate(Path(path).read_bytes().split(b"\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            result = _result_decoder.decode(line)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            dropped.append((n, f"unreadable result line skipped ({exc})"))
+    for n, _, result in _result_lines(Path(path).read_bytes()):
+        if isinstance(result, Exception):
+            dropped.append((n, f"unreadable result line skipped ({result})"))
             continue
         kept.pop(result.id, None)
         kept[result.id] = result

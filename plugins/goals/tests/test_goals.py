@@ -107,16 +107,21 @@ async def test_out_of_rounds_the_goal_is_blocked_without_another_turn(scripted, 
         assert state(agent).rounds == 2 and len([e for e in seen if isinstance(e, TurnStart)]) == 3
 
 
+async def _cancel_a_round(tmp_path, agent) -> None:
+    """Prompt ``make it so``, wait for the goal's round to start (its mark), cancel it: the goal pauses."""
+    _prompt(agent, "make it so")
+    await _until(lambda: (tmp_path / "round-started").exists())
+    agent.cancel()
+    await _until(lambda: state(agent).goal["phase"] == "paused" and not agent.busy)
+
+
 async def test_cancelling_a_round_pauses_the_goal(scripted, tmp_path):
     script = scripted({"rules": [
         {"when": "^make it", "steps": [_call("create_goal", {"objective": "x"}), {"text": "ok"}]},
         {"when": "<goal_round>", "steps": [{"partial": "working", "mark": "round-started", "delay_ms": 600000}]}]})
     async with memory_host(script, plugins=PLUGINS) as host:
         agent, seen = await _open(host, tmp_path, script)
-        _prompt(agent, "make it so")
-        await _until(lambda: (tmp_path / "round-started").exists())
-        agent.cancel()
-        await _until(lambda: state(agent).goal["phase"] == "paused" and not agent.busy)
+        await _cancel_a_round(tmp_path, agent)
         ends = [e for e in seen if isinstance(e, TurnEnd)]
         assert [e.reason for e in ends] == ["completed", "aborted"]
         assert state(agent).view()["activation"] == "disarmed" and state(agent).rounds == 1
@@ -137,10 +142,7 @@ async def test_a_resumed_session_gets_its_goal_back_disarmed_and_a_person_resume
     plugins = (*PLUGINS, "jsonl-persistence")
     async with memory_host(script, plugins=plugins) as host:
         first, _ = await _open(host, tmp_path, script)
-        _prompt(first, "make it so")
-        await _until(lambda: (tmp_path / "round-started").exists())
-        first.cancel()
-        await _until(lambda: state(first).goal["phase"] == "paused" and not first.busy)
+        await _cancel_a_round(tmp_path, first)
         (tmp_path / "round-started").unlink()
     async with memory_host(script, plugins=plugins) as host:  # another process, later
         _, events = await host.session_store.read(first.session_id)

@@ -23,6 +23,7 @@ from msgspec import Meta
 
 from dsh_core import hookimpl
 from dsh_core.config import PluginConfig
+from dsh_core.history import recorded_events
 from dsh_core.spill import spill_path_for
 from dsh_core.types import JobStarted, UserMessage
 
@@ -98,11 +99,7 @@ class _Recall:
 
     async def decide(self) -> None:
         registry = registry_of(self.session.host)
-        try:
-            _, events = await self.session.host.session_store.read(self.session.session_id)
-        except Exception:  # a store that cannot read back: the ids start over
-            return
-        for ev in events:
+        for ev in await recorded_events(self.session):  # none read back: the ids start over
             if isinstance(ev, JobStarted):
                 registry.recall(ev.id)
 

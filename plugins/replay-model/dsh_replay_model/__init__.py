@@ -558,22 +558,18 @@ class ReplayProvider:
                              "model call of it")
         bound = self._bind(request, base)
         rec = bound.rec
-        if compaction:
+        if compaction:  # the summary calls have a cursor of their own
             bound.summaries += 1
-            n, calls = bound.summaries, rec.summaries
-            if n > len(calls):
-                raise self._fail("REPLAY_EXHAUSTED", (
-                    f"replay: {rec.path.name} compaction call {n}: the run asked for more summary calls than the "
-                    f"{len(calls)} recorded"))
-            call = calls[n - 1]
+            n, calls, what, many = bound.summaries, rec.summaries, "compaction call", "summary calls"
         else:
             bound.cursor += 1
-            n, calls = bound.cursor, rec.calls
-            if n > len(calls):
-                raise self._fail("REPLAY_EXHAUSTED", (
-                    f"replay: {rec.path.name} call {n}: the run asked for more model calls than the "
-                    f"{len(calls)} recorded"))
-            call = calls[n - 1]
+            n, calls, what, many = bound.cursor, rec.calls, "call", "model calls"
+        if n > len(calls):
+            raise self._fail("REPLAY_EXHAUSTED", (
+                f"replay: {rec.path.name} {what} {n}: the run asked for more {many} than the "
+                f"{len(calls)} recorded"))
+        call = calls[n - 1]
+        if not compaction:
             self._check(rec, n, call, request)
             if call.expect is not None and call.expect.texts:
                 for recorded, live in zip(call.expect.texts, _live_texts(request), strict=False):

@@ -6,8 +6,6 @@ read-only, and one into a sibling directory that was not added is refused in bot
 
 from __future__ import annotations
 
-import secrets
-import shutil
 from pathlib import Path
 
 import anyio
@@ -16,6 +14,7 @@ from dsh_sandbox_tools import confine
 from sandbox_helpers import Session, mechanisms, running_host, text
 
 from dsh_core.contracts import AgentSpec
+from dsh_testing import added_and_sibling_dirs
 
 pytestmark = pytest.mark.anyio
 
@@ -23,11 +22,8 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def added_and_sibling():
     """Two directories outside every writable root (not under /tmp): one added, one not."""
-    base = Path("/var/tmp") / f"dsh-sandbox-added-{secrets.token_hex(4)}"
-    (base / "added").mkdir(parents=True)
-    (base / "sibling").mkdir()
-    yield (base / "added").resolve(), (base / "sibling").resolve()
-    shutil.rmtree(base, ignore_errors=True)
+    with added_and_sibling_dirs("sandbox-added") as dirs:
+        yield dirs
 
 
 class AddedSession(Session):

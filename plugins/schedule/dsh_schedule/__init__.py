@@ -24,6 +24,7 @@ from msgspec import Meta
 
 from dsh_core import FunctionTool, hookimpl
 from dsh_core.config import PluginConfig
+from dsh_core.history import recorded_events
 from dsh_core.protocols import CommandResult, SlashCommand
 from dsh_core.types import Note, ToolOutput
 
@@ -99,11 +100,7 @@ async def load(session: Agent) -> SessionSchedules:
         return mine
     mine.loaded = True
     try:
-        _, events = await session.host.session_store.read(session.session_id)
-    except Exception:  # a store that cannot read back (or nothing written yet): nothing to restore
-        events = []
-    try:
-        for ev in events:
+        for ev in await recorded_events(session):
             if isinstance(ev, Note) and ev.kind == KIND:
                 mine.folded.apply(ev.data)
     except ScheduleLogError:

@@ -155,6 +155,14 @@ async def test_cancelling_the_parent_cancels_the_child_and_reports_aborted_with_
     assert live(tree) == []
 
 
+async def ended_turn(run, prompt: str, timeout: float = 30) -> str:
+    """A new session whose one prompt ran to ``end_turn`` within ``timeout`` seconds: its id."""
+    sid = await run.start()
+    resp = await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block(prompt)]), timeout)
+    assert resp.stop_reason == "end_turn"
+    return sid
+
+
 async def test_parent_teardown_disposes_live_children_leaving_no_process(acp_agent, scripted, examples):
     path = examples("sub")
     async with acp_agent(scripted(SCRIPT), example="sub", env={"DSH_EXAMPLES_PATH": path}) as run:
@@ -169,9 +177,7 @@ async def test_parent_teardown_disposes_live_children_leaving_no_process(acp_age
 async def test_depth_limit_stops_runaway_delegation(acp_agent, scripted, examples):
     path = examples("sub", subagent={"max-depth": 2})
     async with acp_agent(scripted(SCRIPT), example="sub", env={"DSH_EXAMPLES_PATH": path}) as run:
-        sid = await run.start()
-        resp = await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("recurse")]), 30)
-        assert resp.stop_reason == "end_turn"
+        sid = await ended_turn(run, "recurse")
         (text,) = run.client.text(sid)
     assert text.startswith("level: [subagent completed]\nlevel: [subagent completed]\nlevel: Error: subagent depth")
     assert "depth 2, the limit is 2" in text
@@ -181,9 +187,7 @@ async def test_depth_limit_stops_runaway_delegation(acp_agent, scripted, example
 async def test_the_live_children_cap_refuses_extra_delegations(acp_agent, scripted, examples):
     path = examples("sub", subagent={"max-live": 2})
     async with acp_agent(scripted(SCRIPT), example="sub", env={"DSH_EXAMPLES_PATH": path}) as run:
-        sid = await run.start()
-        resp = await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("three")]), 30)
-        assert resp.stop_reason == "end_turn"
+        sid = await ended_turn(run, "three")
     results = tool_results(acp_agent.home, sid)
     assert sorted(r.split("\n")[0] for r in results) == [
         "Error: 2 subagents are already running (the cap is 2); wait for one to finish.",
@@ -230,9 +234,7 @@ async def test_third_party_agents_through_the_tool(acp_agent, scripted, examples
     path = examples("sub")
     env = {"DSH_EXAMPLES_PATH": path, "DSH_SUBAGENT_ACP_COMMAND": peer_command(mode)}
     async with acp_agent(scripted(SCRIPT), example="sub", env=env) as run:
-        sid = await run.start()
-        resp = await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("peer")]), 15)
-        assert resp.stop_reason == "end_turn"
+        sid = await ended_turn(run, "peer", 15)
         assert run.client.text(sid) == [expected]
 
 

@@ -26,6 +26,7 @@ import anyio
 
 from dsh_core import ToolError
 from dsh_core.display import one_line
+from dsh_core.history import recorded_events
 from dsh_core.paths import dir_inside
 from dsh_core.protocols import Agent, SubagentRequest, ToolContext, new_id
 from dsh_core.tools import FunctionTool
@@ -77,11 +78,7 @@ async def recall(agent: Agent) -> Delegations:
     if mine.loaded:
         return mine
     mine.loaded = True
-    try:
-        _, events = await agent.host.session_store.read(agent.session_id)
-    except Exception as exc:  # a store that cannot read back: nothing to recall
-        log.debug(f"no recorded children for {agent.session_id}: {exc!r}")
-        return mine
+    events = await recorded_events(agent)
     started: dict[str, SubagentStarted] = {}
     last: dict[str, SubagentResult] = {}
     for ev in events:
@@ -279,38 +276,33 @@ class Delegate:
         return as_output(result)
 
 
-SUBAGENT_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "description": {"type": "string", "description": "A short (3-5 word) description of the task."},
-        "prompt": {
-            "type": "string",
-            "description": "The complete task for the subagent. It does not see this conversation: say everything "
-                           "it needs.",
+def _task_parameters(prompt: str, **more: dict[str, Any]) -> dict[str, Any]:
+    """The schema both delegation tools share: a short ``description`` and the ``prompt``, then ``more``."""
+    return {
+        "type": "object",
+        "properties": {
+            "description": {"type": "string", "description": "A short (3-5 word) description of the task."},
+            "prompt": {"type": "string", "description": prompt},
+            **more,
         },
-        "run_in_background": {
-            "type": "boolean",
-            "description": "true (the default): return at once with the subagent's id; you are told when it "
-                           "finishes. false: wait for its answer.",
-        },
-    },
-    "required": ["description", "prompt"],
-    "additionalProperties": False,
-}
+        "required": ["description", "prompt"],
+        "additionalProperties": False,
+    }
 
-FORK_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "description": {"type": "string", "description": "A short (3-5 word) description of the task."},
-        "prompt": {
-            "type": "string",
-            "description": "What the fork should do. It starts from this conversation as it stood before your "
-                           "current turn, so it knows what you know.",
-        },
+
+SUBAGENT_PARAMETERS = _task_parameters(
+    "The complete task for the subagent. It does not see this conversation: say everything it needs.",
+    run_in_background={
+        "type": "boolean",
+        "description": "true (the default): return at once with the subagent's id; you are told when it "
+                       "finishes. false: wait for its answer.",
     },
-    "required": ["description", "prompt"],
-    "additionalProperties": False,
-}
+)
+
+FORK_PARAMETERS = _task_parameters(
+    "What the fork should do. It starts from this conversation as it stood before your current turn, so it "
+    "knows what you know.",
+)
 
 
 def subagent_tool(delegate: Delegate, *, name: str = "subagent") -> FunctionTool:

@@ -56,6 +56,9 @@ from .harness import (
     acp_validator as acp_validator,
 )
 from .harness import (
+    added_and_sibling_dirs as added_and_sibling_dirs,
+)
+from .harness import (
     check_frames as check_frames,
 )
 from .harness import (

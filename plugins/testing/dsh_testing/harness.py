@@ -13,10 +13,11 @@ import json
 import os
 import re
 import secrets
+import shutil
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import aclosing, asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import aclosing, asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -239,6 +240,19 @@ def live_processes(match: Callable[..., bool], *, comm: bool = False) -> list[in
         if state not in ("Z", "X") and match(argv, cwd, *extra):
             found.append(int(entry))
     return found
+
+
+@contextmanager
+def added_and_sibling_dirs(tag: str) -> Iterator[tuple[Path, Path]]:
+    """Two fresh directories side by side outside every writable root (under /var/tmp, not /tmp):
+    one for a session's additional directories, one that is not added; removed on exit."""
+    base = Path("/var/tmp") / f"dsh-{tag}-{secrets.token_hex(4)}"
+    (base / "added").mkdir(parents=True)
+    (base / "sibling").mkdir()
+    try:
+        yield (base / "added").resolve(), (base / "sibling").resolve()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def new_sleep_marker(base: int = 3000) -> str:

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.lowlevel
 from dsh_acp.rpc import Peer
 
+from dsh_core.state import Flag
 from dsh_core.types import TurnEnd, Usage
 
 from .config import TransportConfig
@@ -18,33 +18,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.protocols import Agent, Host
 
 CLOSING = "the connection is closing (the client closed stdin, or the agent was signalled to stop); "
-
-
-class Settled:
-    """A one-way flag with ``anyio.Event``'s ``set``/``is_set``/``wait``, whose event is made only
-    when someone waits (closing a session; rare): not one per prompt."""
-
-    __slots__ = ("_event", "_set")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._event: anyio.Event | None = None
-
-    def set(self) -> None:
-        self._set = True
-        if self._event is not None:
-            self._event.set()
-
-    def is_set(self) -> bool:
-        return self._set
-
-    async def wait(self) -> None:
-        if self._set:
-            await anyio.lowlevel.checkpoint()
-            return
-        if self._event is None:
-            self._event = anyio.Event()
-        await self._event.wait()
 
 
 @dataclass(eq=False)
@@ -64,7 +37,7 @@ class Slot:
     usage: Usage | None = None  # summed over the turn's committed model calls that reported usage
     calls: int = 0  # model calls of the turn that reported usage
     context: int = 0  # tokens in context after the last such call: its prompt plus its answer
-    settled: Settled = field(default_factory=Settled)  # the prompt handler is done with it
+    settled: Flag = field(default_factory=Flag)  # the prompt handler is done with it (an event only for a waiter)
     waiting: anyio.CancelScope = field(default_factory=anyio.CancelScope)  # cancelled: autonomous work began after its turn
     called: anyio.Event | None = None  # a queued prompt's: set when it takes the slot, or is cancelled in line
 

@@ -23,47 +23,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from floor_prompt_cpu import RawClient  # the same raw JSON-RPC client (bench/ is on sys.path)
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = {"default": [{"text": "PONG"}], "repeat_default": True}
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
-class Agent:
-    """A ``dsh run`` process spoken to with raw JSON-RPC lines (no client library in the figure)."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.next_id = 0
-
-    async def call(self, method: str, params: dict) -> dict:
-        rid = self.next_id
-        self.next_id += 1
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}).encode() + b"\n")
-        await self.proc.stdin.drain()
-        while True:
-            frame = json.loads(await self.proc.stdout.readline())
-            if frame.get("id") == rid and "method" not in frame:
-                return frame
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
-
-    async def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        await self.proc.wait()
-
-
-async def spawn(python: str, script: Path, cwd: Path, home: Path) -> Agent:
+async def spawn(python: str, script: Path, cwd: Path, home: Path) -> RawClient:
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), "DSH_HOME": str(home)}
     proc = await asyncio.create_subprocess_exec(
         python, "-m", "dsh_core.cli", "run", "--example", "acp-agent", "--provider", "scripted", "--model", str(script),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         cwd=cwd, env=env, limit=1 << 24,
     )
-    return Agent(proc)
+    return RawClient(proc)
 
 
 async def measure(python: str, starts: int, prompts: int, tmp: Path) -> tuple[float, float]:
@@ -78,7 +51,7 @@ async def measure(python: str, starts: int, prompts: int, tmp: Path) -> tuple[fl
         await agent.close()
     agent = await spawn(python, script, tmp, tmp / "home")
     await agent.call("initialize", {"protocolVersion": 1})
-    sid = (await agent.call("session/new", {"cwd": str(tmp), "mcpServers": []}))["result"]["sessionId"]
+    sid = (await agent.call("session/new", {"cwd": str(tmp), "mcpServers": []}))["sessionId"]
     for _ in range(20):  # warm-up
         await agent.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "ping"}]})
     before = agent.cpu_seconds()

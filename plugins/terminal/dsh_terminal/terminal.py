@@ -47,7 +47,17 @@ _SYSCALLS = {
     "aarch64": {"read": {63, 65}, "select": {72}},
 }.get(platform.machine(), {"read": set(), "select": set()})
 
-STOP_GRACE_S = 10.0  # how long a stopped send keeps pressing Ctrl-C before it settles anyway
+# How a stopped send (job_kill) ends what runs in the foreground, in seconds from the stop: Ctrl-C
+# twice, as a person would press it, then SIGTERM and SIGKILL to the foreground group, all within
+# the jobs plugin's default kill grace (3 s). Ctrl-C alone is not enough: bash loses a SIGINT that
+# lands while it forks (the child takes it before exec, exits 0, and bash carries on), and the
+# presses follow the output that wakes the send, so a loop that prints and then forks is hit in
+# that window press after press (three lost presses in a row, seen under load). A signal step
+# finds the shell itself in the foreground (a loop of builtins) and presses Ctrl-C instead: the
+# shell is never signalled.
+STOP_STEPS: tuple[tuple[float, signal.Signals | None], ...] = (
+    (0.0, None), (0.5, None), (1.0, signal.SIGTERM), (2.0, signal.SIGKILL))
+STOP_GRACE_S = 10.0  # how long a stopped send waits for the shell's prompt before it settles anyway
 
 
 @dataclass
@@ -98,8 +108,8 @@ class _Wait:
     startup: bool
     left_wait: bool
     on_progress: Callable[[str], None] | None
-    interrupted: float = -math.inf  # when Ctrl-C was last pressed for ``stop``
     stopped: float = math.inf  # when ``stop`` was first seen
+    stop_steps: int = 0  # how many of ``STOP_STEPS`` were taken
     started: float = field(default_factory=time.monotonic)
 
     def progress(self, screen: TermScreen, *, final: bool = False) -> None:
@@ -162,6 +172,7 @@ class Terminal:
         self._replies = bytearray()
         self._tty_rdev: int | None = None
         self._reader_scope: anyio.CancelScope | None = None
+        self._interrupted_at: float | None = None  # a cancelled send pressed Ctrl-C then
 
     # ------------------------------------------------------------------ life
 
@@ -372,6 +383,7 @@ class Terminal:
             # The call was cancelled (the person pressed stop): interrupt what runs in the foreground.
             if self.status.kind == "running" and self.foreground() not in (None, self.shell_pgid):
                 self._write_nowait(b"\x03")  # Ctrl-C: SIGINT to the foreground group
+                self._interrupted_at = time.monotonic()  # the next send waits for what it brings back
             raise
         finally:
             self.active = False
@@ -379,6 +391,11 @@ class Terminal:
     async def _send(self, text: str, submit: bool, startup: bool, stop: anyio.Event | None,
                     on_progress: Callable[[str], None] | None) -> SendResult:
         data = (text + ("\r" if submit else "")).encode()
+        if self._interrupted_at is not None:
+            # A cancelled send pressed Ctrl-C and could not wait: do not type ahead of the prompt
+            # that Ctrl-C brings back (the line would come back redrawn after it).
+            since, self._interrupted_at = self._interrupted_at, None
+            await self.settle(since, within=1.0)
         line, column = self.screen.cursor()
         fg0 = self.foreground()
         # A wait that was there before the write may be the one the write answers: only a wait seen
@@ -397,16 +414,10 @@ class Terminal:
             if self.ended.is_set() or self.status.kind != "running":
                 reason: WaitReason = "session_exit"
                 break
-            if stop is not None and stop.is_set() and time.monotonic() - wait.interrupted >= 1.0:
-                # Ctrl-C, as a person would press it: the line discipline signals whatever group
-                # holds the foreground at that instant (no race with a group that just ended);
-                # pressed again each second until the send settles.
-                wait.interrupted = self.last_output = time.monotonic()
-                wait.stopped = min(wait.stopped, wait.interrupted)
-                self._write_nowait(b"\x03")
+            if stop is not None and stop.is_set() and self._stop_step(wait):
                 continue
             found = self._ready(wait)
-            if found in ("timeout", "inferred_idle") and self._still_interrupting(wait):
+            if found in ("timeout", "inferred_idle") and self._stopping(wait):
                 continue
             if found is not None:
                 reason = found
@@ -419,15 +430,34 @@ class Terminal:
         viewport, cut = utf8_tail(viewport, self.max_read_bytes)
         return SendResult(viewport, reason, self.status, lost or cut or self.screen.scrollback.dropped)
 
-    def _still_interrupting(self, wait: _Wait) -> bool:
-        """Whether a stopped send keeps pressing Ctrl-C rather than settle on time or silence:
-        while the foreground is not the shell's, for up to ``STOP_GRACE_S``. A Ctrl-C that lands
-        on the shell in the instant between two commands of a loop is taken by the shell and
-        lost (the next command runs), so one press is not enough to call the job stopped."""
+    def _stop_step(self, wait: _Wait) -> bool:
+        """Take the next of ``STOP_STEPS`` if it is due; whether one was taken. Ctrl-C goes
+        through the line discipline, which signals whatever group holds the foreground at that
+        instant (no race with a group that just ended)."""
+        now = time.monotonic()
+        wait.stopped = min(wait.stopped, now)
+        if wait.stop_steps >= len(STOP_STEPS) or now - wait.stopped < STOP_STEPS[wait.stop_steps][0]:
+            return False
+        sig = STOP_STEPS[wait.stop_steps][1]
+        wait.stop_steps += 1
+        self.last_output = now
+        fg = self.foreground()
+        if sig is None or fg is None or fg <= 0 or fg == self.shell_pgid:
+            self._write_nowait(b"\x03")
+        else:
+            with contextlib.suppress(OSError):
+                os.killpg(fg, sig)
+        return True
+
+    def _stopping(self, wait: _Wait) -> bool:
+        """Whether a stopped send keeps waiting rather than settle on time or silence: until the
+        shell's prompt is back, for up to ``STOP_GRACE_S``. A shell that holds the foreground
+        again has not always drawn its prompt yet (it runs PROMPT_COMMAND first): settling then
+        would let the next send be typed ahead of it. Only the prompt settles a stopped send
+        (``_ready`` says ``stdin_read`` for it; this is asked only when it did not)."""
         if math.isinf(wait.stopped) or time.monotonic() - wait.stopped >= STOP_GRACE_S:
             return False
-        fg = self.foreground()
-        return fg is not None and self.shell_pgid is not None and fg != self.shell_pgid
+        return self.foreground() is not None and self.shell_pgid is not None
 
     def _ready(self, wait: _Wait) -> WaitReason | None:
         """Why the send returns now, if it does: the shell's prompt with the foreground back, a

@@ -238,10 +238,11 @@ async def test_run_in_background_is_a_job_that_job_output_and_job_kill_control(s
 
 
 @pytest.mark.parametrize("tier", TIERS)
-async def test_a_killed_job_whose_first_ctrl_c_is_lost_is_pressed_again_not_given_up(scripted, tmp_path, tier):
-    # The foreground shrugs off the first SIGINT, as a shell loop does when Ctrl-C lands on the
-    # shell between two commands. The send's own timeout (1.5 s) comes before the second press
-    # (a second after the first): a job_kill must not settle the job while it still runs.
+async def test_a_killed_job_whose_first_ctrl_c_is_lost_is_stopped_anyway_not_given_up(scripted, tmp_path, tier):
+    # The foreground shrugs off the first SIGINT, as bash does when it lands while it forks. The
+    # send's own timeout (1.5 s) comes while the job is still being stopped (the second press at
+    # 0.5 s may be lost too; SIGTERM at 1 s is not): a job_kill must not settle the job while it
+    # still runs, nor before the shell is back at its prompt.
     stubborn = ("bash -c 'trap \"trap - INT; echo shrugged\" INT; "
                 "for i in $(seq 1 300); do echo tick$i; sleep 0.1; done'")
     rules = [
@@ -257,6 +258,54 @@ async def test_a_killed_job_whose_first_ctrl_c_is_lost_is_pressed_again_not_give
         killed, ended, after = await s.turn("stop")
     assert "pty-send-1" in killed
     assert "shrugged" in ended, ended
+    assert after == "echo after\nafter\ndsh> \n[wait: stdin_read]\n[session: running]"
+
+
+@pytest.mark.parametrize("tier", TIERS)
+async def test_a_killed_job_that_shrugs_off_ctrl_c_and_sigterm_is_killed(scripted, tmp_path, tier):
+    # Both Ctrl-C presses and the SIGTERM are trapped: the SIGKILL at 2 s ends the foreground group,
+    # inside the jobs plugin's kill grace, and the job settles at the prompt.
+    stubborn = ("bash -c 'trap \"echo shrugged\" INT; trap \"echo termed\" TERM; "
+                "while :; do echo tick; sleep 0.1; done'")
+    rules = [
+        {"when": "^start", "steps": [OPEN, send(stubborn, run_in_background=True), {"text": "started"}]},
+        {"when": "^stop", "steps": [
+            call("job_kill", job_id="pty-send-1"), call("job_output", job_id="pty-send-1", wait=True),
+            send("echo after"), {"text": "stopped"}]},
+    ]
+    async with session(scripted, tmp_path, rules, tier_config(tier)) as s:
+        await s.turn("start")
+        await anyio.sleep(0.3)
+        killed, ended, after = await s.turn("stop")
+    assert "pty-send-1" in killed
+    assert "shrugged" in ended and "termed" in ended and "Killed" in ended, ended
+    assert after == "echo after\nafter\ndsh> \n[wait: stdin_read]\n[session: running]"
+    settled = [e for e in s.events if isinstance(e, JobSettled)]
+    assert [e.status for e in settled] == ["killed"]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+async def test_a_killed_job_settles_at_the_prompt_not_before_it(scripted, tmp_path, tier):
+    # After the killed job's group ends, the shell holds the foreground but runs PROMPT_COMMAND
+    # before its prompt; here that takes 0.3 s of silence (a read on a FIFO nobody writes), more
+    # than idle-silence-ms and less than the second Ctrl-C (0.5 s). Settling on that silence
+    # would let the next send be typed ahead of the prompt (the line comes back redrawn after it).
+    # Only the first prompt after the job is slow (the job leaves the flag file that asks for it).
+    setup = 'mkfifo slow; exec 9<>slow; PROMPT_COMMAND="[ -e slowly ] && { rm slowly; read -t 0.3 -u 9; }; $PROMPT_COMMAND"'
+    job = "touch slowly; bash -c 'while :; do echo t; sleep 0.05; done'"
+    rules = [
+        {"when": "^start", "steps": [OPEN, send(setup), send(job, run_in_background=True), {"text": "started"}]},
+        {"when": "^stop", "steps": [
+            call("job_kill", job_id="pty-send-1"), call("job_output", job_id="pty-send-1", wait=True),
+            send("echo after"), {"text": "stopped"}]},
+    ]
+    config = tier_config(tier, {"idle-silence-ms": 100, "timeout-ms": 20000})
+    async with session(scripted, tmp_path, rules, config) as s:
+        out = await s.turn("start")
+        assert out[2] == "started background job pty-send-1", out
+        await anyio.sleep(0.5)
+        killed, _ended, after = await s.turn("stop")
+    assert "pty-send-1" in killed
     assert after == "echo after\nafter\ndsh> \n[wait: stdin_read]\n[session: running]"
 
 

@@ -14,7 +14,11 @@ lives exactly as long as its owner (dropped with the session or host, no registr
 from), and is visible to debug dumps through ``describe()``. A slot that holds a resource (a
 process, a socket) gives itself an ``async aclose()``: the owner awaits it when it ends (a
 session when it is disposed, a host when it closes, after its sessions), newest slot first,
-shielded from cancellation; a failing ``aclose`` is reported on stderr and the rest still close. Per-host state works the same
+shielded from cancellation; a failing ``aclose`` is reported on stderr and the rest still close.
+A slot whose type sets ``CLOSES_FIRST = True`` holds work that runs inside the others (a
+background job's processes live in a command server's sandbox) and closes before all of them,
+whichever was made first: under bubblewrap, closing the server ends its pid namespace and, with
+it, every process of a job still running there, before the job could end them itself. Per-host state works the same
 way through ``host.state(T, factory)``. The type is the key, so a plugin's private class is a
 private slot; two plugins never collide unless they share a class on purpose.
 """
@@ -63,10 +67,13 @@ class StateSlots:
         return len(self._slots)
 
     async def aclose(self) -> None:
-        """Close every slot that has an ``async aclose()``, newest first; the slots are dropped."""
+        """Close every slot that has an ``async aclose()``, newest first, those of a
+        ``CLOSES_FIRST`` type before the rest; the slots are dropped."""
         slots, self._slots = list(self._slots.items()), {}
+        slots.reverse()
+        slots.sort(key=lambda slot: not getattr(slot[0], "CLOSES_FIRST", False))  # stable: newest first within each
         with anyio.CancelScope(shield=True):
-            for cls, value in reversed(slots):
+            for cls, value in slots:
                 close = getattr(value, "aclose", None)
                 if close is None:
                     continue

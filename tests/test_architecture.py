@@ -261,7 +261,8 @@ async def test_state_slots_belong_to_their_owner_and_die_with_it(scripted, tmp_p
 @pytest.mark.anyio
 async def test_state_slots_holding_a_resource_are_closed_with_their_owner(scripted, tmp_path, capfd):
     """A slot with ``async aclose()`` is closed when its session is disposed (before the log
-    closes) or its host closes (after the sessions), newest first, even under cancellation; one
+    closes) or its host closes (after the sessions), newest first (a ``CLOSES_FIRST`` type before
+    the rest), even under cancellation; one
     that fails is reported on stderr and the others still close."""
     closed: list[str] = []
 
@@ -282,10 +283,15 @@ async def test_state_slots_holding_a_resource_are_closed_with_their_owner(script
     class Plain:  # no aclose: just dropped
         pass
 
+    class Work(Resource):  # runs inside the others (a job in a command server): closes before them
+        name = "work"
+        CLOSES_FIRST = True
+
     script = scripted({"default": [{"text": "ok"}]})
     async with memory_host(script) as host:
         spec = AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script))
         agent = host.create_agent(spec)
+        agent.state(Work)
         agent.state(Resource)
         agent.state(Broken)
         agent.state(Plain)
@@ -294,10 +300,11 @@ async def test_state_slots_holding_a_resource_are_closed_with_their_owner(script
         with anyio.CancelScope() as scope:
             scope.cancel()
             await agent.dispose()
-        assert closed == ["other", "resource"]  # newest first, the broken one in between reported
+        # the CLOSES_FIRST slot although it is the oldest, then newest first, the broken one in between reported
+        assert closed == ["work", "other", "resource"]
         assert agent.describe_state() == {}
-        assert closed == ["other", "resource"]
-    assert closed == ["other", "resource", "other"]  # the host's slot, when the host closed
+        assert closed == ["work", "other", "resource"]
+    assert closed == ["work", "other", "resource", "other"]  # the host's slot, when the host closed
     assert "closing the state slot" in capfd.readouterr().err
 
 

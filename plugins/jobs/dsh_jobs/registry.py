@@ -17,7 +17,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import anyio
 
@@ -202,8 +202,10 @@ class BgJob:
 
 @dataclass(eq=False)
 class SessionJobs:
-    """The jobs one session started (its state slot): every live one killed when it ends."""
+    """The jobs one session started (its state slot): every live one killed when it ends,
+    before the session's other resources close (``CLOSES_FIRST``: a job runs inside them)."""
 
+    CLOSES_FIRST: ClassVar[bool] = True
     jobs: dict[str, BgJob] = field(default_factory=dict)
     closed: bool = False
 

@@ -340,6 +340,17 @@ class AcpRun:
         session_id: str = (await self.conn.new_session(cwd=str(self.cwd), mcp_servers=[])).session_id
         return session_id
 
+    async def prompt_held_at_permission(self, text: str) -> tuple[str, asyncio.Task[Any]]:
+        """A new session whose prompt ``text`` waits at a permission request the client never answers
+        (the next answer is ``"hang"``): returns the session id and the prompt, still running."""
+        from acp import text_block
+
+        self.client.permission_answers.append("hang")
+        session_id = await self.start()
+        pending = asyncio.create_task(self.conn.prompt(session_id=session_id, prompt=[text_block(text)]))
+        await until(lambda: self.client.permission_requests)
+        return session_id, pending
+
     async def close_stdin(self) -> int:
         assert self.proc.stdin is not None
         self.proc.stdin.close()

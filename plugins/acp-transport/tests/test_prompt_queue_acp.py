@@ -11,11 +11,9 @@ from typing import Any
 import pytest
 from acp import RequestError, text_block
 
-from dsh_testing import REPO, session_log, until
+from dsh_testing import SHIPPED_EXAMPLES, session_log, until
 
 pytestmark = pytest.mark.anyio
-
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 
 
 def _script(scripted: Any, first: dict[str, Any]) -> Any:
@@ -77,7 +75,7 @@ async def _running(run: Any, sid: str) -> tuple[Any, asyncio.Future[Any]]:
 
 async def test_a_prompt_during_a_turn_waits_and_runs_as_its_own_turn(acp_agent, scripted):
     script = _script(scripted, {"text": "FIRST ANSWER", "wait_for": "release"})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         (run.cwd / ".claude").mkdir()  # a UserPromptSubmit hook: it runs for the waiting prompt as for any
         hook = {"type": "command", "command": "cat >> prompts-seen.jsonl; echo >> prompts-seen.jsonl"}
         (run.cwd / ".claude" / "settings.json").write_text(json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [hook]}]}}))
@@ -114,7 +112,7 @@ async def test_a_prompt_during_a_turn_waits_and_runs_as_its_own_turn(acp_agent, 
 
 async def test_session_cancel_cancels_the_turn_and_every_prompt_waiting(acp_agent, scripted):
     script = _script(scripted, {"partial": "working", "delay_ms": 60000})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await _start(run)
         _, first = await _running(run, sid)
         _, second = await _queue(run, sid, "second")
@@ -134,7 +132,7 @@ async def test_session_cancel_cancels_the_turn_and_every_prompt_waiting(acp_agen
 
 async def test_cancel_request_for_a_waiting_prompt_removes_only_that_one(acp_agent, scripted):
     script = _script(scripted, {"text": "FIRST ANSWER", "wait_for": "release"})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         first_id, first = await _running(run, sid)
         second_id, second = await _queue(run, sid, "second")
@@ -155,7 +153,7 @@ async def test_cancel_request_for_a_waiting_prompt_removes_only_that_one(acp_age
 
 async def test_cancel_request_for_the_running_prompt_leaves_the_waiting_ones(acp_agent, scripted):
     script = _script(scripted, {"partial": "working", "delay_ms": 60000})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await _start(run)
         first_id, first = await _running(run, sid)
         _, second = await _queue(run, sid, "second")
@@ -170,7 +168,7 @@ async def test_cancel_request_for_the_running_prompt_leaves_the_waiting_ones(acp
 
 async def test_eof_answers_the_waiting_prompts_cancelled(acp_agent, scripted):
     script = _script(scripted, {"partial": "working", "delay_ms": 60000})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         first_id, _ = await _running(run, sid)
         second_id, _ = await _queue(run, sid, "second")
@@ -182,7 +180,7 @@ async def test_eof_answers_the_waiting_prompts_cancelled(acp_agent, scripted):
 
 async def test_the_line_is_bounded_and_session_close_empties_it(acp_agent, scripted):
     script = _script(scripted, {"partial": "working", "delay_ms": 60000})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         _, first = await _running(run, sid)
         waiting = [(await _queue(run, sid, f"second {i}"))[1] for i in range(8)]
@@ -205,7 +203,7 @@ async def test_the_line_is_bounded_and_session_close_empties_it(acp_agent, scrip
 
 async def test_a_waiting_prompt_it_would_refuse_is_refused_at_once(acp_agent, scripted):
     script = _script(scripted, {"text": "FIRST ANSWER", "wait_for": "release"})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         _, first = await _running(run, sid)
         with pytest.raises(RequestError) as refused:  # an empty prompt: not after the turn, now

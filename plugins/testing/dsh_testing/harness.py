@@ -29,6 +29,8 @@ import dsh_core
 
 REPO = Path(dsh_core.__file__).resolve().parent.parent  # a source checkout of dsh (its tests/examples)
 TEST_EXAMPLES = REPO / "tests" / "examples"  # dsh's test-only examples: a spawned dsh's default search path
+# the env for a spawned dsh that finds the examples dsh ships (acp-editor, …) instead of the test-only ones
+SHIPPED_EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 
 
 def acp_schema_file() -> Any:

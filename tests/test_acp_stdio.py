@@ -214,11 +214,8 @@ async def test_permission_is_one_shot_and_fails_closed(acp_agent, scripted, answ
 
 
 async def test_cancel_withdraws_an_outstanding_permission_request(acp_agent, scripted):
-    client = Recorder(permission_answers=["hang"])
-    async with acp_agent(scripted(PERMISSION_SCRIPT), example="acp-testkit", client=client) as run:
-        sid = await run.start()
-        pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("write it")]))
-        await wait_for(lambda: client.permission_requests)
+    async with acp_agent(scripted(PERMISSION_SCRIPT), example="acp-testkit") as run:
+        sid, pending = await run.prompt_held_at_permission("write it")
         await run.conn.cancel(session_id=sid)
         assert (await asyncio.wait_for(pending, 10)).stop_reason == "cancelled"
     withdrawn = [f for f in run.frames if f.get("method") == "$/cancel_request"]

@@ -39,6 +39,17 @@ def rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+PING = {"rules": [{"when": "ping", "steps": [{"text": "PONG"}]}]}
+
+
+async def two_sessions(run, advertised: str) -> tuple[str, str]:
+    """initialize (the agent advertises the session capability ``advertised``), then two new sessions."""
+    init = await run.conn.initialize(protocol_version=1)
+    assert getattr(init.agent_capabilities.session_capabilities, advertised) is not None
+    first, second = [(await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id for _ in range(2)]
+    return first, second
+
+
 async def assert_unknown(run, sid: str) -> None:
     with pytest.raises(RequestError) as err:
         await run.conn.prompt(session_id=sid, prompt=[text_block("ping")])
@@ -49,12 +60,8 @@ async def assert_unknown(run, sid: str) -> None:
 
 
 async def test_close_is_advertised_and_closes_an_idle_session(acp_agent, scripted):
-    script = scripted({"rules": [{"when": "ping", "steps": [{"text": "PONG"}]}]})
-    async with acp_agent(script) as run:
-        init = await run.conn.initialize(protocol_version=1)
-        assert init.agent_capabilities.session_capabilities.close is not None
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
-        other = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+    async with acp_agent(scripted(PING)) as run:
+        sid, other = await two_sessions(run, advertised="close")
         assert (await run.conn.prompt(session_id=sid, prompt=[text_block("ping")])).stop_reason == "end_turn"
         await run.conn.close_session(session_id=sid)
         await assert_unknown(run, sid)
@@ -86,11 +93,8 @@ async def test_close_while_prompting_settles_the_prompt_cancelled(acp_agent, scr
 
 
 async def test_close_while_waiting_for_permission_withdraws_the_request(acp_agent, scripted):
-    client = Recorder(permission_answers=["hang"])
-    async with acp_agent(scripted(PERMISSION_SCRIPT), example="acp-testkit", client=client) as run:
-        sid = await run.start()
-        pending = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("write it")]))
-        await wait_for(lambda: client.permission_requests)
+    async with acp_agent(scripted(PERMISSION_SCRIPT), example="acp-testkit") as run:
+        sid, pending = await run.prompt_held_at_permission("write it")
         await asyncio.wait_for(run.conn.close_session(session_id=sid), 10)
         assert (await asyncio.wait_for(pending, 10)).stop_reason == "cancelled"
         assert await run.close_stdin() == 0
@@ -145,7 +149,7 @@ async def test_eof_during_a_close_exits_cleanly(acp_agent, scripted):
 async def test_memory_returns_after_close(acp_agent, scripted):
     """Sessions opened, prompted and closed on one connection: RSS stays flat. Without close each
     session kept ~25 KB; 800 such sessions would add ~20 MB. (bench/session_churn.py: 10,000.)"""
-    script = scripted({"rules": [{"when": "ping", "steps": [{"text": "PONG"}]}]})
+    script = scripted(PING)
     n_warm, n = int(os.environ.get("DSH_CHURN_WARM", 150)), int(os.environ.get("DSH_CHURN", 500))
 
     async def churn(count: int) -> None:
@@ -313,12 +317,8 @@ async def delete_session(run, sid: str) -> None:
 
 
 async def test_delete_removes_a_closed_sessions_log_and_spill_files_and_refuses_an_open_one(acp_agent, scripted):
-    script = scripted({"rules": [{"when": "ping", "steps": [{"text": "PONG"}]}]})
-    async with acp_agent(script) as run:
-        init = await run.conn.initialize(protocol_version=1)
-        assert init.agent_capabilities.session_capabilities.delete is not None
-        sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
-        keep = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
+    async with acp_agent(scripted(PING)) as run:
+        sid, keep = await two_sessions(run, advertised="delete")
         for s in (sid, keep):
             await run.conn.prompt(session_id=s, prompt=[text_block("ping")])
         with pytest.raises(RequestError) as err:

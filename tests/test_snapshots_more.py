@@ -114,37 +114,6 @@ SUB_SCRIPT = {
     ],
 }
 
-SUBAGENT_NEST_MANIFEST = """\
-[example]
-description = "subagent-acp at every level, for the depth limit"
-front-door = "acp-stdio"
-plugins = ["acp-transport", "jsonl-persistence", "scripted-model", "subagent-acp"]
-
-[route]
-provider = "scripted"
-model = "set-by-test.json"
-
-[config.subagent-acp]
-example = "{self}"
-inherit-env = ["DSH_HOME", "DSH_EXAMPLES_PATH"]
-max-depth = 2
-"""
-
-DEEPSEEK_MANIFEST = """\
-[example]
-description = "acp + deepseek-model against the loopback fake DeepSeek"
-front-door = "acp-stdio"
-plugins = ["acp-transport", "jsonl-persistence", "deepseek-model"]
-
-[route]
-provider = "deepseek"
-model = "deepseek-flash"
-
-[config.deepseek-model]
-dotenv = false
-retry = {retry}
-"""
-FAST_RETRY = "{ max-retries = 2, base-delay = 0.001, max-delay = 0.01, jitter = 0.0 }"
 
 
 # ------------------------------------------------------------------------------------- scenarios
@@ -549,14 +518,7 @@ CASES = [
 ]
 
 
-def _manifest(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / "examples" / name / "example.toml"
-    path.parent.mkdir(parents=True)
-    path.write_text(text.replace("{self}", str(path)))
-    return path
-
-
-async def run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path):
+async def run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot):
     sc = SCENARIOS[name]
     env = {"DSH_PERMISSION_MODE": "workspace-write", **sc.env}
     if mechanism or "DSH_SANDBOX_MECHANISM" in sc.env:
@@ -570,7 +532,7 @@ async def run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot, tm
     if sc.script is None:
         fake = FakeDeepSeek(keepalive_every_s=0.05).start()
         fake.push(*sc.fake_turns)
-        example = str(_manifest(tmp_path, "deepseek", DEEPSEEK_MANIFEST.replace("{retry}", FAST_RETRY)))
+        example = "acp-deepseek-fast-retry"  # tests/examples, as in the scenario's replay
         env["DEEPSEEK_BASE_URL"] = fake.base_url
         if sc.key is not None:
             env["DEEPSEEK_API_KEY"] = fake.api_key if sc.key == "fake" else sc.key
@@ -578,10 +540,7 @@ async def run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot, tm
     else:
         script = scripted(sc.script)
         replacements[str(script)] = "{{script}}"
-        if example == "nest":
-            example = str(_manifest(tmp_path, "nest", SUBAGENT_NEST_MANIFEST))
-    if example.endswith(".toml"):
-        replacements[str(Path(example).parent)] = "{{example}}"
+        example = EXAMPLE_NAMES.get(example, example)
     client = Recorder(permission_answers=list(sc.answers))
     try:
         async with acp_agent(script, example=example, client=client, env=env) as acp:
@@ -602,8 +561,8 @@ async def run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot, tm
 if CASES:
 
     @pytest.mark.parametrize("name, mechanism", CASES)
-    async def test_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path):
-        await run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot, tmp_path)
+    async def test_scenario(name, mechanism, acp_agent, scripted, snapshot):
+        await run_legacy_scenario(name, mechanism, acp_agent, scripted, snapshot)
 
 
 # ------------------------------------------------------------------ start-up activation error

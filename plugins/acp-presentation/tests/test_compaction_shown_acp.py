@@ -10,11 +10,10 @@ import re
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO, session_log
+from dsh_testing import SHIPPED_EXAMPLES, session_log
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 SUMMARY = {"when": "^<transcript>", "steps": [{"text": "The user sent long notes; each was noted."}]}
 WINDOW = 9000  # acp-editor's prefix (system prompt and tool schemas) is a little over half of it
 
@@ -35,14 +34,14 @@ def _said(thoughts: list[tuple[str, str]]) -> dict[str, str]:
 async def test_a_compaction_under_pressure_is_shown_with_what_it_saved(acp_agent, scripted):
     script = scripted({"capabilities": {"context_window": WINDOW}, "rules": [SUMMARY],
                        "default": [{"text": "noted {prompt}"}]})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         for n in range(8):
             resp = await run.conn.prompt(session_id=sid, prompt=[text_block(f"note {n}: " + "z" * 1200)])
             assert resp.stop_reason == "end_turn"
         thoughts = _thoughts(run, sid)
         assert await run.close_stdin() == 0
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:  # reopened: shown again
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:  # reopened: shown again
         await run.conn.initialize(protocol_version=1)
         await run.conn.load_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[])
         replayed = _thoughts(run, sid)
@@ -66,7 +65,7 @@ async def test_slash_compact_is_shown_and_a_failed_one_says_why(acp_agent, scrip
     fails = {"when": r"^<transcript>[\s\S]*each was noted", "steps": [{"error": "server"}]}
     script = scripted({"capabilities": {"context_window": 12_000}, "rules": [fails, SUMMARY],  # never under pressure
                        "default": [{"text": "noted {prompt}"}]})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         for n in range(3):
             await run.conn.prompt(session_id=sid, prompt=[text_block(f"note {n}: " + "z" * 1200)])

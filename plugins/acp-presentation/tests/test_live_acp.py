@@ -10,23 +10,19 @@ import asyncio
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO, session_log, until
+from dsh_testing import SHIPPED_EXAMPLES, session_log, until
 
 pytestmark = pytest.mark.anyio
-
-
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 
 
 def _chunks(run, sid, kind="agent_message_chunk"):
     return [u for s, u in run.client.updates if s == sid and u.session_update == kind]
 
 
-
 async def test_live_text_goes_out_as_it_is_written_under_the_committed_id(acp_agent, scripted):
     script = scripted({"default": [{"partial": "Hello, ", "mark": "streamed", "delay_ms": 2000,
                                     "reasoning": "then finish the greeting", "text": "world."}]})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         prompt = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("greet")]))
         await until(lambda: _chunks(run, sid))
@@ -44,7 +40,7 @@ async def test_live_text_goes_out_as_it_is_written_under_the_committed_id(acp_ag
 
 async def test_a_cancel_leaves_in_the_log_what_the_editor_was_shown(acp_agent, scripted):
     script = scripted({"default": [{"partial": "Half an ans", "mark": "streamed", "delay_ms": 60000}]})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         prompt = asyncio.create_task(run.conn.prompt(session_id=sid, prompt=[text_block("answer slowly")]))
         await until(lambda: _chunks(run, sid))

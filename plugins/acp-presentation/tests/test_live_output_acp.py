@@ -14,11 +14,10 @@ from acp import text_block
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
 from dsh_core.progress import EVERY_S, TAIL_BYTES, TAIL_LINES
-from dsh_testing import REPO, session_log
+from dsh_testing import SHIPPED_EXAMPLES, session_log
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 TICKS = "for i in 1 2 3; do echo tick$i; sleep 0.4; done"
 
 
@@ -38,7 +37,7 @@ def _card(run, sid):
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 async def test_a_running_command_shows_its_growing_output_then_its_result(acp_agent, scripted, mechanism):
     require_mechanism(mechanism)
-    env = {**EXAMPLES, "DSH_SANDBOX_MECHANISM": mechanism}
+    env = {**SHIPPED_EXAMPLES, "DSH_SANDBOX_MECHANISM": mechanism}
     async with acp_agent(scripted(_script(TICKS)), example="acp-editor", env=env) as run:
         sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("tick")])
@@ -64,7 +63,7 @@ async def test_a_megabyte_of_output_is_shown_as_a_bounded_tail_at_a_bounded_rate
     # 1 MB in 10 000 lines, written over about a second
     command = ("for i in $(seq 1 10); do head -c 100000 /dev/zero | tr '\\0' y | fold -w 99 | sed \"s/^/$i:/\"; "
                "sleep 0.1; done")
-    async with acp_agent(scripted(_script(command)), example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(scripted(_script(command)), example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         began = time.monotonic()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("flood")])

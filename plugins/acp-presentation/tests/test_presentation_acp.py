@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO, until
+from dsh_testing import SHIPPED_EXAMPLES, until
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 SCRIPT = {"default": [
     {"reasoning": "First write the notes, then look at them.",
      "tools": [{"name": "write", "args": {"file_path": "notes.txt", "content": "one\ntwo\n"}},
@@ -30,7 +29,7 @@ def _updates(run, sid):
 
 
 async def test_acp_editor_shows_tool_cards_diffs_thoughts_and_the_plan(acp_agent, scripted):
-    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("write notes")])
         assert resp.stop_reason == "end_turn"

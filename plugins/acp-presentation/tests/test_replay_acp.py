@@ -8,11 +8,10 @@ from __future__ import annotations
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO, until
+from dsh_testing import SHIPPED_EXAMPLES, until
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 SCRIPT = {"default": [
     {"reasoning": "LOOK-FIRST", "tool": "bash", "args": {"description": "Run the command", "command": "echo BASH-OUT"}},
     {"tool": "bash", "args": {"description": "Run the command", "command": "exit 3"}},
@@ -41,13 +40,13 @@ def _shown(run, sid):
 
 async def test_session_load_shows_tool_cards_thoughts_and_the_plan_again(acp_agent, scripted):
     script = scripted(SCRIPT)
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("do it")])
         assert resp.stop_reason == "end_turn"
         live = _shown(run, sid)
         assert await run.close_stdin() == 0
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1)
         await run.conn.load_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[])
         replayed = _shown(run, sid)
@@ -101,7 +100,7 @@ async def test_session_load_shows_the_thread_as_it_was_live(acp_agent, scripted)
     reloaded by a second dsh process, gives the client the same frames it got live — the diffs
     from the log (the file on disk is gone by then), rawOutput, each usage_update, the title."""
     script = scripted(FULL)
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("write notes")])
         assert resp.stop_reason == "end_turn"
@@ -109,7 +108,7 @@ async def test_session_load_shows_the_thread_as_it_was_live(acp_agent, scripted)
         live = _frames(run, sid)
         assert await run.close_stdin() == 0
         (run.cwd / "notes.txt").unlink()  # what load shows comes from the log, not the disk of now
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1)
         await run.conn.load_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[])
         replayed = _frames(run, sid)

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO, Recorder, session_log
+from dsh_testing import SHIPPED_EXAMPLES, Recorder, session_log
 
 pytestmark = pytest.mark.anyio
 
 # a read-only deployment: bash may ask for workspace-write or danger-full-access
-ENV = {"DSH_EXAMPLES_PATH": str(REPO / "examples"), "DSH_PERMISSION_MODE": "read-only"}
+ENV = {**SHIPPED_EXAMPLES, "DSH_PERMISSION_MODE": "read-only"}
 
 
 def _bash(prompt: str, tier: str) -> dict:

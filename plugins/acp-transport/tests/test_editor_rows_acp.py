@@ -7,16 +7,15 @@ from __future__ import annotations
 import pytest
 from acp import RequestError, text_block
 
-from dsh_testing import REPO
+from dsh_testing import SHIPPED_EXAMPLES
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 FILTERED = {"default": [{"error": "content_filter"}]}
 
 
 async def test_a_content_filter_stop_is_a_refusal_in_acp_editor(acp_agent, scripted):
-    async with acp_agent(scripted(FILTERED), example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(scripted(FILTERED), example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("say something it filters")])
         assert resp.stop_reason == "refusal"  # not an error: the person sees the model declined
@@ -49,7 +48,7 @@ def _final(updates, sid):
 
 
 async def test_the_final_tool_call_update_carries_raw_output(acp_agent, scripted):
-    async with acp_agent(scripted(TOOLS), example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(scripted(TOOLS), example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         assert (await run.conn.prompt(session_id=sid, prompt=[text_block("go")])).stop_reason == "end_turn"
         assert await run.close_stdin() == 0

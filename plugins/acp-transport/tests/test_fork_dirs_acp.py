@@ -15,11 +15,9 @@ import pytest
 from acp import RequestError, text_block
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
-from dsh_testing import REPO, added_and_sibling_dirs
+from dsh_testing import SHIPPED_EXAMPLES, added_and_sibling_dirs
 
 pytestmark = pytest.mark.anyio
-
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 
 
 def _log(home: Path, sid: str) -> list[dict]:
@@ -41,7 +39,7 @@ FIRST = {"rules": [{"when": "REMEMBER", "steps": [{"text": "FIRST-ANSWER"}]},
 
 async def test_fork_starts_a_new_session_from_the_committed_history_and_settings(acp_agent, scripted):
     script = scripted(FIRST)
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES, unstable=True) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES, unstable=True) as run:
         assert (await _caps(run))["fork"] == {}
         old = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         await run.conn.prompt(session_id=old, prompt=[text_block("REMEMBER-THIS")])
@@ -77,12 +75,12 @@ async def test_a_fork_of_a_closed_session_resumes_with_its_history(acp_agent, sc
     """The source may be closed (another process wrote it); the fork's own log carries the
     history, so the fork re-opens alone, and session/load shows the conversation it started from."""
     script = scripted(FIRST)
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         old = await run.start()
         await run.conn.prompt(session_id=old, prompt=[text_block("REMEMBER-THIS")])
         await run.conn.set_session_mode(session_id=old, mode_id="full-access")  # never taken from a file
         assert await run.close_stdin() == 0
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES, unstable=True) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES, unstable=True) as run:
         await run.conn.initialize(protocol_version=1)
         forked = await run.conn.fork_session(session_id=old, cwd=str(run.cwd), mcp_servers=[])
         new = forked.session_id
@@ -102,7 +100,7 @@ async def test_a_fork_of_a_closed_session_resumes_with_its_history(acp_agent, sc
 
 
 async def test_fork_refusals(acp_agent, scripted):
-    async with acp_agent(scripted({"default": [{"text": "ok"}]}), example="acp-editor", env=EXAMPLES,
+    async with acp_agent(scripted({"default": [{"text": "ok"}]}), example="acp-editor", env=SHIPPED_EXAMPLES,
                          unstable=True) as run:
         sid = await run.start()
         with pytest.raises(RequestError) as unknown:
@@ -156,7 +154,7 @@ async def test_additional_directories_are_roots_of_the_session_tier_and_no_more(
                                                                                 mechanism):
     require_mechanism(mechanism)
     added, sibling = dirs
-    env = {**EXAMPLES, "DSH_SANDBOX_MECHANISM": mechanism}
+    env = {**SHIPPED_EXAMPLES, "DSH_SANDBOX_MECHANISM": mechanism}
     async with acp_agent(scripted(_writes(added, sibling, "new")), example="acp-editor", env=env) as run:
         assert (await _caps(run))["additionalDirectories"] == {}
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[],
@@ -190,7 +188,7 @@ async def test_additional_directories_in_read_only_are_read_only(acp_agent, scri
         {"tool": "bash", "args": {"description": "Write", "command": f"printf in > {added}/ro.txt"}},
         {"text": "done"},
     ]})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1)
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[],
                                           additional_directories=[str(added)])).session_id
@@ -204,7 +202,7 @@ async def test_additional_directories_in_read_only_are_read_only(acp_agent, scri
 
 async def test_bad_additional_directories_are_refused_by_name(acp_agent, scripted, dirs):
     added, sibling = dirs
-    async with acp_agent(scripted({"default": [{"text": "ok"}]}), example="acp-editor", env=EXAMPLES,
+    async with acp_agent(scripted({"default": [{"text": "ok"}]}), example="acp-editor", env=SHIPPED_EXAMPLES,
                          unstable=True) as run:
         sid = await run.start()
         for bad, why in (("relative/dir", "absolute"), (str(sibling / "missing"), "not a directory")):

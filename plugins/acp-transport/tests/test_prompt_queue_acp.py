@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 from acp import RequestError, text_block
 
-from dsh_testing import REPO, session_log, until
+from dsh_testing import SHIPPED_EXAMPLES, session_log, until
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
+
+WAITS = {"text": "FIRST ANSWER", "wait_for": "release"}  # the first turn answers once `release` is written
+SLOW = {"partial": "working", "delay_ms": 60000}  # the first turn runs until it is cancelled
 
 
 def _script(scripted: Any, first: dict[str, Any]) -> Any:
@@ -75,9 +78,19 @@ async def _running(run: Any, sid: str) -> tuple[Any, asyncio.Future[Any]]:
     return queued
 
 
+@asynccontextmanager
+async def _first_running(acp_agent: Any, scripted: Any, first: dict[str, Any], *, greeted: bool = False) -> Any:
+    """acp-editor with a session whose prompt "first" runs (its turn started; ``first``: its step):
+    yields the run, the session id, the first prompt's request id and its answer to come.
+    ``greeted``: the session's first prompt has answered before (see ``_start``)."""
+    async with acp_agent(_script(scripted, first), example="acp-editor", env=SHIPPED_EXAMPLES) as run:
+        sid = await (_start(run) if greeted else run.start())
+        yield (run, sid, *await _running(run, sid))
+
+
 async def test_a_prompt_during_a_turn_waits_and_runs_as_its_own_turn(acp_agent, scripted):
-    script = _script(scripted, {"text": "FIRST ANSWER", "wait_for": "release"})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    script = _script(scripted, WAITS)
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         (run.cwd / ".claude").mkdir()  # a UserPromptSubmit hook: it runs for the waiting prompt as for any
         hook = {"type": "command", "command": "cat >> prompts-seen.jsonl; echo >> prompts-seen.jsonl"}
         (run.cwd / ".claude" / "settings.json").write_text(json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [hook]}]}}))
@@ -113,10 +126,7 @@ async def test_a_prompt_during_a_turn_waits_and_runs_as_its_own_turn(acp_agent, 
 
 
 async def test_session_cancel_cancels_the_turn_and_every_prompt_waiting(acp_agent, scripted):
-    script = _script(scripted, {"partial": "working", "delay_ms": 60000})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        sid = await _start(run)
-        _, first = await _running(run, sid)
+    async with _first_running(acp_agent, scripted, SLOW, greeted=True) as (run, sid, _, first):
         _, second = await _queue(run, sid, "second")
         _, third = await _queue(run, sid, "third")
         await asyncio.sleep(0.3)  # both wait in line (a cancel read before their handlers ran would also do)
@@ -133,10 +143,7 @@ async def test_session_cancel_cancels_the_turn_and_every_prompt_waiting(acp_agen
 
 
 async def test_cancel_request_for_a_waiting_prompt_removes_only_that_one(acp_agent, scripted):
-    script = _script(scripted, {"text": "FIRST ANSWER", "wait_for": "release"})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        sid = await run.start()
-        first_id, first = await _running(run, sid)
+    async with _first_running(acp_agent, scripted, WAITS) as (run, sid, first_id, first):
         second_id, second = await _queue(run, sid, "second")
         third_id, third = await _queue(run, sid, "third")
         await run.conn._conn.send_notification("$/cancel_request", {"requestId": second_id})
@@ -154,10 +161,7 @@ async def test_cancel_request_for_a_waiting_prompt_removes_only_that_one(acp_age
 
 
 async def test_cancel_request_for_the_running_prompt_leaves_the_waiting_ones(acp_agent, scripted):
-    script = _script(scripted, {"partial": "working", "delay_ms": 60000})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        sid = await _start(run)
-        first_id, first = await _running(run, sid)
+    async with _first_running(acp_agent, scripted, SLOW, greeted=True) as (run, sid, first_id, first):
         _, second = await _queue(run, sid, "second")
         await run.conn._conn.send_notification("$/cancel_request", {"requestId": first_id})
         assert (await asyncio.wait_for(first, 10)).stop_reason == "cancelled"
@@ -169,10 +173,7 @@ async def test_cancel_request_for_the_running_prompt_leaves_the_waiting_ones(acp
 
 
 async def test_eof_answers_the_waiting_prompts_cancelled(acp_agent, scripted):
-    script = _script(scripted, {"partial": "working", "delay_ms": 60000})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        sid = await run.start()
-        first_id, _ = await _running(run, sid)
+    async with _first_running(acp_agent, scripted, SLOW) as (run, sid, first_id, _):
         second_id, _ = await _queue(run, sid, "second")
         await asyncio.sleep(0.3)  # read by the agent before its stdin closes
         assert await run.close_stdin() == 0
@@ -181,10 +182,7 @@ async def test_eof_answers_the_waiting_prompts_cancelled(acp_agent, scripted):
 
 
 async def test_the_line_is_bounded_and_session_close_empties_it(acp_agent, scripted):
-    script = _script(scripted, {"partial": "working", "delay_ms": 60000})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        sid = await run.start()
-        _, first = await _running(run, sid)
+    async with _first_running(acp_agent, scripted, SLOW) as (run, sid, _, first):
         waiting = [(await _queue(run, sid, f"second {i}"))[1] for i in range(8)]
         with pytest.raises(RequestError) as refused:
             await run.conn.prompt(session_id=sid, prompt=[text_block("one too many")])
@@ -204,10 +202,7 @@ async def test_the_line_is_bounded_and_session_close_empties_it(acp_agent, scrip
 
 
 async def test_a_waiting_prompt_it_would_refuse_is_refused_at_once(acp_agent, scripted):
-    script = _script(scripted, {"text": "FIRST ANSWER", "wait_for": "release"})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
-        sid = await run.start()
-        _, first = await _running(run, sid)
+    async with _first_running(acp_agent, scripted, WAITS) as (run, sid, _, first):
         with pytest.raises(RequestError) as refused:  # an empty prompt: not after the turn, now
             await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("  ")]), 5)
         assert refused.value.code == -32602 and "empty prompt" in str(refused.value.data)

@@ -11,35 +11,23 @@ from pathlib import Path
 import pytest
 from fake_deepseek import Turn
 
+from dsh_testing import REPO
+
 pytest.importorskip("dsh_acp_transport")
 
-MANIFEST = """
-[example]
-description = "acp + deepseek over the loopback fake"
-front-door = "acp-stdio"
-plugins = ["acp-transport", "deepseek-model"]
-
-[route]
-provider = "deepseek"
-model = "deepseek-flash"
-
-[config.deepseek-model]
-deadline = 10
-retry = { max-retries = 2, base-delay = 0.01, max-delay = 1.0, jitter = 0.0 }
-"""
+# the example the recorded DeepSeek scenarios run (tests/examples): acp-stdio, the JSONL store,
+# deepseek-model with millisecond retries and no .env
+EXAMPLE = REPO / "tests" / "examples" / "acp-deepseek-fast-retry" / "example.toml"
 
 
 def test_acp_prompt_over_stdio_reaches_the_fake(env, tmp_path: Path):
-    example = tmp_path / "acp-deepseek"
-    example.mkdir()
-    (example / "example.toml").write_text(MANIFEST)
     env.push(Turn(reasoning="hidden thoughts", content="Hello over ACP."))
     frames = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}},
         {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(tmp_path), "mcpServers": []}},
     ]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dsh_core.cli", "run", "--example", str(example / "example.toml")],
+        [sys.executable, "-m", "dsh_core.cli", "run", "--example", str(EXAMPLE)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "DSH_HOME": str(tmp_path / "home")}, cwd=tmp_path, text=True,
     )

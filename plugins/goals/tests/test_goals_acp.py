@@ -12,11 +12,9 @@ import anyio
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO, session_log
+from dsh_testing import SHIPPED_EXAMPLES, session_log
 
 pytestmark = pytest.mark.anyio
-
-ENV = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 
 
 async def _until(check: Any, timeout: float = 30) -> None:
@@ -47,7 +45,7 @@ async def test_a_goal_runs_its_rounds_as_autonomous_turns_the_client_sees(acp_ag
             {"tool": "get_goal", "args": {}},
             {"tool": "update_goal", "args": {"goal_id": "goal-1", "revision": 1, "action": "complete"}},
             {"text": "The report is written."}]}]})
-    async with acp_agent(script, env=ENV) as run:
+    async with acp_agent(script, env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("finish the report")])
         assert resp.stop_reason == "end_turn"
@@ -70,7 +68,7 @@ async def test_cancel_pauses_the_goal_and_a_resumed_session_gets_it_back_disarme
         {"when": "^keep at it", "steps": [{"tool": "create_goal", "args": {"objective": "x"}}, {"text": "on it"}]},
         {"when": "<goal_round>", "steps": [{"partial": "working", "mark": "round-started", "delay_ms": 600000}]},
         {"when": "^where", "steps": [{"tool": "get_goal", "args": {}}, {"text": "{tool_result}"}]}]})
-    async with acp_agent(script, env=ENV) as run:
+    async with acp_agent(script, env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         assert (await run.conn.prompt(session_id=sid, prompt=[text_block("keep at it")])).stop_reason == "end_turn"
         await _until(lambda: (run.cwd / "round-started").exists())
@@ -81,7 +79,7 @@ async def test_cancel_pauses_the_goal_and_a_resumed_session_gets_it_back_disarme
     assert _turns(acp_agent.home, sid) == [(1, False, "completed"), (2, True, "aborted")]
     (run.cwd / "round-started").unlink()
 
-    async with acp_agent(script, env=ENV) as run:  # another dsh process, later
+    async with acp_agent(script, env=SHIPPED_EXAMPLES) as run:  # another dsh process, later
         await run.conn.initialize(protocol_version=1)
         await run.conn.resume_session(session_id=sid, cwd=str(run.cwd))
         await anyio.sleep(0.5)

@@ -14,12 +14,11 @@ from acp import RequestError, text_block
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
-from dsh_testing import REPO, session_log, until
+from dsh_testing import SHIPPED_EXAMPLES, session_log, until
 
 pytestmark = pytest.mark.anyio
 
 FIXTURE = str(Path(__file__).resolve().parent / "fixture_server.py")
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 
 
 def _running_with(value: str) -> list[int]:
@@ -45,7 +44,7 @@ async def test_acp_editor_takes_a_stdio_server_and_the_model_calls_its_tool(acp_
                                    {"text": "the server said: {tool_result}"}]})
     marks = tmp_path / "marks"
     marks.mkdir()
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         init = await run.conn.initialize(protocol_version=1)
         caps = init.agent_capabilities.mcp_capabilities
         assert caps is not None and caps.http is True and caps.sse is False
@@ -64,7 +63,7 @@ async def test_acp_editor_takes_a_stdio_server_and_the_model_calls_its_tool(acp_
 
 
 async def test_acp_editor_refuses_a_transport_it_does_not_take_and_a_duplicate_name(acp_agent, scripted, tmp_path):
-    async with acp_agent(scripted({}), example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(scripted({}), example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1)
         sse = {"type": "sse", "name": "old", "url": "http://127.0.0.1:1/sse", "headers": []}
         with pytest.raises(RequestError) as err:
@@ -98,7 +97,7 @@ async def test_acp_editor_shows_a_server_that_fails_to_start_and_names_it_to_the
         {"tool": "mcp__broken__lookup", "args": {"q": "x"}}, {"text": "the tool said: {tool_result}"}]}]})
     broken = McpServerStdio(name="broken", command=sys.executable, env=[], args=[
         "-c", "import sys; sys.stderr.write('config file missing: /etc/broken.toml\\n'); sys.exit(3)"])
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1)
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[broken])).session_id
 
@@ -147,7 +146,7 @@ async def test_acp_editor_runs_a_stdio_server_confined_like_bash_and_says_so(acp
     server = McpServerStdio(name="fx", command="/bin/sh", env=[EnvVariable(name="FIXTURE_MARKS", value=str(marks))],
                             args=["-c", f'touch "{outside}" 2>/dev/null; exec "{sys.executable}" "{FIXTURE}" stdio'])
     script = scripted({"default": [{"tool": "mcp__fx__echo", "args": {"text": "hi"}}, {"text": "said: {tool_result}"}]})
-    env = {**EXAMPLES, "DSH_SANDBOX_MECHANISM": mechanism, "DSH_PERMISSION_MODE": tier}
+    env = {**SHIPPED_EXAMPLES, "DSH_SANDBOX_MECHANISM": mechanism, "DSH_PERMISSION_MODE": tier}
     try:
         async with acp_agent(script, example="acp-editor", env=env) as run:
             await run.conn.initialize(protocol_version=1)

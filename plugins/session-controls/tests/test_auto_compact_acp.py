@@ -16,11 +16,10 @@ from acp.schema import (
     SessionConfigOptionsCapabilities,
 )
 
-from dsh_testing import REPO, session_log, until
+from dsh_testing import SHIPPED_EXAMPLES, session_log, until
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 SCRIPT = {
     "capabilities": {"context_window": 20000},
     "rules": [{"when": "^<transcript>", "steps": [{"text": "The person sent long notes."}]}],
@@ -48,7 +47,7 @@ async def _fill(run, sid):
 
 async def test_auto_compact_is_a_boolean_option_switched_off_durably(acp_agent, scripted):
     script = scripted(SCRIPT)
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1, client_capabilities=BOOLEANS)
         on = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         await _fill(run, on)  # on (the default): the same notes are compacted
@@ -75,7 +74,7 @@ async def test_auto_compact_is_a_boolean_option_switched_off_durably(acp_agent, 
         changed = [e for e in session_log(acp_agent.home, sid) if e["type"] == "settings/changed"]
         assert [(e["changed"], e["settings"]) for e in changed] == [(["auto_compact"], {"autoCompact": False})]
         assert await run.close_stdin() == 0
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1, client_capabilities=BOOLEANS)
         resumed = await run.conn.resume_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[])
         assert _option(resumed.config_options).current_value is False  # resume keeps it
@@ -87,7 +86,7 @@ async def test_auto_compact_is_a_boolean_option_switched_off_durably(acp_agent, 
 
 
 async def test_a_client_without_boolean_options_gets_a_select_of_on_and_off(acp_agent, scripted):
-    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1)
         new = await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])
         option = _option(new.config_options)

@@ -13,11 +13,10 @@ import pytest
 from acp import text_block
 from acp.schema import ClientCapabilities, FileSystemCapabilities, ReadTextFileResponse, WriteTextFileResponse
 
-from dsh_testing import REPO, Recorder
+from dsh_testing import SHIPPED_EXAMPLES, Recorder
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 FS = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True, write_text_file=True))
 
 
@@ -53,7 +52,7 @@ async def test_the_editor_buffers_are_read_and_written_inside_the_workspace(acp_
     work = acp_agent.work
     (work / "notes.txt").write_text("line one\nthe saved text\n")
     editor = Editor(buffers={str(work / "notes.txt"): "line one\nthe unsaved text\n"})
-    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES, client=editor, client_fs=True) as run:
+    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=SHIPPED_EXAMPLES, client=editor, client_fs=True) as run:
         await run.conn.initialize(protocol_version=1, client_capabilities=FS)
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("tidy the notes")])
@@ -104,7 +103,7 @@ async def test_the_approved_change_is_the_written_change_when_the_buffer_differs
     notes, todo = str(work / "notes.txt"), str(work / "todo.txt")
     editor = Editor(buffers={notes: "line one\nthe unsaved text\nand a new line\n", todo: "in the buffer\n"},
                     permission_answers=["allow-once", "allow-once"])
-    async with acp_agent(scripted(APPROVED), example="acp-editor", env=EXAMPLES, client=editor, client_fs=True) as run:
+    async with acp_agent(scripted(APPROVED), example="acp-editor", env=SHIPPED_EXAMPLES, client=editor, client_fs=True) as run:
         await run.conn.initialize(protocol_version=1, client_capabilities=FS)
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         await run.conn.set_session_mode(session_id=sid, mode_id="read-only")  # each write is put to the person
@@ -138,7 +137,7 @@ async def test_a_hook_asked_edit_shows_the_buffer_it_then_changes(acp_agent, scr
     notes = str(work / "notes.txt")
     editor = Editor(buffers={notes: "the unsaved text\nand more\n"}, permission_answers=["allow-once"])
     script = {"default": [SCRIPT["default"][0], SCRIPT["default"][1], {"text": "done"}]}
-    async with acp_agent(scripted(script), example="acp-editor", env=EXAMPLES, client=editor, client_fs=True) as run:
+    async with acp_agent(scripted(script), example="acp-editor", env=SHIPPED_EXAMPLES, client=editor, client_fs=True) as run:
         await run.conn.initialize(protocol_version=1, client_capabilities=FS)
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         assert (await run.conn.prompt(session_id=sid, prompt=[text_block("tidy")])).stop_reason == "end_turn"

@@ -13,11 +13,10 @@ import pytest
 from acp import RequestError, text_block
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
-from dsh_testing import REPO, Recorder, session_log, until
+from dsh_testing import REPO, SHIPPED_EXAMPLES, Recorder, session_log, until
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 SCRIPT = {
     "capabilities": {"context_window": 40000},
     "rules": [
@@ -39,14 +38,12 @@ def _mine(run, sid):
     return [u for s, u in run.client.updates if s == sid]
 
 
-
-
 def _mode(options) -> str:
     return next(o.current_value for o in options if o.id == "mode")
 
 
 async def test_a_mode_change_applies_to_the_tools_tells_the_model_and_is_shown(acp_agent, scripted):
-    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1)
         new = await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])
         sid = new.session_id
@@ -76,7 +73,7 @@ async def test_a_mode_change_applies_to_the_tools_tells_the_model_and_is_shown(a
 @pytest.mark.parametrize("answer", ["allow-once", "reject-once"])
 async def test_plan_mode_runs_only_reads_until_the_person_approves_the_plan(acp_agent, scripted, answer):
     client = Recorder(permission_answers=[answer])
-    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES, client=client) as run:
+    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=SHIPPED_EXAMPLES, client=client) as run:
         sid = await run.start()
         changed = await run.conn.set_config_option(config_id="mode", session_id=sid, value="plan")
         assert _mode(changed.config_options) == "plan"
@@ -103,14 +100,14 @@ async def test_plan_mode_runs_only_reads_until_the_person_approves_the_plan(acp_
 async def test_a_resumed_session_takes_back_its_mode_but_never_full_access(acp_agent, scripted):
     script = scripted(SCRIPT)
     sessions = {}
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1)
         for mode in ("read-only", "full-access"):
             sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
             await run.conn.set_config_option(config_id="mode", session_id=sid, value=mode)
             sessions[mode] = sid
         assert await run.close_stdin() == 0
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1)
         resumed = {mode: await run.conn.resume_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[])
                    for mode, sid in sessions.items()}
@@ -121,7 +118,7 @@ async def test_a_resumed_session_takes_back_its_mode_but_never_full_access(acp_a
 
 
 async def test_slash_commands_are_offered_after_the_session_opens_and_run(acp_agent, scripted):
-    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         await until(lambda: _mine(run, sid))
         first = _mine(run, sid)[0]
@@ -189,7 +186,7 @@ async def test_a_narrower_mode_confines_commands_on_every_mechanism(acp_agent, s
                                   "justification": "needs to write"}},
         {"text": "done"}]}]})
     client = Recorder(permission_answers=["reject-once"])
-    env = {**EXAMPLES, "DSH_SANDBOX_MECHANISM": mechanism}
+    env = {**SHIPPED_EXAMPLES, "DSH_SANDBOX_MECHANISM": mechanism}
     async with acp_agent(script, example="acp-editor", env=env, client=client) as run:
         sid = await run.start()
         await run.conn.set_session_mode(session_id=sid, mode_id=mode)
@@ -208,7 +205,7 @@ async def test_a_narrower_mode_confines_commands_on_every_mechanism(acp_agent, s
 
 async def test_a_new_session_is_titled_by_a_short_model_call_everywhere_it_is_listed(acp_agent, scripted):
     script = scripted({"rules": [{"when": "^fix the login", "steps": [{"text": "\"Login bug fix.\"\nsecond line"}]}]})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         await run.conn.prompt(session_id=sid, prompt=[text_block("fix the login bug please\nit fails on empty passwords")])
         await until(lambda: any(u.session_update == "session_info_update" for u in _mine(run, sid)))
@@ -251,7 +248,7 @@ async def test_a_command_that_becomes_a_prompt_keeps_the_prompts_images(acp_agen
     from dsh_testing import make_png
 
     script = scripted({**SCRIPT, "capabilities": {"image_input": True}})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         image = image_block(base64.b64encode(make_png()).decode(), "image/png")
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("/init"), image])

@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO, Recorder, session_log
+from dsh_testing import SHIPPED_EXAMPLES, Recorder, session_log
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 SCRIPT = {
     "rules": [
         {"when": "^write it", "steps": [
@@ -26,7 +25,7 @@ SCRIPT = {
 
 async def test_read_only_offers_workspace_write_first_and_the_card_asks_for_it(acp_agent, scripted):
     client = Recorder(permission_answers=["allow-once"])
-    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES, client=client) as run:
+    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=SHIPPED_EXAMPLES, client=client) as run:
         sid = await run.start()
         await run.conn.set_session_mode(session_id=sid, mode_id="read-only")
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("write it")])

@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO
+from dsh_testing import REPO, SHIPPED_EXAMPLES
 
 pytestmark = pytest.mark.anyio
-
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 
 
 def _mine(run, sid, kind):
@@ -34,7 +32,7 @@ async def test_compact_says_why_nothing_was_compacted(acp_agent, scripted):
         "rules": [{"when": "^<transcript>", "steps": [{"error": "auth"}]}],
         "default": [{"text": "noted"}],
     })
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         assert await _ask(run, sid, "short") == "noted"
         assert await _ask(run, sid, "/compact") == ("Nothing was compacted: nothing older than the retained "
@@ -48,7 +46,7 @@ async def test_compact_says_why_nothing_was_compacted(acp_agent, scripted):
 
 async def test_a_retried_model_call_is_shown_with_why(acp_agent, scripted):
     script = scripted({"default": [{"error": "server"}, {"text": "answered after a retry"}]})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         assert await _ask(run, sid, "hello") == "answered after a retry"
         (thought,) = _mine(run, sid, "agent_thought_chunk")
@@ -93,13 +91,13 @@ async def test_session_load_shows_commands_as_the_person_typed_them(acp_agent, s
     became), and a command that answered by itself (``/status``) with its answer."""
     script = scripted({"rules": [{"when": "^Write AGENTS.md", "steps": [{"text": "init ran"}]}],
                        "default": [{"text": "the model answered: {prompt}"}]})
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         assert await _ask(run, sid, "hello") == "the model answered: hello"
         status = await _ask(run, sid, "/status")
         assert await _ask(run, sid, "/init cover the tests") == "init ran"
         assert await run.close_stdin() == 0
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1)
         await run.conn.load_session(session_id=sid, cwd=str(run.cwd), mcp_servers=[])
         shown = [(u.session_update, u.content.text) for s, u in run.client.updates

@@ -17,11 +17,10 @@ from acp.schema import (
     ElicitationFormCapabilities,
 )
 
-from dsh_testing import REPO, Recorder, session_log
+from dsh_testing import SHIPPED_EXAMPLES, Recorder, session_log
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 FORMS = ClientCapabilities(elicitation=ElicitationCapabilities(form=ElicitationFormCapabilities()))
 ASK = {"questions": [
     {"question": "Which database should the service use?", "header": "Database",
@@ -43,11 +42,10 @@ class Person(Recorder):
         return self.answer
 
 
-
 async def test_the_person_answers_a_form_in_the_editor(acp_agent, scripted):
     person = Person(answer=AcceptElicitationResponse(action="accept", content={
         "q1": "Postgres", "q2": ["unit", "types"], "q3": "keep it small"}))
-    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES, client=person, unstable=True) as run:
+    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=SHIPPED_EXAMPLES, client=person, unstable=True) as run:
         await run.conn.initialize(protocol_version=1, client_capabilities=FORMS)
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         assert (await run.conn.prompt(session_id=sid, prompt=[text_block("set up the service")])).stop_reason == "end_turn"
@@ -70,7 +68,7 @@ async def test_one_question_is_the_forms_message(acp_agent, scripted):
     one = {"default": [{"tool": "ask_user_question", "args": {"questions": [{"question": "Tabs or spaces?"}]}},
                        {"text": "{tool_result}"}]}
     person = Person(answer=AcceptElicitationResponse(action="accept", content={"q1": "spaces"}))
-    async with acp_agent(scripted(one), example="acp-editor", env=EXAMPLES, client=person, unstable=True) as run:
+    async with acp_agent(scripted(one), example="acp-editor", env=SHIPPED_EXAMPLES, client=person, unstable=True) as run:
         await run.conn.initialize(protocol_version=1, client_capabilities=FORMS)
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         await run.conn.prompt(session_id=sid, prompt=[text_block("format the code")])
@@ -81,7 +79,7 @@ async def test_one_question_is_the_forms_message(acp_agent, scripted):
 
 async def test_a_declined_question_is_an_answer_the_model_reads(acp_agent, scripted):
     person = Person(answer=DeclineElicitationResponse(action="decline"))
-    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES, client=person, unstable=True) as run:
+    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=SHIPPED_EXAMPLES, client=person, unstable=True) as run:
         await run.conn.initialize(protocol_version=1, client_capabilities=FORMS)
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
         await run.conn.prompt(session_id=sid, prompt=[text_block("set up the service")])
@@ -92,7 +90,7 @@ async def test_a_declined_question_is_an_answer_the_model_reads(acp_agent, scrip
 @pytest.mark.parametrize("example, caps", [("acp-editor", None), ("acp-agent", FORMS)])
 async def test_without_a_form_capable_editor_there_is_no_such_tool(acp_agent, scripted, example, caps):
     person = Person()
-    env = EXAMPLES if example == "acp-editor" else {}
+    env = SHIPPED_EXAMPLES if example == "acp-editor" else {}
     async with acp_agent(scripted(SCRIPT), example=example, env=env, client=person, unstable=True) as run:
         await run.conn.initialize(protocol_version=1, **({"client_capabilities": caps} if caps else {}))
         sid = (await run.conn.new_session(cwd=str(run.cwd), mcp_servers=[])).session_id
@@ -103,7 +101,6 @@ async def test_without_a_form_capable_editor_there_is_no_such_tool(acp_agent, sc
     assert all(t["name"] != "ask_user_question" for h in headers for t in h["tools"])
     (result,) = [e["result"] for e in session_log(acp_agent.home, sid) if e["type"] == "tool/result"]
     assert result["isError"]  # an unknown tool
-
 
 
 def test_what_the_model_wrote_is_shown_without_controls_or_direction_marks():

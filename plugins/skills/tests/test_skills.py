@@ -25,6 +25,18 @@ def skill(folder, name, description, body="Do the thing.\n", *, flat=False):
     return path
 
 
+def front_matter(name, flags=""):
+    """A skill's front matter with ``flags`` (YAML lines) after its name and description."""
+    return f"---\nname: {name}\ndescription: about {name}\n{flags}---\n"
+
+
+def flagged(root, name, flags, body="Do the thing.\n"):
+    path = root / name / "SKILL.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{front_matter(name, flags)}\n{body}")
+    return path
+
+
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
@@ -61,6 +73,16 @@ def test_every_root_is_searched_and_an_earlier_root_wins_a_name(project, capfd):
     ("---\nname: has spaces\ndescription: d\n---\n", "`name` must be 1-64 letters"),
     ("---\nname: ok\n---\n", "`description` must be a non-empty string"),
     ("---\n- a list\n---\n", "`name` must be"),
+    # an invocation flag that is not a boolean, or spelled as another reader spells it
+    (front_matter("bad", "disable-model-invocation: maybe\n"),
+     "`disable-model-invocation` must be true or false, not 'maybe'"),
+    (front_matter("bad", "user-invocable: 2\n"), "`user-invocable` must be true or false, not 2"),
+    (front_matter("bad", "user-invocable:\n"), "`user-invocable` must be true or false, not None"),
+    (front_matter("bad", "disable-model-invocation: [true]\n"),
+     "`disable-model-invocation` must be true or false, not [True]"),
+    (front_matter("bad", "disableModelInvocation: true\n"),
+     "`disableModelInvocation` is not read; write `disable-model-invocation`"),
+    (front_matter("bad", "userInvocable: false\n"), "`userInvocable` is not read; write `user-invocable`"),
 ])
 def test_a_malformed_skill_is_skipped_with_a_warning_naming_the_file(project, capfd, front, why):
     repo, _, _ = project
@@ -152,13 +174,6 @@ def test_a_catalog_sees_a_skill_written_into_an_existing_folder(project):
     assert catalog.refresh()["later"].description == "edited"
 
 
-def flagged(root, name, flags, body="Do the thing.\n"):
-    path = root / name / "SKILL.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"---\nname: {name}\ndescription: about {name}\n{flags}---\n\n{body}")
-    return path
-
-
 @pytest.mark.parametrize(("flags", "model", "user"), [
     ("", True, True),
     ("disable-model-invocation: true\n", False, True),
@@ -177,22 +192,6 @@ def test_the_invocation_flags_are_read_from_the_front_matter(project, capfd, fla
     (found,) = discover(str(repo)).values()
     assert (found.model_invocable, found.user_invocable) == (model, user)
     assert "dsh: skills:" not in capfd.readouterr().err  # an unknown key is no error
-
-
-@pytest.mark.parametrize(("flags", "why"), [
-    ("disable-model-invocation: maybe\n", "`disable-model-invocation` must be true or false, not 'maybe'"),
-    ("user-invocable: 2\n", "`user-invocable` must be true or false, not 2"),
-    ("user-invocable:\n", "`user-invocable` must be true or false, not None"),
-    ("disable-model-invocation: [true]\n", "`disable-model-invocation` must be true or false, not [True]"),
-    ("disableModelInvocation: true\n", "`disableModelInvocation` is not read; write `disable-model-invocation`"),
-    ("userInvocable: false\n", "`userInvocable` is not read; write `user-invocable`"),
-])
-def test_a_flag_that_is_not_a_boolean_skips_the_skill_with_a_warning_naming_the_file(project, capfd, flags, why):
-    repo, _, _ = project
-    bad = flagged(repo / ".dsh" / "skills", "deploy", flags)
-    flagged(repo / ".dsh" / "skills", "good", "")
-    assert list(discover(str(repo))) == ["good"]
-    assert f"dsh: skills: skill {bad} skipped: {why}" in capfd.readouterr().err
 
 
 async def test_a_model_disabled_skill_is_out_of_the_catalog_and_refused_by_the_tool(project, scripted):

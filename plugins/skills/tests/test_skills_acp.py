@@ -8,11 +8,10 @@ from __future__ import annotations
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO, session_log, until
+from dsh_testing import SHIPPED_EXAMPLES, session_log, until
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 RESOLVE = ("Resolve relative paths mentioned by this skill against the base directory before using them. "
            "Load referenced resources only as needed.")
 
@@ -46,7 +45,7 @@ async def test_a_skill_is_a_slash_command_in_the_editor(acp_agent, scripted):
     folder.mkdir(parents=True)
     (folder / "SKILL.md").write_text("---\nname: release-notes\ndescription: Write the release notes.\n---\n\n"
                                      "List the changes, then write NOTES.md.\n")
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         await until(lambda: any(u.session_update == "available_commands_update" for s, u in run.client.updates))
         (offered,) = [u for s, u in run.client.updates if s == sid and u.session_update == "available_commands_update"]
@@ -91,7 +90,7 @@ async def test_the_flags_decide_the_editors_slash_commands(acp_agent, scripted):
     script = scripted({"rules": [{"when": "^<skill_content", "steps": [{"text": "got: {prompt}"}]}],
                        "default": [{"text": "plain: {prompt}"}]})
     root = seed(acp_agent.work)
-    async with acp_agent(script, example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(script, example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         await until(lambda: any(u.session_update == "available_commands_update" for s, u in run.client.updates))
         (offered,) = [u for s, u in run.client.updates if s == sid and u.session_update == "available_commands_update"]

@@ -3,6 +3,8 @@ parent and the children by rule; rules match the prompt, never the notices dsh a
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 import anyio
 import pytest
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
@@ -34,6 +36,15 @@ def _events(agent):
     return seen
 
 
+@asynccontextmanager
+async def _parent(script, cwd, *extra_plugins, config=None):
+    """A host with the subagents plugin (and ``extra_plugins``) and a parent agent on the scripted
+    model ``script``: yields the host, the parent and the parent's events as they come."""
+    async with memory_host(script, *extra_plugins, plugins=PLUGINS, config=config) as host:
+        parent = host.create_agent(AgentSpec(cwd=str(cwd), provider="scripted", model=str(script)))
+        yield host, parent, _events(parent)
+
+
 async def _turn(agent, text, events):
     agent.submit(UserMessage(id=f"u{len(events)}", content=[TextBlock(text=text)]))
     with anyio.fail_after(10):
@@ -49,9 +60,7 @@ async def test_a_foreground_spawn_answers_with_the_childs_final_text(scripted, t
             {"text": "parent got: {tool_result}"}]},
         {"when": "^child:", "steps": [{"text": "CHILD_OK"}]},
     ]})
-    async with memory_host(script, plugins=PLUGINS) as host:
-        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        events = _events(parent)
+    async with _parent(script, tmp_path) as (host, parent, events):
         (result,) = await _turn(parent, "delegate", events)
         assert result.result.content[0].text == "CHILD_OK" and not result.result.is_error
         (started,) = [e for e in events if isinstance(e, SubagentStarted)]
@@ -71,9 +80,7 @@ async def test_a_background_child_settles_as_one_notice_in_the_original_words(sc
         {"when": "^child:", "steps": [{"text": "CHILD_DONE"}]},
         {"when": "^next", "steps": [{"text": "next turn"}]},
     ]})
-    async with memory_host(script, plugins=PLUGINS) as host:
-        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        events = _events(parent)
+    async with _parent(script, tmp_path) as (_, parent, events):
         (result,) = await _turn(parent, "start", events)
         (child,) = parent.children
         assert result.result.content[0].text == f"started subagent {child.session_id}"
@@ -97,9 +104,7 @@ async def test_a_fork_starts_from_the_parents_completed_history(scripted, tmp_pa
             {"text": "fork said: {tool_result}"}]},
         {"when": "codeword\\?$", "steps": [{"text": "history had {tool_result}"}]},
     ]})
-    async with memory_host(script, plugins=PLUGINS) as host:
-        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        events = _events(parent)
+    async with _parent(script, tmp_path) as (host, parent, events):
         await _turn(parent, "remember the codeword BLUE", events)
         seen: list = []
         host.models["scripted"].stream, original = None, host.models["scripted"].stream
@@ -132,17 +137,13 @@ async def test_depth_and_live_caps_refuse_before_anything_starts(scripted, tmp_p
             {"tool": "subagent", "args": {"description": "d", "prompt": "nest deeper", "run_in_background": False}},
             {"text": "got: {tool_result}"}]},
     ]})
-    async with memory_host(script, plugins=PLUGINS) as host:
-        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        events = _events(parent)
+    async with _parent(script, tmp_path) as (host, parent, events):
         (result,) = await _turn(parent, "nest", events)
         # the child's own call was refused, in the original's words
         assert result.result.content[0].text == "got: Error: subagent depth 2 exceeds maxDepth 1"
         assert [e.id for e in events if isinstance(e, SubagentStarted)] and not registry_of(host).entries
     config = {"subagents": {"max-running": 1, "max-depth": 3}}
-    async with memory_host(script, plugins=PLUGINS, config=config) as host:
-        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        events = _events(parent)
+    async with _parent(script, tmp_path, config=config) as (host, parent, events):
         (result,) = await _turn(parent, "nest", events)
         assert ("got: Error: 1 subagents are running in this session (the cap is 1): wait for one to finish, or do "
                 "the task yourself.") in result.result.content[0].text
@@ -206,9 +207,7 @@ async def test_cancelling_the_parent_during_a_childs_tool_call_aborts_both_with_
         {"when": "^child:", "steps": [{"text": "WORKING", "tool": "block", "args": {}}, {"text": "unreachable"}]},
     ]})
     plugin = _BlockingPlugin()
-    async with memory_host(script, plugin, plugins=PLUGINS) as host:
-        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        events = _events(parent)
+    async with _parent(script, tmp_path, plugin) as (_, parent, events):
         parent.submit(UserMessage(id="u1", content=[TextBlock(text="delegate")]))
         with anyio.fail_after(10):
             await plugin.tool.entered.wait()
@@ -245,9 +244,7 @@ async def test_cancelling_the_parent_while_a_child_starts_leaves_nothing_behind(
 
     script = scripted({"rules": [{"when": "^delegate", "steps": [
         {"tool": "subagent", "args": {"description": "d", "prompt": "p", "run_in_background": False}}]}]})
-    async with memory_host(script, Plugin(), plugins=PLUGINS, config={"subagents": {"provider": "slow"}}) as host:
-        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        events = _events(parent)
+    async with _parent(script, tmp_path, Plugin(), config={"subagents": {"provider": "slow"}}) as (host, parent, events):
         parent.submit(UserMessage(id="u1", content=[TextBlock(text="delegate")]))
         with anyio.fail_after(10):
             await started.wait()
@@ -312,9 +309,7 @@ async def test_a_fake_provider_on_the_seam_non_completed_is_an_error_and_backgro
         {"when": "^bg", "steps": [{"tool": "subagent", "args": {"description": "d", "prompt": "p"}}, {"text": "ok"}]},
         {"when": "^then", "steps": [{"text": "then"}]},
     ]})
-    async with memory_host(script, Plugin(), plugins=PLUGINS, config={"subagents": {"provider": "fake"}}) as host:
-        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        events = _events(parent)
+    async with _parent(script, tmp_path, Plugin(), config={"subagents": {"provider": "fake"}}) as (host, parent, events):
         (fg,) = await _turn(parent, "fg", events)
         assert fg.result.is_error and fg.code == "SUBAGENT_MAX_TOKENS"
         assert fg.result.content[0].text == ("Error: subagent run hit its token limit before finishing\n"
@@ -375,9 +370,7 @@ async def test_disposing_the_parent_ends_its_background_children(scripted, tmp_p
             {"name": "subagent", "args": {"description": "b", "prompt": "child: wait"}}]}, {"text": "ok"}]},
         {"when": "^child:", "steps": [{"partial": "waiting", "delay_ms": 60000}]},
     ]})
-    async with memory_host(script, plugins=PLUGINS) as host:
-        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        events = _events(parent)
+    async with _parent(script, tmp_path) as (host, parent, events):
         await _turn(parent, "start", events)
         children = list(parent.children)
         assert len(children) == 2 and all(c.busy for c in children)
@@ -398,9 +391,7 @@ async def test_a_parent_cancelled_as_its_child_settles_keeps_the_answer_and_gets
         {"when": "^child:", "steps": [{"text": "CHILD_OK"}]},
         {"when": "^next", "steps": [{"text": "next"}]},
     ]})
-    async with memory_host(script, plugins=PLUGINS) as host:
-        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        events = _events(parent)
+    async with _parent(script, tmp_path) as (_, parent, events):
 
         def on_parent(agent, event):
             if isinstance(event, SubagentStarted):
@@ -422,9 +413,7 @@ async def test_a_fork_cancelled_with_its_parent_is_disposed_and_frees_its_place(
         {"when": "^fork it", "steps": [{"tool": "subagent_fork", "args": {"description": "f", "prompt": "fork: hang"}},
                                        {"text": "unreachable"}]},
     ]})
-    async with memory_host(script, plugins=PLUGINS) as host:
-        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        events = _events(parent)
+    async with _parent(script, tmp_path) as (host, parent, events):
         parent.submit(UserMessage(id="u1", content=[TextBlock(text="fork it")]))
         with anyio.fail_after(10):
             while not (tmp_path / "fork-started").exists():
@@ -552,9 +541,7 @@ async def test_a_fork_refuses_run_in_background(scripted, tmp_path):
         {"when": "^fork", "steps": [{"tool": "subagent_fork", "args": {"description": "f", "prompt": "p",
                                                                        "run_in_background": True}}, {"text": "ok"}]},
     ]})
-    async with memory_host(script, plugins=PLUGINS) as host:
-        parent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
-        events = _events(parent)
+    async with _parent(script, tmp_path) as (host, parent, events):
         (result,) = await _turn(parent, "fork", events)
         assert result.result.is_error and result.result.content[0].text == (
             "Error: subagent_fork: unknown argument 'run_in_background' (it takes: description, prompt). "

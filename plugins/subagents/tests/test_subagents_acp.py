@@ -8,11 +8,10 @@ from __future__ import annotations
 import pytest
 from acp import text_block
 
-from dsh_testing import REPO, session_log, until
+from dsh_testing import SHIPPED_EXAMPLES, session_log, until
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 SCRIPT = {
     "rules": [
         {"when": "^delegate", "steps": [
@@ -40,7 +39,7 @@ def _children(home, parent_sid):
 
 
 async def test_the_editor_watches_a_delegation_work_in_its_card(acp_agent, scripted):
-    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=EXAMPLES) as run:
+    async with acp_agent(scripted(SCRIPT), example="acp-editor", env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("delegate")])
         assert resp.stop_reason == "end_turn"
@@ -57,7 +56,7 @@ async def test_the_editor_watches_a_delegation_work_in_its_card(acp_agent, scrip
 
 
 async def test_the_automation_door_sends_the_committed_answer_only(acp_agent, scripted):
-    async with acp_agent(scripted(SCRIPT), env=EXAMPLES) as run:
+    async with acp_agent(scripted(SCRIPT), env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("delegate")])
         assert resp.stop_reason == "end_turn"
@@ -70,7 +69,7 @@ async def test_the_automation_door_sends_the_committed_answer_only(acp_agent, sc
 
 
 async def test_cancelling_the_prompt_cancels_a_foreground_child_and_keeps_its_partial_text(acp_agent, scripted):
-    async with acp_agent(scripted(SCRIPT), env=EXAMPLES) as run:
+    async with acp_agent(scripted(SCRIPT), env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         import anyio
 
@@ -93,7 +92,7 @@ async def test_cancelling_the_prompt_cancels_a_foreground_child_and_keeps_its_pa
 
 
 async def test_stdin_eof_ends_a_background_child_with_the_session(acp_agent, scripted):
-    async with acp_agent(scripted(SCRIPT), env=EXAMPLES) as run:
+    async with acp_agent(scripted(SCRIPT), env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         resp = await run.conn.prompt(session_id=sid, prompt=[text_block("background")])
         assert resp.stop_reason == "end_turn" and "".join(run.client.text(sid)) == "started in the background"
@@ -122,13 +121,13 @@ RESTART = {
 
 async def test_after_a_restart_a_resumed_parent_lists_its_child_ready_and_send_message_resumes_it(acp_agent, scripted):
     script = scripted(RESTART)
-    async with acp_agent(script, env=EXAMPLES) as run:
+    async with acp_agent(script, env=SHIPPED_EXAMPLES) as run:
         sid = await run.start()
         await run.conn.prompt(session_id=sid, prompt=[text_block("background quick")])
         await until(lambda: any(e["type"] == "subagent/settled" for e in session_log(acp_agent.home, sid)))
         (child,) = _children(acp_agent.home, sid)
         assert await run.close_stdin() == 0
-    async with acp_agent(script, env=EXAMPLES) as run:
+    async with acp_agent(script, env=SHIPPED_EXAMPLES) as run:
         await run.conn.initialize(protocol_version=1)
         await run.conn.resume_session(session_id=sid, cwd=str(run.cwd))
         await run.conn.prompt(session_id=sid, prompt=[text_block("list them")])

@@ -237,48 +237,38 @@ async def test_run_in_background_is_a_job_that_job_output_and_job_kill_control(s
     assert [e.status for e in settled] == ["killed"]
 
 
+# The foreground shrugs off the first SIGINT, as bash does when it lands while it forks. The send's
+# own timeout (1.5 s) comes while the job is still being stopped (the second press at 0.5 s may be
+# lost too; SIGTERM at 1 s is not): a job_kill must not settle the job while it still runs, nor
+# before the shell is back at its prompt.
+FIRST_CTRL_C_LOST = ("bash -c 'trap \"trap - INT; echo shrugged\" INT; "
+                     "for i in $(seq 1 300); do echo tick$i; sleep 0.1; done'")
+# Both Ctrl-C presses and the SIGTERM are trapped: the SIGKILL at 2 s ends the foreground group,
+# inside the jobs plugin's kill grace, and the job settles at the prompt.
+SHRUGS_OFF_CTRL_C_AND_SIGTERM = ("bash -c 'trap \"echo shrugged\" INT; trap \"echo termed\" TERM; "
+                                 "while :; do echo tick; sleep 0.1; done'")
+
+
 @pytest.mark.parametrize("tier", TIERS)
-async def test_a_killed_job_whose_first_ctrl_c_is_lost_is_stopped_anyway_not_given_up(scripted, tmp_path, tier):
-    # The foreground shrugs off the first SIGINT, as bash does when it lands while it forks. The
-    # send's own timeout (1.5 s) comes while the job is still being stopped (the second press at
-    # 0.5 s may be lost too; SIGTERM at 1 s is not): a job_kill must not settle the job while it
-    # still runs, nor before the shell is back at its prompt.
-    stubborn = ("bash -c 'trap \"trap - INT; echo shrugged\" INT; "
-                "for i in $(seq 1 300); do echo tick$i; sleep 0.1; done'")
+@pytest.mark.parametrize(("stubborn", "terminal", "head_start", "ended_with"), [
+    pytest.param(FIRST_CTRL_C_LOST, {"timeout-ms": 1500}, 0.5, ["shrugged"], id="first-ctrl-c-lost"),
+    pytest.param(SHRUGS_OFF_CTRL_C_AND_SIGTERM, None, 0.3, ["shrugged", "termed", "Killed"],
+                 id="shrugs-off-ctrl-c-and-sigterm"),
+])
+async def test_a_killed_stubborn_job_is_stopped_anyway_and_settles_at_the_prompt(
+        scripted, tmp_path, tier, stubborn, terminal, head_start, ended_with):
     rules = [
         {"when": "^start", "steps": [OPEN, send(stubborn, run_in_background=True), {"text": "started"}]},
         {"when": "^stop", "steps": [
             call("job_kill", job_id="pty-send-1"), call("job_output", job_id="pty-send-1", wait=True),
             send("echo after"), {"text": "stopped"}]},
     ]
-    config = tier_config(tier, {"timeout-ms": 1500})
-    async with session(scripted, tmp_path, rules, config) as s:
+    async with session(scripted, tmp_path, rules, tier_config(tier, terminal)) as s:
         await s.turn("start")
-        await anyio.sleep(0.5)
+        await anyio.sleep(head_start)
         killed, ended, after = await s.turn("stop")
     assert "pty-send-1" in killed
-    assert "shrugged" in ended, ended
-    assert after == "echo after\nafter\ndsh> \n[wait: stdin_read]\n[session: running]"
-
-
-@pytest.mark.parametrize("tier", TIERS)
-async def test_a_killed_job_that_shrugs_off_ctrl_c_and_sigterm_is_killed(scripted, tmp_path, tier):
-    # Both Ctrl-C presses and the SIGTERM are trapped: the SIGKILL at 2 s ends the foreground group,
-    # inside the jobs plugin's kill grace, and the job settles at the prompt.
-    stubborn = ("bash -c 'trap \"echo shrugged\" INT; trap \"echo termed\" TERM; "
-                "while :; do echo tick; sleep 0.1; done'")
-    rules = [
-        {"when": "^start", "steps": [OPEN, send(stubborn, run_in_background=True), {"text": "started"}]},
-        {"when": "^stop", "steps": [
-            call("job_kill", job_id="pty-send-1"), call("job_output", job_id="pty-send-1", wait=True),
-            send("echo after"), {"text": "stopped"}]},
-    ]
-    async with session(scripted, tmp_path, rules, tier_config(tier)) as s:
-        await s.turn("start")
-        await anyio.sleep(0.3)
-        killed, ended, after = await s.turn("stop")
-    assert "pty-send-1" in killed
-    assert "shrugged" in ended and "termed" in ended and "Killed" in ended, ended
+    assert all(word in ended for word in ended_with), ended
     assert after == "echo after\nafter\ndsh> \n[wait: stdin_read]\n[session: running]"
     settled = [e for e in s.events if isinstance(e, JobSettled)]
     assert [e.status for e in settled] == ["killed"]

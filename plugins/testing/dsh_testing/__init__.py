@@ -41,6 +41,9 @@ from .harness import (  # re-exported: plugin authors import these from dsh_test
     REPO as REPO,
 )
 from .harness import (
+    SHIPPED_EXAMPLES as SHIPPED_EXAMPLES,
+)
+from .harness import (
     AcpRun as AcpRun,
 )
 from .harness import (

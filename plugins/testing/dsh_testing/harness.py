@@ -29,6 +29,8 @@ import dsh_core
 
 REPO = Path(dsh_core.__file__).resolve().parent.parent  # a source checkout of dsh (its tests/examples)
 TEST_EXAMPLES = REPO / "tests" / "examples"  # dsh's test-only examples: a spawned dsh's default search path
+# the env for a spawned dsh that finds the examples dsh ships (acp-editor, …) instead of the test-only ones
+SHIPPED_EXAMPLES = {"DSH_EXAMPLES_PATH": str(REPO / "examples")}
 
 
 def acp_schema_file() -> Any:
@@ -339,6 +341,17 @@ class AcpRun:
         await self.conn.initialize(protocol_version=1)
         session_id: str = (await self.conn.new_session(cwd=str(self.cwd), mcp_servers=[])).session_id
         return session_id
+
+    async def prompt_held_at_permission(self, text: str) -> tuple[str, asyncio.Task[Any]]:
+        """A new session whose prompt ``text`` waits at a permission request the client never answers
+        (the next answer is ``"hang"``): returns the session id and the prompt, still running."""
+        from acp import text_block
+
+        self.client.permission_answers.append("hang")
+        session_id = await self.start()
+        pending = asyncio.create_task(self.conn.prompt(session_id=session_id, prompt=[text_block(text)]))
+        await until(lambda: self.client.permission_requests)
+        return session_id, pending
 
     async def close_stdin(self) -> int:
         assert self.proc.stdin is not None

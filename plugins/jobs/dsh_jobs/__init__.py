@@ -54,8 +54,7 @@ class JobsConfig(PluginConfig):
 
 
 def registry_of(host: Host) -> JobRegistry:
-    found: JobRegistry = host.state(JobRegistry)
-    return found
+    return host.state(JobRegistry)
 
 
 dsh_config_type = config_type_hook(NAME, JobsConfig)

@@ -129,8 +129,7 @@ class LspConfig(PluginConfig):
 
 
 def config_of(host: Host) -> LspConfig:
-    found: LspConfig = host.config_for(LspConfig)
-    return found
+    return host.config_for(LspConfig)
 
 
 dsh_config_type = config_type_hook(NAME, LspConfig)

@@ -26,7 +26,7 @@ from .errors import (
     SessionLogFailed,
     ToolError,
 )
-from .hookspecs import hookimpl
+from .hookspecs import config_type_hook, hookimpl
 from .host import Host, open_host
 from .tools import FunctionTool
 from .types import Guidance
@@ -53,6 +53,7 @@ __all__ = [
     "SessionLogFailed",
     "ToolContext",
     "ToolError",
+    "config_type_hook",
     "hookimpl",
     "open_host",
 ]

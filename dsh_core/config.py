@@ -7,9 +7,7 @@ typed object (``host.config_for(MyConfig)``) instead of validating a raw dict by
 
         remind_every: Annotated[int, Meta(ge=1, description="tool calls between reminders")] = 10
 
-    @hookimpl
-    def dsh_config_type():
-        return "todo", TodoConfig
+    dsh_config_type = config_type_hook("todo", TodoConfig)  # the usual @hookimpl, in one line
 
 Field names are snake_case in Python and kebab-case in TOML (``remind-every``); unknown keys,
 wrong types and out-of-range values are one ``ConfigError`` naming the example file, the plugin,

@@ -91,6 +91,17 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 """Decorate a plugin's hook implementations: ``@hookimpl`` (``dsh_core.hookimpl`` is the same marker)."""
 
 
+def config_type_hook(plugin: str, cls: type[PluginConfig]) -> Callable[[], tuple[str, type[PluginConfig]]]:
+    """A plugin's ``dsh_config_type`` hookimpl, declaring ``cls`` as its ``[config.<plugin>]``
+    table, in one line at module level: ``dsh_config_type = config_type_hook("todo", TodoConfig)``."""
+
+    @hookimpl
+    def dsh_config_type() -> tuple[str, type[PluginConfig]]:
+        return plugin, cls
+
+    return dsh_config_type
+
+
 # -----------------------------------------------------------------------------
 # Registration: configure, then offer what a plugin provides (once per host at start-up;
 # commands and doctor checks once per CLI run).

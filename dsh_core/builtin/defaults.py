@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..agent import Agent
-from ..config import AgentConfig, PluginConfig
+from ..config import AgentConfig
 from ..errors import DshError
-from ..hookspecs import hookimpl
+from ..hookspecs import config_type_hook, hookimpl
 from ..types import DurableEvent, SessionHeader
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,9 +46,7 @@ class MemoryStore:
         return log.header, list(log.events)
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return "agent", AgentConfig
+dsh_config_type = config_type_hook("agent", AgentConfig)
 
 
 @hookimpl(trylast=True)

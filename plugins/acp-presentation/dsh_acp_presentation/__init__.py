@@ -52,7 +52,7 @@ from dsh_acp import wire
 from dsh_acp.display import bound_input, one_line, strip_unsafe
 from msgspec import Meta
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.contracts import new_id
 from dsh_core.paths import open_inside
@@ -325,9 +325,7 @@ def _plan(name: str, args: dict[str, Any], is_error: bool) -> wire.PlanUpdate | 
                                     for t in args["todos"] if isinstance(t, dict)])
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PresentationConfig]]:
-    return PLUGIN, PresentationConfig
+dsh_config_type = config_type_hook(PLUGIN, PresentationConfig)
 
 
 def _title(event: SessionTitled) -> list[Any]:

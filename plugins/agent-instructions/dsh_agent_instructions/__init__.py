@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from msgspec import Meta
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.display import escape_system
 from dsh_core.paths import open_inside
@@ -46,9 +46,7 @@ class InstructionsConfig(PluginConfig):
         DEFAULT_MAX_BYTES)
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return PLUGIN, InstructionsConfig
+dsh_config_type = config_type_hook(PLUGIN, InstructionsConfig)
 
 
 def max_bytes(host: Host) -> int:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dsh_core import hookimpl
-from dsh_core.config import PluginConfig
+from dsh_core import config_type_hook, hookimpl
 
 from .images import (
     MIME_TYPES,
@@ -44,9 +43,7 @@ def store_for(config: StoreConfig) -> LocalAttachmentStore:
     return LocalAttachmentStore(root, config.limits())
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return PLUGIN, StoreConfig
+dsh_config_type = config_type_hook(PLUGIN, StoreConfig)
 
 
 @hookimpl

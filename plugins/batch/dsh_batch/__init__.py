@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 
 
@@ -19,9 +19,7 @@ class BatchConfig(PluginConfig):
     """``[config.batch]``: no options (``dsh batch`` takes its settings on the command line)."""
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return "batch", BatchConfig
+dsh_config_type = config_type_hook("batch", BatchConfig)
 
 
 @hookimpl

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import anyio
 from msgspec import Meta
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig, decode
 from dsh_core.interception import PromptSubmit
 from dsh_core.types import RequestHeader
@@ -76,9 +76,7 @@ class CodeModeConfig(PluginConfig):
     max_calls: Annotated[Positive, Meta(description="tool calls per run")] = Limits.max_calls
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return PLUGIN, CodeModeConfig
+dsh_config_type = config_type_hook(PLUGIN, CodeModeConfig)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import anyio
 from msgspec import Meta
 
-from dsh_core import ModelError, hookimpl
+from dsh_core import ModelError, config_type_hook, hookimpl
 from dsh_core.config import PluginConfig, decode
 from dsh_core.contracts import HistoryContext, new_id
 from dsh_core.protocols import CommandResult, SlashCommand
@@ -75,9 +75,7 @@ class Settings(PluginConfig):
             raise ValueError("retain-ratio must be below threshold-ratio")
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return "compaction", Settings
+dsh_config_type = config_type_hook("compaction", Settings)
 
 
 def parse_settings(config: Mapping[str, Mapping[str, Any]], *, where: str = "example") -> Settings:

@@ -13,8 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dsh_core import hookimpl
-from dsh_core.config import PluginConfig
+from dsh_core import config_type_hook, hookimpl
 
 from ._catalogue import CATALOGUE, ModelCard
 from ._config import PLUGIN, DeepSeekConfig, Settings, parse_settings, settings_from
@@ -37,9 +36,7 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     host.state(HostSettings).settings = settings_from(host.config_for(DeepSeekConfig))
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return PLUGIN, DeepSeekConfig
+dsh_config_type = config_type_hook(PLUGIN, DeepSeekConfig)
 
 
 @hookimpl

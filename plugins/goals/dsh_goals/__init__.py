@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from msgspec import Meta
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 
 from . import driver
@@ -38,9 +38,7 @@ class GoalsConfig(PluginConfig):
         "rounds a goal must have run before a round may mark it blocked"))] = 3
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return NAME, GoalsConfig
+dsh_config_type = config_type_hook(NAME, GoalsConfig)
 
 
 @hookimpl

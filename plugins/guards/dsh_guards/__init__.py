@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.errors import ConfigError
 from dsh_core.types import AfterTool
@@ -47,9 +47,7 @@ class GuardsConfig(PluginConfig):
         DEFAULT_MAX_STEPS)
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return PLUGIN, GuardsConfig
+dsh_config_type = config_type_hook(PLUGIN, GuardsConfig)
 
 
 def _env_max_steps() -> int | None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from msgspec import Meta
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.history import recorded_events
 from dsh_core.spill import spill_path_for
@@ -54,13 +54,10 @@ class JobsConfig(PluginConfig):
 
 
 def registry_of(host: Host) -> JobRegistry:
-    found: JobRegistry = host.state(JobRegistry)
-    return found
+    return host.state(JobRegistry)
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return NAME, JobsConfig
+dsh_config_type = config_type_hook(NAME, JobsConfig)
 
 
 @hookimpl

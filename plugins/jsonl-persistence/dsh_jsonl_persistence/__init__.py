@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 
 from .store import (
@@ -43,9 +43,7 @@ class JsonlPersistenceConfig(PluginConfig):
     """``[config.jsonl-persistence]``: no options (the logs live under ``$DSH_HOME/sessions``)."""
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return "jsonl-persistence", JsonlPersistenceConfig
+dsh_config_type = config_type_hook("jsonl-persistence", JsonlPersistenceConfig)
 
 
 @hookimpl

@@ -28,7 +28,7 @@ import msgspec
 from lsprotocol import types as t
 from msgspec import Meta
 
-from dsh_core import FunctionTool, ToolError, hookimpl
+from dsh_core import FunctionTool, ToolError, config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.doctor import Finding
 from dsh_core.types import AfterTool, ToolOutput
@@ -129,13 +129,10 @@ class LspConfig(PluginConfig):
 
 
 def config_of(host: Host) -> LspConfig:
-    found: LspConfig = host.config_for(LspConfig)
-    return found
+    return host.config_for(LspConfig)
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return NAME, LspConfig
+dsh_config_type = config_type_hook(NAME, LspConfig)
 
 
 @hookimpl

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.errors import ConfigError
 from dsh_core.protocols import ClientMcp
 from dsh_core.types import AfterTool
@@ -101,9 +101,7 @@ def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> A
                            f"({status}). Its tools are unavailable until it connects; tell the person if you need it.")
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[McpClientConfig]]:
-    return PLUGIN, McpClientConfig
+dsh_config_type = config_type_hook(PLUGIN, McpClientConfig)
 
 
 @hookimpl

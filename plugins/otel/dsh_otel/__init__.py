@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.doctor import Finding
 
@@ -154,9 +154,7 @@ class OtelConfig(PluginConfig):
     """``[config.otel]``: no options (only the standard ``OTEL_*`` environment variables configure it)."""
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return NAME, OtelConfig
+dsh_config_type = config_type_hook(NAME, OtelConfig)
 
 
 @hookimpl

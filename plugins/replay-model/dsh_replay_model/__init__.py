@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from dsh_core import ModelError, RouteError, hookimpl
+from dsh_core import ModelError, RouteError, config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.paths import exists_inside, open_inside
 from dsh_core.types import (
@@ -618,9 +618,7 @@ class ReplayModelConfig(PluginConfig):
     """``[config.replay-model]``: no options (the recording is the route's model: ``--model PATH``)."""
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return "replay-model", ReplayModelConfig
+dsh_config_type = config_type_hook("replay-model", ReplayModelConfig)
 
 
 @hookimpl

@@ -16,8 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from dsh_core import hookimpl
-from dsh_core.config import PluginConfig
+from dsh_core import config_type_hook, hookimpl
 
 from .confine import Confined, SandboxConfinement, confine
 from .mechanisms import get_runner
@@ -43,9 +42,7 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     host.state(HostSandbox).sandbox = Sandbox(Settings.from_typed(host.config_for(SandboxConfig)))
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return PLUGIN, SandboxConfig
+dsh_config_type = config_type_hook(PLUGIN, SandboxConfig)
 
 
 @hookimpl

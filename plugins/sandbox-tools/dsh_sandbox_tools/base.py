@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 from dsh_core import ToolError
 from dsh_core.types import ToolOutput, ToolSpec
@@ -81,7 +81,17 @@ class SandboxTool:
         raise NotImplementedError
 
 
+@overload
+def str_arg(args: dict[str, Any], key: str, *, required: Literal[True] = True, allow_empty: bool = False) -> str: ...
+
+
+@overload
+def str_arg(args: dict[str, Any], key: str, *, required: bool, allow_empty: bool = False) -> str | None: ...
+
+
 def str_arg(args: dict[str, Any], key: str, *, required: bool = True, allow_empty: bool = False) -> str | None:
+    """A string argument: a required one (the default) is a ``str`` or a ``ToolError``, so callers
+    need no ``None`` check; ``required=False`` lets it be absent (``None``)."""
     v = args.get(key)
     if v is None:
         if required:

@@ -123,11 +123,10 @@ class BashTool(SandboxTool):
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         s = self.sb.settings
         command = str_arg(args, "command")
-        assert command is not None
         if not command.strip():
             raise ToolError("invalid command: expected a non-empty string", code="INVALID_ARGUMENTS")
         description = str_arg(args, "description")
-        if description is None or not description.strip():
+        if not description.strip():
             raise ToolError("invalid description: expected a non-empty string", code="INVALID_ARGUMENTS")
         background = args.get("run_in_background", False)
         if not isinstance(background, bool) or (background and self.jobs is None):

@@ -95,7 +95,6 @@ class ReadTool(SandboxTool):
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         raw = str_arg(args, "file_path")
-        assert raw is not None
         offset = whole_number(args, "offset", 1)
         limit = whole_number(args, "limit", READ_DEFAULT_LIMIT)
         path = os.path.normpath(absolute(raw, ctx.cwd))
@@ -168,7 +167,6 @@ class WriteTool(SandboxTool):
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         raw = str_arg(args, "file_path")
         content = str_arg(args, "content", allow_empty=True)
-        assert raw is not None and content is not None
         path = os.path.normpath(absolute(raw, ctx.cwd))
         # The text this write replaces, as the person sees it: the editor's buffer (unsaved edits
         # included) when the door lends one, else the disk. The approval and the card show this pair.
@@ -220,7 +218,6 @@ class EditTool(SandboxTool):
         raw = str_arg(args, "file_path")
         old = str_arg(args, "old_string")
         new = str_arg(args, "new_string", allow_empty=True)
-        assert raw is not None and old is not None and new is not None
         replace_all = bool(args.get("replace_all", False))
         if old == new:
             raise ToolError("old_string and new_string are the same; nothing to change", code="INVALID_ARGUMENTS")
@@ -291,7 +288,6 @@ class ReadImageTool(SandboxTool):
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         raw = str_arg(args, "file_path")
-        assert raw is not None
         route = ctx.route
         if not route.image_input:
             raise ToolError(

@@ -61,6 +61,11 @@ def _glob(base: str, pattern: str) -> tuple[list[str], bool]:
     return sorted(picked), True
 
 
+def _pattern_and_base(args: dict[str, Any], ctx: ToolContext) -> tuple[str, str]:
+    """A search's ``pattern`` and where it looks: ``path`` made absolute (default: the workspace)."""
+    return str_arg(args, "pattern"), absolute(str_arg(args, "path", required=False) or ".", ctx.cwd)
+
+
 class GlobTool(SandboxTool):
     name = "glob"
     kind = "search"
@@ -77,9 +82,7 @@ class GlobTool(SandboxTool):
     parallel_safe = True
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        pattern = str_arg(args, "pattern")
-        assert pattern is not None
-        base = absolute(str_arg(args, "path", required=False) or ".", ctx.cwd)
+        pattern, base = _pattern_and_base(args, ctx)
         if os.path.isabs(pattern):
             raise ToolError("pattern must be relative; put the directory in path", code="INVALID_ARGUMENTS")
         if not os.path.isdir(base):
@@ -190,9 +193,7 @@ class GrepTool(SandboxTool):
     parallel_safe = True
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        pattern = str_arg(args, "pattern")
-        assert pattern is not None
-        base = absolute(str_arg(args, "path", required=False) or ".", ctx.cwd)
+        pattern, base = _pattern_and_base(args, ctx)
         include = str_arg(args, "include", required=False)
         if include is not None and include.startswith("!"):
             raise ToolError("include must be a positive glob filter; negated patterns (\"!…\") are not supported",

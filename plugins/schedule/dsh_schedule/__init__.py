@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 from msgspec import Meta
 
-from dsh_core import FunctionTool, hookimpl
+from dsh_core import FunctionTool, config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.history import recorded_events
 from dsh_core.protocols import CommandResult, SlashCommand
@@ -267,9 +267,7 @@ async def _list_command(session: Agent, text: str) -> CommandResult:
 # --------------------------------------------------------------------------- hooks
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return PLUGIN, ScheduleConfig
+dsh_config_type = config_type_hook(PLUGIN, ScheduleConfig)
 
 
 @hookimpl

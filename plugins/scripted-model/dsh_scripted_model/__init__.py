@@ -18,7 +18,7 @@ import anyio
 import msgspec
 from msgspec import Meta
 
-from dsh_core import ModelError, RouteError, hookimpl
+from dsh_core import ModelError, RouteError, config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.media import sniff_image
 from dsh_core.paths import exists_inside, open_inside
@@ -373,9 +373,7 @@ class ScriptedConfig(PluginConfig):
     max_retries: Annotated[int, Meta(ge=0, description="retries of a retryable scripted error (delays are ~1 ms)")] = 2
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return "scripted-model", ScriptedConfig
+dsh_config_type = config_type_hook("scripted-model", ScriptedConfig)
 
 
 @hookimpl

@@ -33,7 +33,7 @@ import anyio
 import msgspec
 from msgspec import Meta
 
-from dsh_core import FunctionTool, ToolError, hookimpl
+from dsh_core import FunctionTool, ToolError, config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.contracts import new_id
 from dsh_core.display import cut, strip_unsafe
@@ -104,9 +104,7 @@ class ControlsConfig(PluginConfig):
         msgspec.field(default_factory=lambda: ["read-only", "workspace-write", "full-access", "plan"]))
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return PLUGIN, ControlsConfig
+dsh_config_type = config_type_hook(PLUGIN, ControlsConfig)
 
 
 # --------------------------------------------------------------------------- controls

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 from msgspec import Meta
 
-from dsh_core import FunctionTool, ToolError, hookimpl
+from dsh_core import FunctionTool, ToolError, config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 
 from . import query
@@ -202,9 +202,7 @@ class SessionQueryTools:
 # --------------------------------------------------------------------------- hooks
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return PLUGIN, SessionQueryConfig
+dsh_config_type = config_type_hook(PLUGIN, SessionQueryConfig)
 
 
 def tools_of(host: Host) -> SessionQueryTools:

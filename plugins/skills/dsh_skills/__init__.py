@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from msgspec import Meta
 
-from dsh_core import FunctionTool, ToolError, hookimpl
+from dsh_core import FunctionTool, ToolError, config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.display import escape_system as escape
 from dsh_core.display import one_line
@@ -50,9 +50,7 @@ class SkillsConfig(PluginConfig):
     commands: Annotated[bool, Meta(description="offer each skill as a /<name> slash command")] = True
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return NAME, SkillsConfig
+dsh_config_type = config_type_hook(NAME, SkillsConfig)
 
 
 class Catalogs:

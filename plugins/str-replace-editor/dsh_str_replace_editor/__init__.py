@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from msgspec import Meta
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 
 from .editor import DEFAULT_MAX_OUTPUT_CHARS, StrReplaceEditor
@@ -37,9 +37,7 @@ class EditorConfig(PluginConfig):
         "the tool description the model reads (default: the plugin's own)"))] | None = None
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return PLUGIN, EditorConfig
+dsh_config_type = config_type_hook(PLUGIN, EditorConfig)
 
 
 @hookimpl

@@ -35,7 +35,7 @@ from dsh_acp.client import (
 )
 from msgspec import Meta
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig, decode
 from dsh_core.contracts import new_id
 from dsh_core.paths import dir_inside
@@ -158,9 +158,7 @@ class SubagentConfig(PluginConfig):
                 raise ValueError(f"agent name {name!r}: letters, digits, '_', '.', '-' only")
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return NAME, SubagentConfig
+dsh_config_type = config_type_hook(NAME, SubagentConfig)
 
 
 def settings_from(config: SubagentConfig) -> Settings:

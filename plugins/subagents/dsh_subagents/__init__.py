@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from msgspec import Meta
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.protocols import Agent, AgentSpec, Host
 from dsh_core.types import ApprovalOutcome, ApprovalRequest
@@ -59,9 +59,7 @@ class SubagentsConfig(PluginConfig):
         True)
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return NAME, SubagentsConfig
+dsh_config_type = config_type_hook(NAME, SubagentsConfig)
 
 
 @hookimpl

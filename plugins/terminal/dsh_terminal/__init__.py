@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from msgspec import Meta
 
-from dsh_core import hookimpl
+from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.errors import CompositionError
 
@@ -68,9 +68,7 @@ def _limits(c: TerminalConfig, *, cols: int | None = None) -> Limits:
     )
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return PLUGIN, TerminalConfig
+dsh_config_type = config_type_hook(PLUGIN, TerminalConfig)
 
 
 @hookimpl

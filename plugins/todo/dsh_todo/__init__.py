@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from msgspec import Meta
 
-from dsh_core import FunctionTool, ToolError, hookimpl
+from dsh_core import FunctionTool, ToolError, config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.types import AfterTool
 
@@ -117,9 +117,7 @@ class TodoConfig(PluginConfig):
         DEFAULT_REMIND_EVERY)
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return PLUGIN, TodoConfig
+dsh_config_type = config_type_hook(PLUGIN, TodoConfig)
 
 
 @hookimpl(trylast=True)  # after the workspace tools: the tool list the model saw before only grows at its end

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from msgspec import Meta
 
-from dsh_core import FunctionTool, ToolError, hookimpl
+from dsh_core import FunctionTool, ToolError, config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 
 from .fetch import HTML_TYPES, Private, decode, get, parse, to_markdown
@@ -45,9 +45,7 @@ class WebConfig(PluginConfig):
                                                                      "BRAVE_SEARCH_API_KEY set)")] = BRAVE_ENDPOINT
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return NAME, WebConfig
+dsh_config_type = config_type_hook(NAME, WebConfig)
 
 
 async def _full_access(ctx: ToolContext) -> bool:

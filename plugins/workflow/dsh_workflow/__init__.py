@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from msgspec import Meta
 
-from dsh_core import FunctionTool, hookimpl
+from dsh_core import FunctionTool, config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.protocols import Host, ToolContext
 from dsh_core.types import ToolOutput
@@ -42,9 +42,7 @@ def concurrency(configured: int) -> int:
     return configured or min(16, max(1, (os.cpu_count() or 1) - 2))
 
 
-@hookimpl
-def dsh_config_type() -> tuple[str, type[PluginConfig]]:
-    return NAME, WorkflowConfig
+dsh_config_type = config_type_hook(NAME, WorkflowConfig)
 
 
 WORKFLOW_DESCRIPTION = """Run a Python workflow script that orchestrates subagents at scale. Use it for work that fans out across many independent pieces (an audit over many files, a migration, research from several angles, adversarial checking of findings), where you write the orchestration as a script instead of delegating turn by turn.

@@ -30,10 +30,17 @@ How to read it:
 - ``calls per prompt`` does not depend on the machine's load (the µs do): the agent's CPU is
   almost all the interpreter running Python (``perf`` puts the kernel at ~6%), so fewer Python
   calls per prompt is the figure to drive down, and to compare before/after on a shared machine.
+- ``--bash``: the tool turn instead (the procedure behind the ``tool_calls`` row): each prompt
+  is a turn of one sandboxed ``bash`` call ``true`` (the scripted model calls the tool, then
+  answers), the command server warm. Before the profile, the agent's process CPU (no profiler)
+  is read around alternating blocks of text turns and bash turns: the CPU a tool turn adds over
+  a text turn, per turn. The command server and its reapers are other processes and are not in
+  these figures (their wall time is what ``floor_tool_calls.py`` adds back).
 - ``--out FILE`` keeps the raw stats for ``python -m pstats FILE`` (``callers <name>`` shows who
   calls a hot function; ``sort tottime`` / ``stats 40``) or snakeviz.
 
     python bench/profile_prompt.py [--prompts 500] [--warmup 50] [--top 35] [--out prof.pstats]
+    python bench/profile_prompt.py --bash --prompts 300 [--mechanism landlock|bwrap]
 """
 
 from __future__ import annotations
@@ -59,12 +66,21 @@ def stop(*_):
     prof.disable()
     prof.dump_stats(out)
     os.write(2, b"dumped\\n")
+def cpu(*_):
+    os.write(2, b"cpu %.9f\\n" % time.process_time())
 signal.signal(signal.SIGUSR1, start)
 signal.signal(signal.SIGUSR2, stop)
+signal.signal(signal.SIGWINCH, cpu)
 sys.argv = ["dsh", *sys.argv[1:]]
 runpy.run_module("dsh_core.cli", run_name="__main__", alter_sys=True)
 """
 SCRIPT = {"default": [{"text": "echo: {prompt}"}], "repeat_default": True}
+# --bash: a prompt "bash" is a turn of one sandboxed `bash true`, any other a text turn
+BASH_SCRIPT = {
+    "rules": [{"when": "^bash", "steps": [{"tool": "bash", "args": {"command": "true", "description": "noop"}},
+                                          {"text": "done"}]}],
+    "default": [{"text": "done"}],
+}
 
 
 async def call(proc: asyncio.subprocess.Process, rid: int, method: str, params: dict) -> dict:
@@ -79,22 +95,31 @@ async def call(proc: asyncio.subprocess.Process, rid: int, method: str, params: 
             return frame["result"]
 
 
-async def wait_for(proc: asyncio.subprocess.Process, marker: bytes) -> None:
+async def wait_for(proc: asyncio.subprocess.Process, marker: bytes) -> bytes:
+    """The first stderr line starting with ``marker``."""
     assert proc.stderr is not None
     while True:
         line = await proc.stderr.readline()
         if not line:
             raise RuntimeError("agent exited before " + marker.decode())
-        if line.strip() == marker:
-            return
+        if line.strip().startswith(marker):
+            return line.strip()
 
 
-async def profile(prompts: int, warmup: int, out: Path, work: Path) -> None:
+async def cpu_now(proc: asyncio.subprocess.Process) -> float:
+    """The agent process's CPU time so far (s), read inside it (SIGWINCH)."""
+    proc.send_signal(signal.SIGWINCH)
+    return float((await wait_for(proc, b"cpu ")).split()[1])
+
+
+async def profile(prompts: int, warmup: int, out: Path, work: Path, bash: bool = False) -> dict[str, float]:
     script = work / "script.json"
-    script.write_text(json.dumps(SCRIPT))
+    script.write_text(json.dumps(BASH_SCRIPT if bash else SCRIPT))
     env = {k: os.environ[k] for k in ("HOME", "PATH", "USER", "LOGNAME", "SHELL", "TERM") if k in os.environ}
     env["DSH_HOME"] = str(work / "home")
     env["DSH_BENCH_PROFILE_OUT"] = str(out)
+    if "DSH_SANDBOX_MECHANISM" in os.environ:
+        env["DSH_SANDBOX_MECHANISM"] = os.environ["DSH_SANDBOX_MECHANISM"]
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", BOOTSTRAP, "run", "--example", "acp-agent", "--provider", "scripted",
         "--model", str(script), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -104,10 +129,22 @@ async def profile(prompts: int, warmup: int, out: Path, work: Path) -> None:
     await call(proc, rid, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
     rid += 1
     sid = (await call(proc, rid, "session/new", {"cwd": str(work), "mcpServers": []}))["sessionId"]
-    prompt = [{"type": "text", "text": "ping"}]
+    text = [{"type": "text", "text": "ping"}]
+    prompt = [{"type": "text", "text": "bash"}] if bash else text
     for _ in range(warmup):
-        rid += 1
-        await call(proc, rid, "session/prompt", {"sessionId": sid, "prompt": prompt})
+        for p in ([text, prompt] if bash else [prompt]):
+            rid += 1
+            await call(proc, rid, "session/prompt", {"sessionId": sid, "prompt": p})
+    cpu: dict[str, float] = {"text": 0.0, "bash": 0.0}
+    if bash:  # process CPU, no profiler: alternating blocks of text and bash turns
+        block = max(1, prompts // 5)
+        for _ in range(5):
+            for kind, p in (("text", text), ("bash", prompt)):
+                before = await cpu_now(proc)
+                for _ in range(block):
+                    rid += 1
+                    await call(proc, rid, "session/prompt", {"sessionId": sid, "prompt": p})
+                cpu[kind] += (await cpu_now(proc) - before) / (5 * block)
     proc.send_signal(signal.SIGUSR1)
     await wait_for(proc, b"profiling")
     for _ in range(prompts):
@@ -118,6 +155,7 @@ async def profile(prompts: int, warmup: int, out: Path, work: Path) -> None:
     assert proc.stdin is not None
     proc.stdin.close()
     await asyncio.wait_for(proc.wait(), 20)
+    return cpu
 
 
 def package(file: str) -> str:
@@ -173,10 +211,17 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--top", type=int, default=35)
     ap.add_argument("--out", type=Path, help="keep the raw pstats file here")
+    ap.add_argument("--bash", action="store_true", help="profile turns of one sandboxed `bash true` call")
+    ap.add_argument("--mechanism", choices=["landlock", "bwrap"], help="with --bash: the sandbox mechanism")
     args = ap.parse_args()
+    if args.mechanism:
+        os.environ["DSH_SANDBOX_MECHANISM"] = args.mechanism
     with tempfile.TemporaryDirectory(prefix="dsh-profile-") as d:
         out = args.out.resolve() if args.out else Path(d) / "prompt.pstats"
-        asyncio.run(profile(args.prompts, args.warmup, out, Path(d)))
+        cpu = asyncio.run(profile(args.prompts, args.warmup, out, Path(d), bash=args.bash))
+        if args.bash:
+            print(f"agent process CPU per turn (no profiler): text {cpu['text'] * 1e3:.3f} ms, "
+                  f"bash {cpu['bash'] * 1e3:.3f} ms, the tool turn adds {(cpu['bash'] - cpu['text']) * 1e3:.3f} ms\n")
         report(out, args.prompts, args.top)
 
 

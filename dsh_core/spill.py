@@ -36,13 +36,17 @@ def default_root() -> Path:
     return data_home() / "spill"
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
 def _safe_name(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", s)[:100] or "call"
+    return _UNSAFE.sub("_", s)[:100] or "call"
 
 
 def spill_path_for(root: Path, session_id: str, call_id: str) -> Path:
-    """``<root>/<session>/<call>.log`` with both ids reduced to safe file-name characters."""
-    return root / _safe_name(session_id) / f"{_safe_name(call_id)}.log"
+    """``<root>/<session>/<call>.log`` with both ids reduced to safe file-name characters (one
+    Path built, not three: it is on every tool call's path)."""
+    return Path(root, _safe_name(session_id), f"{_safe_name(call_id)}.log")
 
 
 class Sink:

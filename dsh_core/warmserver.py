@@ -19,6 +19,7 @@ The protocol (``AF_UNIX``/``SOCK_SEQPACKET``, one message per datagram):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -177,3 +178,65 @@ class CallSocket:
     def close(self) -> None:
         self.sock.close()
         self._theirs.close()
+
+
+class Readiness:
+    """Waits, in the calling task, until any of several descriptors is readable (or at its end):
+    a call's output pipes and its call socket, without a task (and a wait) per descriptor.
+
+    On asyncio the descriptors stay registered with the loop between waits (``watch`` until
+    ``unwatch``); a descriptor that is readable while nobody waits costs one callback per loop
+    turn, so a caller reads everything ready before it waits again. On another anyio backend,
+    ``wait`` waits on each descriptor in a task of its own."""
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def _ready(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def watch(self, fd: int) -> None:
+        if fd not in self.fds:
+            self.fds.append(fd)
+            if self._loop is not None:
+                self._loop.add_reader(fd, self._ready)
+
+    def unwatch(self, fd: int) -> None:
+        """Stop watching ``fd`` (before it is closed)."""
+        if fd in self.fds:
+            self.fds.remove(fd)
+            if self._loop is not None:
+                self._loop.remove_reader(fd)
+
+    def close(self) -> None:
+        for fd in list(self.fds):
+            self.unwatch(fd)
+
+    async def wait(self) -> None:
+        """Until one of the watched descriptors is readable (spurious wake-ups are possible)."""
+        if not self.fds:
+            raise RuntimeError("Readiness.wait with nothing to watch")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another anyio backend (trio)
+            async with anyio.create_task_group() as tg:
+                async def one(fd: int) -> None:
+                    await anyio.wait_readable(fd)
+                    tg.cancel_scope.cancel()
+
+                for fd in self.fds:
+                    tg.start_soon(one, fd)
+            return
+        if self._loop is not loop:
+            self._loop = loop
+            for fd in self.fds:
+                loop.add_reader(fd, self._ready)
+        self._waiter = loop.create_future()
+        try:
+            await self._waiter  # a cancel scope cancels the task here, as at any checkpoint
+        finally:
+            self._waiter = None

@@ -83,9 +83,21 @@ class Settings:
     def spill_root(self) -> Path:
         if self.spill_dir is not None:
             return self.spill_dir
-        from dsh_core.spill import default_root
+        env = os.environ
+        key = (env.get("DSH_HOME"), env.get("XDG_DATA_HOME"), env.get("HOME"))
+        root = _SPILL_ROOTS.get(key)
+        if root is None:
+            from dsh_core.spill import default_root
 
-        return default_root()
+            root = default_root()
+            if not key[0] or os.path.isabs(os.path.expanduser(key[0])):  # else it depends on the cwd
+                _SPILL_ROOTS[key] = root
+        return root
+
+
+# The default spill root by the environment it is made from (DSH_HOME, XDG_DATA_HOME, HOME): made
+# again only when one of them changed (platformdirs and Path.absolute cost ~20 µs a call, per call).
+_SPILL_ROOTS: dict[tuple[str | None, ...], Path] = {}
 
 
 def temp_roots() -> list[str]:

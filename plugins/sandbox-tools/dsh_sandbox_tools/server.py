@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from dsh_core import reaping
-from dsh_core.warmserver import CallSocket, WarmServer, WarmServerError
+from dsh_core.warmserver import CallSocket, Readiness, WarmServer, WarmServerError, parse_exit
 
 from .run import DRAIN_GRACE_S, TERM_GRACE_S, CommandResult, HeadSink, _Sink, stderr_spill
 
@@ -108,8 +108,9 @@ class _Call:
         self.err_r, self.err_w = os.pipe2(os.O_CLOEXEC) if capture or split else (-1, -1)
         self.in_r, self.in_w = os.pipe2(os.O_CLOEXEC) if stdin is not None else (-1, -1)
         self.line = CallSocket()
-        self.drained = anyio.Event()
-        self.draining = 0
+        self.ready = Readiness()
+        self.open: dict[int, Any] = {}  # the output pipes not at their end yet, and their sinks
+        self.reported = False  # the reaper reported (or its socket closed)
         self.finished = False
         self.code: int | None = None
         self.timed_out = False
@@ -132,6 +133,7 @@ class _Call:
             self.line.sent()
 
     def close(self) -> None:
+        self.ready.close()
         self.line.close()
         for name in ("out_r", "err_r", "in_w", "out_w", "err_w", "in_r"):
             fd = getattr(self, name)
@@ -142,23 +144,47 @@ class _Call:
         if self.err_sink is not None:
             self.err_sink.close()
 
-    async def _drain(self, fd: int, into: _Sink | HeadSink) -> None:
-        try:
+    def _read_ready(self) -> None:
+        """Everything the pipes and the call socket hold now, without waiting: output into its
+        sink (and the tap); a pipe at its end, or the call socket once it reported (or closed),
+        is no longer watched."""
+        for fd, into in list(self.open.items()):
             while True:
                 try:
                     chunk = os.read(fd, 1 << 16)
                 except BlockingIOError:
-                    await anyio.wait_readable(fd)
-                    continue
+                    break
                 if not chunk:
-                    return
+                    del self.open[fd]
+                    self.ready.unwatch(fd)
+                    break
                 into.feed(chunk)
                 if self.tap is not None:
                     self.tap(chunk)
-        finally:
-            self.draining -= 1
-            if not self.draining:
-                self.drained.set()
+        if not self.reported:
+            try:
+                msg = self.line.sock.recv(reaping.MAX_MSG)
+            except BlockingIOError:
+                return
+            except OSError:
+                msg = b""
+            self.reported = True
+            self.ready.unwatch(self.line.sock.fileno())
+            self.finished, self.code = parse_exit(msg)
+
+    async def _until(self, done: Callable[[], bool]) -> None:
+        """Drain the output and read the call socket until ``done()``, in this task (one wait on
+        all of them, no task per pipe)."""
+        while True:
+            self._read_ready()
+            if done() or not self.ready.fds:
+                return
+            await self.ready.wait()
+
+    async def _report(self) -> tuple[bool, int | None]:
+        """The reaper's report ("exit <code>"), draining the output meanwhile."""
+        await self._until(lambda: self.reported)
+        return self.finished, self.code
 
     def _write_now(self) -> memoryview | None:
         """As much of the command's stdin as the pipe takes now (all of a hook's payload, usually:
@@ -193,16 +219,31 @@ class _Call:
             self.in_w = -1
 
     async def _stop(self, first: bytes) -> tuple[bool, int | None]:
-        if not self.line.stop(first):
+        if self.reported or not self.line.stop(first):
             return False, None  # the reaper is gone without reporting
         if first == b"term":
             with anyio.move_on_after(TERM_GRACE_S):
-                return await self.line.wait()
+                return await self._report()
             if not self.line.stop(b"kill"):
                 return False, None
         with anyio.move_on_after(EXIT_WAIT_S):
-            return await self.line.wait()
+            return await self._report()
         return False, None
+
+    async def _wait(self, timeout_s: float, stop: anyio.Event | None = None, tg: Any = None) -> None:
+        """The reaper's report, within ``timeout_s`` (or until ``stop``; then SIGTERM, and SIGKILL
+        after a grace), then the rest of the output (at most ``DRAIN_GRACE_S`` more)."""
+        with anyio.move_on_after(timeout_s) as deadline:
+            if stop is not None:
+                tg.start_soon(self._watch_stop, stop, deadline)
+            await self._report()
+        if deadline.cancelled_caught and not self.reported:
+            self.timed_out = not self.stopped
+            with anyio.CancelScope(shield=True):
+                self.finished, self.code = await self._stop(b"term")
+        if self.open:
+            with anyio.move_on_after(DRAIN_GRACE_S):
+                await self._until(lambda: not self.open)
 
     async def _watch_stop(self, stop: anyio.Event, deadline: anyio.CancelScope) -> None:
         await stop.wait()
@@ -210,29 +251,22 @@ class _Call:
         deadline.cancel()
 
     async def run(self, timeout_s: float, stop: anyio.Event | None = None) -> CommandResult:
+        self.open = {self.out_r: self.sink, **({self.err_r: self.err_sink} if self.err_sink is not None else {})}
         for fd in (self.out_r, self.err_r, self.in_w):
             if fd >= 0:
                 os.set_blocking(fd, False)
+        for fd in (*self.open, self.line.sock.fileno()):
+            self.ready.watch(fd)
         try:
-            async with anyio.create_task_group() as tg:
-                drains = [(self.out_r, self.sink), *([(self.err_r, self.err_sink)] if self.err_sink is not None else [])]
-                self.draining = len(drains)
-                for fd, sink in drains:
-                    tg.start_soon(self._drain, fd, sink)
-                rest = self._write_now()
-                if rest is not None:
-                    tg.start_soon(self._writer, rest)
-                with anyio.move_on_after(timeout_s) as deadline:
-                    if stop is not None:
-                        tg.start_soon(self._watch_stop, stop, deadline)
-                    self.finished, self.code = await self.line.wait()
-                if deadline.cancelled_caught:
-                    self.timed_out = not self.stopped
-                    with anyio.CancelScope(shield=True):
-                        self.finished, self.code = await self._stop(b"term")
-                with anyio.move_on_after(DRAIN_GRACE_S):
-                    await self.drained.wait()
-                tg.cancel_scope.cancel()
+            rest = self._write_now()
+            if stop is None and rest is None:  # a plain call (a bash command, a hook): no task at all
+                await self._wait(timeout_s)
+            else:
+                async with anyio.create_task_group() as tg:
+                    if rest is not None:
+                        tg.start_soon(self._writer, rest)
+                    await self._wait(timeout_s, stop, tg)
+                    tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 if not self.finished:  # cancelled (or the wait failed): kill now, and wait until all is gone

@@ -289,7 +289,7 @@ class TurnLoop(AgentBase):
     async def _intercept_prompt(self, turn: int, claimed: list[UserMessage], *, autonomous: bool = False) -> bool:
         """Session start (once per agent object) and prompt submit (not for an autonomous turn: no
         prompt is in it). False: the prompt is blocked."""
-        hook = self.host.pm.hook
+        hook = self.host.direct
         context: list[str] = []
         if self._start_source is not None:
             source, self._start_source = self._start_source, None
@@ -315,7 +315,7 @@ class TurnLoop(AgentBase):
 
     async def _intercept_stop(self, turn: int, step: int, continued: int) -> bool:
         """True: a ``dsh_before_stop`` answer made the turn take another step."""
-        answers = [a for a in await settle(self.host.pm.hook.dsh_before_stop(
+        answers = [a for a in await settle(self.host.direct.dsh_before_stop(
             session=self, turn=turn, step=step, continued=continued)) if isinstance(a, BeforeStop)]
         blocks = [a.block for a in answers if a.block]
         if self._halt(turn, "before_stop", answers) or not blocks:  # a stop wins over a block
@@ -345,7 +345,7 @@ class TurnLoop(AgentBase):
         continued = 0
         while True:
             step += 1
-            if self.host.pm.hook.dsh_check_step(session=self, turn=turn, step=step) == "stop":
+            if self.host.direct.dsh_check_step(session=self, turn=turn, step=step) == "stop":
                 return "max-steps"  # a step budget: everything so far is committed, every call answered
             partial = await self._call_model(turn, step)
             # Cut by max tokens: no tool call of this message runs or is committed, the one that was

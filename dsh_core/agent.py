@@ -104,7 +104,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._scope: anyio.CancelScope | None = None
         self._abort_kind: str | None = None
         self._disposed = False
-        self._wake: anyio.Event | None = None
+        self._wake: Flag | None = None
         self._retired = False  # the idle driver was told to end (turn.ParkedDrivers)
         self._header_sent = False
         self._header_reason = "initial"
@@ -429,7 +429,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._busy = True
         self._idle = Flag()
         if self._wake is None:  # the driver outlives its turn (turn.ParkedDrivers): no task per prompt
-            self._wake = anyio.Event()
+            self._wake = Flag()
             self.host.task_group.start_soon(self._drive, name=f"agent {self.session_id[:8]}")
         else:
             self._wake.set()

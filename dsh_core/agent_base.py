@@ -115,7 +115,7 @@ class AgentBase:
     _scope: anyio.CancelScope | None
     _abort_kind: str | None
     _disposed: bool
-    _wake: anyio.Event | None
+    _wake: Flag | None
     _retired: bool
     _header_sent: bool
     _header_reason: str

@@ -23,6 +23,7 @@ from .interception import (
     settle,
 )
 from .protocols import new_id
+from .state import Flag
 from .types import (
     AgentError,
     AssistantMessage,
@@ -187,7 +188,7 @@ class TurnLoop(AgentBase):
                 if self._disposed:
                     return
                 assert self._wake is not None
-                self._wake = anyio.Event()
+                self._wake = Flag()
                 parked.park(self)
                 await self._wake.wait()
                 parked.idle.pop(self, None)

@@ -524,7 +524,7 @@ async def test_the_flag_is_an_event_that_makes_its_event_only_for_a_waiter():
     from dsh_core.state import Flag
 
     flag = Flag()
-    assert not flag.is_set() and flag._event is None
+    assert not flag.is_set() and flag._waiters is None
     woke: list[str] = []
 
     async def waiter(name: str) -> None:
@@ -535,9 +535,27 @@ async def test_the_flag_is_an_event_that_makes_its_event_only_for_a_waiter():
         tg.start_soon(waiter, "a")
         tg.start_soon(waiter, "b")
         await anyio.wait_all_tasks_blocked()
-        assert woke == [] and flag._event is not None
+        assert woke == [] and flag._waiters is not None
         flag.set()
-    assert sorted(woke) == ["a", "b"] and flag.is_set() and flag._event is None
+    assert sorted(woke) == ["a", "b"] and flag.is_set() and flag._waiters is None
+    flag = Flag()  # a cancelled waiter leaves; the one left is still woken by set
+    gone = anyio.CancelScope()
+
+    async def cancelled() -> None:
+        with gone:
+            await flag.wait()
+            woke.append("never")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter, "c")
+        tg.start_soon(cancelled)
+        await anyio.wait_all_tasks_blocked()
+        assert len(flag._waiters) == 2  # type: ignore[arg-type]
+        gone.cancel()
+        await anyio.wait_all_tasks_blocked()
+        assert len(flag._waiters) == 1  # type: ignore[arg-type]
+        flag.set()
+    assert "c" in woke and "never" not in woke and flag._waiters is None
     with anyio.CancelScope() as scope:  # waiting on a set flag is a checkpoint, as on a set event
         scope.cancel()
         await Flag(True).wait()

@@ -107,7 +107,7 @@ def observer(session: Session, usage_updates: bool,
             session.streamed.clear()  # a call that failed and was retried never commits what it showed
             if on_turn_end is not None:
                 on_turn_end()
-        if slot is not None and not isinstance(event, AssistantMessageEvent):
+        if slot is not None and isinstance(event, _TRACKED):
             _track(session, slot, event, usage_updates)
 
     return observe
@@ -173,6 +173,9 @@ def _deliver(session: Session, slot: Slot | None, event: AssistantMessageEvent) 
         slot.usage = _add_usage(slot.usage, event.usage)
         slot.calls += 1
         slot.context = event.usage.input_tokens + event.usage.output_tokens
+
+
+_TRACKED = (InboxClaimed, TurnEnd, AgentError, InboxDropped)  # the events _track reads (no call for the rest)
 
 
 def _track(session: Session, slot: Slot, event: Any, usage_updates: bool) -> None:

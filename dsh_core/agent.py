@@ -31,7 +31,7 @@ from .dispatch import ToolDispatch
 from .errors import AgentDisposed, SessionLogFailed
 from .history import History
 from .protocols import AgentSpec, Observer, new_id
-from .state import Flag, StateSlots
+from .state import Flag, StateSlots, wait_either
 from .turn import TurnLoop
 from .types import (
     AssistantMessage,
@@ -452,10 +452,14 @@ class Agent(TurnLoop, ToolDispatch, History):
             self._abort_kind = kind
             self._scope.cancel()
 
-    async def wait_idle(self) -> None:
-        """Return when no turn runs and the inbox is empty (quiescence)."""
-        while self._busy:
-            await self._idle.wait()
+    async def wait_idle(self, unless: Flag | None = None) -> None:
+        """Return when no turn runs and the inbox is empty (quiescence), or once ``unless`` is set."""
+        if unless is None:
+            while self._busy:
+                await self._idle.wait()
+            return
+        while self._busy and not unless.is_set():
+            await wait_either(self._idle, unless)
 
     async def dispose(self) -> None:
         """Cancel, wait for quiescence, dispose children (child first), close the log."""

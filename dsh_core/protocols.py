@@ -268,8 +268,9 @@ class Agent(Protocol):
         """Rebuild a fresh, idle agent's conversation from a recorded log (session resume); with
         ``fork_of`` (that log's session id), start a new session from its committed history instead."""
 
-    async def wait_idle(self) -> None:
-        """Return when no turn runs and the inbox is empty (quiescence)."""
+    async def wait_idle(self, unless: Any = None) -> None:
+        """Return when no turn runs and the inbox is empty (quiescence), or once ``unless`` (a
+        ``dsh_core.state.Flag``) is set."""
 
     async def dispose(self) -> None:
         """Cancel, wait for quiescence, dispose children (child first), close the log."""

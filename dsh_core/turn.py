@@ -205,12 +205,14 @@ class TurnLoop(AgentBase):
         self._turn += 1
         turn = self._turn
         claimed, self._inbox = self._inbox, []
-        self._claimed_ids = frozenset(m.id for m in claimed)
+        ids = [m.id for m in claimed]
+        self._claimed_ids = frozenset(ids)
         # Autonomous: nothing the client sent is in it, only notices that woke the agent (no prompt
         # interception runs for it; a front door tells its output from a prompt's by this flag)
-        autonomous = bool(claimed) and all(m.id in self._woken for m in claimed)
-        self._woken = set()
-        self.emit(InboxClaimed(turn=turn, message_ids=[m.id for m in claimed]))
+        autonomous = bool(ids) and bool(self._woken) and self._woken.issuperset(ids)
+        if self._woken:
+            self._woken = set()
+        self.emit(InboxClaimed(turn=turn, message_ids=ids))
         self._history.extend(claimed)
         self.emit(TurnStart(turn=turn, autonomous=autonomous))
         self._abort_kind = None
@@ -300,9 +302,12 @@ class TurnLoop(AgentBase):
             self._halt(turn, "session_start", started)
         answers: list[PromptSubmit] = []
         if not self._halted and not autonomous:  # a stop at session start: the prompt is not submitted
-            answers = [a for a in await settle(hook.dsh_prompt_submit(session=self, messages=list(claimed), turn=turn))
-                       if isinstance(a, PromptSubmit)]
-            self._halt(turn, "prompt_submit", answers)
+            raw = hook.dsh_prompt_submit(session=self, messages=list(claimed), turn=turn)
+            if raw:  # most prompts: no plugin answers (none of the helpers below is called for nothing)
+                answers = [a for a in await settle(raw) if isinstance(a, PromptSubmit)]
+                self._halt(turn, "prompt_submit", answers)
+        if not answers and not context and not self._halted:
+            return True
         blocks = [a.block for a in answers if a.block]
         if blocks or self._halted:  # a stop before the prompt was admitted keeps it out, as a block does
             ids = {m.id for m in claimed}
@@ -316,8 +321,10 @@ class TurnLoop(AgentBase):
 
     async def _intercept_stop(self, turn: int, step: int, continued: int) -> bool:
         """True: a ``dsh_before_stop`` answer made the turn take another step."""
-        answers = [a for a in await settle(self.host.direct.dsh_before_stop(
-            session=self, turn=turn, step=step, continued=continued)) if isinstance(a, BeforeStop)]
+        raw = self.host.direct.dsh_before_stop(session=self, turn=turn, step=step, continued=continued)
+        if not raw:  # no plugin answers: nothing blocks, and nothing stops the turn here
+            return False
+        answers = [a for a in await settle(raw) if isinstance(a, BeforeStop)]
         blocks = [a.block for a in answers if a.block]
         if self._halt(turn, "before_stop", answers) or not blocks:  # a stop wins over a block
             return False

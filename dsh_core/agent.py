@@ -93,6 +93,9 @@ class Agent(TurnLoop, ToolDispatch, History):
         self.children: list[protocols.Agent] = []
         self.log_error: Exception | None = None  # the first failure of the durable log, if any
         self._observers: list[Observer] = []
+        # The host's dsh_session_event observers, called from emit without a host.observe call per
+        # event (a host that keeps none of its own: its observe, per the HostLike protocol).
+        self._host_observers = getattr(host, "_event_observers", None)
         self._watchers: list[Callable[[Any, LiveText], None]] = []
         self._progress_watchers: list[Callable[[Any, ToolProgress], None]] = []
         self._seq = 0
@@ -211,7 +214,15 @@ class Agent(TurnLoop, ToolDispatch, History):
                 obs(self, event)
             except Exception as exc:  # an observer must not break the loop
                 warn(f"session observer failed: {exc!r}")
-        self.host.observe(self, event)
+        host_observers = self._host_observers
+        if host_observers is None:
+            self.host.observe(self, event)
+            return
+        for obs in host_observers:  # as Host.observe does
+            try:
+                obs(self, event)
+            except Exception as exc:  # one observer's bug costs neither the turn nor the other observers
+                warn(f"dsh_session_event observer failed: {exc!r}")
 
     # ------------------------------------------------------------------ public surface
 

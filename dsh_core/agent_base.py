@@ -54,6 +54,7 @@ class AgentBase:
         "_inbox",
         "_metered",
         "_notices",
+        "_host_observers",
         "_observers",
         "_offered",
         "_pending_context",
@@ -104,6 +105,7 @@ class AgentBase:
     children: list[protocols.Agent]
     log_error: Exception | None
     history_policy: Any
+    _host_observers: tuple[Observer, ...] | None
     _observers: list[Observer]
     _watchers: list[Any]
     _seq: int

@@ -610,3 +610,16 @@ async def test_sessions_share_the_host_catalog_and_prompt_until_a_source_publish
         assert "extra" in a.tools and "echo" in a.tools
         assert "extra" not in host.tools and b.tools is host.tools
         assert a.publish_tools("mine", []) == [] and "extra" not in a.tools and "extra" not in host.tools
+
+
+def test_a_history_view_slices_as_a_list_of_its_first_n_messages():
+    from dsh_core.types import HistoryView
+
+    items = list(range(10))
+    view = HistoryView(items, 6)
+    items.append(10)  # the history grows past the view: the view does not
+    expected = items[:6]
+    for s in (slice(None), slice(2, None), slice(-3, None), slice(1, 100), slice(None, -2), slice(4, 2),
+              slice(None, None, 2), slice(None, None, -1), slice(5, 0, -2)):
+        assert view[s] == expected[s], s
+    assert view[-1] == 5 and len(view) == 6

@@ -231,10 +231,6 @@ def nesting_depth_exceeds(line: bytes, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def _valid_id(value: Any) -> bool:
-    return value is None or type(value) is int or type(value) is str
-
-
 class Peer:
     """One JSON-RPC connection. ``serve()`` reads until EOF; handlers run in its task group.
 
@@ -509,11 +505,12 @@ class Peer:
         if decoded is None:
             return
         frame, bad_utf8 = decoded
-        has_id = frame.id is not msgspec.UNSET
-        id_ok = has_id and _valid_id(frame.id)
-        reply_id = frame.id if id_ok else None
-        if self._took_response(frame, has_id, id_ok, bad_utf8):
-            return
+        rid = frame.id
+        has_id = rid is not msgspec.UNSET
+        id_ok = has_id and (rid is None or type(rid) is int or type(rid) is str)  # null, integer or string
+        reply_id = rid if id_ok else None
+        if frame.method is msgspec.UNSET and self._took_response(frame, has_id, id_ok, bad_utf8):
+            return  # (a frame with a method is never a response)
         if frame.jsonrpc != "2.0":
             await self._error(reply_id, INVALID_REQUEST, 'Invalid request: jsonrpc must be "2.0"')
             return
@@ -526,7 +523,7 @@ class Peer:
     async def _decode(self, line: bytes) -> tuple[Frame, bool] | None:
         """The line's frame and whether the line was invalid UTF-8; None once the line has been
         answered with an error (too deep, not an object, not JSON)."""
-        if nesting_depth_exceeds(line):
+        if line.count(b"[") + line.count(b"{") > MAX_DEPTH and nesting_depth_exceeds(line):  # (its own cheap test, first)
             await self._error(None, INVALID_REQUEST, f"Invalid request: nested deeper than {MAX_DEPTH} levels",
                               {"maxDepth": MAX_DEPTH})
             return None

@@ -121,6 +121,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._claimed_ids: frozenset[str] = frozenset()  # the running turn's prompt messages
         self._state = StateSlots()  # plugin state of this session (dsh_core.state)
         self._offered: list[str] | None = None  # None: every tool is offered to the model
+        self._specs: tuple[Any, Any, list[Any]] | None = None  # (tools, offered, their specs): see _tool_specs
         self._unknown_hint = ""
         self._spliced: list[UserMessage] = []
         self._metered: tuple[int, int] | None = None  # (reported prompt tokens, messages in that request)
@@ -304,6 +305,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         answered ``UNKNOWN_TOOL`` followed by ``hint``; every tool stays callable through
         ``call_tool`` (code mode offers only ``run_code`` and calls the others from programs)."""
         self._offered = [n for n in names if n in self.tools]
+        self._specs = None
         self._unknown_hint = hint
         self._header_sent = False
 
@@ -315,6 +317,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         # the first set this session publishes: its own catalog from now on (the host's until then)
         own = self.tools if isinstance(self.tools, dict) and self.tools is not self.host.tools else dict(self.tools)
         self.tools = own
+        self._specs = None  # changed in place below
         for name in before:
             own.pop(name, None)
         taken: list[str] = []
@@ -362,6 +365,17 @@ class Agent(TurnLoop, ToolDispatch, History):
     @property
     def offered(self) -> list[str]:
         return list(self.tools) if self._offered is None else list(self._offered)
+
+    def _tool_specs(self) -> list[Any]:
+        """The specs of the offered tools, in order (a new list each time): kept while neither the
+        catalog nor the offer changed (``offer``/``publish_tools`` drop it; a catalog or offer
+        replaced from outside is a different object), not rebuilt over every tool per request."""
+        cached = self._specs
+        if cached is not None and cached[0] is self.tools and cached[1] is self._offered:
+            return list(cached[2])
+        specs = [self.tools[n].spec for n in self.offered]
+        self._specs = (self.tools, self._offered, specs)
+        return list(specs)
 
     def _fork_from(self, parent: protocols.Agent) -> None:
         """Start where the parent's last completed turn ended, with its system prompt, tools and

@@ -66,6 +66,7 @@ class AgentBase:
         "_sources_done",
         "_sources_ready",
         "_sources_scope",
+        "_specs",
         "_spliced",
         "_start_source",
         "_state",
@@ -133,6 +134,7 @@ class AgentBase:
     _sources_scope: anyio.CancelScope | None
     _state: StateSlots
     _offered: list[str] | None
+    _specs: tuple[Any, Any, list[Any]] | None
     _unknown_hint: str
     _spliced: list[UserMessage]
     _metered: tuple[int, int] | None
@@ -152,6 +154,9 @@ class AgentBase:
         raise NotImplementedError
 
     def _claim_wake(self) -> bool:  # agent
+        raise NotImplementedError
+
+    def _tool_specs(self) -> list[Any]:  # agent
         raise NotImplementedError
 
     @property

@@ -258,7 +258,7 @@ class TurnLoop(AgentBase):
                     continue  # already told (a tool result showed it since)
                 self._history.append(message)
                 self.emit(UserMessageEvent(message=message))
-        tools = [self.tools[n].spec for n in self.offered] if self.route.tools else []
+        tools = self._tool_specs() if self.route.tools else []
         if not self._header_sent:
             self._header_sent = True
             self.emit(

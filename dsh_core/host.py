@@ -467,7 +467,7 @@ class DirectHook:
     The turn loop's interception points go through these (a pluggy call is ~8 Python calls of
     machinery per hook; bench/profile_prompt.py)."""
 
-    __slots__ = ("_caller", "_pm", "_seen", "_calls", "_first")
+    __slots__ = ("_caller", "_calls", "_first", "_pm", "_seen")
 
     def __init__(self, pm: pluggy.PluginManager, name: str) -> None:
         self._caller = getattr(pm.hook, name)

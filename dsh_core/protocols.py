@@ -298,6 +298,11 @@ class Host(Protocol):
     def pm(self) -> pluggy.PluginManager: ...
 
     @property
+    def direct(self) -> Any:
+        """Hooks by name (``host.direct.dsh_prompt_submit(...)``) called with pluggy's semantics
+        but without its call machinery: the turn loop's per-prompt interception points."""
+
+    @property
     def config(self) -> dict[str, dict[str, Any]]:
         """Each plugin's table from the example (``[config.<plugin>]``) with overrides merged."""
 

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.abc
@@ -201,7 +201,7 @@ class _Unscoped:
     def __enter__(self) -> _Unscoped:
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
 

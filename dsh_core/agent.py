@@ -20,6 +20,7 @@ module), and nothing outside ``dsh_core`` imports it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from time import time as _time
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -30,7 +31,7 @@ from .dispatch import ToolDispatch
 from .errors import AgentDisposed, SessionLogFailed
 from .history import History
 from .protocols import AgentSpec, Observer, new_id
-from .state import Flag, StateSlots
+from .state import Flag, StateSlots, wait_either
 from .turn import TurnLoop
 from .types import (
     AssistantMessage,
@@ -49,7 +50,6 @@ from .types import (
     ToolResultMessage,
     UserMessage,
     UserMessageEvent,
-    now,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,6 +93,9 @@ class Agent(TurnLoop, ToolDispatch, History):
         self.children: list[protocols.Agent] = []
         self.log_error: Exception | None = None  # the first failure of the durable log, if any
         self._observers: list[Observer] = []
+        # The host's dsh_session_event observers, called from emit without a host.observe call per
+        # event (a host that keeps none of its own: its observe, per the HostLike protocol).
+        self._host_observers = getattr(host, "_event_observers", None)
         self._watchers: list[Callable[[Any, LiveText], None]] = []
         self._progress_watchers: list[Callable[[Any, ToolProgress], None]] = []
         self._seq = 0
@@ -104,7 +107,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._scope: anyio.CancelScope | None = None
         self._abort_kind: str | None = None
         self._disposed = False
-        self._wake: anyio.Event | None = None
+        self._wake: Flag | None = None
         self._retired = False  # the idle driver was told to end (turn.ParkedDrivers)
         self._header_sent = False
         self._header_reason = "initial"
@@ -118,6 +121,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._claimed_ids: frozenset[str] = frozenset()  # the running turn's prompt messages
         self._state = StateSlots()  # plugin state of this session (dsh_core.state)
         self._offered: list[str] | None = None  # None: every tool is offered to the model
+        self._specs: tuple[Any, Any, list[Any]] | None = None  # (tools, offered, their specs): see _tool_specs
         self._unknown_hint = ""
         self._spliced: list[UserMessage] = []
         self._metered: tuple[int, int] | None = None  # (reported prompt tokens, messages in that request)
@@ -195,7 +199,7 @@ class Agent(TurnLoop, ToolDispatch, History):
     def emit(self, event: DurableEvent) -> None:
         self._seq += 1
         event.seq = self._seq
-        event.time = now()
+        event.time = _time()  # types.now(), without a call of its own (five events a prompt)
         if self.log_error is None:
             try:
                 self.log.append(event)
@@ -211,7 +215,15 @@ class Agent(TurnLoop, ToolDispatch, History):
                 obs(self, event)
             except Exception as exc:  # an observer must not break the loop
                 warn(f"session observer failed: {exc!r}")
-        self.host.observe(self, event)
+        host_observers = self._host_observers
+        if host_observers is None:
+            self.host.observe(self, event)
+            return
+        for obs in host_observers:  # as Host.observe does
+            try:
+                obs(self, event)
+            except Exception as exc:  # one observer's bug costs neither the turn nor the other observers
+                warn(f"dsh_session_event observer failed: {exc!r}")
 
     # ------------------------------------------------------------------ public surface
 
@@ -230,7 +242,10 @@ class Agent(TurnLoop, ToolDispatch, History):
 
     def state(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
         """This session's ``cls`` slot, created by ``factory`` (default ``cls()``) on first use."""
-        return self._state.get(cls, factory)
+        try:
+            return self._state._slots[cls]  # type: ignore[no-any-return]  # the hot path: one call, not two
+        except KeyError:
+            return self._state.get(cls, factory)
 
     def describe_state(self) -> dict[str, str]:
         """Every plugin state slot of this session, bounded reprs (debug dumps)."""
@@ -290,6 +305,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         answered ``UNKNOWN_TOOL`` followed by ``hint``; every tool stays callable through
         ``call_tool`` (code mode offers only ``run_code`` and calls the others from programs)."""
         self._offered = [n for n in names if n in self.tools]
+        self._specs = None
         self._unknown_hint = hint
         self._header_sent = False
 
@@ -301,6 +317,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         # the first set this session publishes: its own catalog from now on (the host's until then)
         own = self.tools if isinstance(self.tools, dict) and self.tools is not self.host.tools else dict(self.tools)
         self.tools = own
+        self._specs = None  # changed in place below
         for name in before:
             own.pop(name, None)
         taken: list[str] = []
@@ -348,6 +365,17 @@ class Agent(TurnLoop, ToolDispatch, History):
     @property
     def offered(self) -> list[str]:
         return list(self.tools) if self._offered is None else list(self._offered)
+
+    def _tool_specs(self) -> list[Any]:
+        """The specs of the offered tools, in order (a new list each time): kept while neither the
+        catalog nor the offer changed (``offer``/``publish_tools`` drop it; a catalog or offer
+        replaced from outside is a different object), not rebuilt over every tool per request."""
+        cached = self._specs
+        if cached is not None and cached[0] is self.tools and cached[1] is self._offered:
+            return list(cached[2])
+        specs = [self.tools[n].spec for n in self.offered]
+        self._specs = (self.tools, self._offered, specs)
+        return list(specs)
 
     def _fork_from(self, parent: protocols.Agent) -> None:
         """Start where the parent's last completed turn ended, with its system prompt, tools and
@@ -429,7 +457,7 @@ class Agent(TurnLoop, ToolDispatch, History):
         self._busy = True
         self._idle = Flag()
         if self._wake is None:  # the driver outlives its turn (turn.ParkedDrivers): no task per prompt
-            self._wake = anyio.Event()
+            self._wake = Flag()
             self.host.task_group.start_soon(self._drive, name=f"agent {self.session_id[:8]}")
         else:
             self._wake.set()
@@ -449,10 +477,14 @@ class Agent(TurnLoop, ToolDispatch, History):
             self._abort_kind = kind
             self._scope.cancel()
 
-    async def wait_idle(self) -> None:
-        """Return when no turn runs and the inbox is empty (quiescence)."""
-        while self._busy:
-            await self._idle.wait()
+    async def wait_idle(self, unless: Flag | None = None) -> None:
+        """Return when no turn runs and the inbox is empty (quiescence), or once ``unless`` is set."""
+        if unless is None:
+            while self._busy:
+                await self._idle.wait()
+            return
+        while self._busy and not unless.is_set():
+            await wait_either(self._idle, unless)
 
     async def dispose(self) -> None:
         """Cancel, wait for quiescence, dispose children (child first), close the log."""

@@ -50,6 +50,7 @@ class AgentBase:
         "_header_reason",
         "_header_sent",
         "_history",
+        "_host_observers",
         "_idle",
         "_inbox",
         "_metered",
@@ -65,6 +66,7 @@ class AgentBase:
         "_sources_done",
         "_sources_ready",
         "_sources_scope",
+        "_specs",
         "_spliced",
         "_start_source",
         "_state",
@@ -104,6 +106,7 @@ class AgentBase:
     children: list[protocols.Agent]
     log_error: Exception | None
     history_policy: Any
+    _host_observers: tuple[Observer, ...] | None
     _observers: list[Observer]
     _watchers: list[Any]
     _seq: int
@@ -115,7 +118,7 @@ class AgentBase:
     _scope: anyio.CancelScope | None
     _abort_kind: str | None
     _disposed: bool
-    _wake: anyio.Event | None
+    _wake: Flag | None
     _retired: bool
     _header_sent: bool
     _header_reason: str
@@ -131,6 +134,7 @@ class AgentBase:
     _sources_scope: anyio.CancelScope | None
     _state: StateSlots
     _offered: list[str] | None
+    _specs: tuple[Any, Any, list[Any]] | None
     _unknown_hint: str
     _spliced: list[UserMessage]
     _metered: tuple[int, int] | None
@@ -150,6 +154,9 @@ class AgentBase:
         raise NotImplementedError
 
     def _claim_wake(self) -> bool:  # agent
+        raise NotImplementedError
+
+    def _tool_specs(self) -> list[Any]:  # agent
         raise NotImplementedError
 
     @property

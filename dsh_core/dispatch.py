@@ -110,7 +110,7 @@ class ToolDispatch(AgentBase):
         if self._halted:
             return out
         answers: list[AfterTool] = [
-            a for a in await settle(self.host.pm.hook.dsh_after_tool(session=self, call=call, output=out))
+            a for a in await settle(self.host.direct.dsh_after_tool(session=self, call=call, output=out))
             if isinstance(a, AfterTool)
         ]
         if not answers:
@@ -199,7 +199,7 @@ class ToolDispatch(AgentBase):
     ) -> ToolOutput | None:
         """Fold the ``dsh_before_tool`` answers (deny > ask > allow); an error result when the call
         must not run, None when it may."""
-        answers = [a for a in await settle(self.host.pm.hook.dsh_before_tool(
+        answers = [a for a in await settle(self.host.direct.dsh_before_tool(
             session=self, name=name, args=args, call_id=call_id, turn=turn, step=step)) if isinstance(a, BeforeTool)]
         if self._halt(turn, "before_tool", answers):  # a stop wins over any verdict: the call does not run
             return ToolOutput.text(f"Error: {HALTED_TOOL}", is_error=True, code="STOPPED")

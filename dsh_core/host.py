@@ -8,6 +8,7 @@ It knows the agent loop only through the ``dsh_make_agent`` hook (whose default,
 from __future__ import annotations
 
 import inspect
+import operator
 import os
 import shlex
 import sys
@@ -297,6 +298,7 @@ class Host:
         # Resolved once: each event goes straight to the dsh_session_event implementations
         # (none: nothing at all), not through pluggy's call machinery (bench/profile_prompt.py).
         self._event_observers = _direct_observers(pm.hook.dsh_session_event, traced=pm in _TRACED)
+        self.direct = DirectHooks(pm)  # the turn loop's per-prompt hooks, past pluggy's machinery
         self.attachment_store: AttachmentStore | None = pm.hook.dsh_attachment_store(host=self)
         self.confinement: Confinement | None = pm.hook.dsh_confinement(host=self)
 
@@ -409,7 +411,10 @@ class Host:
 
     def state(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
         """This host's ``cls`` slot, created by ``factory`` (default ``cls()``) on first use."""
-        return self._state.get(cls, factory)
+        try:
+            return self._state._slots[cls]  # type: ignore[no-any-return]  # the hot path: one call, not two
+        except KeyError:
+            return self._state.get(cls, factory)
 
     def describe_state(self) -> dict[str, str]:
         """Every plugin state slot of this host, bounded reprs (debug dumps)."""
@@ -447,6 +452,78 @@ def _direct_observers(hook: Any, *, traced: bool = False) -> tuple[Callable[[Age
         fn, names = impl.function, tuple(impl.argnames)
         out.append(fn if names == ("session", "event") else _by_name(fn, names))
     return tuple(out)
+
+
+_PLAIN_HOOKEXEC = pluggy.PluginManager("dsh-probe")._inner_hookexec  # pluggy's own call loop: not traced
+
+
+class DirectHook:
+    """One hook called straight to its implementations, with pluggy's call semantics: the
+    implementations in pluggy's order (the last registered and ``tryfirst`` first), each given
+    the arguments it names, None answers dropped, ``firstresult`` stopping at the first answer;
+    no implementation: no call at all. The implementations are resolved again whenever the
+    hook's set changes (a plugin registered later); with a hook wrapper among them, defaults in
+    the spec, or hook calls traced or monitored (``DSH_TRACE_PLUGINS``), pluggy itself calls it.
+    The turn loop's interception points go through these (a pluggy call is ~8 Python calls of
+    machinery per hook; bench/profile_prompt.py)."""
+
+    __slots__ = ("_caller", "_calls", "_first", "_pm", "_seen")
+
+    def __init__(self, pm: pluggy.PluginManager, name: str) -> None:
+        self._caller = getattr(pm.hook, name)
+        self._pm = pm
+        self._seen: list[Any] | None = None
+        self._calls: tuple[tuple[Callable[..., Any], Any, int], ...] | None = None
+        spec = self._caller.spec
+        self._first = bool(spec is not None and spec.opts.get("firstresult", False))
+
+    def _resolve(self, impls: list[Any]) -> None:
+        self._seen = list(impls)
+        spec = self._caller.spec
+        if (spec is None or spec.kwargdefaults or self._caller.is_historic()
+                or any(i.hookwrapper or i.wrapper for i in impls)):
+            self._calls = None
+            return
+        calls = []
+        for impl in reversed(impls):
+            names = tuple(impl.argnames)
+            calls.append((impl.function, operator.itemgetter(*names) if names else None, len(names)))
+        self._calls = tuple(calls)
+
+    def __call__(self, **kwargs: Any) -> Any:
+        caller = self._caller
+        if caller._hookimpls != self._seen:
+            self._resolve(caller._hookimpls)
+        calls = self._calls
+        if calls is None or self._pm._inner_hookexec is not _PLAIN_HOOKEXEC:
+            return caller(**kwargs)
+        results = []
+        for fn, pick, n in calls:
+            if n == 1:
+                res = fn(pick(kwargs))
+            elif n:
+                res = fn(*pick(kwargs))
+            else:
+                res = fn()
+            if res is not None:
+                if self._first:
+                    return res
+                results.append(res)
+        return None if self._first else results
+
+
+class DirectHooks:
+    """``host.direct.<hook>``: a ``DirectHook`` per hook name, made on first use."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self._pm = pm
+
+    def __getattr__(self, name: str) -> DirectHook:
+        if not name.startswith("dsh_"):
+            raise AttributeError(name)
+        hook = DirectHook(self._pm, name)
+        setattr(self, name, hook)
+        return hook
 
 
 def _by_name(fn: Callable[..., Any], names: tuple[str, ...]) -> Callable[[Agent, DurableEvent], None]:

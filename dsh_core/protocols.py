@@ -19,7 +19,7 @@ This module imports only ``types`` from the spine: it is the bottom of the contr
 
 from __future__ import annotations
 
-import secrets
+import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -62,7 +62,7 @@ C = TypeVar("C", bound=PluginConfig)
 
 def new_id(prefix: str = "") -> str:
     """An unguessable id (128 bits from the OS CSPRNG)."""
-    return prefix + secrets.token_hex(16)
+    return prefix + os.urandom(16).hex()  # what secrets.token_hex(16) returns, without its three calls
 
 
 @runtime_checkable
@@ -268,8 +268,9 @@ class Agent(Protocol):
         """Rebuild a fresh, idle agent's conversation from a recorded log (session resume); with
         ``fork_of`` (that log's session id), start a new session from its committed history instead."""
 
-    async def wait_idle(self) -> None:
-        """Return when no turn runs and the inbox is empty (quiescence)."""
+    async def wait_idle(self, unless: Any = None) -> None:
+        """Return when no turn runs and the inbox is empty (quiescence), or once ``unless`` (a
+        ``dsh_core.state.Flag``) is set."""
 
     async def dispose(self) -> None:
         """Cancel, wait for quiescence, dispose children (child first), close the log."""
@@ -295,6 +296,11 @@ class Host(Protocol):
 
     @property
     def pm(self) -> pluggy.PluginManager: ...
+
+    @property
+    def direct(self) -> Any:
+        """Hooks by name (``host.direct.dsh_prompt_submit(...)``) called with pluggy's semantics
+        but without its call machinery: the turn loop's per-prompt interception points."""
 
     @property
     def config(self) -> dict[str, dict[str, Any]]:

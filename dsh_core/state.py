@@ -25,6 +25,7 @@ private slot; two plugins never collide unless they share a class on purpose.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -84,24 +85,34 @@ class StateSlots:
 
 
 class Flag:
-    """An ``anyio.Event`` that costs an event only while someone waits on it unset.
+    """An ``anyio.Event`` that costs a waiter only while someone waits on it unset.
 
     ``set``/``is_set``/``wait`` behave as the event's (``wait`` on a set flag is a checkpoint).
     Sessions hold a few of these each (idle, tool sources ready); most are set and never
-    waited on, and an ``anyio.Event`` with its asyncio event and waiter deque is ~0.8 KiB."""
+    waited on, and an ``anyio.Event`` with its asyncio event and waiter deque is ~0.8 KiB. On
+    asyncio a waiter awaits a future of its own, as an asyncio event's waiter does (a cancel
+    scope cancels the waiting task at that await, as at any checkpoint; a cancelled waiter
+    takes nothing from the others): no anyio event is made, set and waited through (~12 Python
+    calls a prompt, bench/profile_prompt.py). On another backend it is an ``anyio.Event``."""
 
-    __slots__ = ("_event", "_set")
+    __slots__ = ("_set", "_waiters")
 
     def __init__(self, is_set: bool = False) -> None:
         self._set = is_set
-        self._event: anyio.Event | None = None
+        self._waiters: list[asyncio.Future[None]] | anyio.Event | None = None
 
     def set(self) -> None:
         if not self._set:
             self._set = True
-            event, self._event = self._event, None
-            if event is not None:
-                event.set()
+            waiters, self._waiters = self._waiters, None
+            if waiters is None:
+                return
+            if type(waiters) is list:
+                for fut in waiters:
+                    if not fut.done():
+                        fut.set_result(None)
+            else:
+                waiters.set()  # type: ignore[union-attr]
 
     def is_set(self) -> bool:
         return self._set
@@ -110,6 +121,60 @@ class Flag:
         if self._set:
             await anyio.lowlevel.checkpoint()
             return
-        if self._event is None:
-            self._event = anyio.Event()
-        await self._event.wait()
+        loop = asyncio._get_running_loop()
+        if loop is None:  # another anyio backend
+            if self._waiters is None:
+                self._waiters = anyio.Event()
+            await self._waiters.wait()  # type: ignore[union-attr]
+            return
+        fut = loop.create_future()
+        waiters = self._waiters
+        if waiters is None:
+            self._waiters = [fut]
+        else:
+            waiters.append(fut)  # type: ignore[union-attr]
+        try:
+            await fut
+        except BaseException:  # cancelled: this waiter leaves, the others wait on
+            waiters = self._waiters
+            if type(waiters) is list and fut in waiters:
+                waiters.remove(fut)
+                if not waiters:
+                    self._waiters = None
+            raise
+
+
+async def wait_either(first: Flag, second: Flag) -> None:
+    """Return when ``first`` or ``second`` is set (a checkpoint when one already is). On asyncio
+    one future waits on both flags, where a cancel scope that the other side cancels would cost
+    a scope made, entered and left (~15 Python calls)."""
+    if first._set or second._set:
+        await anyio.lowlevel.checkpoint()
+        return
+    loop = asyncio._get_running_loop()
+    if loop is None:  # another anyio backend: a task per flag, the first to finish ends both
+        async with anyio.create_task_group() as tg:
+
+            async def one(flag: Flag) -> None:
+                await flag.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(one, first)
+            tg.start_soon(one, second)
+        return
+    fut = loop.create_future()
+    for flag in (first, second):
+        waiters = flag._waiters
+        if waiters is None:
+            flag._waiters = [fut]
+        else:
+            waiters.append(fut)  # type: ignore[union-attr]
+    try:
+        await fut
+    finally:  # the flag that was set let go of its waiters; the other still holds this one
+        for flag in (first, second):
+            waiters = flag._waiters
+            if type(waiters) is list and fut in waiters:
+                waiters.remove(fut)
+                if not waiters:
+                    flag._waiters = None

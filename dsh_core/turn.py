@@ -23,6 +23,7 @@ from .interception import (
     settle,
 )
 from .protocols import new_id
+from .state import Flag
 from .types import (
     AgentError,
     AssistantMessage,
@@ -187,7 +188,7 @@ class TurnLoop(AgentBase):
                 if self._disposed:
                     return
                 assert self._wake is not None
-                self._wake = anyio.Event()
+                self._wake = Flag()
                 parked.park(self)
                 await self._wake.wait()
                 parked.idle.pop(self, None)
@@ -204,12 +205,14 @@ class TurnLoop(AgentBase):
         self._turn += 1
         turn = self._turn
         claimed, self._inbox = self._inbox, []
-        self._claimed_ids = frozenset(m.id for m in claimed)
+        ids = [m.id for m in claimed]
+        self._claimed_ids = frozenset(ids)
         # Autonomous: nothing the client sent is in it, only notices that woke the agent (no prompt
         # interception runs for it; a front door tells its output from a prompt's by this flag)
-        autonomous = bool(claimed) and all(m.id in self._woken for m in claimed)
-        self._woken = set()
-        self.emit(InboxClaimed(turn=turn, message_ids=[m.id for m in claimed]))
+        autonomous = bool(ids) and bool(self._woken) and self._woken.issuperset(ids)
+        if self._woken:
+            self._woken = set()
+        self.emit(InboxClaimed(turn=turn, message_ids=ids))
         self._history.extend(claimed)
         self.emit(TurnStart(turn=turn, autonomous=autonomous))
         self._abort_kind = None
@@ -255,7 +258,7 @@ class TurnLoop(AgentBase):
                     continue  # already told (a tool result showed it since)
                 self._history.append(message)
                 self.emit(UserMessageEvent(message=message))
-        tools = [self.tools[n].spec for n in self.offered] if self.route.tools else []
+        tools = self._tool_specs() if self.route.tools else []
         if not self._header_sent:
             self._header_sent = True
             self.emit(
@@ -289,7 +292,7 @@ class TurnLoop(AgentBase):
     async def _intercept_prompt(self, turn: int, claimed: list[UserMessage], *, autonomous: bool = False) -> bool:
         """Session start (once per agent object) and prompt submit (not for an autonomous turn: no
         prompt is in it). False: the prompt is blocked."""
-        hook = self.host.pm.hook
+        hook = self.host.direct
         context: list[str] = []
         if self._start_source is not None:
             source, self._start_source = self._start_source, None
@@ -299,9 +302,12 @@ class TurnLoop(AgentBase):
             self._halt(turn, "session_start", started)
         answers: list[PromptSubmit] = []
         if not self._halted and not autonomous:  # a stop at session start: the prompt is not submitted
-            answers = [a for a in await settle(hook.dsh_prompt_submit(session=self, messages=list(claimed), turn=turn))
-                       if isinstance(a, PromptSubmit)]
-            self._halt(turn, "prompt_submit", answers)
+            raw = hook.dsh_prompt_submit(session=self, messages=list(claimed), turn=turn)
+            if raw:  # most prompts: no plugin answers (none of the helpers below is called for nothing)
+                answers = [a for a in await settle(raw) if isinstance(a, PromptSubmit)]
+                self._halt(turn, "prompt_submit", answers)
+        if not answers and not context and not self._halted:
+            return True
         blocks = [a.block for a in answers if a.block]
         if blocks or self._halted:  # a stop before the prompt was admitted keeps it out, as a block does
             ids = {m.id for m in claimed}
@@ -315,8 +321,10 @@ class TurnLoop(AgentBase):
 
     async def _intercept_stop(self, turn: int, step: int, continued: int) -> bool:
         """True: a ``dsh_before_stop`` answer made the turn take another step."""
-        answers = [a for a in await settle(self.host.pm.hook.dsh_before_stop(
-            session=self, turn=turn, step=step, continued=continued)) if isinstance(a, BeforeStop)]
+        raw = self.host.direct.dsh_before_stop(session=self, turn=turn, step=step, continued=continued)
+        if not raw:  # no plugin answers: nothing blocks, and nothing stops the turn here
+            return False
+        answers = [a for a in await settle(raw) if isinstance(a, BeforeStop)]
         blocks = [a.block for a in answers if a.block]
         if self._halt(turn, "before_stop", answers) or not blocks:  # a stop wins over a block
             return False
@@ -345,7 +353,7 @@ class TurnLoop(AgentBase):
         continued = 0
         while True:
             step += 1
-            if self.host.pm.hook.dsh_check_step(session=self, turn=turn, step=step) == "stop":
+            if self.host.direct.dsh_check_step(session=self, turn=turn, step=step) == "stop":
                 return "max-steps"  # a step budget: everything so far is committed, every call answered
             partial = await self._call_model(turn, step)
             # Cut by max tokens: no tool call of this message runs or is committed, the one that was

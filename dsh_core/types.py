@@ -601,7 +601,10 @@ class HistoryView(Sequence[Any]):
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
-            return [self._items[i] for i in range(*index.indices(self._n))]
+            start, stop, step = index.indices(self._n)
+            if step == 1:  # the usual slice: the list's own, in C (bounds already within the view)
+                return self._items[start:stop]
+            return [self._items[i] for i in range(start, stop, step)]
         if index < 0:
             index += self._n
         if not 0 <= index < self._n:

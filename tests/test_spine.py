@@ -524,7 +524,7 @@ async def test_the_flag_is_an_event_that_makes_its_event_only_for_a_waiter():
     from dsh_core.state import Flag
 
     flag = Flag()
-    assert not flag.is_set() and flag._event is None
+    assert not flag.is_set() and flag._waiters is None
     woke: list[str] = []
 
     async def waiter(name: str) -> None:
@@ -535,12 +535,61 @@ async def test_the_flag_is_an_event_that_makes_its_event_only_for_a_waiter():
         tg.start_soon(waiter, "a")
         tg.start_soon(waiter, "b")
         await anyio.wait_all_tasks_blocked()
-        assert woke == [] and flag._event is not None
+        assert woke == [] and flag._waiters is not None
         flag.set()
-    assert sorted(woke) == ["a", "b"] and flag.is_set() and flag._event is None
+    assert sorted(woke) == ["a", "b"] and flag.is_set() and flag._waiters is None
+    flag = Flag()  # a cancelled waiter leaves; the one left is still woken by set
+    gone = anyio.CancelScope()
+
+    async def cancelled() -> None:
+        with gone:
+            await flag.wait()
+            woke.append("never")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter, "c")
+        tg.start_soon(cancelled)
+        await anyio.wait_all_tasks_blocked()
+        assert len(flag._waiters) == 2  # type: ignore[arg-type]
+        gone.cancel()
+        await anyio.wait_all_tasks_blocked()
+        assert len(flag._waiters) == 1  # type: ignore[arg-type]
+        flag.set()
+    assert "c" in woke and "never" not in woke and flag._waiters is None
     with anyio.CancelScope() as scope:  # waiting on a set flag is a checkpoint, as on a set event
         scope.cancel()
         await Flag(True).wait()
+    assert scope.cancelled_caught
+
+
+async def test_waiting_on_either_of_two_flags_ends_on_the_first_and_leaves_neither_holding_it():
+    from dsh_core.state import Flag, wait_either
+
+    for which in (0, 1):
+        flags = (Flag(), Flag())
+        done: list[int] = []
+
+        async def waiter(flags: tuple[Flag, Flag] = flags, done: list[int] = done) -> None:
+            await wait_either(*flags)
+            done.append(1)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()
+            assert done == [] and all(f._waiters for f in flags)
+            flags[which].set()
+        assert done == [1] and flags[0]._waiters is None and flags[1]._waiters is None
+        assert not flags[1 - which].is_set()
+    flag, other = Flag(), Flag()
+    with anyio.CancelScope() as scope:  # cancelled while waiting: both flags let go of it
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_either, flag, other)
+            await anyio.wait_all_tasks_blocked()
+            scope.cancel()
+    assert scope.cancelled_caught and flag._waiters is None and other._waiters is None
+    with anyio.CancelScope() as scope:  # one already set: a checkpoint, as a set event's wait
+        scope.cancel()
+        await wait_either(Flag(), Flag(True))
     assert scope.cancelled_caught
 
 
@@ -561,3 +610,16 @@ async def test_sessions_share_the_host_catalog_and_prompt_until_a_source_publish
         assert "extra" in a.tools and "echo" in a.tools
         assert "extra" not in host.tools and b.tools is host.tools
         assert a.publish_tools("mine", []) == [] and "extra" not in a.tools and "extra" not in host.tools
+
+
+def test_a_history_view_slices_as_a_list_of_its_first_n_messages():
+    from dsh_core.types import HistoryView
+
+    items = list(range(10))
+    view = HistoryView(items, 6)
+    items.append(10)  # the history grows past the view: the view does not
+    expected = items[:6]
+    for s in (slice(None), slice(2, None), slice(-3, None), slice(1, 100), slice(None, -2), slice(4, 2),
+              slice(None, None, 2), slice(None, None, -1), slice(5, 0, -2)):
+        assert view[s] == expected[s], s
+    assert view[-1] == 5 and len(view) == 6

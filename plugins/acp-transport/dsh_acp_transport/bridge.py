@@ -58,6 +58,7 @@ class Bridge(Admission, Settlement):
         dispatcher.on_notification("session/cancel", self.cancel)
         dispatcher.gate = self._gate
         dispatcher.on_cancel_request = self._cancel_request
+        dispatcher.cancelled_by_handler = frozenset({"session/prompt"})  # _cancel_request takes each
 
     # ------------------------------------------------------------------ teardown (ACP-11)
 

@@ -98,7 +98,7 @@ def observer(session: Session, usage_updates: bool,
         if isinstance(event, TurnStart):  # turns are sequential: the last start says whose turn runs
             session.autonomous_turn = event.turn if event.autonomous else None
             if event.autonomous and slot is not None and slot.end is not None:
-                slot.waiting.cancel()  # the prompt's turn is over and the agent works on its own now
+                slot.released.set()  # the prompt's turn is over and the agent works on its own now
         if on_settings is not None and isinstance(event, SettingsChanged):
             on_settings(event.changed)
         if isinstance(event, AssistantMessageEvent):
@@ -107,7 +107,7 @@ def observer(session: Session, usage_updates: bool,
             session.streamed.clear()  # a call that failed and was retried never commits what it showed
             if on_turn_end is not None:
                 on_turn_end()
-        if slot is not None and not isinstance(event, AssistantMessageEvent):
+        if slot is not None and isinstance(event, _TRACKED):
             _track(session, slot, event, usage_updates)
 
     return observe
@@ -175,6 +175,9 @@ def _deliver(session: Session, slot: Slot | None, event: AssistantMessageEvent) 
         slot.context = event.usage.input_tokens + event.usage.output_tokens
 
 
+_TRACKED = (InboxClaimed, TurnEnd, AgentError, InboxDropped)  # the events _track reads (no call for the rest)
+
+
 def _track(session: Session, slot: Slot, event: Any, usage_updates: bool) -> None:
     """What settlement reads off the prompt's way through the agent: the turn that claimed it, that
     turn's end, an error while it waited in the inbox, its drop."""
@@ -199,10 +202,10 @@ async def _interval_end(session: Session, slot: Slot) -> None:
     """The end of a prompt's interval (ACP-5, ACP-7): the agent is quiescent, or, after the
     prompt's own turn ended, it started an autonomous turn (a wake that arrived meanwhile, a
     goal's next round): that work is the agent's own, not this prompt's, and may go on for long.
-    The observer cancels ``slot.waiting`` for the second case: one cancel scope per prompt, where a
-    task group and a waiter task cost ~30 µs of every prompt's CPU (bench/startup_cpu.py)."""
-    with slot.waiting:
-        await session.agent.wait_idle()
+    The observer sets ``slot.released`` for the second case; the wait ends on either flag, where
+    a cancel scope cancelled by the observer costs a scope made, entered and left per prompt
+    (and a task group with a waiter task ~30 µs, bench/startup_cpu.py)."""
+    await session.agent.wait_idle(unless=slot.released)
 
 
 def _usage_update(session: Session, slot: Slot) -> wire.UsageUpdate:

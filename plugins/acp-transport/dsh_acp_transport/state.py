@@ -38,7 +38,7 @@ class Slot:
     calls: int = 0  # model calls of the turn that reported usage
     context: int = 0  # tokens in context after the last such call: its prompt plus its answer
     settled: Flag = field(default_factory=Flag)  # the prompt handler is done with it (an event only for a waiter)
-    waiting: anyio.CancelScope = field(default_factory=anyio.CancelScope)  # cancelled: autonomous work began after its turn
+    released: Flag = field(default_factory=Flag)  # set: autonomous work began after its turn (the interval ended)
     called: anyio.Event | None = None  # a queued prompt's: set when it takes the slot, or is cancelled in line
 
     @property

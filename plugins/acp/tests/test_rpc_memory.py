@@ -247,6 +247,49 @@ async def test_the_dispatcher_may_take_over_a_cancel_request():
     assert s_out.frames() == [{"jsonrpc": "2.0", "id": "w", "result": "settled my way"}]
 
 
+async def test_a_method_cancelled_by_its_handler_runs_without_a_peer_scope_and_its_cancel_goes_to_the_hook():
+    taken: list[tuple[Any, str]] = []
+    release = anyio.Event()
+    scoped: list[bool] = []
+    d = Dispatcher()
+
+    async def work(rid: Any, params: msgspec.Raw | None) -> Any:
+        await release.wait()
+        return "settled my way"
+
+    async def other(rid: Any, params: msgspec.Raw | None) -> Any:
+        await anyio.sleep(60)
+
+    def on_cancel_request(rid: Any, method: str) -> bool:
+        taken.append((rid, method))
+        if method == "work":
+            release.set()
+            return True
+        return False
+
+    d.on_request("work", work)
+    d.on_request("other", other)
+    d.on_cancel_request = on_cancel_request
+    d.cancelled_by_handler = frozenset({"work"})
+    async with pair(d) as (_c, server, c_out, s_out):
+        await c_out.send(b'{"jsonrpc":"2.0","id":"w","method":"work","params":{}}\n')
+        await c_out.send(b'{"jsonrpc":"2.0","id":"o","method":"other","params":{}}\n')
+        with anyio.fail_after(5):
+            while server.inbound("o") is None:
+                await anyio.sleep(0.01)
+        scoped = [server.inbound("w").scope is None, server.inbound("o").scope is not None]
+        await c_out.send(b'{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":"w"}}\n')
+        await c_out.send(b'{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":"o"}}\n')
+        with anyio.fail_after(5):
+            while len(s_out.frames()) < 2:
+                await anyio.sleep(0.01)
+    assert scoped == [True, True]
+    assert taken == [("w", "work"), ("o", "other")]
+    frames = {f["id"]: f for f in s_out.frames()}
+    assert frames["w"] == {"jsonrpc": "2.0", "id": "w", "result": "settled my way"}
+    assert frames["o"]["error"]["code"] == -32800  # the peer's own scope cancelled it
+
+
 async def test_eof_fails_outstanding_requests_and_ends_serve():
     d = Dispatcher()
     started = anyio.Event()

@@ -72,6 +72,9 @@ class Seen:
     """The skills this session knows (its state slot): its cwd's catalog, found on first use."""
 
     catalog: Catalog | None = None
+    # The catalog's answer and the shown list when this session last found nothing to tell: the
+    # same two objects again (nothing changed on disk, nothing shown since) need no comparison.
+    quiet: tuple[dict[str, Skill], Any] | None = None
 
     def refresh(self, cwd: str, host: Host) -> dict[str, Skill]:
         if self.catalog is None:
@@ -120,11 +123,17 @@ def dsh_prompt_submit(session: Agent, messages: list[Any], turn: int) -> PromptS
     shown: dict[str, tuple[str, tuple[int, int]]] | None = session.spec.extra.get(_SHOWN)
     if shown is None:
         return None
-    now = _for_model(session.state(Seen).refresh(session.cwd, session.host))
+    seen = session.state(Seen)
+    found = seen.refresh(session.cwd, session.host)
+    quiet = seen.quiet
+    if quiet is not None and quiet[0] is found and quiet[1] is shown:
+        return None
+    now = _for_model(found)
     added = [s for n, s in now.items() if n not in shown]
     changed = [s for n, s in now.items() if n in shown and shown[n] != (s.description, s.stamp)]
     gone = [n for n in shown if n not in now]
     if not (added or changed or gone):
+        seen.quiet = (found, shown)
         return None
     session.spec.extra[_SHOWN] = {s.name: (s.description, s.stamp) for s in now.values()}
     parts = []

@@ -109,33 +109,41 @@ class Catalog:
         self.roots = roots(cwd)
         self.listed: dict[str, tuple[int, list[tuple[str, str]]]] = {}  # root -> (its mtime, candidates)
         self.by_path: dict[str, Skill] = {}
-
-    def _listing(self, root: str) -> list[tuple[str, str]]:
-        try:
-            mtime = os.stat(root).st_mtime_ns
-        except OSError:
-            self.listed.pop(root, None)
-            return []
-        known = self.listed.get(root)
-        if known is not None and known[0] == mtime:
-            return known[1]
-        found = _candidates(root)
-        self.listed[root] = (mtime, found)
-        return found
+        self.found: dict[str, Skill] | None = None  # the last refresh's answer
 
     def refresh(self) -> dict[str, Skill]:
-        """name → skill, over every root (earlier roots win)."""
+        """name → skill, over every root (earlier roots win). The same dict as last time when
+        no root's listing and no skill file changed (a caller may compare by identity)."""
         found: dict[str, Skill] = {}
         by_path: dict[str, Skill] = {}
+        same = self.found is not None
+        listed = self.listed
         for root, bound in self.roots:
-            for path, folder in self._listing(root):
+            try:
+                mtime = os.stat(root).st_mtime_ns
+            except OSError:
+                if listed.pop(root, None) is not None:
+                    same = False
+                continue
+            known = listed.get(root)
+            if known is not None and known[0] == mtime:
+                candidates = known[1]
+            else:
+                same = False
+                candidates = _candidates(root)
+                listed[root] = (mtime, candidates)
+            for path, folder in candidates:
                 try:
                     st = os.stat(path)
                 except OSError:
+                    if path in self.by_path:
+                        same = False
                     continue
                 stamp = (st.st_mtime_ns, st.st_size)
-                known = self.by_path.get(path)
-                skill = known if known is not None and known.stamp == stamp else _read(path, folder, bound, stamp)
+                skill = self.by_path.get(path)
+                if skill is None or skill.stamp != stamp:
+                    same = False
+                    skill = _read(path, folder, bound, stamp)
                 if skill is None:
                     continue
                 by_path[path] = skill
@@ -143,7 +151,10 @@ class Catalog:
                     log.debug(f"skill {skill.name!r} of {path} is hidden by {found[skill.name].path}")
                     continue
                 found[skill.name] = skill
+        if same and len(by_path) == len(self.by_path):
+            return self.found  # type: ignore[return-value]
         self.by_path = by_path
+        self.found = found
         return found
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from time import time as _time
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -31,7 +31,7 @@ from .dispatch import ToolDispatch
 from .errors import AgentDisposed, SessionLogFailed
 from .history import History
 from .protocols import AgentSpec, Observer, new_id
-from .state import Flag, StateSlots, wait_either
+from .state import Flag, StateOwner, StateSlots, wait_either
 from .turn import TurnLoop
 from .types import (
     AssistantMessage,
@@ -56,10 +56,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from . import protocols
     from .protocols import Host, ModelProvider, SessionLog, Tool
 
-T = TypeVar("T")
 
 
-class Agent(TurnLoop, ToolDispatch, History):
+class Agent(TurnLoop, ToolDispatch, History, StateOwner):
     """The spine's agent. Front doors use only the ``protocols.Agent`` surface."""
 
     # The state is in AgentBase's slots; ``__dict__`` stays for what a plugin or test sets beyond
@@ -239,17 +238,6 @@ class Agent(TurnLoop, ToolDispatch, History):
     @property
     def disposed(self) -> bool:
         return self._disposed
-
-    def state(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
-        """This session's ``cls`` slot, created by ``factory`` (default ``cls()``) on first use."""
-        try:
-            return self._state._slots[cls]  # type: ignore[no-any-return]  # the hot path: one call, not two
-        except KeyError:
-            return self._state.get(cls, factory)
-
-    def describe_state(self) -> dict[str, str]:
-        """Every plugin state slot of this session, bounded reprs (debug dumps)."""
-        return self._state.describe()
 
     def set_route(self, model: str) -> None:
         """Switch the exact model of this session (the next request uses it)."""

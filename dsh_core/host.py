@@ -50,7 +50,7 @@ from .protocols import (
 )
 from .spill import SpillConfig
 from .spill import default_root as default_spill_root
-from .state import StateSlots
+from .state import StateOwner, StateSlots
 from .types import (
     ApprovalAsked,
     ApprovalDecided,
@@ -61,7 +61,6 @@ from .types import (
 )
 
 ENTRY_POINT_GROUP = "dsh"
-T = TypeVar("T")
 PROMPTS_KEPT = 64  # distinct system prompt texts a host keeps one copy of (Host.system_prompt)
 C = TypeVar("C", bound=PluginConfig)
 
@@ -252,7 +251,7 @@ class ApprovalService:
         return outcome
 
 
-class Host:
+class Host(StateOwner):
     """Everything one composition provides, plus the task group that owns every task."""
 
     def __init__(
@@ -408,17 +407,6 @@ class Host:
         example has no table for it)."""
         found = self._configs.get(cls)
         return found if isinstance(found, cls) else cls()
-
-    def state(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
-        """This host's ``cls`` slot, created by ``factory`` (default ``cls()``) on first use."""
-        try:
-            return self._state._slots[cls]  # type: ignore[no-any-return]  # the hot path: one call, not two
-        except KeyError:
-            return self._state.get(cls, factory)
-
-    def describe_state(self) -> dict[str, str]:
-        """Every plugin state slot of this host, bounded reprs (debug dumps)."""
-        return self._state.describe()
 
     def forget(self, agent: Agent) -> None:
         self.agents.discard(agent)

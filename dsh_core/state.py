@@ -84,6 +84,25 @@ class StateSlots:
                     warn(f"closing the state slot {cls.__module__}.{cls.__qualname__} failed: {exc!r}")
 
 
+class StateOwner:
+    """What an owner of state slots (an agent, a host) offers: ``state`` and ``describe_state``
+    over its ``_state`` (a ``StateSlots`` it makes)."""
+
+    __slots__ = ()
+    _state: StateSlots
+
+    def state(self, cls: type[T], factory: Callable[[], T] | None = None) -> T:
+        """The owner's ``cls`` slot, created by ``factory`` (default ``cls()``) on first use."""
+        try:
+            return self._state._slots[cls]  # type: ignore[no-any-return]  # the hot path: one call, not two
+        except KeyError:
+            return self._state.get(cls, factory)
+
+    def describe_state(self) -> dict[str, str]:
+        """Every plugin state slot of the owner, bounded reprs (debug dumps)."""
+        return self._state.describe()
+
+
 class Flag:
     """An ``anyio.Event`` that costs a waiter only while someone waits on it unset.
 
@@ -128,20 +147,28 @@ class Flag:
             await self._waiters.wait()  # type: ignore[union-attr]
             return
         fut = loop.create_future()
+        self._hold(fut)
+        try:
+            await fut
+        except BaseException:  # cancelled: this waiter leaves, the others wait on
+            self._release(fut)
+            raise
+
+    def _hold(self, fut: asyncio.Future[None]) -> None:
+        """``fut`` is resolved when the flag is set (asyncio)."""
         waiters = self._waiters
         if waiters is None:
             self._waiters = [fut]
         else:
             waiters.append(fut)  # type: ignore[union-attr]
-        try:
-            await fut
-        except BaseException:  # cancelled: this waiter leaves, the others wait on
-            waiters = self._waiters
-            if type(waiters) is list and fut in waiters:
-                waiters.remove(fut)
-                if not waiters:
-                    self._waiters = None
-            raise
+
+    def _release(self, fut: asyncio.Future[None]) -> None:
+        """``fut`` waits no more (if the flag still holds it)."""
+        waiters = self._waiters
+        if type(waiters) is list and fut in waiters:
+            waiters.remove(fut)
+            if not waiters:
+                self._waiters = None
 
 
 async def wait_either(first: Flag, second: Flag) -> None:
@@ -163,18 +190,10 @@ async def wait_either(first: Flag, second: Flag) -> None:
             tg.start_soon(one, second)
         return
     fut = loop.create_future()
-    for flag in (first, second):
-        waiters = flag._waiters
-        if waiters is None:
-            flag._waiters = [fut]
-        else:
-            waiters.append(fut)  # type: ignore[union-attr]
+    first._hold(fut)
+    second._hold(fut)
     try:
         await fut
     finally:  # the flag that was set let go of its waiters; the other still holds this one
-        for flag in (first, second):
-            waiters = flag._waiters
-            if type(waiters) is list and fut in waiters:
-                waiters.remove(fut)
-                if not waiters:
-                    flag._waiters = None
+        first._release(fut)
+        second._release(fut)

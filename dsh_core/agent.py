@@ -92,9 +92,6 @@ class Agent(TurnLoop, ToolDispatch, History, StateOwner):
         self.children: list[protocols.Agent] = []
         self.log_error: Exception | None = None  # the first failure of the durable log, if any
         self._observers: list[Observer] = []
-        # The host's dsh_session_event observers, called from emit without a host.observe call per
-        # event (a host that keeps none of its own: its observe, per the HostLike protocol).
-        self._host_observers = getattr(host, "_event_observers", None)
         self._watchers: list[Callable[[Any, LiveText], None]] = []
         self._progress_watchers: list[Callable[[Any, ToolProgress], None]] = []
         self._seq = 0
@@ -214,15 +211,7 @@ class Agent(TurnLoop, ToolDispatch, History, StateOwner):
                 obs(self, event)
             except Exception as exc:  # an observer must not break the loop
                 warn(f"session observer failed: {exc!r}")
-        host_observers = self._host_observers
-        if host_observers is None:
-            self.host.observe(self, event)
-            return
-        for obs in host_observers:  # as Host.observe does
-            try:
-                obs(self, event)
-            except Exception as exc:  # one observer's bug costs neither the turn nor the other observers
-                warn(f"dsh_session_event observer failed: {exc!r}")
+        self.host.observe(self, event)
 
     # ------------------------------------------------------------------ public surface
 

@@ -50,7 +50,6 @@ class AgentBase:
         "_header_reason",
         "_header_sent",
         "_history",
-        "_host_observers",
         "_idle",
         "_inbox",
         "_metered",
@@ -106,7 +105,6 @@ class AgentBase:
     children: list[protocols.Agent]
     log_error: Exception | None
     history_policy: Any
-    _host_observers: tuple[Observer, ...] | None
     _observers: list[Observer]
     _watchers: list[Any]
     _seq: int

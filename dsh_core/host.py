@@ -12,7 +12,6 @@ import operator
 import os
 import shlex
 import sys
-import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import EntryPoint, entry_points
@@ -175,11 +174,7 @@ def make_plugin_manager(*, trace: bool | None = None) -> pluggy.PluginManager:
     if trace if trace is not None else os.environ.get("DSH_TRACE_PLUGINS") == "1":
         pm.trace.root.setwriter(lambda s: sys.stderr.write(s))
         pm.enable_tracing()
-        _TRACED.add(pm)
     return pm
-
-
-_TRACED: weakref.WeakSet[pluggy.PluginManager] = weakref.WeakSet()  # managers whose hook calls are traced
 
 
 def load_plugins(pm: pluggy.PluginManager, composition: Composition) -> dict[str, EntryPoint]:
@@ -296,7 +291,7 @@ class Host(StateOwner):
         self.session_store: SessionStore = pm.hook.dsh_session_store(host=self)
         # Resolved once: each event goes straight to the dsh_session_event implementations
         # (none: nothing at all), not through pluggy's call machinery (bench/profile_prompt.py).
-        self._event_observers = _direct_observers(pm.hook.dsh_session_event, traced=pm in _TRACED)
+        self._event_observers = _direct_observers(pm.hook.dsh_session_event, traced=_monitored(pm))
         self.direct = DirectHooks(pm)  # the turn loop's per-prompt hooks, past pluggy's machinery
         self.attachment_store: AttachmentStore | None = pm.hook.dsh_attachment_store(host=self)
         self.confinement: Confinement | None = pm.hook.dsh_confinement(host=self)
@@ -445,6 +440,12 @@ def _direct_observers(hook: Any, *, traced: bool = False) -> tuple[Callable[[Age
 _PLAIN_HOOKEXEC = pluggy.PluginManager("dsh-probe")._inner_hookexec  # pluggy's own call loop: not traced
 
 
+def _monitored(pm: pluggy.PluginManager) -> bool:
+    """Whether ``pm``'s hook calls are traced or monitored (``DSH_TRACE_PLUGINS``): then only
+    pluggy itself calls them, so the trace sees every call."""
+    return pm._inner_hookexec is not _PLAIN_HOOKEXEC
+
+
 class DirectHook:
     """One hook called straight to its implementations, with pluggy's call semantics: the
     implementations in pluggy's order (the last registered and ``tryfirst`` first), each given
@@ -483,7 +484,7 @@ class DirectHook:
         if caller._hookimpls != self._seen:
             self._resolve(caller._hookimpls)
         calls = self._calls
-        if calls is None or self._pm._inner_hookexec is not _PLAIN_HOOKEXEC:
+        if calls is None or _monitored(self._pm):
             return caller(**kwargs)
         results = []
         for fn, pick, n in calls:

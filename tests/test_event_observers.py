@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsh_core import hookimpl
-from dsh_core.host import _direct_observers, make_plugin_manager
+from dsh_core.host import _direct_observers, _monitored, make_plugin_manager
 
 
 def _plugins(calls: list[tuple[str, Any]]) -> list[object]:
@@ -80,3 +80,12 @@ def test_no_implementation_means_no_call_and_a_wrapper_or_tracing_keeps_the_hook
     (wrapped,) = _direct_observers(pm.hook.dsh_session_event)
     wrapped("S", "E")
     assert seen == ["before", "plain", "after"]
+
+
+def test_a_traced_manager_is_seen_as_monitored_and_a_plain_one_is_not():
+    # The host resolves its direct event observers with this (DSH_TRACE_PLUGINS=1: pluggy calls them).
+    assert _monitored(make_plugin_manager(trace=True))
+    assert not _monitored(make_plugin_manager(trace=False))
+    pm = make_plugin_manager(trace=False)
+    pm.add_hookcall_monitoring(lambda *a: None, lambda *a: None)
+    assert _monitored(pm)

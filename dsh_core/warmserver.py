@@ -29,7 +29,7 @@ from typing import Any
 
 import anyio
 
-from .reaping import recv_datagram
+from .reaping import MAX_MSG, recv_datagram
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 5.0  # after end-of-file on its control socket, how long the server may take to exit
@@ -174,6 +174,16 @@ class CallSocket:
     async def wait(self) -> tuple[bool, int | None]:
         """The reaper's report: (finished, exit code); (False, None) when it vanished without one."""
         return parse_exit(await recv_datagram(self.sock))
+
+    def report_now(self) -> tuple[bool, int | None] | None:
+        """The reaper's report as ``wait`` gives it, if it is there now; None: not yet."""
+        try:
+            msg = self.sock.recv(MAX_MSG)
+        except BlockingIOError:
+            return None
+        except OSError:
+            msg = b""
+        return parse_exit(msg)
 
     def close(self) -> None:
         self.sock.close()

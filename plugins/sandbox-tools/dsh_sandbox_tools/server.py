@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from dsh_core import reaping
-from dsh_core.warmserver import CallSocket, Readiness, WarmServer, WarmServerError, parse_exit
+from dsh_core.warmserver import CallSocket, Readiness, WarmServer, WarmServerError
 
 from .run import DRAIN_GRACE_S, TERM_GRACE_S, CommandResult, HeadSink, _Sink, stderr_spill
 
@@ -162,15 +162,12 @@ class _Call:
                 if self.tap is not None:
                     self.tap(chunk)
         if not self.reported:
-            try:
-                msg = self.line.sock.recv(reaping.MAX_MSG)
-            except BlockingIOError:
+            report = self.line.report_now()
+            if report is None:
                 return
-            except OSError:
-                msg = b""
             self.reported = True
             self.ready.unwatch(self.line.sock.fileno())
-            self.finished, self.code = parse_exit(msg)
+            self.finished, self.code = report
 
     async def _until(self, done: Callable[[], bool]) -> None:
         """Drain the output and read the call socket until ``done()``, in this task (one wait on

@@ -26,13 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
 import msgspec
-from dsh_acp.client import (
-    AcpClient,
-    AcpClientError,
-    PermissionAsk,
-    open_client,
-    scrub_env,
-)
+from dsh_acp.client import AcpClient, AcpClientError, PermissionAsk, open_client, scrub_env
 from msgspec import Meta
 
 from dsh_core import config_type_hook, hookimpl

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dsh_core import config_type_hook, hookimpl
 
 from ._catalogue import CATALOGUE, ModelCard
-from ._config import PLUGIN, DeepSeekConfig, Settings, parse_settings, settings_from
+from ._config import PLUGIN, DeepSeekConfig, Settings, parse_settings
 from ._provider import PROVIDER, DeepSeekProvider
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,12 +28,12 @@ __all__ = ["CATALOGUE", "PLUGIN", "PROVIDER", "DeepSeekProvider", "ModelCard", "
 class HostSettings:
     """The validated settings of one host (its state slot), from dsh_configure to dsh_register_models."""
 
-    settings: Settings = field(default_factory=Settings)
+    settings: DeepSeekConfig = field(default_factory=DeepSeekConfig)
 
 
 @hookimpl
 def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
-    host.state(HostSettings).settings = settings_from(host.config_for(DeepSeekConfig))
+    host.state(HostSettings).settings = host.config_for(DeepSeekConfig)
 
 
 dsh_config_type = config_type_hook(PLUGIN, DeepSeekConfig)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,25 +19,6 @@ PLUGIN = "deepseek-model"
 DEFAULT_BASE_URL = "https://api.deepseek.com"
 KEY_ENV = "DEEPSEEK_API_KEY"
 BASE_URL_ENV = "DEEPSEEK_BASE_URL"
-
-@dataclass(frozen=True)
-class Settings:
-    base_url: str | None = None  # None: DEEPSEEK_BASE_URL, else the public endpoint
-    reasoning_effort: str = "high"
-    max_tokens: int = 256_000
-    connect_timeout: float = 10.0
-    first_event_timeout: float = 600.0
-    idle_timeout: float = 300.0
-    deadline: float = 1800.0
-    dotenv: bool = True
-    retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_retries=5, base_delay=0.5, max_delay=30.0, jitter=0.1))
-    models: dict[str, dict[str, Any]] = field(default_factory=dict)
-    prices: dict[str, Price] = field(default_factory=dict)  # over the catalogue's
-
-    def endpoint(self) -> str:
-        url = os.environ.get(BASE_URL_ENV) or self.base_url or DEFAULT_BASE_URL
-        return url.rstrip("/")
-
 
 Seconds = Annotated[float, Meta(gt=0)]
 
@@ -97,28 +77,40 @@ class DeepSeekConfig(PluginConfig):
         for model, caps in self.models.items():
             convert_at(f"models.{model}", ModelCaps, caps)  # the key is named in full when it is bad
 
+    # The provider runs on this validated table itself; these give its values in the form it uses them.
 
-def parse_settings(table: Mapping[str, Any] | None) -> Settings:
+    @property
+    def effort(self) -> str:
+        """The default reasoning effort as sent (``false`` is ``off``)."""
+        return "off" if self.reasoning_effort is False else str(self.reasoning_effort)
+
+    def endpoint(self) -> str:
+        url = os.environ.get(BASE_URL_ENV) or self.base_url or DEFAULT_BASE_URL
+        return url.rstrip("/")
+
+    def retry_policy(self) -> RetryPolicy:
+        r = self.retry
+        return RetryPolicy(max_retries=r.max_retries, base_delay=r.base_delay, max_delay=r.max_delay, jitter=r.jitter)
+
+    def model_overrides(self) -> dict[str, dict[str, Any]]:
+        """``models`` as capability overrides by model id: snake_case names, only the keys set."""
+        return {
+            model: {name: value for name, value in msgspec.structs.asdict(convert_at(f"models.{model}", ModelCaps, caps)).items()
+                    if value is not None}
+            for model, caps in self.models.items()
+        }
+
+    def price_table(self) -> dict[str, Price]:
+        """``prices`` by model id (over the catalogue's)."""
+        return {m: Price(p.hit, p.miss, p.output, p.currency) for m, p in self.prices.items()}
+
+
+Settings = DeepSeekConfig  # what the provider takes: the validated table
+
+
+def parse_settings(table: Mapping[str, Any] | None) -> DeepSeekConfig:
     """Validate the plugin's table; every error names the key (``dsh_core.config``)."""
-    return settings_from(decode(PLUGIN, DeepSeekConfig, table, where="example"))
-
-
-def settings_from(config: DeepSeekConfig) -> Settings:
-    effort = "off" if config.reasoning_effort is False else str(config.reasoning_effort)
-    r = config.retry
-    models = {
-        model: {name: value for name, value in msgspec.structs.asdict(convert_at(f"models.{model}", ModelCaps, caps)).items()
-                if value is not None}
-        for model, caps in config.models.items()
-    }
-    return Settings(
-        base_url=config.base_url, reasoning_effort=effort, max_tokens=config.max_tokens,
-        connect_timeout=config.connect_timeout, first_event_timeout=config.first_event_timeout,
-        idle_timeout=config.idle_timeout, deadline=config.deadline, dotenv=config.dotenv,
-        retry=RetryPolicy(max_retries=r.max_retries, base_delay=r.base_delay, max_delay=r.max_delay, jitter=r.jitter),
-        models=models,
-        prices={m: Price(p.hit, p.miss, p.output, p.currency) for m, p in config.prices.items()},
-    )
+    return decode(PLUGIN, DeepSeekConfig, table, where="example")
 
 
 # --------------------------------------------------------------------------- credentials

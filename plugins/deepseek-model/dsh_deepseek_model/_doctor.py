@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from ._config import BASE_URL_ENV, KEY_ENV, Settings, find_api_key
+from ._config import BASE_URL_ENV, KEY_ENV, DeepSeekConfig, find_api_key
 from ._provider import PROVIDER
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class KeyCheck:
     name = "deepseek key"
 
-    def __init__(self, settings: Settings, route_provider: str | None, route_model: str | None) -> None:
+    def __init__(self, settings: DeepSeekConfig, route_provider: str | None, route_model: str | None) -> None:
         self.settings = settings
         self.route = (route_provider, route_model)
 
@@ -44,7 +44,7 @@ class KeyCheck:
 
 def key_check(host: Any) -> KeyCheck:
     provider = host.models.get(PROVIDER)
-    settings = getattr(provider, "settings", None) or Settings()
+    settings = getattr(provider, "settings", None) or DeepSeekConfig()
     return KeyCheck(settings, host.default_provider, host.default_model)
 
 

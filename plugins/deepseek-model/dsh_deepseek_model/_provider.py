@@ -29,7 +29,7 @@ from dsh_core.types import (
 )
 
 from . import _catalogue
-from ._config import KEY_ENV, Settings, find_api_key, repo_root
+from ._config import KEY_ENV, DeepSeekConfig, find_api_key, repo_root
 from ._errors import http_error, redact, transport_error
 from ._sse import KEEP_ALIVE, SSEParser
 from ._wire import build_body, dumps
@@ -137,13 +137,15 @@ class DeepSeekProvider:
 
     def __init__(
         self,
-        settings: Settings | None = None,
+        settings: DeepSeekConfig | None = None,
         *,
         host: Host | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.settings = settings or Settings()
-        self.retry_policy = self.settings.retry
+        self.settings = settings or DeepSeekConfig()
+        self.retry_policy = self.settings.retry_policy()
+        self._overrides = self.settings.model_overrides()
+        self._prices = self.settings.price_table()
         self._host = host
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
@@ -157,7 +159,7 @@ class DeepSeekProvider:
             raise RouteError(f"deepseek: {model!r} is not a model id (known: {', '.join(_catalogue.CATALOGUE)})")
         if model in _catalogue.RETIRED:
             raise RouteError(f"deepseek: model {model!r} is refused: {_catalogue.RETIRED[model]}")
-        overrides = self.settings.models.get(model)
+        overrides = self._overrides.get(model)
         card = _catalogue.CATALOGUE.get(model)
         known = card is not None or overrides is not None
         if card is None:
@@ -180,19 +182,19 @@ class DeepSeekProvider:
             image_input=card.image_input,
             known=known,
             efforts=_catalogue.EFFORTS if card.thinking else (),
-            effort=self.settings.reasoning_effort if card.thinking else None,
+            effort=self.settings.effort if card.thinking else None,
         )
 
     def models(self) -> list[ModelInfo]:
         """The routes a session may switch to: the catalogue's current ids, then the configured ones."""
-        ids = list(_catalogue.OFFERED) + [m for m in self.settings.models if m not in _catalogue.OFFERED]
+        ids = list(_catalogue.OFFERED) + [m for m in self._overrides if m not in _catalogue.OFFERED]
         return [self.resolve(m) for m in ids]
 
     def cost(self, model: str, usage: Usage, at: float) -> Cost | None:
         """One call's price: cached input at the hit rate, the rest of the input at the miss rate,
         output (reasoning included) at the output rate; doubled in peak hours. None for a model
         without a price (``[config.deepseek-model] prices`` adds or overrides them)."""
-        price = self.settings.prices.get(model) or _catalogue.PRICES.get(model)
+        price = self._prices.get(model) or _catalogue.PRICES.get(model)
         if price is None:
             return None
         hit = min(usage.cache_hit_tokens, usage.input_tokens)
@@ -302,7 +304,7 @@ class DeepSeekProvider:
 
     async def _http_request(self, request: ModelRequest, key: str) -> httpx.Request:
         s = self.settings
-        body = await build_body(request, effort=request.effort or s.reasoning_effort, max_tokens=s.max_tokens, read_image=self._read_image)
+        body = await build_body(request, effort=request.effort or s.effort, max_tokens=s.max_tokens, read_image=self._read_image)
         return self.client().build_request(
             "POST",
             s.endpoint() + "/chat/completions",
@@ -375,14 +377,14 @@ class _Clock:
     """The deadlines of one streamed call: overall, and the next data event's (the first within
     ``first-event-timeout``, each later one within ``idle-timeout``; keep-alives do not count)."""
 
-    settings: Settings
+    settings: DeepSeekConfig
     call: _Call
     start: float
     overall: float
     data: float  # the next data event is due by then
 
     @classmethod
-    def starting(cls, settings: Settings, call: _Call) -> _Clock:
+    def starting(cls, settings: DeepSeekConfig, call: _Call) -> _Clock:
         start = anyio.current_time()
         return cls(settings, call, start, start + settings.deadline, start + settings.first_event_timeout)
 

@@ -22,6 +22,12 @@ from typing import Any
 from dsh_core.contracts import AgentSpec
 from dsh_testing import memory_host
 
+# The official SDK's minimal echo agent: the floors' peer (prompt CPU, session memory, round trip)
+# and a subagent-acp child. It is kept once, in the agent-subagent scenario's workspace (a recorded
+# workspace, copied into the scenario's run as it is), and run from there.
+SDK_ECHO_AGENT = (Path(__file__).resolve().parents[1] / "plugins" / "subagent-acp" / "snapshots" / "acp-subagents"
+                  / "agent-subagent" / "workspace" / "echo_agent.py")
+
 
 class QuietClient:
     """An SDK client's side for a benchmark: counts the updates, answers nothing else."""

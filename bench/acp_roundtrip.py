@@ -23,11 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import QuietClient
+from _common import SDK_ECHO_AGENT, QuietClient
 from acp import connect_to_agent, text_block
-
-HERE = Path(__file__).resolve().parent
-
 
 
 async def spawn(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[Any, Any, QuietClient]:
@@ -93,7 +90,7 @@ async def main(repeat: int) -> None:
     env["DSH_HOME"] = str(Path(work) / "home")
     ours = [sys.executable, "-m", "dsh_core.cli", "run", "--example", "acp-agent",
             "--provider", "scripted", "--model", str(script)]
-    sdk = [sys.executable, str(HERE / "sdk_echo_agent.py")]
+    sdk = [sys.executable, str(SDK_ECHO_AGENT)]
     results: dict[str, list[dict[str, float]]] = {"dsh": [], "sdk": []}
     for _ in range(repeat):  # interleaved, so drift on the machine hits both alike
         results["dsh"].append(await measure("dsh", ours, work, env))

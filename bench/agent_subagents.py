@@ -2,7 +2,7 @@
 bash doing the same work in the same run:
 
 1. ``subagent_acp {agent: "echo", …}``: a fresh process of the official ACP SDK's echo agent
-   (bench/sdk_echo_agent.py), initialize, session/new, one prompt, its answer, then the whole
+   (``_common.SDK_ECHO_AGENT``), initialize, session/new, one prompt, its answer, then the whole
    teardown (stdin EOF, the process tree gone) — the time from the call to its result.
 2. ``bash``: the same three requests piped into the same agent from a sandboxed shell (no
    permission routing, no cancellation, no teardown checks) — what the exchange costs bare.
@@ -21,9 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import bench_session, run_main, text_of
+from _common import SDK_ECHO_AGENT, bench_session, run_main, text_of
 
-ECHO = Path(__file__).resolve().parent / "sdk_echo_agent.py"
+ECHO = SDK_ECHO_AGENT
 
 
 DRIVER = """

@@ -28,7 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from _common import SDK_ECHO_AGENT
+
 TICKS = os.sysconf("SC_CLK_TCK")
 SCRIPT = {"default": [{"text": "echo: {prompt}"}], "repeat_default": True}
 GOAL = 1.5
@@ -89,7 +90,7 @@ def commands(work: Path) -> dict[str, list[str]]:
     return {
         "dsh": [sys.executable, "-m", "dsh_core.cli", "run", "--example", "acp-agent",
                 "--provider", "scripted", "--model", str(script)],
-        "echo": [sys.executable, str(HERE / "sdk_echo_agent.py")],
+        "echo": [sys.executable, str(SDK_ECHO_AGENT)],
     }
 
 

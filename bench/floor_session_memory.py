@@ -1,6 +1,6 @@
 """Memory per extra session: RSS growth per session of the real acp-agent subprocess
 (``dsh run --example acp-agent``, scripted instant model, JSONL session logs on) against the
-official SDK's echo agent (bench/sdk_echo_agent.py), both driven by the same SDK client in one
+official SDK's echo agent (``_common.SDK_ECHO_AGENT``), both driven by the same SDK client in one
 run: after a warm-up, N sessions are opened and each prompted once; the figure is the RSS growth
 over those N sessions divided by N. Goal: <= 16 KiB per session.
 
@@ -22,9 +22,8 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from _common import QuietClient
+from _common import SDK_ECHO_AGENT, QuietClient
 
-HERE = Path(__file__).resolve().parent
 GOAL_KIB = 16.0
 FIGURE = "memory per extra session ({n:,} sessions, each prompted once)"
 WARM = 30  # sessions before the baseline: first-use caches, imports, arenas
@@ -48,7 +47,7 @@ def setup(work: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
     argv = {
         "dsh": [sys.executable, "-m", "dsh_core.cli", "run", "--example", "acp-agent",
                 "--provider", "scripted", "--model", str(script)],
-        "sdk": [sys.executable, str(HERE / "sdk_echo_agent.py")],
+        "sdk": [sys.executable, str(SDK_ECHO_AGENT)],
     }
     return argv, env
 

@@ -15,7 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsh_core.types import SessionHeader, log_encoder
+from dsh_core.types import (
+    AssistantMessage,
+    AssistantMessageEvent,
+    SessionHeader,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultEvent,
+    ToolResultMessage,
+    UserMessage,
+    UserMessageEvent,
+    log_encoder,
+)
 from dsh_testing.scenarios import _class_pin, expand_headers, load_scenario
 
 REPO = Path(__file__).resolve().parents[3]
@@ -79,49 +90,57 @@ def run_dsh(home: Path, *args: str, env: dict[str, str] | None = None, cwd: Path
                           env=base | (env or {}), cwd=cwd or home)
 
 
+def prompt(text: str, *, id: str = "m", **event: Any) -> UserMessageEvent:
+    """The person's prompt as the log holds it (``event``: time, …)."""
+    return UserMessageEvent(message=UserMessage(id=id, content=[TextBlock(text=text)]), **event)
+
+
+def asks(turn: int, step: int, call_id: str, name: str, arguments: str, *, id: str = "a", provider: str = "",
+         model: str = "", **event: Any) -> AssistantMessageEvent:
+    """A model call that answered with one tool call (``event``: time, usage, …)."""
+    message = AssistantMessage(id=id, provider=provider, model=model,
+                               content=[ToolCallBlock(id=call_id, name=name, arguments=arguments)])
+    return AssistantMessageEvent(turn=turn, step=step, finish="tool-calls", message=message, **event)
+
+
+def answer(turn: int, step: int, text: str, *, id: str = "a", provider: str = "", model: str = "",
+           **event: Any) -> AssistantMessageEvent:
+    """A model call that answered with text."""
+    message = AssistantMessage(id=id, provider=provider, model=model, content=[TextBlock(text=text)])
+    return AssistantMessageEvent(turn=turn, step=step, message=message, **event)
+
+
+def tool_result(turn: int, step: int, call_id: str, name: str, text: str, **event: Any) -> ToolResultEvent:
+    """A tool call's result, one text block."""
+    return ToolResultEvent(turn=turn, step=step, result=ToolResultMessage(call_id=call_id, name=name,
+                                                                          content=[TextBlock(text=text)]), **event)
+
+
 def big_session(sessions: Path, events: int) -> str:
     """A session of ``events`` events (with the header: one more line): turns of a prompt, then
     model calls each with one bash call and its result, priced usage on each call. The last tool
     result says ``the last output, number N``."""
-    from dsh_core.types import (
-        AssistantMessage,
-        AssistantMessageEvent,
-        TextBlock,
-        ToolCallBlock,
-        ToolResultEvent,
-        ToolResultMessage,
-        TurnEnd,
-        TurnStart,
-        Usage,
-        UserMessage,
-        UserMessageEvent,
-    )
+    from dsh_core.types import TurnEnd, TurnStart, Usage
 
     per_turn = events // 500  # 20 events a turn: prompt, start, 4 x (call message, result), ... , answer, end
     calls = (per_turn - 4) // 2
     out: list[Any] = []
     t, n = 1_764_900_000.0, 0
+    route = {"provider": "deepseek", "model": "deepseek-flash"}
     for turn in range(1, 501):
-        out.append(UserMessageEvent(time=t, message=UserMessage(id=f"u{turn}", content=[TextBlock(text=f"task {turn}")])))
+        out.append(prompt(f"task {turn}", id=f"u{turn}", time=t))
         out.append(TurnStart(time=t, turn=turn))
         for step in range(1, calls + 1):
             t += 0.5
             cid = f"c{turn}-{step}"
-            out.append(AssistantMessageEvent(time=t, turn=turn, step=step, finish="tool-calls",
-                                             usage=Usage(input_tokens=4000 + n, output_tokens=60, cache_hit_tokens=3500),
-                                             message=AssistantMessage(id=f"a{cid}", provider="deepseek", model="deepseek-flash", content=[
-                                                 ToolCallBlock(id=cid, name="bash", arguments=json.dumps({"command": f"echo {n}"}))])))
+            out.append(asks(turn, step, cid, "bash", json.dumps({"command": f"echo {n}"}), id=f"a{cid}", **route, time=t,
+                            usage=Usage(input_tokens=4000 + n, output_tokens=60, cache_hit_tokens=3500)))
             text = f"the last output, number {n}" if n == 2499 else f"output {n}\n" + "line of output\n" * 5
-            out.append(ToolResultEvent(time=t + 0.1, turn=turn, step=step, result=ToolResultMessage(
-                call_id=cid, name="bash", content=[TextBlock(text=text)])))
+            out.append(tool_result(turn, step, cid, "bash", text, time=t + 0.1))
             n += 1
         t += 0.5
-        out.append(AssistantMessageEvent(time=t, turn=turn, step=calls + 1, usage=Usage(input_tokens=5000, output_tokens=30),
-                                         message=AssistantMessage(id=f"a{turn}", provider="deepseek", model="deepseek-flash",
-                                                                  content=[TextBlock(text=f"done with task {turn}")])))
+        out.append(answer(turn, calls + 1, f"done with task {turn}", id=f"a{turn}", **route, time=t,
+                          usage=Usage(input_tokens=5000, output_tokens=30)))
         out.append(TurnEnd(time=t, turn=turn, reason="completed"))
-    from dsh_core.types import SessionHeader as Header
-
     assert len(out) == events, len(out)
-    return write_log(sessions, Header(id="big", created_at=1_764_900_000.0, cwd="/w", provider="deepseek",
-                                      model="deepseek-flash"), out)
+    return write_log(sessions, SessionHeader(id="big", created_at=1_764_900_000.0, cwd="/w", **route), out)

@@ -10,25 +10,9 @@ import re
 from pathlib import Path
 
 from dsh_deepseek_model import DeepSeekProvider, Settings
-from recorded import run_dsh, write_log
+from recorded import answer, asks, prompt, run_dsh, tool_result, write_log
 
-from dsh_core.types import (
-    ApprovalAsked,
-    ApprovalDecided,
-    AssistantMessage,
-    AssistantMessageEvent,
-    SessionHeader,
-    SubagentStarted,
-    TextBlock,
-    ToolCallBlock,
-    ToolResultEvent,
-    ToolResultMessage,
-    TurnEnd,
-    TurnStart,
-    Usage,
-    UserMessage,
-    UserMessageEvent,
-)
+from dsh_core.types import ApprovalAsked, ApprovalDecided, SessionHeader, SubagentStarted, TurnEnd, TurnStart, Usage
 
 KEY = "sk-planted0123456789abcdef0123456789"
 # run, either would mark the page (<html data-pwned>); the image would also ask for file:///…/x
@@ -78,7 +62,7 @@ def test_all_for_one_project(tmp_path):
     home = tmp_path / "home"
     for sid, cwd in (("a1", "/proj/a"), ("a2", "/proj/a"), ("b1", "/proj/b")):
         write_log(home / "sessions", SessionHeader(id=sid, cwd=cwd, provider="scripted", model="m"),
-                  [UserMessageEvent(message=UserMessage(id="m", content=[TextBlock(text=f"task of {sid}")]))])
+                  [prompt(f"task of {sid}")])
     site = tmp_path / "site"
     done = run_dsh(home, "--all", "--html", str(site), "--cwd", "/proj/a")
     assert done.returncode == 0, done.stderr
@@ -128,23 +112,19 @@ def test_compactions_cancels_and_errors_are_marked_where_they_happened(recorded_
 
 
 def _session(sessions: Path, *, result: str, path: str = "notes.txt", sid: str = "s-planted") -> str:
-    h = SessionHeader(id=sid, created_at=1_764_900_000.0, cwd="/w", provider="deepseek", model="deepseek-flash")
+    route = {"provider": "deepseek", "model": "deepseek-flash"}
     t0 = 1_764_900_000.0
+    h = SessionHeader(id=sid, created_at=t0, cwd="/w", **route)
     args = json.dumps({"file_path": path, "content": "new\n"})
     return write_log(sessions, h, [
-        UserMessageEvent(time=t0, message=UserMessage(id="m1", content=[TextBlock(text=f"write {path}")])),
+        prompt(f"write {path}", id="m1", time=t0),
         TurnStart(time=t0 + 0.1, turn=1),
-        AssistantMessageEvent(time=t0 + 2.1, turn=1, step=1, finish="tool-calls",
-                              usage=Usage(input_tokens=1000, output_tokens=200, cache_hit_tokens=600),
-                              message=AssistantMessage(id="a1", provider="deepseek", model="deepseek-flash",
-                                                       content=[ToolCallBlock(id="c1", name="write", arguments=args)])),
+        asks(1, 1, "c1", "write", args, id="a1", **route, time=t0 + 2.1,
+             usage=Usage(input_tokens=1000, output_tokens=200, cache_hit_tokens=600)),
         ApprovalAsked(time=t0 + 2.2, id="ap1", tool_name="write", call_id="c1", reason="write outside the workspace"),
         ApprovalDecided(time=t0 + 3.0, id="ap1", outcome="allowed-once", answered_by="acp"),
-        ToolResultEvent(time=t0 + 3.1, turn=1, step=1, result=ToolResultMessage(
-            call_id="c1", name="write", content=[TextBlock(text=result)])),
-        AssistantMessageEvent(time=t0 + 4.1, turn=1, step=2, usage=Usage(input_tokens=1300, output_tokens=10),
-                              message=AssistantMessage(id="a2", provider="deepseek", model="deepseek-flash",
-                                                       content=[TextBlock(text="done")])),
+        tool_result(1, 1, "c1", "write", result, time=t0 + 3.1),
+        answer(1, 2, "done", id="a2", **route, time=t0 + 4.1, usage=Usage(input_tokens=1300, output_tokens=10)),
         TurnEnd(time=t0 + 4.2, turn=1, reason="completed"),
     ])
 
@@ -220,8 +200,7 @@ def test_a_child_session_missing_from_the_store_is_named(tmp_path):
     h = SessionHeader(id="p1", cwd="/w", provider="scripted", model="m")
     write_log(home / "sessions", h, [
         TurnStart(turn=1),
-        AssistantMessageEvent(turn=1, step=1, finish="tool-calls", message=AssistantMessage(
-            id="a", content=[ToolCallBlock(id="c1", name="subagent", arguments="{}")])),
+        asks(1, 1, "c1", "subagent", "{}"),
         SubagentStarted(id="sub1", provider="local", description="d", call_id="c1", session="gone"),
         TurnEnd(turn=1, reason="completed"),
     ])
@@ -235,8 +214,7 @@ def test_a_cycle_of_tampered_parent_links_ends(tmp_path):
     for sid, other in (("p", "c"), ("c", "p")):
         write_log(home / "sessions", SessionHeader(id=sid, cwd="/w", parent_session=other if sid == "c" else None), [
             TurnStart(turn=1),
-            AssistantMessageEvent(turn=1, step=1, finish="tool-calls", message=AssistantMessage(
-                id="a", content=[ToolCallBlock(id="k", name="subagent", arguments="{}")])),
+            asks(1, 1, "k", "subagent", "{}"),
             SubagentStarted(id="x", provider="local", description="d", call_id="k", session=other),
             TurnEnd(turn=1, reason="completed"),
         ])

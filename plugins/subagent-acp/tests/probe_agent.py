@@ -1,7 +1,7 @@
 """A test ACP agent on the official SDK's agent side that tries what a confined child must not
 do: its prompt names a file outside the workspace to write. It answers one line saying what
 happened, a write inside the workspace beside it, and which credential-shaped variables it saw.
-Everything but the prompt is the benchmarks' echo agent (bench/sdk_echo_agent.py)."""
+Everything but the prompt is the SDK echo agent of the agent-subagent scenario's workspace."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any
 from acp import run_agent, text_block, update_agent_message
 from acp.schema import PromptResponse
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
-from sdk_echo_agent import EchoAgent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "snapshots" / "acp-subagents" / "agent-subagent" / "workspace"))
+from echo_agent import EchoAgent
 
 
 def attempt(fn: Any) -> str:

@@ -1,7 +1,7 @@
 """subagent-acp's roster, end to end: the official SDK client drives `dsh run` (the parent) over
 real stdio; its scripted model picks ACP agents by name with `subagent_acp {description, prompt,
-run_in_background?, agent}`. The children are real processes: the SDK's echo agent
-(bench/sdk_echo_agent.py) and dsh itself."""
+run_in_background?, agent}`. The children are real processes: the SDK's echo agent (the
+agent-subagent scenario's workspace/echo_agent.py, also the benchmarks' peer) and dsh itself."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from acp import text_block
 from dsh_acp.client import tree_pids
 
 from conftest import live
-from dsh_testing import REPO, Recorder, until
+from dsh_testing import Recorder, until
 
 pytestmark = pytest.mark.anyio
 
-ECHO = REPO / "bench" / "sdk_echo_agent.py"
+ECHO = Path(__file__).parent.parent / "snapshots" / "acp-subagents" / "agent-subagent" / "workspace" / "echo_agent.py"
 
 
 def sub(description: str, prompt: str, agent: str, **more: Any) -> dict[str, Any]:
@@ -207,13 +207,6 @@ async def test_without_jobs_run_in_background_is_not_offered(acp_agent, scripted
         await asyncio.wait_for(run.conn.prompt(session_id=sid, prompt=[text_block("background")]), 120)
     ((text, is_error),) = results(acp_agent.home, sid)
     assert is_error and "run_in_background" in text  # the spine refuses an undeclared argument
-
-
-def test_the_scenarios_echo_agent_is_the_benchmarks():
-    """The agent-subagent scenario's workspace carries bench/sdk_echo_agent.py (a scenario's
-    workspace is copied as it is): the same file."""
-    copy = Path(__file__).parent.parent / "snapshots" / "acp-subagents" / "agent-subagent" / "workspace" / "echo_agent.py"
-    assert copy.read_text() == ECHO.read_text()
 
 
 PROBE = Path(__file__).parent / "probe_agent.py"

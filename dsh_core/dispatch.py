@@ -65,6 +65,9 @@ class ToolDispatch(AgentBase):
                     results[0] = await self._run_tool(turn, step, calls[0])
                 except Exception as exc:
                     raise ExceptionGroup("unhandled errors in a TaskGroup", [exc]) from exc
+                # One yield, as the task group's exit made: a task the call started (a background
+                # job) takes its first step before the next model call, in the same order as before.
+                await anyio.lowlevel.checkpoint()
             else:
                 # Calls start in the model's order; parallel-safe ones overlap, exclusive ones
                 # (writes, commands) run alone, so two writes of one message never race.

@@ -79,7 +79,10 @@ class CommandServer(WarmServer):
         and stderr apart, each bounded with its own spill file (the bash tool's result); ``tap``:
         also sees every chunk of output as it arrives (a live view of the running command)."""
         call = _Call(limit, spill, stdin=stdin, capture=capture, sink=sink, split=split, tap=tap)
-        payload = _encode({"argv": argv, "cwd": cwd, "env": env, "stderr": capture or split, "stdin": stdin is not None})
+        request: dict[str, Any] = {"argv": argv, "cwd": cwd, "stderr": capture or split, "stdin": stdin is not None}
+        if env != self._env:  # else the server's own environment, the one it was started with (a bash call's)
+            request["env"] = env
+        payload = _encode(request)
         try:
             call.send(self._send, payload)
         except BaseException:

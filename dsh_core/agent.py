@@ -31,7 +31,7 @@ from .dispatch import ToolDispatch
 from .errors import AgentDisposed, SessionLogFailed
 from .history import History
 from .protocols import AgentSpec, Observer, new_id
-from .state import Flag, StateOwner, StateSlots, wait_either
+from .state import Flag, StateOwner, StateSlots, registered, wait_either
 from .turn import TurnLoop
 from .types import (
     AssistantMessage,
@@ -142,24 +142,12 @@ class Agent(TurnLoop, ToolDispatch, History, StateOwner):
 
     def subscribe(self, observer: Observer) -> Callable[[], None]:
         """Call ``observer(agent, event)`` synchronously for each durable event, in order."""
-        self._observers.append(observer)
-
-        def unsubscribe() -> None:
-            if observer in self._observers:
-                self._observers.remove(observer)
-
-        return unsubscribe
+        return registered(self._observers, observer)
 
     def watch(self, listener: Callable[[Any, LiveText], None]) -> Callable[[], None]:
         """Call ``listener(agent, piece)`` for each piece of text the model writes, as it writes
         it (``LiveText``, never durable); returns the unwatch function."""
-        self._watchers.append(listener)
-
-        def unwatch() -> None:
-            if listener in self._watchers:
-                self._watchers.remove(listener)
-
-        return unwatch
+        return registered(self._watchers, listener)
 
     def _live(self, piece: LiveText) -> None:
         for listener in list(self._watchers):
@@ -171,13 +159,7 @@ class Agent(TurnLoop, ToolDispatch, History, StateOwner):
     def watch_progress(self, listener: Callable[[Any, ToolProgress], None]) -> Callable[[], None]:
         """Call ``listener(agent, piece)`` for each ``ToolProgress`` a running tool call of this
         agent reports (never durable); returns the unwatch function."""
-        self._progress_watchers.append(listener)
-
-        def unwatch() -> None:
-            if listener in self._progress_watchers:
-                self._progress_watchers.remove(listener)
-
-        return unwatch
+        return registered(self._progress_watchers, listener)
 
     @property
     def progress_watched(self) -> bool:

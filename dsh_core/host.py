@@ -49,7 +49,7 @@ from .protocols import (
 )
 from .spill import SpillConfig
 from .spill import default_root as default_spill_root
-from .state import StateOwner, StateSlots
+from .state import StateOwner, StateSlots, registered
 from .types import (
     ApprovalAsked,
     ApprovalDecided,
@@ -209,13 +209,7 @@ class ApprovalService:
         self._answerers: list[Answerer] = []
 
     def add_answerer(self, answerer: Answerer) -> Callable[[], None]:
-        self._answerers.append(answerer)
-
-        def remove() -> None:
-            if answerer in self._answerers:
-                self._answerers.remove(answerer)
-
-        return remove
+        return registered(self._answerers, answerer)
 
     async def request(self, req: ApprovalRequest) -> ApprovalOutcome:
         agent: Agent = req.agent

@@ -47,8 +47,14 @@ def children() -> list[int]:
     """This process's children (a subreaper's include every orphan of its calls)."""
     me = os.getpid()
     try:
-        with open(f"/proc/self/task/{me}/children") as f:
-            return [int(p) for p in f.read().split()]
+        fd = os.open(f"/proc/self/task/{me}/children", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            raw = b""
+            while chunk := os.read(fd, 65536):
+                raw += chunk
+        finally:
+            os.close(fd)
+        return [int(p) for p in raw.split()]
     except OSError:
         pass
     out = []  # no CONFIG_PROC_CHILDREN: scan every process's parent
@@ -105,16 +111,23 @@ def reap_all(leader: int) -> int | None:
         kill(leader, signal.SIGKILL, group=True)
     status: int | None = None
     while True:
-        kids = children()
-        for kid in kids:
-            kill(kid, signal.SIGKILL)
+        # Dead children first, without a listing: most calls leave only their leader, a zombie by
+        # now, and then two waits end it (reading /proc for the listing costs more than the rest).
         try:
-            pid, st = os.waitpid(-1, 0 if kids else os.WNOHANG)
+            pid, st = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return status
-        if pid == 0:
-            time.sleep(0.001)  # a child exists but was re-parented after the listing
-            continue
+            return status  # no child at all: every process of the call is gone
+        if pid == 0:  # one still runs: kill every child (orphans re-parented here included), wait for one
+            kids = children()
+            for kid in kids:
+                kill(kid, signal.SIGKILL)
+            if not kids:
+                time.sleep(0.001)  # a child exists but was re-parented after the listing
+                continue
+            try:
+                pid, st = os.waitpid(-1, 0)
+            except ChildProcessError:
+                return status
         if pid == leader:
             status = st
 
@@ -133,6 +146,8 @@ def finish(leader: int, call: socket.socket, on_message: Callable[[bytes], bool]
            status: int | None = None) -> None:
     """A reaper's whole job once its leader runs (``leader`` 0 with ``status``: it could not
     start): watch it, then kill and reap everything of the call and report ``exit <code>``."""
+    if _taken is not None:
+        _taken()
     if status is None:
         watch(leader, call, on_message)
     reaped = reap_all(leader)
@@ -149,6 +164,9 @@ def finish(leader: int, call: socket.socket, on_message: Callable[[bytes], bool]
 # server forked a third, and the first, back too late, was one too many and exited — a fork and
 # an exit per call under load.
 _again: Callable[[], None] | None = None
+# A reused reaper's "taken" (``_reaper_loop``): said once the command runs, so the wake-up of the
+# server is not on the way to the command's start (the spawn); said before "ready again" always.
+_taken: Callable[[], None] | None = None
 
 
 def load(name: str, path: str) -> types.ModuleType:
@@ -176,8 +194,8 @@ def serve(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int
     ``prefork`` (the command server): reapers are forked in advance and serve call after call;
     one waits on ``control`` whenever none is busy, so neither a fork nor a process's first
     copy-on-write faults are on a call's path. Each has a line to the server: it says when it
-    takes a call (the server forks another when none is left waiting) and asks to wait again
-    after it (at most ``SPARE_REAPERS`` wait; one more exits); a reaper that dies, even killed
+    took a call, once its command runs (the server forks another when none is left waiting),
+    and asks to wait again after it (at most ``SPARE_REAPERS`` wait; one more exits); a reaper that dies, even killed
     while waiting, is seen by its line's end-of-file. ``prepare()`` runs once in each
     reaper before its first wait (e.g. becoming a subreaper). Without ``prefork`` (the warm
     runtime, whose runs are made ready in advance anyway) the server forks one reaper per
@@ -249,15 +267,23 @@ def _serve_reused(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[
 
 def _reaper_loop(control: socket.socket, line: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int],
                  handle: Callable[[bytes, list[int]], None], prepare: Callable[[], None] | None) -> None:
-    """A reaper made in advance: wait for a call, tell the server (``T``), run it; then ask to
-    wait again (``F``: the server answers ``w``, or ``x`` when enough already wait)."""
+    """A reaper made in advance: wait for a call, run it, telling the server (``T``) once its
+    command started; then ask to wait again (``F``: the server answers ``w``, or ``x`` when enough
+    already wait)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     if prepare is not None:
         prepare()
-    global _again
+    global _again, _taken
     said: list[bool] = []
+    took: list[bool] = []
+
+    def taken() -> None:
+        if not took:
+            line.send(b"T")
+            took.append(True)
 
     def again() -> None:
+        taken()
         line.send(b"F")
         said.append(True)
 
@@ -272,13 +298,14 @@ def _reaper_loop(control: socket.socket, line: socket.socket, words: tuple[bytes
         if got is None:
             line.send(b"E")  # the host closed the session (or died): the server ends too
             return
-        line.send(b"T")
+        took.clear()
         _adopt(got[1])
-        _again = again
+        _again, _taken = again, taken
         try:
             handle(*got)
         finally:
-            _again = None
+            _again = _taken = None
+            taken()  # a call that ended before its command ran (a bad request) was taken too
 
 
 def _adopt(fds: list[int]) -> None:

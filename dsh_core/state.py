@@ -39,6 +39,18 @@ T = TypeVar("T")
 DESCRIBE_MAX = 200  # characters of each slot's repr in a debug dump
 
 
+def registered(listeners: list[Any], item: Any) -> Callable[[], None]:
+    """Append ``item`` to ``listeners``; returns the function that takes it out again (once, and
+    harmless after): the shape of every subscribe/watch/answerer registration."""
+    listeners.append(item)
+
+    def remove() -> None:
+        if item in listeners:
+            listeners.remove(item)
+
+    return remove
+
+
 class StateSlots:
     """The slots of one owner (an agent or a host)."""
 

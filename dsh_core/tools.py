@@ -67,14 +67,8 @@ class FunctionTool:
         output_schema: dict[str, Any] | None = None,
         kind: str | None = None,
     ) -> None:
-        self.spec = ToolSpec(
-            name=name,
-            description=description,
-            parameters=parameters,
-            parallel_safe=parallel_safe,
-            output_schema=output_schema,
-            kind=kind,
-        )
+        self.spec = ToolSpec(name=name, description=description, parameters=parameters,
+                             parallel_safe=parallel_safe, output_schema=output_schema, kind=kind)
         self._fn = fn
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:

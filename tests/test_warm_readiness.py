@@ -76,3 +76,78 @@ async def test_a_cancelled_wait_leaves_it_usable():
 async def test_waiting_on_nothing_is_refused():
     with pytest.raises(RuntimeError):
         await Readiness().wait()
+
+
+# The paths for another anyio backend (trio: no asyncio loop is running), taken here on asyncio
+# by hiding the loop from the module under test; the waits then go through anyio's own calls.
+
+@pytest.fixture
+def no_asyncio_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from dsh_core import state, warmserver
+
+    def no_loop() -> None:
+        raise RuntimeError("no running event loop")
+
+    monkeypatch.setattr(warmserver, "asyncio", types.SimpleNamespace(get_running_loop=no_loop))
+    monkeypatch.setattr(state, "asyncio", types.SimpleNamespace(_get_running_loop=lambda: None))
+
+
+async def test_without_an_asyncio_loop_readiness_waits_on_each_descriptor(no_asyncio_loop: None):
+    r1, w1 = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    r2, w2 = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    ready = Readiness()
+    try:
+        ready.watch(r1)
+        ready.watch(r2)
+        with anyio.move_on_after(0.1) as idle:  # nothing readable: it waits
+            await ready.wait()
+        assert idle.cancelled_caught
+        async with anyio.create_task_group() as tg:
+
+            async def later() -> None:
+                await anyio.sleep(0.05)
+                os.write(w2, b"b")
+
+            tg.start_soon(later)
+            with anyio.fail_after(5):
+                await ready.wait()  # the second descriptor ends the wait (and the first's task)
+        assert os.read(r2, 8) == b"b"
+        os.write(w1, b"a")
+        with anyio.fail_after(5):
+            await ready.wait()  # usable again after a wait ended by the other descriptor
+        assert os.read(r1, 8) == b"a"
+        assert ready._loop is None  # the fallback: nothing was registered with an asyncio loop
+    finally:
+        ready.close()
+        for fd in (r1, w1, r2, w2):
+            os.close(fd)
+
+
+async def test_without_an_asyncio_loop_wait_either_ends_on_either_flag(no_asyncio_loop: None):
+    from dsh_core.state import Flag, wait_either
+
+    for which in (0, 1):
+        flags = (Flag(), Flag())
+        done: list[int] = []
+
+        async def waiter(flags: tuple[Flag, Flag] = flags, done: list[int] = done) -> None:
+            await wait_either(*flags)
+            done.append(1)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()
+            assert done == [] and all(isinstance(f._waiters, anyio.Event) for f in flags)
+            flags[which].set()
+        assert done == [1] and not flags[1 - which].is_set()
+    flag, other = Flag(), Flag()
+    with anyio.move_on_after(0.05) as scope:  # cancelled while waiting: it ends, nothing is set
+        await wait_either(flag, other)
+    assert scope.cancelled_caught and not flag.is_set() and not other.is_set()
+    async with anyio.create_task_group() as tg:  # a flag waited on by two sides wakes both
+        tg.start_soon(wait_either, flag, other)
+        tg.start_soon(flag.wait)
+        await anyio.wait_all_tasks_blocked()
+        flag.set()

@@ -495,6 +495,9 @@ class Bridge:
                              lambda m: SessionStart(context=m.context, **_halt(m)) if m.context or m.stop else None)
 
     def prompt_submit(self, session: Any, messages: list[Any], turn: int) -> _Pending | None:
+        if "UserPromptSubmit" not in self.state(session).points:  # no hook of this point: nothing to build
+            return None
+
         def fields() -> dict[str, Any]:
             return {"prompt": "\n".join(b.text for m in messages for b in m.content if isinstance(b, TextBlock))}
 
@@ -506,6 +509,8 @@ class Bridge:
         return self._pending(session, "UserPromptSubmit", "", turn, fields, decided)
 
     def before_tool(self, session: Any, name: str, args: dict[str, Any], call_id: str, turn: int) -> _Pending | None:
+        if "PreToolUse" not in self.state(session).points:  # no hook of this point: nothing to build
+            return None
         honours_ask = self.dialect.honours_ask
 
         def decided(m: Merged) -> BeforeTool | None:
@@ -519,6 +524,9 @@ class Bridge:
                              lambda: {"tool_name": name, "tool_input": args, "tool_use_id": call_id}, decided)
 
     def after_tool(self, session: Any, call: Any, output: Any, turn: int) -> _Pending | None:
+        if "PostToolUse" not in self.state(session).points:  # no hook of this point: nothing to build
+            return None
+
         def fields() -> dict[str, Any]:
             try:
                 args = json.loads(call.arguments) if call.arguments.strip() else {}
@@ -536,6 +544,9 @@ class Bridge:
         return self._pending(session, "PostToolUse", call.name, turn, fields, decided)
 
     def before_stop(self, session: Any, turn: int, continued: int) -> _Pending | None:
+        if "Stop" not in self.state(session).points:  # no hook of this point: nothing to build
+            return None
+
         def fields() -> dict[str, Any]:
             last = ""
             history = getattr(session, "history", [])

@@ -12,7 +12,8 @@ Protocol (``AF_UNIX``/``SOCK_SEQPACKET``, one message per datagram):
 
 - control socket, server → harness: ``ready`` once confined (or ``error <text>``, then exit);
 - harness → server: ``run`` with three to five descriptors: a memfd holding the JSON request
-  (``argv``, ``cwd``, ``env``, and the flags ``stderr``/``stdin``), the write end of the output
+  (``argv``, ``cwd``, ``env`` — absent when it is the server's own, the environment it was
+  started with —, and the flags ``stderr``/``stdin``), the write end of the output
   pipe, the call socket, then the write end of a separate stderr pipe when ``stderr`` is set
   and the read end of a stdin pipe when ``stdin`` is set (hooks read a payload on stdin and
   answer on stdout, apart from stderr);
@@ -40,11 +41,12 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 
 MAX_MSG = 4096
 
 
-def _resolve(argv0: str, env: dict[str, str]) -> str:
+def _resolve(argv0: str, env: Mapping[str, str]) -> str:
     if "/" in argv0:
         return argv0
     for d in env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":"):
@@ -87,7 +89,8 @@ def _spawn(request: dict, out_fd: int, err_fd: int | None = None, in_fd: int | N
     """The command's group leader (0 when it could not start) and, when it could not, the wait
     status the shell would report (127 not found, 126 not runnable)."""
     argv = [str(a) for a in request["argv"]]
-    env = {str(k): str(v) for k, v in request["env"].items()}
+    given = request.get("env")  # absent: the server's own environment (what it was started with)
+    env = os.environ if given is None else {str(k): str(v) for k, v in given.items()}
     try:
         os.chdir(request["cwd"])
         source = in_fd if in_fd is not None else _null()

@@ -101,16 +101,29 @@ _SPILL_ROOTS: dict[tuple[str | None, ...], Path] = {}
 
 
 def temp_roots() -> list[str]:
-    """The platform temp areas that workspace-write also opens (canonical, existing, deduplicated)."""
+    """The platform temp areas that workspace-write also opens (canonical, existing, deduplicated).
+
+    Each is resolved once per process (by the temp dir's name): a symlinked ``TMPDIR`` that a
+    command retargets later does not move what later calls open. Whether it exists is checked
+    on every call."""
+    tmp = tempfile.gettempdir()
+    real = _TEMP_REAL.get(tmp)
+    if real is None:
+        real = []
+        for p in ("/tmp", tmp):
+            try:
+                real.append(os.path.realpath(p))
+            except OSError:
+                continue
+        _TEMP_REAL[tmp] = real
     out: list[str] = []
-    for p in ("/tmp", tempfile.gettempdir()):
-        try:
-            rp = os.path.realpath(p)
-        except OSError:
-            continue
-        if os.path.isdir(rp) and rp not in out:
+    for rp in real:
+        if rp not in out and os.path.isdir(rp):
             out.append(rp)
     return out
+
+
+_TEMP_REAL: dict[str, list[str]] = {}  # the temp dir's name -> "/tmp" and it, resolved (see temp_roots)
 
 
 def writable_roots(mode: str, root: str, extra: Sequence[str] = ()) -> list[str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 
 from dsh_core import reaping
 from dsh_core.warmserver import CallSocket, Readiness, WarmServer, WarmServerError
@@ -78,8 +79,10 @@ class CommandServer(WarmServer):
         and stderr apart, each bounded with its own spill file (the bash tool's result); ``tap``:
         also sees every chunk of output as it arrives (a live view of the running command)."""
         call = _Call(limit, spill, stdin=stdin, capture=capture, sink=sink, split=split, tap=tap)
-        payload = json.dumps({"argv": argv, "cwd": cwd, "env": env, "stderr": capture or split,
-                              "stdin": stdin is not None}).encode()
+        request: dict[str, Any] = {"argv": argv, "cwd": cwd, "stderr": capture or split, "stdin": stdin is not None}
+        if env != self._env:  # else the server's own environment, the one it was started with (a bash call's)
+            request["env"] = env
+        payload = _encode(request)
         try:
             call.send(self._send, payload)
         except BaseException:
@@ -92,6 +95,16 @@ class CommandServer(WarmServer):
         finally:
             self.active -= 1
             self.last_used = time.monotonic()
+
+
+def _encode(request: dict[str, Any]) -> bytes:
+    """The request as JSON for the server's ``json.loads``: msgspec's encoder (a tenth of the
+    stdlib's time on a whole environment), or the stdlib's for what UTF-8 cannot hold (a lone
+    surrogate from an undecodable variable: escaped, and decoded back the same)."""
+    try:
+        return msgspec.json.encode(request)
+    except UnicodeEncodeError:
+        return json.dumps(request).encode()
 
 
 class _Call:

@@ -75,6 +75,37 @@ async def test_env_is_scrubbed(mechanism: str, monkeypatch: pytest.MonkeyPatch, 
     assert "DSH_SANDBOX=workspace-write" in env
 
 
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_env_undecodable_value_reaches_the_command(mechanism: str, monkeypatch: pytest.MonkeyPatch,
+                                                        root: Path) -> None:
+    """A variable whose bytes are not UTF-8 (a lone surrogate in ``os.environ``) still reaches the
+    command byte for byte: the request to the command server falls back to escaped JSON for it."""
+    monkeypatch.setenv("ODD_BYTES", "caf\udce9")  # b"caf\xe9" in the process environment
+    async with running_host(mechanism=mechanism) as host:
+        out = await Session(host, root).call("bash", description="test command",
+                                             command='printf %s "$ODD_BYTES" | od -An -tx1')
+    assert text(out).split()[:4] == ["63", "61", "66", "e9"]
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_env_changed_after_the_server_started_reaches_the_next_command(
+        mechanism: str, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    """A call whose environment is the command server's own sends none (the server uses its
+    own); one made after the harness's environment changed carries it, and the command sees it."""
+    monkeypatch.delenv("LATE_SETTING", raising=False)
+    async with running_host(mechanism=mechanism) as host:
+        session = Session(host, root)
+        first = await session.call("bash", description="test command", command='echo "[$LATE_SETTING]"')
+        monkeypatch.setenv("LATE_SETTING", "now")
+        monkeypatch.setenv("LATE_API_KEY", "sk-late-secret")  # still scrubbed when sent
+        second = await session.call("bash", description="test command", command='echo "[$LATE_SETTING]"; env')
+        monkeypatch.delenv("LATE_SETTING")
+        third = await session.call("bash", description="test command", command='echo "[$LATE_SETTING]"')
+    assert text(first).startswith("[]")
+    assert text(second).startswith("[now]") and "sk-late-secret" not in text(second)
+    assert text(third).startswith("[]")
+
+
 def test_credential_names() -> None:
     for name in ["DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY", "GH_TOKEN", "X_SECRET", "DB_PASSWORD", "SSH_AUTH_SOCK",
                  "AWS_ACCESS_KEY_ID", "GOOGLE_APPLICATION_CREDENTIALS", "aws_session_token"]:

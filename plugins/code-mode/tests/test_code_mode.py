@@ -106,6 +106,19 @@ async def test_the_outer_result_is_the_logs_then_the_value(code_host, code, expe
     assert _text(_result(turn)) == expected
 
 
+@pytest.mark.parametrize(("code", "expected"), [
+    # the event loop made while the run waited for its program is the program's, as asyncio.run's would be
+    ("import asyncio\nreturn [asyncio.get_event_loop() is asyncio.get_running_loop(), "
+     "asyncio.get_event_loop_policy().get_event_loop() is asyncio.get_running_loop()]", "[\n  true,\n  true\n]"),
+    # a program without asyncio holds no descriptor of that loop: stdin, stdout, stderr, its channel
+    ("import os\nreturn len(os.listdir('/proc/self/fd')) - 1", "4"),
+])
+async def test_a_ready_runs_rehearsal_leaves_nothing_a_program_could_tell(code_host, code, expected):
+    async with code_host([run(code), {"text": "{tool_result}"}]) as turn:
+        await turn.agent.wait_idle()
+    assert _text(_result(turn)) == expected
+
+
 async def test_an_exception_is_an_error_result_with_the_captured_output(code_host):
     code = "print('before')\nx = 1\nraise ValueError('boom')"
     async with code_host([run(code), {"text": "{tool_result}"}]) as turn:

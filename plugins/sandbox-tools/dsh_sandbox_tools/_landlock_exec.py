@@ -41,20 +41,10 @@ CREATE_RULESET_VERSION = 1
 RULE_PATH_BENEATH = 1
 PR_SET_NO_NEW_PRIVS = 38
 
-WRITE_FILE = 1 << 1
-READ_FILE = 1 << 2
-READ_DIR = 1 << 3
-REMOVE_DIR = 1 << 4
-REMOVE_FILE = 1 << 5
-MAKE_CHAR = 1 << 6
-MAKE_DIR = 1 << 7
-MAKE_REG = 1 << 8
-MAKE_SOCK = 1 << 9
-MAKE_FIFO = 1 << 10
-MAKE_BLOCK = 1 << 11
-MAKE_SYM = 1 << 12
-REFER = 1 << 13  # ABI 2
-TRUNCATE = 1 << 14  # ABI 3
+# The filesystem access rights (linux/landlock.h), bits 1-14 in the kernel's order (bit 0,
+# EXECUTE, is never handled here); REFER came with ABI 2, TRUNCATE with ABI 3.
+(WRITE_FILE, READ_FILE, READ_DIR, REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR, MAKE_REG, MAKE_SOCK,
+ MAKE_FIFO, MAKE_BLOCK, MAKE_SYM, REFER, TRUNCATE) = (1 << bit for bit in range(1, 15))
 SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
 SCOPE_SIGNAL = 1 << 1  # ABI 6
 SCOPE_ABI = 6

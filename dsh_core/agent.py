@@ -150,11 +150,15 @@ class Agent(TurnLoop, ToolDispatch, History, StateOwner):
         return registered(self._watchers, listener)
 
     def _live(self, piece: LiveText) -> None:
-        for listener in list(self._watchers):
+        self._tell(self._watchers, piece, "live-text")
+
+    def _tell(self, listeners: Sequence[Callable[[Any, Any], None]], piece: Any, kind: str) -> None:
+        """Hand ``piece`` to each of ``listeners``: a watcher's bug costs its view, never the turn or the call."""
+        for listener in list(listeners):
             try:
                 listener(self, piece)
-            except Exception as exc:  # a watcher's bug costs its view, never the turn
-                warn(f"a live-text watcher of session {self.session_id} failed: {exc!r}")
+            except Exception as exc:
+                warn(f"a {kind} watcher of session {self.session_id} failed: {exc!r}")
 
     def watch_progress(self, listener: Callable[[Any, ToolProgress], None]) -> Callable[[], None]:
         """Call ``listener(agent, piece)`` for each ``ToolProgress`` a running tool call of this
@@ -168,11 +172,7 @@ class Agent(TurnLoop, ToolDispatch, History, StateOwner):
 
     def progress(self, piece: ToolProgress) -> None:
         """Hand a running call's progress to the watchers; nothing is recorded."""
-        for listener in list(self._progress_watchers):
-            try:
-                listener(self, piece)
-            except Exception as exc:  # a watcher's bug costs its view, never the call
-                warn(f"a tool-progress watcher of session {self.session_id} failed: {exc!r}")
+        self._tell(self._progress_watchers, piece, "tool-progress")
 
     def emit(self, event: DurableEvent) -> None:
         self._seq += 1

@@ -562,37 +562,6 @@ async def test_the_flag_is_an_event_that_makes_its_event_only_for_a_waiter():
     assert scope.cancelled_caught
 
 
-async def test_waiting_on_either_of_two_flags_ends_on_the_first_and_leaves_neither_holding_it():
-    from dsh_core.state import Flag, wait_either
-
-    for which in (0, 1):
-        flags = (Flag(), Flag())
-        done: list[int] = []
-
-        async def waiter(flags: tuple[Flag, Flag] = flags, done: list[int] = done) -> None:
-            await wait_either(*flags)
-            done.append(1)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(waiter)
-            await anyio.wait_all_tasks_blocked()
-            assert done == [] and all(f._waiters for f in flags)
-            flags[which].set()
-        assert done == [1] and flags[0]._waiters is None and flags[1]._waiters is None
-        assert not flags[1 - which].is_set()
-    flag, other = Flag(), Flag()
-    with anyio.CancelScope() as scope:  # cancelled while waiting: both flags let go of it
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(wait_either, flag, other)
-            await anyio.wait_all_tasks_blocked()
-            scope.cancel()
-    assert scope.cancelled_caught and flag._waiters is None and other._waiters is None
-    with anyio.CancelScope() as scope:  # one already set: a checkpoint, as a set event's wait
-        scope.cancel()
-        await wait_either(Flag(), Flag(True))
-    assert scope.cancelled_caught
-
-
 async def test_sessions_share_the_host_catalog_and_prompt_until_a_source_publishes(scripted, tmp_path):
     script = scripted({"default": [{"text": "ok"}]})
     async with await _host(script, Tools()) as host:

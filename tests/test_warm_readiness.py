@@ -1,14 +1,17 @@
 """dsh_core.warmserver.Readiness: one wait in the calling task on several real descriptors (a
-command-server call's output pipes and its call socket)."""
+command-server call's output pipes and its call socket); and dsh_core.state.wait_either, the other
+wait that registers with the asyncio loop directly (each with the fallback for another backend)."""
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 
 import anyio
 import pytest
 
+from dsh_core.state import Flag, wait_either
 from dsh_core.warmserver import Readiness
 
 pytestmark = pytest.mark.anyio
@@ -125,9 +128,9 @@ async def test_without_an_asyncio_loop_readiness_waits_on_each_descriptor(no_asy
             os.close(fd)
 
 
-async def test_without_an_asyncio_loop_wait_either_ends_on_either_flag(no_asyncio_loop: None):
-    from dsh_core.state import Flag, wait_either
-
+async def _either_of_two_ends_on_the_first(waiting: Callable[[Flag], bool], let_go: Callable[[Flag], bool]) -> None:
+    """``wait_either`` on two flags ends when either is set (and only then), the other left unset;
+    ``waiting(flag)`` says the flag holds the waiter meanwhile, ``let_go(flag)`` that it does not after."""
     for which in (0, 1):
         flags = (Flag(), Flag())
         done: list[int] = []
@@ -139,9 +142,28 @@ async def test_without_an_asyncio_loop_wait_either_ends_on_either_flag(no_asynci
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiter)
             await anyio.wait_all_tasks_blocked()
-            assert done == [] and all(isinstance(f._waiters, anyio.Event) for f in flags)
+            assert done == [] and all(waiting(f) for f in flags)
             flags[which].set()
-        assert done == [1] and not flags[1 - which].is_set()
+        assert done == [1] and not flags[1 - which].is_set() and all(let_go(f) for f in flags)
+
+
+async def test_waiting_on_either_of_two_flags_ends_on_the_first_and_leaves_neither_holding_it():
+    await _either_of_two_ends_on_the_first(lambda f: bool(f._waiters), lambda f: f._waiters is None)
+    flag, other = Flag(), Flag()
+    with anyio.CancelScope() as scope:  # cancelled while waiting: both flags let go of it
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_either, flag, other)
+            await anyio.wait_all_tasks_blocked()
+            scope.cancel()
+    assert scope.cancelled_caught and flag._waiters is None and other._waiters is None
+    with anyio.CancelScope() as scope:  # one already set: a checkpoint, as a set event's wait
+        scope.cancel()
+        await wait_either(Flag(), Flag(True))
+    assert scope.cancelled_caught
+
+
+async def test_without_an_asyncio_loop_wait_either_ends_on_either_flag(no_asyncio_loop: None):
+    await _either_of_two_ends_on_the_first(lambda f: isinstance(f._waiters, anyio.Event), lambda f: True)
     flag, other = Flag(), Flag()
     with anyio.move_on_after(0.05) as scope:  # cancelled while waiting: it ends, nothing is set
         await wait_either(flag, other)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 import anyio
 import httpx2
 import mcp_types
+from anyio.abc import TaskStatus
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
@@ -213,26 +214,28 @@ class ServerLink:
         self._relist = anyio.Event()
         try:
             # The deadline's scope encloses the client (its task groups nest inside it), and is
-            # lifted once the tools are listed.
+            # lifted once the tools are listed and the change stream is acknowledged.
             with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout) as start:
                 async with Client(self._transport(lost), message_handler=self._on_message, client_info=CLIENT_INFO) as client:
                     listing = await self._list(client)
-                    start.deadline = math.inf
-                    self.client = client
-                    self._set(listing)
-                    self.status = "connected"
-                    self.session.emit(McpConnected(
-                        server=self.spec.name, transport=self.spec.transport, tools=len(self.tools), attempt=attempt,
-                        source=self.spec.source, protocol_version=client.protocol_version,
-                        confinement=self.confinement))
-                    ready()
                     async with anyio.create_task_group() as tg:
-                        tg.start_soon(self._listen, client)
+                        # Listening before the tools are offered: a call the session makes at once
+                        # (a fast model) that changes them is heard, not published to nobody.
+                        await tg.start(self._listen, client)
+                        start.deadline = math.inf
+                        self.client = client
+                        self._set(listing)
+                        self.status = "connected"
+                        self.session.emit(McpConnected(
+                            server=self.spec.name, transport=self.spec.transport, tools=len(self.tools),
+                            attempt=attempt, source=self.spec.source, protocol_version=client.protocol_version,
+                            confinement=self.confinement))
+                        ready()
                         tg.start_soon(self._resync, client)
                         await lost.wait()
                         tg.cancel_scope.cancel()
             if start.cancelled_caught:
-                return (f"no answer within {self.spec.connect_timeout:g} s (start, initialize and the tool list)"
+                return (f"no answer within {self.spec.connect_timeout:g} s (start, initialize, the tool list and its change stream)"
                         + self._stderr_tail())
             return None
         except Exception as exc:
@@ -327,16 +330,20 @@ class ServerLink:
         if isinstance(message, mcp_types.ToolListChangedNotification):
             self._relist.set()
 
-    async def _listen(self, client: Client) -> None:
-        """2026-07-28 servers announce changes on a ``subscriptions/listen`` stream."""
+    async def _listen(self, client: Client, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """2026-07-28 servers announce changes on a ``subscriptions/listen`` stream. Started once
+        the server acknowledged it, or once it is not to be had."""
         try:
             async with client.listen(tools_list_changed=True) as sub:
+                task_status.started()
                 async for _event in sub:
                     self._relist.set()
         except ListenNotSupportedError:
-            return  # a handshake-era connection: the notification comes to _on_message
+            task_status.started()  # a handshake-era connection: the notification comes to _on_message
         except Exception as exc:  # the stream broke: the read side says whether the server is gone
             log.debug("MCP server %r: change stream ended: %r", self.spec.name, exc)
+            with contextlib.suppress(RuntimeError):  # unless it was started already
+                task_status.started()
 
     async def _resync(self, client: Client) -> None:
         while True:

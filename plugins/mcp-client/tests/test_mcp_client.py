@@ -207,6 +207,16 @@ async def test_a_changed_tool_list_is_listed_again(scripted, tmp_path):
         assert [e.tools for e in s.of(McpConnected)] == [10, 11]
 
 
+async def test_a_change_made_by_a_call_the_moment_the_tools_are_ready_is_heard(scripted, tmp_path):
+    """A session may call a server's tool as soon as its tools are offered (a fast model): the
+    change stream is acknowledged by then, so a change that call makes is heard."""
+    async with session(scripted, tmp_path, {"go": [{"text": "ok"}]}, [stdio()]) as s:
+        await s.agent._sources_ready.wait()
+        grow = s.agent.tools["mcp__fx__grow"]
+        await grow.link.client.call_tool(grow.remote, {"name": "fresh"})
+        await s.until(lambda: "mcp__fx__fresh" in s.agent.tools, timeout=10)
+
+
 # ---------------------------------------------------------------------------------------- failure
 
 

@@ -56,16 +56,16 @@ class ToolDispatch(AgentBase):
         results: list[ToolOutput | None] = [None] * len(calls)
         for call in calls:
             self.emit(ToolCallEvent(turn=turn, step=step, call_id=call.id, name=call.name, arguments=call.arguments))
+        # Calls start in the model's order; parallel-safe ones overlap, exclusive ones (writes,
+        # commands) run alone, so two writes of one message never race.
+        scheduler = ToolScheduler()
+        tickets = [scheduler.ticket(self.parallel_safe(c.name) or c.name not in self.offered) for c in calls]
+
+        async def run_one(i: int, call: ToolCallBlock) -> None:
+            async with tickets[i]:
+                results[i] = await self._run_tool(turn, step, call)
+
         try:
-            # Calls start in the model's order; parallel-safe ones overlap, exclusive ones
-            # (writes, commands) run alone, so two writes of one message never race.
-            scheduler = ToolScheduler()
-            tickets = [scheduler.ticket(self.parallel_safe(c.name) or c.name not in self.offered) for c in calls]
-
-            async def run_one(i: int, call: ToolCallBlock) -> None:
-                async with tickets[i]:
-                    results[i] = await self._run_tool(turn, step, call)
-
             async with anyio.create_task_group() as tg:
                 for i, call in enumerate(calls):
                     tg.start_soon(run_one, i, call)

@@ -56,19 +56,35 @@ class ToolDispatch(AgentBase):
         results: list[ToolOutput | None] = [None] * len(calls)
         for call in calls:
             self.emit(ToolCallEvent(turn=turn, step=step, call_id=call.id, name=call.name, arguments=call.arguments))
-        # Calls start in the model's order; parallel-safe ones overlap, exclusive ones (writes,
-        # commands) run alone, so two writes of one message never race.
-        scheduler = ToolScheduler()
-        tickets = [scheduler.ticket(self.parallel_safe(c.name) or c.name not in self.offered) for c in calls]
-
-        async def run_one(i: int, call: ToolCallBlock) -> None:
-            async with tickets[i]:
-                results[i] = await self._run_tool(turn, step, call)
-
         try:
-            async with anyio.create_task_group() as tg:
-                for i, call in enumerate(calls):
-                    tg.start_soon(run_one, i, call)
+            if len(calls) == 1:
+                # One call (most messages): run it in this task, with no scheduler and no task group.
+                # A cancel reaches it here as it would in its task; an error leaves wrapped as the
+                # task group would wrap it (the turn's error text is the same either way). The
+                # yields keep the event loop's order as it was with a task: the call starts one
+                # loop turn later (as a task started then), and the loop goes round twice before
+                # this task goes on (the task's end, then the group's wake-up), so whatever the
+                # call started (a subagent, a background job) takes the same steps meanwhile.
+                await anyio.lowlevel.checkpoint()
+                try:
+                    results[0] = await self._run_tool(turn, step, calls[0])
+                except Exception as exc:
+                    raise ExceptionGroup("unhandled errors in a TaskGroup", [exc]) from exc
+                await anyio.lowlevel.checkpoint()
+                await anyio.lowlevel.checkpoint()
+            else:
+                # Calls start in the model's order; parallel-safe ones overlap, exclusive ones
+                # (writes, commands) run alone, so two writes of one message never race.
+                scheduler = ToolScheduler()
+                tickets = [scheduler.ticket(self.parallel_safe(c.name) or c.name not in self.offered) for c in calls]
+
+                async def run_one(i: int, call: ToolCallBlock) -> None:
+                    async with tickets[i]:
+                        results[i] = await self._run_tool(turn, step, call)
+
+                async with anyio.create_task_group() as tg:
+                    for i, call in enumerate(calls):
+                        tg.start_soon(run_one, i, call)
         finally:
             # Every call gets a result, so the history stays a valid conversation.
             for i, call in enumerate(calls):

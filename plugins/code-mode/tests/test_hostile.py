@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
+from pathlib import Path
 
 import anyio
 import pytest
@@ -161,7 +163,12 @@ async def test_a_fork_bomb_is_bounded_and_leaves_nothing(code_host):
     kind = _bound_kind()
     if kind == "none":
         pytest.skip("root without a writable pids cgroup hierarchy: no process bound to test (see README)")
-    before = set(PIDS_V1.iterdir()) if kind == "pids-cgroup" else set()
+    # This process's run cgroups only (``dsh-code-<pid>-…``): another dsh on the machine (a
+    # parallel test run) makes and removes its own meanwhile.
+    def ours() -> set[Path]:
+        return set(PIDS_V1.glob(f"dsh-code-{os.getpid()}-*"))
+
+    before = ours() if kind == "pids-cgroup" else set()
     result, _ = await _one(code_host, '''
         import os
         while True:
@@ -170,4 +177,4 @@ async def test_a_fork_bomb_is_bounded_and_leaves_nothing(code_host):
     assert result.result.is_error
     assert "BlockingIOError" in _text(result) or "Resource temporarily unavailable" in _text(result)
     if kind == "pids-cgroup":
-        assert set(PIDS_V1.iterdir()) == before  # the run's cgroup is gone, so were its processes
+        assert ours() == before  # the run's cgroup is gone, so were its processes

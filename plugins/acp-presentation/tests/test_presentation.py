@@ -16,9 +16,7 @@ from dsh_core.types import (
     FileChanges,
     Note,
     TextBlock,
-    ToolCallBlock,
     ToolCallEvent,
-    ToolOutput,
     ToolResultEvent,
     ToolResultMessage,
 )
@@ -83,6 +81,8 @@ async def test_the_diff_a_card_shows_is_recorded_for_load_bounded_and_only_for_a
     """``dsh_after_tool`` writes the pair of texts a write's or edit's card shows into the log
     (``acp/file-change``) before the result commits: a text over 256 KiB is named, not kept; a
     call with no card (a program's nested call), a failed one, one outside the workspace: nothing."""
+    from dsh_core.types import ToolCallBlock, ToolOutput  # dsh_after_tool's arguments, called directly
+
     script = scripted({})
     async with memory_host(script, plugins=("scripted-model", "sandbox-tools", "acp-presentation")) as host:
         agent = await _agent(host, tmp_path, script)

@@ -8,8 +8,8 @@ with the replacement named.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import NamedTuple
+from dataclasses import dataclass, fields, replace
+from typing import Any, NamedTuple
 
 CONTEXT_WINDOW = 1_048_576
 MAX_OUTPUT = 393_216
@@ -27,6 +27,10 @@ class ModelCard:
 
     def with_overrides(self, overrides: dict[str, object]) -> ModelCard:
         return replace(self, **overrides)  # type: ignore[arg-type]
+
+    def declared(self) -> dict[str, Any]:
+        """What the card says the route can do, as ``ModelInfo`` fields: all of it but its id and who serves it."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("id", "served_by")}
 
 
 CATALOGUE: dict[str, ModelCard] = {

@@ -175,12 +175,8 @@ class DeepSeekProvider:
         return ModelInfo(
             provider=PROVIDER,
             model=model,
-            context_window=card.context_window,
-            max_output=card.max_output,
-            tools=card.tools,
-            thinking=card.thinking,
-            image_input=card.image_input,
             known=known,
+            **card.declared(),
             efforts=_catalogue.EFFORTS if card.thinking else (),
             effort=self.settings.effort if card.thinking else None,
         )

@@ -7,18 +7,7 @@ from datetime import UTC, datetime
 
 import anyio
 import pytest
-from dsh_schedule import ScheduleConfig
-from dsh_schedule.domain import (
-    ScheduleInputError,
-    ScheduleLogError,
-    Schedules,
-    create_record,
-    framing,
-    next_every,
-    parse_utc,
-    selector_problem,
-    utc,
-)
+from dsh_schedule import ScheduleConfig, domain
 
 from dsh_core import ConfigError
 from dsh_core.config import decode
@@ -29,7 +18,7 @@ NOW = int(datetime(2026, 3, 1, 12, 0, tzinfo=UTC).timestamp() * 1000)
 
 
 def _rec(args, now=NOW, min_every=300):
-    return create_record("schedule-1", args.get("prompt", "p"), args, now, min_every)
+    return domain.create_record("schedule-1", args.get("prompt", "p"), args, now, min_every)
 
 
 @pytest.mark.parametrize(("at", "want"), [
@@ -57,42 +46,42 @@ def test_at_is_an_explicit_instant(at, want):
     ({"prompt": "   ", "after_seconds": 5}, "invalid_prompt"),
 ])
 def test_bad_selectors_answer_the_originals_codes(args, code):
-    with pytest.raises(ScheduleInputError) as err:
+    with pytest.raises(domain.ScheduleInputError) as err:
         _rec(args)
     assert err.value.code == code
 
 
 def test_exactly_one_selector_and_a_prompt():
-    assert selector_problem({"prompt": "p"})[0] == "invalid_selector"
-    assert selector_problem({"prompt": "p", "after_seconds": 1, "every_seconds": 300})[0] == "invalid_selector"
-    assert selector_problem({"prompt": "p", "after_seconds": 1, "extra": 1})[0] == "invalid_selector"
-    assert selector_problem({"prompt": " ", "after_seconds": 1})[0] == "invalid_prompt"
-    assert selector_problem({"prompt": "p", "at": "x"}) is None
+    assert domain.selector_problem({"prompt": "p"})[0] == "invalid_selector"
+    assert domain.selector_problem({"prompt": "p", "after_seconds": 1, "every_seconds": 300})[0] == "invalid_selector"
+    assert domain.selector_problem({"prompt": "p", "after_seconds": 1, "extra": 1})[0] == "invalid_selector"
+    assert domain.selector_problem({"prompt": " ", "after_seconds": 1})[0] == "invalid_prompt"
+    assert domain.selector_problem({"prompt": "p", "at": "x"}) is None
 
 
 def test_fixed_rate_stays_creation_aligned_and_skips_missed_occurrences():
     rec = _rec({"every_seconds": 600})
-    assert rec["scheduledAt"] == utc(NOW + 600_000)
+    assert rec["scheduledAt"] == domain.utc(NOW + 600_000)
     late = NOW + 600_000 * 4 + 1000  # three occurrences missed
-    assert next_every(rec, late) == (NOW + 600_000 * 4, NOW + 600_000 * 5)
-    s = Schedules()
+    assert domain.next_every(rec, late) == (NOW + 600_000 * 4, NOW + 600_000 * 5)
+    s = domain.Schedules()
     s.apply({"version": 1, "operation": "create", "schedule": rec})
     assert s.due(late) == [rec]
-    text = framing(s.due(late), late)
+    text = domain.framing(s.due(late), late)
     assert text.startswith("[SCHEDULE REMINDER BATCH]\n")
     assert json.loads(text.split("reminders_json: ", 1)[1]) == [
-        {"schedule_id": "schedule-1", "occurrence_at": utc(NOW + 600_000 * 4), "reminder_prompt": "p"}]
-    s.apply({"version": 1, "operation": "dispatch", "id": "schedule-1", "acceptedAt": utc(late)})
-    assert parse_utc(s.active["schedule-1"]["scheduledAt"]) == NOW + 600_000 * 5
+        {"schedule_id": "schedule-1", "occurrence_at": domain.utc(NOW + 600_000 * 4), "reminder_prompt": "p"}]
+    s.apply({"version": 1, "operation": "dispatch", "id": "schedule-1", "acceptedAt": domain.utc(late)})
+    assert domain.parse_utc(s.active["schedule-1"]["scheduledAt"]) == NOW + 600_000 * 5
 
 
 def test_the_fold_refuses_what_cannot_have_happened():
-    s = Schedules()
+    s = domain.Schedules()
     s.apply({"version": 1, "operation": "create", "schedule": _rec({"after_seconds": 5})})
     assert s.allocate() == "schedule-2"
     for bad in ({"version": 2, "operation": "create"}, {"version": 1, "operation": "delete", "id": "nope"},
                 {"version": 1, "operation": "create", "schedule": _rec({"after_seconds": 5})}):  # a reused id
-        with pytest.raises(ScheduleLogError):
+        with pytest.raises(domain.ScheduleLogError):
             s.apply(bad)
     s.apply({"version": 1, "operation": "dispatch", "id": "schedule-1"})
     assert not s.active and s.allocate() == "schedule-2"  # ids are never reused
@@ -151,6 +140,6 @@ async def test_a_fixed_rate_reminder_fires_again_and_again_as_a_batch(scripted, 
     first, second = told()[:2]
     assert first.startswith("[SCHEDULE REMINDER BATCH]\n") and '"reminder_prompt":"tick"' in first
     occurrences = [json.loads(t.split("reminders_json: ", 1)[1])[0]["occurrence_at"] for t in (first, second)]
-    assert parse_utc(occurrences[1]) - parse_utc(occurrences[0]) >= 1000  # creation-aligned, one interval on
+    assert domain.parse_utc(occurrences[1]) - domain.parse_utc(occurrences[0]) >= 1000  # creation-aligned, one interval on
     dispatches = [e.data for e in events if isinstance(e, Note) and e.data.get("operation") == "dispatch"]
     assert len(dispatches) >= 2 and all("acceptedAt" in d for d in dispatches)

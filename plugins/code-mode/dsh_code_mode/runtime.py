@@ -137,20 +137,23 @@ class PythonRuntime:
         if self.session is None:
             return
         keeper = self.session.state(_Keeper)
-        keeper.running = True
-        try:
+        async with anyio.create_task_group() as teardowns:  # ended runs' teardowns: awaited when it ends
+            keeper.running = True
+            keeper.teardowns = teardowns
             try:
-                await self.prestart()
-            except (WarmError, ToolError) as exc:  # the first run meets it again and says why
-                logging.getLogger("dsh.code-mode").debug("could not start the warm runtime ahead: %r", exc)
-            while True:
-                await keeper.wake.wait()
-                keeper.wake = anyio.Event()
-                where, keeper.want = keeper.want, None
-                if where is not None:
-                    await _refill(self.session.state(WarmSlot), where)
-        finally:
-            keeper.running = False
+                try:
+                    await self.prestart()
+                except (WarmError, ToolError) as exc:  # the first run meets it again and says why
+                    logging.getLogger("dsh.code-mode").debug("could not start the warm runtime ahead: %r", exc)
+                while True:
+                    await keeper.wake.wait()
+                    keeper.wake = anyio.Event()
+                    where, keeper.want = keeper.want, None
+                    if where is not None:
+                        await _refill(self.session.state(WarmSlot), where)
+            finally:
+                keeper.running = False
+                keeper.teardowns = None
 
     async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
         where = await self._where()
@@ -162,7 +165,7 @@ class PythonRuntime:
             except WarmError as exc:
                 raise ToolError(f"run_code could not start its confined runtime ({exc}); nothing was run",
                                 code="SANDBOX_UNAVAILABLE") from None
-            run = _Run(self.limits, bindings, prepared.launched, prepared.bound)
+            run = _Run(self.limits, bindings, prepared.launched, prepared.bound, keeper)
             if keeper is not None and keeper.running:  # the session's task makes the next run ready meanwhile
                 keeper.want = where
                 keeper.wake.set()
@@ -184,6 +187,7 @@ class _Keeper:
     running: bool = False
     want: Where | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
+    teardowns: anyio.abc.TaskGroup | None = None  # where ended runs finish being torn down (its task's)
 
 
 async def _refill(slot: WarmSlot, where: Where) -> None:
@@ -198,8 +202,11 @@ async def _refill(slot: WarmSlot, where: Where) -> None:
 
 
 class _Run:
-    def __init__(self, limits: Limits, bindings: Any, launched: Launched, bound: ProcessBound) -> None:
+    def __init__(self, limits: Limits, bindings: Any, launched: Launched, bound: ProcessBound,
+                 keeper: _Keeper | None = None) -> None:
         self.limits = limits
+        self.keeper = keeper
+        self.emptied = False  # every process of the run is known dead (its cgroup emptied)
         self.bindings = bindings
         self.launched = launched
         self.bound = bound
@@ -244,6 +251,29 @@ class _Run:
     def kill(self) -> None:
         """Everything of the run dies now: the reaper kills its processes (the cgroup's too, in stop)."""
         self.launched.kill()
+
+    async def _kill_all(self) -> bool:
+        """Where the run has a cgroup: SIGKILL every process in it, again until it is empty, each
+        waited for through its pidfd (readable once the process has exited). An empty cgroup is
+        final: a process leaves it only by exiting, and one still forking is listed before it can
+        exit, so nothing of the run can run again. True once empty; False without a cgroup, or
+        when it did not empty within ``DRAIN_GRACE_S`` (then the reaper's report is awaited)."""
+        with anyio.move_on_after(DRAIN_GRACE_S):
+            while (pids := self.bound.members()) is not None:
+                if not pids:
+                    return True
+                fds = self.bound.kill_members(pids)
+                try:
+                    for fd in fds:
+                        await anyio.wait_readable(fd)
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+        return False
+
+    async def _stop_shielded(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.stop()
 
     async def stop(self) -> None:
         """Kill every process of the run and wait until it is gone: the reaper's report (it reaps
@@ -291,18 +321,28 @@ class _Run:
                     self._set("timeout", f"the program ran past its wall-clock budget of {lim.wall_seconds:g} s")
                 finally:
                     self._drop_queued()
-                # The program is done one way or another: kill what is left; once the reaper says all
-                # of it is gone, no writer of the output is left either: collect the last of it.
+                # The program is done one way or another: kill what is left; once all of it is gone
+                # (its cgroup empty, else the reaper's report), no writer of the output is left
+                # either: collect the last of it.
                 self.kill()
-                with anyio.move_on_after(DRAIN_GRACE_S):
-                    await self.launched.wait()
+                self.emptied = await self._kill_all()
+                if not self.emptied:
+                    with anyio.move_on_after(DRAIN_GRACE_S):
+                        await self.launched.wait()
                 with anyio.move_on_after(DRAIN_GRACE_S):
                     await self.output_done.wait()
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 sock.close()
-                await self.stop()
+                teardowns = self.keeper.teardowns if self.keeper is not None else None
+                if self.emptied and teardowns is not None:
+                    # Nothing of the run runs any more: the result need not wait for the reaper's
+                    # report, the cgroup's removal and the descriptors' close. The session's task
+                    # finishes them (its end awaits them); the next run does not wait for them.
+                    teardowns.start_soon(self._stop_shielded)
+                else:
+                    await self.stop()
         text = bytes(self.output[: lim.max_output_bytes]).decode("utf-8", errors="replace")
         logs = text.rstrip("\n").split("\n") if text.strip("\n") else []
         return CodeRunResult(logs=logs, value=None if self.error else self.value, error=self.error)

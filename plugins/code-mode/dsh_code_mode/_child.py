@@ -71,9 +71,13 @@ def too_deep(value, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
+# allow_nan=False: NaN/Infinity are not JSON; the host would refuse the line as invalid. One
+# encoder for every message (json.dumps with options makes a new one per call).
+_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
 def _encode(msg: dict) -> bytes:
-    # allow_nan=False: NaN/Infinity are not JSON; the host would refuse the line as invalid.
-    return json.dumps(msg, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    return (_json(msg) + "\n").encode()
 
 
 def _failed(msg: dict) -> ToolCallError:
@@ -331,7 +335,7 @@ def encode_done(msg: dict, max_value: int) -> bytes:
         return _encode({"t": "done", "ok": False, "kind": "exception",
                         "error": f"the return value is nested deeper than {MAX_DEPTH} levels; return a flatter value"})
     try:
-        text = json.dumps(msg["value"], ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _json(msg["value"])
     except ValueError as exc:
         return _encode({"t": "done", "ok": False, "kind": "exception",
                         "error": f"the return value is not JSON: {exc} (NaN and Infinity have no JSON form)"})

@@ -376,19 +376,49 @@ _REHEARSAL = ('import asyncio\n'
               'print(got)\nreturn {"n": len(got)}\n')
 
 
+REHEARSED_CALLS = 2
+_REHEARSED_VALUE = {"path": "f.txt", "text": "a line of text\n" * 50, "first_line": 1, "last_line": 50,
+                    "total_lines": 50}
+
+
 def rehearse():
     """What every run does first, done while it waits for its program (a run is made ready ahead,
     off the critical path): this process is a fork, and the first write to each page it shares
     with the warm process costs a page fault and a copy (measured: the steps from the ``run``
-    message to the first calls took 4 ms in a fresh fork, 1.5 ms once rehearsed). Returns the
-    event loop a program using asyncio runs on, made now for the same reason."""
+    message to the first calls took 4 ms in a fresh fork, 1.5 ms once rehearsed). Gathered
+    calls go through a channel of its own on the event loop, as a program's do (measured with
+    the process's schedstat, 100 gathered reads: from the run message to the first calls 1.15 ->
+    0.95 ms of this process's CPU, to ``done`` 2.6 -> 2.2 ms, against one call's encode and
+    decode; its own cost from the fork on is about the same: the work moved off the run's path).
+    Returns the event loop a program using asyncio runs on, made now for the same reason;
+    nothing of the rehearsal is left on it."""
     import asyncio
+    import socket
 
     parse_program(_REHEARSAL)
-    json.loads(_encode({"t": "call", "id": 1, "name": "read", "args": {"file_path": "a", "n": [1, 2.5, None]}}))
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)  # as asyncio.run would
+    ours, theirs = socket.socketpair()
+    try:
+        channel = AsyncChannel(ours.fileno(), loop, b"")
+        tools = Tools(["read"], channel.call)
 
+        async def burst() -> None:
+            calls = [tools.read(file_path=f"f{i}.txt") for i in range(REHEARSED_CALLS)]
+            await asyncio.sleep(0)  # the calls leave in one write
+            sent = b""
+            while sent.count(b"\n") < REHEARSED_CALLS:
+                sent += theirs.recv(READ_CHUNK)
+            replies = [_encode({"t": "reply", "id": json.loads(line)["id"], "ok": True, "value": _REHEARSED_VALUE})
+                       for line in sent.splitlines()]
+            theirs.sendall(b"".join(replies))
+            await asyncio.gather(*calls)
+
+        loop.run_until_complete(burst())
+        channel.close()
+    finally:
+        ours.close()
+        theirs.close()
     return loop
 
 

@@ -272,8 +272,13 @@ class _Run:
         return False
 
     async def _stop_shielded(self) -> None:
+        """``stop`` as a task of the session's ``keep_ready``: never cancelled half-way (the
+        session's end waits for it), and a failure is reported, never the keeper's end."""
         with anyio.CancelScope(shield=True):
-            await self.stop()
+            try:
+                await self.stop()
+            except Exception as exc:
+                logging.getLogger("dsh.code-mode").warning("could not finish tearing a run down: %r", exc)
 
     async def stop(self) -> None:
         """Kill every process of the run and wait until it is gone: the reaper's report (it reaps

@@ -403,16 +403,17 @@ class _Run:
                 self.channel_closed.set()
                 await anyio.sleep_forever()  # the exit watcher reports how the process ended
             buf += chunk
+            start = 0  # where the next line starts: the lines read are removed once, not one by one
             while True:
                 nl = buf.find(b"\n", scanned)
                 if nl < 0:
+                    del buf[:start]
                     scanned = len(buf)
                     if len(buf) > limit:
                         self.fail("output-limit", f"the program sent a message larger than {limit} bytes")
                     break
-                line = bytes(buf[:nl])
-                del buf[: nl + 1]
-                scanned = 0
+                line = bytes(buf[start:nl])
+                start = scanned = nl + 1
                 if len(line) > limit:
                     self.fail("output-limit", f"the program sent a message larger than {limit} bytes")
                 self._handle(line, calls)

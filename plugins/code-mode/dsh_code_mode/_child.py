@@ -301,14 +301,16 @@ def parse_program(program: str) -> tuple[types.CodeType, bool]:
     )
     # The parsed body keeps its own locations; only the nodes made here need one (set directly:
     # ast.fix_missing_locations would walk the whole tree for them, 40% of this function's time).
-    at = {"lineno": 1, "col_offset": 0, "end_lineno": 1, "end_col_offset": 0}
     fn = ast.AsyncFunctionDef(
         name="__program__",
         args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
-        body=tree.body or [ast.Pass(**at)],
+        body=tree.body or [ast.Pass(lineno=1, col_offset=0, end_lineno=1, end_col_offset=0)],
         decorator_list=[],
         returns=None,
-        **at,
+        lineno=1,
+        col_offset=0,
+        end_lineno=1,
+        end_col_offset=0,
     )
     return compile(ast.Module(body=[fn], type_ignores=[]), FILENAME, "exec"), uses_asyncio
 

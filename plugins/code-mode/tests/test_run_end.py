@@ -11,11 +11,14 @@ none of them may change anything any more; and what the program printed before i
 
 from __future__ import annotations
 
+import os
+import signal
 import textwrap
 from pathlib import Path
 
 import anyio
 import pytest
+from dsh_code_mode.limits import ProcessBound
 from dsh_sandbox_tools.testing import MECHANISMS, require_mechanism
 
 from conftest import run
@@ -97,3 +100,40 @@ async def test_nothing_of_a_run_runs_once_its_result_is_returned(code_host, work
     assert at_result["by-thread.txt"] > 0 and at_result["by-daemon.txt"] > 0  # they did run
     assert later == at_result  # and nothing of them ran after the result
     assert _state(workspace) == at_result  # nor after the session ended
+
+
+def _pids_cgroup() -> ProcessBound:
+    bound = ProcessBound.create(8)
+    if bound.kind != "pids-cgroup":
+        bound.close()
+        pytest.skip("not root, or no writable pids cgroup hierarchy: runs have no cgroup to kill through (see README)")
+    return bound
+
+
+def test_the_cgroup_kill_signals_its_members_and_nothing_else():
+    """``kill_members`` signals a pid only while it is in the run's cgroup (a pid listed, then
+    freed and reused by another process, is left alone), and its pidfd says when it is gone."""
+    import select
+    import subprocess
+
+    bound = _pids_cgroup()
+    member = subprocess.Popen(["sleep", "30"])
+    outsider = subprocess.Popen(["sleep", "30"])
+    try:
+        (bound.cgroup / "cgroup.procs").write_text(str(member.pid))
+        assert bound.members() == [member.pid]
+        fds = bound.kill_members([outsider.pid, member.pid])  # the outsider is listed as a stale pid would be
+        try:
+            assert len(fds) == 1
+            assert select.select(fds, [], [], 5)[0] == fds  # readable: the member has exited
+        finally:
+            for fd in fds:
+                os.close(fd)
+        assert member.wait(5) == -signal.SIGKILL
+        assert outsider.poll() is None  # never signalled
+        assert bound.members() == []
+    finally:
+        for p in (member, outsider):
+            p.kill()
+            p.wait()
+        bound.close()

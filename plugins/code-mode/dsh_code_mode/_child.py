@@ -155,7 +155,8 @@ class AsyncChannel:
         self.pending[self.next_id] = fut
         if not self.out:
             self.loop.call_soon(self._flush)
-        self.out.append(_encode({"t": "call", "id": self.next_id, "name": name, "args": args}))
+        # {"t":"call","id":…,"name":…,"args":…} as _encode writes it, the arguments encoded alone
+        self.out.append(f'{{"t":"call","id":{self.next_id},"name":{_json(name)},"args":{_json(args)}}}\n'.encode())
         return fut
 
     def _flush(self) -> None:
@@ -222,6 +223,7 @@ class Tools:
             return make_call(name, arguments)
 
         call.__name__ = name
+        self.__dict__[name] = call  # the next ``tools.<name>`` is found without this method
         return call
 
     def __dir__(self) -> list[str]:

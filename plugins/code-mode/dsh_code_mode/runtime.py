@@ -207,6 +207,7 @@ class _Run:
         self.limits = limits
         self.keeper = keeper
         self.emptied = False  # every process of the run is known dead (its cgroup emptied)
+        self.killing: list[int] = []  # pidfds of the cgroup's members signalled at the end, not yet waited for
         self.bindings = bindings
         self.launched = launched
         self.bound = bound
@@ -240,13 +241,24 @@ class _Run:
         if not self.finished:
             self.finished = True
             self.error = CodeRunError(kind=kind, message=message)  # type: ignore[arg-type]
+            self._end_now()
         raise _Ended
 
     def succeed(self, value: Any) -> None:
         if not self.finished:
             self.finished = True
             self.value = value
+            self._end_now()
         raise _Ended
+
+    def _end_now(self) -> None:
+        """The run's outcome is settled: its processes are killed at once (the reaper told, the
+        cgroup's members signalled) while the host unwinds the run's tasks; ``_kill_all`` then
+        waits for them."""
+        self.launched.kill()
+        pids = self.bound.members()
+        if pids:
+            self.killing = self.bound.kill_members(pids)
 
     def kill(self) -> None:
         """Everything of the run dies now: the reaper kills its processes (the cgroup's too, in stop)."""
@@ -262,7 +274,8 @@ class _Run:
             while (pids := self.bound.members()) is not None:
                 if not pids:
                     return True
-                fds = self.bound.kill_members(pids)
+                fds, self.killing = self.killing, []
+                fds += self.bound.kill_members(pids)
                 try:
                     for fd in fds:
                         await anyio.wait_readable(fd)
@@ -340,6 +353,9 @@ class _Run:
         finally:
             with anyio.CancelScope(shield=True):
                 sock.close()
+                for fd in self.killing:  # signalled, never waited for (the run was cancelled meanwhile)
+                    os.close(fd)
+                self.killing = []
                 teardowns = self.keeper.teardowns if self.keeper is not None else None
                 if self.emptied and teardowns is not None:
                     # Nothing of the run runs any more: the result need not wait for the reaper's

@@ -11,8 +11,10 @@ lines, see ``_child.py``); stdout and stderr are a separate pipe, captured as th
 output. Everything the program sends is hostile input: every line is bounded, decoded
 strictly into one of two message types, and checked (increasing call ids, known tools,
 outstanding-call and total-call caps). The first of done / failure / budget / cancel ends
-the run; then outstanding calls are cancelled and drained and every process of the run (the
-reaper's and the cgroup's view) is killed.
+the run: every process of it is killed at once (the reaper's view and the cgroup's),
+outstanding calls are cancelled and drained, and the result is returned once the run's cgroup
+is empty (without one, once the reaper reported every process gone); the reaper's report, the
+cgroup's removal and the descriptors' close then finish in the session's task.
 """
 
 from __future__ import annotations
@@ -261,7 +263,7 @@ class _Run:
             self.killing = self.bound.kill_members(pids)
 
     def kill(self) -> None:
-        """Everything of the run dies now: the reaper kills its processes (the cgroup's too, in stop)."""
+        """Everything of the run dies now: the reaper kills its processes (the cgroup's: ``_end_now``, ``_kill_all``)."""
         self.launched.kill()
 
     async def _kill_all(self) -> bool:

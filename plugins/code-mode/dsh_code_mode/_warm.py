@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import importlib.util
 import os
 import signal
@@ -215,6 +216,12 @@ def main(reaping_path: str) -> None:
     import traceback  # noqa: F401 - a failing program's report
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # reapers are reaped by the kernel
+    # Everything loaded so far is left out of the garbage collector's walks, here and in every
+    # fork: a collection in a run would otherwise write to each of these objects' headers, a
+    # page fault and a copy per page (the program process's CPU from the run message to done,
+    # 100 gathered reads: about 0.15 ms less, schedstat, medians of 9 alternating twice).
+    gc.collect()
+    gc.freeze()
     control.send(b"ready")
     # a reaper forked for each run (``reaping.serve``; the run itself is made ready in advance)
     reaping.serve(control, (b"run", b"run confined"), (3, 4),

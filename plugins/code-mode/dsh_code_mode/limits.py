@@ -91,6 +91,41 @@ class ProcessBound:
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.005)
 
+    def members(self) -> list[int] | None:
+        """The pids in the cgroup now (None without one, or when it cannot be read)."""
+        if self.cgroup is None:
+            return None
+        try:
+            return [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return None
+
+    def kill_members(self, pids: list[int]) -> list[int]:
+        """SIGKILL each of ``pids`` that is still in the cgroup, through a pidfd (it pins the
+        process: a pid freed and reused meanwhile is never signalled); returns the pidfds, each
+        readable once its process has exited (the caller closes them)."""
+        assert self.cgroup is not None
+        mine = f"/{self.cgroup.name}"
+        fds: list[int] = []
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:  # gone already
+                continue
+            try:
+                with open(f"/proc/{pid}/cgroup") as f:
+                    ours = any(line.split(":", 2)[1:2] == ["pids"] and line.rstrip("\n").endswith(mine)
+                               for line in f)
+                if ours:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:  # exited meanwhile (its pidfd is readable then)
+                ours = True
+            if ours:
+                fds.append(fd)
+            else:
+                os.close(fd)
+        return fds
+
     def close_if_empty(self) -> bool:
         """Remove the cgroup now if nothing is left in it (never blocks: one read, one rmdir);
         False when something is, or the kernel is not done with it yet (then ``close``)."""

@@ -11,8 +11,10 @@ lines, see ``_child.py``); stdout and stderr are a separate pipe, captured as th
 output. Everything the program sends is hostile input: every line is bounded, decoded
 strictly into one of two message types, and checked (increasing call ids, known tools,
 outstanding-call and total-call caps). The first of done / failure / budget / cancel ends
-the run; then outstanding calls are cancelled and drained and every process of the run (the
-reaper's and the cgroup's view) is killed.
+the run: every process of it is killed at once (the reaper's view and the cgroup's),
+outstanding calls are cancelled and drained, and the result is returned once the run's cgroup
+is empty (without one, once the reaper reported every process gone); the reaper's report, the
+cgroup's removal and the descriptors' close then finish in the session's task.
 """
 
 from __future__ import annotations
@@ -137,20 +139,23 @@ class PythonRuntime:
         if self.session is None:
             return
         keeper = self.session.state(_Keeper)
-        keeper.running = True
-        try:
+        async with anyio.create_task_group() as teardowns:  # ended runs' teardowns: awaited when it ends
+            keeper.running = True
+            keeper.teardowns = teardowns
             try:
-                await self.prestart()
-            except (WarmError, ToolError) as exc:  # the first run meets it again and says why
-                logging.getLogger("dsh.code-mode").debug("could not start the warm runtime ahead: %r", exc)
-            while True:
-                await keeper.wake.wait()
-                keeper.wake = anyio.Event()
-                where, keeper.want = keeper.want, None
-                if where is not None:
-                    await _refill(self.session.state(WarmSlot), where)
-        finally:
-            keeper.running = False
+                try:
+                    await self.prestart()
+                except (WarmError, ToolError) as exc:  # the first run meets it again and says why
+                    logging.getLogger("dsh.code-mode").debug("could not start the warm runtime ahead: %r", exc)
+                while True:
+                    await keeper.wake.wait()
+                    keeper.wake = anyio.Event()
+                    where, keeper.want = keeper.want, None
+                    if where is not None:
+                        await _refill(self.session.state(WarmSlot), where)
+            finally:
+                keeper.running = False
+                keeper.teardowns = None
 
     async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
         where = await self._where()
@@ -162,7 +167,7 @@ class PythonRuntime:
             except WarmError as exc:
                 raise ToolError(f"run_code could not start its confined runtime ({exc}); nothing was run",
                                 code="SANDBOX_UNAVAILABLE") from None
-            run = _Run(self.limits, bindings, prepared.launched, prepared.bound)
+            run = _Run(self.limits, bindings, prepared.launched, prepared.bound, keeper)
             if keeper is not None and keeper.running:  # the session's task makes the next run ready meanwhile
                 keeper.want = where
                 keeper.wake.set()
@@ -184,6 +189,7 @@ class _Keeper:
     running: bool = False
     want: Where | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
+    teardowns: anyio.abc.TaskGroup | None = None  # where ended runs finish being torn down (its task's)
 
 
 async def _refill(slot: WarmSlot, where: Where) -> None:
@@ -198,8 +204,12 @@ async def _refill(slot: WarmSlot, where: Where) -> None:
 
 
 class _Run:
-    def __init__(self, limits: Limits, bindings: Any, launched: Launched, bound: ProcessBound) -> None:
+    def __init__(self, limits: Limits, bindings: Any, launched: Launched, bound: ProcessBound,
+                 keeper: _Keeper | None = None) -> None:
         self.limits = limits
+        self.keeper = keeper
+        self.emptied = False  # every process of the run is known dead (its cgroup emptied)
+        self.killing: list[int] = []  # pidfds of the cgroup's members signalled at the end, not yet waited for
         self.bindings = bindings
         self.launched = launched
         self.bound = bound
@@ -233,17 +243,57 @@ class _Run:
         if not self.finished:
             self.finished = True
             self.error = CodeRunError(kind=kind, message=message)  # type: ignore[arg-type]
+            self._end_now()
         raise _Ended
 
     def succeed(self, value: Any) -> None:
         if not self.finished:
             self.finished = True
             self.value = value
+            self._end_now()
         raise _Ended
 
-    def kill(self) -> None:
-        """Everything of the run dies now: the reaper kills its processes (the cgroup's too, in stop)."""
+    def _end_now(self) -> None:
+        """The run's outcome is settled: its processes are killed at once (the reaper told, the
+        cgroup's members signalled) while the host unwinds the run's tasks; ``_kill_all`` then
+        waits for them."""
         self.launched.kill()
+        pids = self.bound.members()
+        if pids:
+            self.killing = self.bound.kill_members(pids)
+
+    def kill(self) -> None:
+        """Everything of the run dies now: the reaper kills its processes (the cgroup's: ``_end_now``, ``_kill_all``)."""
+        self.launched.kill()
+
+    async def _kill_all(self) -> bool:
+        """Where the run has a cgroup: SIGKILL every process in it, again until it is empty, each
+        waited for through its pidfd (readable once the process has exited). An empty cgroup is
+        final: a process leaves it only by exiting, and one still forking is listed before it can
+        exit, so nothing of the run can run again. True once empty; False without a cgroup, or
+        when it did not empty within ``DRAIN_GRACE_S`` (then the reaper's report is awaited)."""
+        with anyio.move_on_after(DRAIN_GRACE_S):
+            while (pids := self.bound.members()) is not None:
+                if not pids:
+                    return True
+                fds, self.killing = self.killing, []
+                fds += self.bound.kill_members(pids)
+                try:
+                    for fd in fds:
+                        await anyio.wait_readable(fd)
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+        return False
+
+    async def _stop_shielded(self) -> None:
+        """``stop`` as a task of the session's ``keep_ready``: never cancelled half-way (the
+        session's end waits for it), and a failure is reported, never the keeper's end."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.stop()
+            except Exception as exc:
+                logging.getLogger("dsh.code-mode").warning("could not finish tearing a run down: %r", exc)
 
     async def stop(self) -> None:
         """Kill every process of the run and wait until it is gone: the reaper's report (it reaps
@@ -291,18 +341,31 @@ class _Run:
                     self._set("timeout", f"the program ran past its wall-clock budget of {lim.wall_seconds:g} s")
                 finally:
                     self._drop_queued()
-                # The program is done one way or another: kill what is left; once the reaper says all
-                # of it is gone, no writer of the output is left either: collect the last of it.
+                # The program is done one way or another: kill what is left; once all of it is gone
+                # (its cgroup empty, else the reaper's report), no writer of the output is left
+                # either: collect the last of it.
                 self.kill()
-                with anyio.move_on_after(DRAIN_GRACE_S):
-                    await self.launched.wait()
+                self.emptied = await self._kill_all()
+                if not self.emptied:
+                    with anyio.move_on_after(DRAIN_GRACE_S):
+                        await self.launched.wait()
                 with anyio.move_on_after(DRAIN_GRACE_S):
                     await self.output_done.wait()
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 sock.close()
-                await self.stop()
+                for fd in self.killing:  # signalled, never waited for (the run was cancelled meanwhile)
+                    os.close(fd)
+                self.killing = []
+                teardowns = self.keeper.teardowns if self.keeper is not None else None
+                if self.emptied and teardowns is not None:
+                    # Nothing of the run runs any more: the result need not wait for the reaper's
+                    # report, the cgroup's removal and the descriptors' close. The session's task
+                    # finishes them (its end awaits them); the next run does not wait for them.
+                    teardowns.start_soon(self._stop_shielded)
+                else:
+                    await self.stop()
         text = bytes(self.output[: lim.max_output_bytes]).decode("utf-8", errors="replace")
         logs = text.rstrip("\n").split("\n") if text.strip("\n") else []
         return CodeRunResult(logs=logs, value=None if self.error else self.value, error=self.error)
@@ -358,16 +421,17 @@ class _Run:
                 self.channel_closed.set()
                 await anyio.sleep_forever()  # the exit watcher reports how the process ended
             buf += chunk
+            start = 0  # where the next line starts: the lines read are removed once, not one by one
             while True:
                 nl = buf.find(b"\n", scanned)
                 if nl < 0:
+                    del buf[:start]
                     scanned = len(buf)
                     if len(buf) > limit:
                         self.fail("output-limit", f"the program sent a message larger than {limit} bytes")
                     break
-                line = bytes(buf[:nl])
-                del buf[: nl + 1]
-                scanned = 0
+                line = bytes(buf[start:nl])
+                start = scanned = nl + 1
                 if len(line) > limit:
                     self.fail("output-limit", f"the program sent a message larger than {limit} bytes")
                 self._handle(line, calls)

@@ -110,6 +110,9 @@ def observer(session: Session, usage_updates: bool,
         if slot is not None and isinstance(event, _TRACKED):
             _track(session, slot, event, usage_updates)
 
+    if present is None:  # nothing presents events: only the types read above reach it (state.reads)
+        observe.events = (TurnStart, AssistantMessageEvent, *_TRACKED,  # type: ignore[attr-defined]
+                          *((SettingsChanged,) if on_settings is not None else ()))
     return observe
 
 

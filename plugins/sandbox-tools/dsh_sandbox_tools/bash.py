@@ -16,7 +16,7 @@ from dsh_core.types import ToolOutput
 from .base import BOOL, OPT_INT, OPT_STR, STR, SandboxTool, out_schema, positive_ms, str_arg
 from .mechanisms import PARTIAL_NOTICE
 from .policy import Settings
-from .run import spill_path_for
+from .run import spill_file_for, spill_path_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
@@ -149,7 +149,7 @@ class BashTool(SandboxTool):
                 workspace=workspace,
                 owner=ctx.agent,
                 timeout_s=timeout_ms / 1000,
-                spill=spill_path_for(s.spill_root(), ctx.session_id, ctx.call_id),
+                spill=spill_file_for(s.spill_root(), ctx.session_id, ctx.call_id),  # a Path only if it spills
                 split=True,
                 tap=tap,
             )

@@ -178,7 +178,7 @@ class Sandbox:
         *,
         mode: str,
         cwd: str,
-        spill: Path,
+        spill: Path | str,
         owner: Any = None,
         timeout_s: float | None = None,
         limit: int | None = None,

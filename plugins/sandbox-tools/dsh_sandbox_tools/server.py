@@ -67,7 +67,7 @@ class CommandServer(WarmServer):
         self.send(b"run", fds)
 
     async def run(
-        self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path,
+        self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path | str,
         stdin: bytes | None = None, capture: bool = False, sink: Any = None, stop: anyio.Event | None = None,
         split: bool = False, tap: Callable[[bytes], None] | None = None,
     ) -> CommandResult:
@@ -110,7 +110,7 @@ def _encode(request: dict[str, Any]) -> bytes:
 class _Call:
     """One command through a server: its descriptors, its sinks, and the wait for the reaper's ``exit``."""
 
-    def __init__(self, limit: int, spill: Path, *, stdin: bytes | None, capture: bool, sink: Any = None,
+    def __init__(self, limit: int, spill: Path | str, *, stdin: bytes | None, capture: bool, sink: Any = None,
                  split: bool = False, tap: Callable[[bytes], None] | None = None) -> None:
         self.spill = spill
         self.tap = tap
@@ -291,9 +291,9 @@ class _Call:
             timed_out=self.timed_out,
             text=self.sink.text(),
             total_bytes=self.sink.total,
-            spill_path=self.spill if getattr(self.sink, "file", None) is not None else None,
+            spill_path=Path(self.spill) if getattr(self.sink, "file", None) is not None else None,
             stderr=self.err_sink.text() if self.err_sink is not None else None,
-            stderr_spill_path=(stderr_spill(self.spill) if getattr(self.err_sink, "file", None) is not None
+            stderr_spill_path=(Path(stderr_spill(self.spill)) if getattr(self.err_sink, "file", None) is not None
                                else None),
             stopped=self.stopped,
         )

@@ -148,11 +148,10 @@ class _Call:
     def close(self) -> None:
         self.ready.close()
         self.line.close()
-        for name in ("out_r", "err_r", "in_w", "out_w", "err_w", "in_r"):
-            fd = getattr(self, name)
+        for fd in (self.out_r, self.err_r, self.in_w, self.out_w, self.err_w, self.in_r):
             if fd >= 0:
                 os.close(fd)
-                setattr(self, name, -1)
+        self.out_r = self.err_r = self.in_w = self.out_w = self.err_w = self.in_r = -1
         self.sink.close()
         if self.err_sink is not None:
             self.err_sink.close()
@@ -278,10 +277,10 @@ class _Call:
                     await self._wait(timeout_s, stop, tg)
                     tg.cancel_scope.cancel()
         finally:
-            with anyio.CancelScope(shield=True):
-                if not self.finished:  # cancelled (or the wait failed): kill now, and wait until all is gone
+            if not self.finished:  # cancelled (or the wait failed): kill now, and wait until all is gone
+                with anyio.CancelScope(shield=True):  # only then: a scope entered and left was ~25 calls a command
                     self.finished, self.code = await self._stop(b"kill")
-                self.close()
+            self.close()  # no await in it: nothing to shield
         if not self.finished:
             raise ServerError("the command server lost the call (it died or did not answer)")
         code = self.code

@@ -228,6 +228,15 @@ class Flag:
                 self._waiters = None
 
 
+async def checkpoint() -> None:
+    """``anyio.lowlevel.checkpoint()``: on asyncio its ``sleep(0)`` itself, without anyio's backend
+    lookup (~4 calls each; the tool dispatch yields three times per call, bench/profile_prompt.py --bash)."""
+    if asyncio._get_running_loop() is None:  # another anyio backend
+        await anyio.lowlevel.checkpoint()
+    else:
+        await asyncio.sleep(0)
+
+
 async def wait_either(first: Flag, second: Flag) -> None:
     """Return when ``first`` or ``second`` is set (a checkpoint when one already is). On asyncio
     one future waits on both flags, where a cancel scope that the other side cancels would cost

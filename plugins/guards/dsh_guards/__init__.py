@@ -62,9 +62,18 @@ def _env_max_steps() -> int | None:
     return steps
 
 
-def _settings(host: Host) -> tuple[tuple[int, ...], int]:
-    config = host.config_for(GuardsConfig)
-    return tuple(config.repeat_thresholds), _env_max_steps() or config.max_steps
+class _Settings(tuple[frozenset[int], int]):
+    """A host's (repeat thresholds, max steps), its config and ``DSH_MAX_STEPS`` read once (the
+    host's state slot): every model call and tool call asks (~7 calls each when read anew,
+    bench/profile_prompt.py --bash)."""
+
+
+def _settings(host: Host) -> _Settings:
+    def read() -> _Settings:
+        config = host.config_for(GuardsConfig)
+        return _Settings((frozenset(config.repeat_thresholds), _env_max_steps() or config.max_steps))
+
+    return host.state(_Settings, read)
 
 
 @hookimpl

@@ -64,6 +64,25 @@ def reads(*events: type) -> Callable[[T], T]:
     return mark
 
 
+V = TypeVar("V")
+
+
+class ByType(dict[type, V]):
+    """Values by an object's concrete type, for a dispatch by ``table[type(obj)]`` (a dict
+    subscript, no call, where an ``isinstance`` chain made one call per type asked): a subclass of
+    a key takes its nearest base's value, a type that no key is a base of takes ``default`` (each
+    found once, then kept)."""
+
+    def __init__(self, entries: dict[type, V], default: V) -> None:
+        super().__init__(entries)
+        self.default = default
+
+    def __missing__(self, kind: type) -> V:
+        found = next((self[base] for base in kind.__mro__[1:] if base in self), self.default)
+        self[kind] = found
+        return found
+
+
 class ByEventType(dict[type, tuple[Callable[..., None], ...]]):
     """Event observers, looked up once per concrete event type: ``by_type[type(event)]`` is the
     tuple of those an event of that type reaches (every undeclared observer, and each declared one

@@ -24,7 +24,7 @@ from .interception import (
     settle,
 )
 from .protocols import new_id
-from .state import Flag
+from .state import ByType, Flag
 from .types import (
     AgentError,
     AssistantMessage,
@@ -151,30 +151,21 @@ class _Partial:
                    for b in self.blocks)
 
 
-class _Appliers(dict[type, Callable[[_Partial, Any], None]]):
-    """How ``_Partial`` takes a delta, by the delta's concrete type: one dict subscript per delta
-    where an ``isinstance`` chain asked up to six times (a tool step's deltas are its last three
-    kinds: ~12 calls a tool turn, bench/profile_prompt.py --bash). A subclass of a delta type is
-    taken as its base is (found once, then kept); a type none of them is, ignored."""
-
-    def __missing__(self, kind: type) -> Callable[[_Partial, Any], None]:
-        found = next((self[base] for base in kind.__mro__[1:] if base in self), _ignore)
-        self[kind] = found
-        return found
-
-
 def _ignore(partial: _Partial, delta: Any) -> None:
     pass
 
 
-_APPLY = _Appliers({
+# How _Partial takes a delta, by its type: one dict subscript per delta where an isinstance chain
+# asked up to six times (a tool step's deltas are its last three kinds: ~12 calls a tool turn,
+# bench/profile_prompt.py --bash); a subclass is taken as its base is, any other type ignored.
+_APPLY: ByType[Callable[[_Partial, Any], None]] = ByType({
     TextDelta: _Partial._text_delta,
     ReasoningDelta: _Partial._reasoning_delta,
     ToolCallDelta: _Partial._tool_delta,
     ImageDelta: _Partial._image_delta,
     UsageDelta: _Partial._usage_delta,
     Finish: _Partial._finish,
-})
+}, _ignore)
 
 
 PARKED_DRIVERS = 128  # idle agents of a host whose driver task waits for their next prompt

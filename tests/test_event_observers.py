@@ -142,3 +142,20 @@ def test_a_declared_hook_implementation_keeps_its_event_types_whatever_arguments
         for observer in by_type[type(event)]:
             observer("S", event)
     assert calls == [1, 2]
+
+
+def test_by_type_takes_a_subclass_as_its_nearest_base_and_any_other_type_as_the_default():
+    from dsh_core.state import ByType
+
+    class Base:
+        pass
+
+    class Mid(Base):
+        pass
+
+    class Leaf(Mid):
+        pass
+
+    table = ByType({Base: "base", Mid: "mid"}, "default")
+    assert [table[Base], table[Leaf], table[int]] == ["base", "mid", "default"]
+    assert table[Leaf] == "mid" and Leaf in table  # found once, then kept

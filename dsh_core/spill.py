@@ -102,7 +102,7 @@ class Sink:
         return cut_text(bytes(self.head), tail, self.total, self.spill_target)
 
 
-def cut_text(head: bytes, tail: bytes, total: int, path: Path, *, where: str | None = None) -> str:
+def cut_text(head: bytes, tail: bytes, total: int, path: Path | str, *, where: str | None = None) -> str:
     """What the model sees of ``total`` bytes it is not shown whole: ``head``, a marker saying how
     much is left out and where it all is (``where``, default: the full output is in ``path``),
     ``tail`` — the one rendering of every spilled result (a tool's, a background job's)."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import random
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio

@@ -31,7 +31,7 @@ from .dispatch import ToolDispatch
 from .errors import AgentDisposed, SessionLogFailed
 from .history import History
 from .protocols import AgentSpec, Observer, new_id
-from .state import Flag, StateOwner, StateSlots, registered, wait_either
+from .state import ByEventType, Flag, StateOwner, StateSlots, registered, wait_either
 from .turn import TurnLoop
 from .types import (
     AssistantMessage,
@@ -91,7 +91,7 @@ class Agent(TurnLoop, ToolDispatch, History, StateOwner):
         self.log: SessionLog = host.session_store.open(self.header)
         self.children: list[protocols.Agent] = []
         self.log_error: Exception | None = None  # the first failure of the durable log, if any
-        self._observers: list[Observer] = []
+        self._observers = ByEventType()  # subscribe(): each event goes to the observers that read its type
         self._watchers: list[Callable[[Any, LiveText], None]] = []
         self._progress_watchers: list[Callable[[Any, ToolProgress], None]] = []
         self._seq = 0
@@ -141,8 +141,9 @@ class Agent(TurnLoop, ToolDispatch, History, StateOwner):
     # ------------------------------------------------------------------ events
 
     def subscribe(self, observer: Observer) -> Callable[[], None]:
-        """Call ``observer(agent, event)`` synchronously for each durable event, in order."""
-        return registered(self._observers, observer)
+        """Call ``observer(agent, event)`` synchronously for each durable event, in order (only
+        the types it declares with ``state.reads``, when it does)."""
+        return self._observers.add(observer)
 
     def watch(self, listener: Callable[[Any, LiveText], None]) -> Callable[[], None]:
         """Call ``listener(agent, piece)`` for each piece of text the model writes, as it writes
@@ -188,7 +189,7 @@ class Agent(TurnLoop, ToolDispatch, History, StateOwner):
                 self.log_error = exc
                 if self._scope is not None and not self._scope.cancel_called:
                     self._scope.cancel()
-        for obs in list(self._observers):
+        for obs in self._observers[type(event)]:
             try:
                 obs(self, event)
             except Exception as exc:  # an observer must not break the loop

@@ -19,8 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable, Mapping
 
     from . import protocols
-    from .protocols import AgentSpec, HistoryContext, Host, ModelProvider, Observer, SessionLog, Tool
-    from .state import Flag, StateSlots
+    from .protocols import AgentSpec, HistoryContext, Host, ModelProvider, SessionLog, Tool
+    from .state import ByEventType, Flag, StateSlots
     from .types import (
         AssistantMessage,
         ContentBlock,
@@ -105,7 +105,7 @@ class AgentBase:
     children: list[protocols.Agent]
     log_error: Exception | None
     history_policy: Any
-    _observers: list[Observer]
+    _observers: ByEventType
     _watchers: list[Any]
     _seq: int
     _turn: int

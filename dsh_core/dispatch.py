@@ -23,6 +23,7 @@ from .interception import (
 from .protocols import ToolContext
 from .schedule import ToolScheduler
 from .spill import bound, spill_path_for
+from .state import checkpoint
 from .tools import argument_problems
 from .types import (
     AfterTool,
@@ -65,13 +66,13 @@ class ToolDispatch(AgentBase):
                 # loop turn later (as a task started then), and the loop goes round twice before
                 # this task goes on (the task's end, then the group's wake-up), so whatever the
                 # call started (a subagent, a background job) takes the same steps meanwhile.
-                await anyio.lowlevel.checkpoint()
+                await checkpoint()
                 try:
                     results[0] = await self._run_tool(turn, step, calls[0])
                 except Exception as exc:
                     raise ExceptionGroup("unhandled errors in a TaskGroup", [exc]) from exc
-                await anyio.lowlevel.checkpoint()
-                await anyio.lowlevel.checkpoint()
+                await checkpoint()
+                await checkpoint()
             else:
                 # Calls start in the model's order; parallel-safe ones overlap, exclusive ones
                 # (writes, commands) run alone, so two writes of one message never race.

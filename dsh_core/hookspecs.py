@@ -468,7 +468,10 @@ def dsh_session_event(session: Agent, event: DurableEvent) -> None:
     """Observe every durable event, after it is appended to the session log.
 
     Called synchronously by the agent for each event, in order. Must not block or
-    raise (an exception is logged to stderr and swallowed). Return value ignored.
+    raise (an exception is logged to stderr and swallowed). Return value ignored. An
+    implementation that reads only some event types says which with ``dsh_core.state.reads``
+    (``@reads(TurnEnd)`` under ``@hookimpl``): the others never reach it. (Hook wrappers, and
+    hook calls traced by ``DSH_TRACE_PLUGINS``, see every event, as pluggy calls them.)
     """
 
 

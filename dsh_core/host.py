@@ -49,7 +49,7 @@ from .protocols import (
 )
 from .spill import SpillConfig
 from .spill import default_root as default_spill_root
-from .state import StateOwner, StateSlots, registered
+from .state import ByEventType, StateOwner, StateSlots, registered
 from .types import (
     ApprovalAsked,
     ApprovalDecided,
@@ -284,8 +284,9 @@ class Host(StateOwner):
         pm.hook.dsh_register_front_doors(register=self._add_door, host=self)
         self.session_store: SessionStore = pm.hook.dsh_session_store(host=self)
         # Resolved once: each event goes straight to the dsh_session_event implementations
-        # (none: nothing at all), not through pluggy's call machinery (bench/profile_prompt.py).
-        self._event_observers = _direct_observers(pm.hook.dsh_session_event, traced=_monitored(pm))
+        # (none: nothing at all), not through pluggy's call machinery (bench/profile_prompt.py),
+        # and only to those that read the event's type (``state.reads``).
+        self._event_observers = ByEventType(_direct_observers(pm.hook.dsh_session_event, traced=_monitored(pm)))
         self.direct = DirectHooks(pm)  # the turn loop's per-prompt hooks, past pluggy's machinery
         self.attachment_store: AttachmentStore | None = pm.hook.dsh_attachment_store(host=self)
         self.confinement: Confinement | None = pm.hook.dsh_confinement(host=self)
@@ -372,7 +373,7 @@ class Host(StateOwner):
         return [g for g in self.guidance if has.intersection(g.tools)]
 
     def observe(self, agent: Agent, event: DurableEvent) -> None:
-        for observer in self._event_observers:
+        for observer in self._event_observers[type(event)]:
             try:
                 observer(agent, event)
             except Exception as exc:  # one observer's bug costs neither the turn nor the other observers
@@ -478,7 +479,7 @@ class DirectHook:
         if caller._hookimpls != self._seen:
             self._resolve(caller._hookimpls)
         calls = self._calls
-        if calls is None or _monitored(self._pm):
+        if calls is None or self._pm._inner_hookexec is not _PLAIN_HOOKEXEC:  # _monitored, without its call (6 a tool turn)
             return caller(**kwargs)
         results = []
         for fn, pick, n in calls:
@@ -515,6 +516,8 @@ def _by_name(fn: Callable[..., Any], names: tuple[str, ...]) -> Callable[[Agent,
     def call(agent: Agent, event: DurableEvent) -> None:
         fn(*[agent if n == "session" else event for n in names])
 
+    if hasattr(fn, "events"):  # the event types it reads (state.reads) hold for the wrapper too
+        call.events = fn.events  # type: ignore[attr-defined]
     return call
 
 

@@ -49,10 +49,16 @@ def spill_path_for(root: Path, session_id: str, call_id: str) -> Path:
     return Path(root, _safe_name(session_id), f"{_safe_name(call_id)}.log")
 
 
+def spill_file_for(root: Path, session_id: str, call_id: str) -> str:
+    """``spill_path_for`` as a string, for a ``Sink`` that makes the Path only if it spills (a
+    Path is ~45 Python calls; a command's output rarely spills, and this is on every bash call)."""
+    return os.path.join(root, _safe_name(session_id), f"{_safe_name(call_id)}.log")
+
+
 class Sink:
     """Keeps head and tail in memory; past ``limit`` bytes, streams everything to the spill file."""
 
-    def __init__(self, limit: int, spill: Path) -> None:
+    def __init__(self, limit: int, spill: Path | str) -> None:
         self.limit = limit
         self.half = max(1, limit // 2)
         self.spill_target = spill
@@ -66,7 +72,7 @@ class Sink:
         if self.file is None:
             self.head += chunk
             if len(self.head) > self.limit:
-                self.spill_target.parent.mkdir(parents=True, exist_ok=True)
+                Path(self.spill_target).parent.mkdir(parents=True, exist_ok=True)
                 # Never through a link: a sandboxed command that can write in the spill root (a
                 # DSH_HOME under /tmp) must not make dsh truncate another file.
                 fd = os.open(self.spill_target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW,
@@ -96,7 +102,7 @@ class Sink:
         return cut_text(bytes(self.head), tail, self.total, self.spill_target)
 
 
-def cut_text(head: bytes, tail: bytes, total: int, path: Path, *, where: str | None = None) -> str:
+def cut_text(head: bytes, tail: bytes, total: int, path: Path | str, *, where: str | None = None) -> str:
     """What the model sees of ``total`` bytes it is not shown whole: ``head``, a marker saying how
     much is left out and where it all is (``where``, default: the full output is in ``path``),
     ``tail`` — the one rendering of every spilled result (a tool's, a background job's)."""

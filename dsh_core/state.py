@@ -51,6 +51,70 @@ def registered(listeners: list[Any], item: Any) -> Callable[[], None]:
     return remove
 
 
+def reads(*events: type) -> Callable[[T], T]:
+    """Declare the event types an observer reads (``@reads(TurnEnd, InboxClaimed)`` on an
+    ``agent.subscribe`` observer or a ``dsh_session_event`` implementation): it is then called
+    only for events of those types (and their subclasses), the rest never reach it. An observer
+    without the declaration sees every event."""
+
+    def mark(observer: T) -> T:
+        observer.events = events  # type: ignore[attr-defined]
+        return observer
+
+    return mark
+
+
+V = TypeVar("V")
+
+
+class ByType(dict[type, V]):
+    """Values by an object's concrete type, for a dispatch by ``table[type(obj)]`` (a dict
+    subscript, no call, where an ``isinstance`` chain made one call per type asked): a subclass of
+    a key takes its nearest base's value, a type that no key is a base of takes ``default`` (each
+    found once, then kept)."""
+
+    def __init__(self, entries: dict[type, V], default: V) -> None:
+        super().__init__(entries)
+        self.default = default
+
+    def __missing__(self, kind: type) -> V:
+        found = next((self[base] for base in kind.__mro__[1:] if base in self), self.default)
+        self[kind] = found
+        return found
+
+
+class ByEventType(dict[type, tuple[Callable[..., None], ...]]):
+    """Event observers, looked up once per concrete event type: ``by_type[type(event)]`` is the
+    tuple of those an event of that type reaches (every undeclared observer, and each declared one
+    (``reads``) that reads the type or a base of it), in registration order, made on first use
+    and kept until the observers change. (A bash turn's eight events met four observers each, and
+    each observer asked ``isinstance`` up to six times before returning for the events it ignores:
+    ~40 calls a tool turn, bench/profile_prompt.py --bash; the lookup is a dict subscript, no call.)
+    The tuple is a snapshot: an observer that (un)subscribes while an event is handed out changes
+    the next event's, not this one's."""
+
+    def __init__(self, observers: tuple[Callable[..., None], ...] = ()) -> None:
+        super().__init__()
+        self.observers: list[Callable[..., None]] = list(observers)
+
+    def add(self, observer: Callable[..., None]) -> Callable[[], None]:
+        """Register ``observer``; returns the function that takes it out again (once, harmless after)."""
+        self.observers.append(observer)
+        self.clear()
+
+        def remove() -> None:
+            if observer in self.observers:
+                self.observers.remove(observer)
+                self.clear()
+
+        return remove
+
+    def __missing__(self, kind: type) -> tuple[Callable[..., None], ...]:
+        found = self[kind] = tuple(
+            o for o in self.observers if (wants := getattr(o, "events", None)) is None or issubclass(kind, wants))
+        return found
+
+
 class StateSlots:
     """The slots of one owner (an agent or a host)."""
 
@@ -181,6 +245,15 @@ class Flag:
             waiters.remove(fut)
             if not waiters:
                 self._waiters = None
+
+
+async def checkpoint() -> None:
+    """``anyio.lowlevel.checkpoint()``: on asyncio its ``sleep(0)`` itself, without anyio's backend
+    lookup (~4 calls each; the tool dispatch yields three times per call, bench/profile_prompt.py --bash)."""
+    if asyncio._get_running_loop() is None:  # another anyio backend
+        await anyio.lowlevel.checkpoint()
+    else:
+        await asyncio.sleep(0)
 
 
 async def wait_either(first: Flag, second: Flag) -> None:

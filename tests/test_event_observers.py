@@ -89,3 +89,73 @@ def test_a_traced_manager_is_seen_as_monitored_and_a_plain_one_is_not():
     pm = make_plugin_manager(trace=False)
     pm.add_hookcall_monitoring(lambda *a: None, lambda *a: None)
     assert _monitored(pm)
+
+
+def test_an_observer_that_declares_its_event_types_sees_only_those():
+    from dsh_core.state import ByEventType, reads
+
+    class Base:
+        pass
+
+    class Sub(Base):
+        pass
+
+    class Other:
+        pass
+
+    seen: list[tuple[str, str]] = []
+
+    @reads(Base)
+    def declared(agent: Any, event: Any) -> None:
+        seen.append(("declared", type(event).__name__))
+
+    def undeclared(agent: Any, event: Any) -> None:
+        seen.append(("undeclared", type(event).__name__))
+
+    by_type = ByEventType((declared,))
+    remove = by_type.add(undeclared)
+    for event in (Base(), Sub(), Other()):
+        for observer in by_type[type(event)]:
+            observer("S", event)
+    assert seen == [("declared", "Base"), ("undeclared", "Base"), ("declared", "Sub"), ("undeclared", "Sub"),
+                    ("undeclared", "Other")]
+    remove()
+    assert by_type[Other] == () and by_type[Sub] == (declared,)  # the lists follow the observers
+    remove()  # harmless again
+
+
+def test_a_declared_hook_implementation_keeps_its_event_types_whatever_arguments_it_names():
+    from dsh_core.state import ByEventType, reads
+
+    calls: list[Any] = []
+
+    class Reads:
+        @hookimpl
+        @reads(int)
+        def dsh_session_event(self, event: Any) -> None:  # event only: called through a wrapper
+            calls.append(event)
+
+    pm = make_plugin_manager(trace=False)
+    pm.register(Reads(), name="reads")
+    by_type = ByEventType(_direct_observers(pm.hook.dsh_session_event))
+    for event in (1, "not an int", 2):
+        for observer in by_type[type(event)]:
+            observer("S", event)
+    assert calls == [1, 2]
+
+
+def test_by_type_takes_a_subclass_as_its_nearest_base_and_any_other_type_as_the_default():
+    from dsh_core.state import ByType
+
+    class Base:
+        pass
+
+    class Mid(Base):
+        pass
+
+    class Leaf(Mid):
+        pass
+
+    table = ByType({Base: "base", Mid: "mid"}, "default")
+    assert [table[Base], table[Leaf], table[int]] == ["base", "mid", "default"]
+    assert table[Leaf] == "mid" and Leaf in table  # found once, then kept

@@ -17,6 +17,7 @@ from dsh_acp.fdstream import TransportClosed
 from dsh_acp.rpc import RpcFailure, decode_params, internal_error, invalid_params, shown
 
 from dsh_core.contracts import new_id
+from dsh_core.state import ByType
 from dsh_core.types import (
     AgentError,
     ApprovalOutcome,
@@ -83,6 +84,41 @@ def observer(session: Session, usage_updates: bool,
     hook = session.agent.host.pm.hook.dsh_present_event
     present = hook if hook.get_hookimpls() else None  # none mounted (acp-agent): not even the call
 
+    def started(event: TurnStart) -> None:  # turns are sequential: the last start says whose turn runs
+        session.autonomous_turn = event.turn if event.autonomous else None
+        slot = session.slot
+        if event.autonomous and slot is not None and slot.end is not None:
+            slot.released.set()  # the prompt's turn is over and the agent works on its own now
+
+    def ended(event: TurnEnd) -> None:
+        slot = session.slot
+        session.streamed.clear()  # a call that failed and was retried never commits what it showed
+        if on_turn_end is not None:
+            on_turn_end()
+        if slot is not None:
+            _turn_ended(session, slot, event, usage_updates)
+
+    def tracked(track: Callable[[Session, Slot, Any], None]) -> Callable[[Any], None]:
+        def take(event: Any) -> None:
+            slot = session.slot
+            if slot is not None:
+                track(session, slot, event)
+
+        return take
+
+    # What each event type does, looked up by the event's type (state.ByType: one dict subscript
+    # where an isinstance chain asked up to six times per event; ~16 calls a tool turn,
+    # bench/profile_prompt.py --bash)
+    handlers: ByType[Callable[[Any], None]] = ByType({
+        TurnStart: started,
+        AssistantMessageEvent: lambda event: _deliver(session, session.slot, event),
+        TurnEnd: ended,
+        InboxClaimed: tracked(_claimed),
+        AgentError: tracked(_errored),
+        InboxDropped: tracked(_dropped),
+        **({SettingsChanged: lambda event: on_settings(event.changed)} if on_settings is not None else {}),
+    }, _ignore)
+
     def observe(agent: Agent, event: Any) -> None:
         if agent is not session.agent:
             return
@@ -94,23 +130,15 @@ def observer(session: Session, usage_updates: bool,
                 shown = []
             for update in shown:
                 session.delivery.push_update(update)
-        slot = session.slot
-        if isinstance(event, TurnStart):  # turns are sequential: the last start says whose turn runs
-            session.autonomous_turn = event.turn if event.autonomous else None
-            if event.autonomous and slot is not None and slot.end is not None:
-                slot.released.set()  # the prompt's turn is over and the agent works on its own now
-        if on_settings is not None and isinstance(event, SettingsChanged):
-            on_settings(event.changed)
-        if isinstance(event, AssistantMessageEvent):
-            _deliver(session, slot, event)
-        elif isinstance(event, TurnEnd):
-            session.streamed.clear()  # a call that failed and was retried never commits what it showed
-            if on_turn_end is not None:
-                on_turn_end()
-        if slot is not None and isinstance(event, _TRACKED):
-            _track(session, slot, event, usage_updates)
+        handlers[type(event)](event)
 
+    if present is None:  # nothing presents events: only the types handled above reach it (state.reads)
+        observe.events = tuple(handlers)  # type: ignore[attr-defined]
     return observe
+
+
+def _ignore(event: Any) -> None:
+    pass
 
 
 def live_observer(session: Session) -> Callable[[Agent, LiveText], None]:
@@ -175,26 +203,30 @@ def _deliver(session: Session, slot: Slot | None, event: AssistantMessageEvent) 
         slot.context = event.usage.input_tokens + event.usage.output_tokens
 
 
-_TRACKED = (InboxClaimed, TurnEnd, AgentError, InboxDropped)  # the events _track reads (no call for the rest)
+# What settlement reads off the prompt's way through the agent (the prompt's slot): the turn that
+# claimed it, that turn's end, an error while it waited in the inbox, its drop.
+
+def _claimed(session: Session, slot: Slot, event: InboxClaimed) -> None:
+    if slot.message_id in event.message_ids:
+        slot.turn = event.turn
 
 
-def _track(session: Session, slot: Slot, event: Any, usage_updates: bool) -> None:
-    """What settlement reads off the prompt's way through the agent: the turn that claimed it, that
-    turn's end, an error while it waited in the inbox, its drop."""
-    if isinstance(event, InboxClaimed):
-        if slot.message_id in event.message_ids:
-            slot.turn = event.turn
-    elif isinstance(event, TurnEnd):
-        if slot.turn == event.turn:
-            slot.end = event
-            if usage_updates and slot.usage is not None:
-                session.delivery.push_update(_usage_update(session, slot))
-    elif isinstance(event, AgentError):
-        # an autonomous turn the prompt waited behind failed: that work was the agent's own (ACP-7)
-        if (slot.in_inbox and event.turn != slot.turn and event.turn != session.autonomous_turn
-                and slot.interval_error is None):
-            slot.interval_error = event.message
-    elif isinstance(event, InboxDropped) and slot.message_id in event.message_ids:
+def _turn_ended(session: Session, slot: Slot, event: TurnEnd, usage_updates: bool) -> None:
+    if slot.turn == event.turn:
+        slot.end = event
+        if usage_updates and slot.usage is not None:
+            session.delivery.push_update(_usage_update(session, slot))
+
+
+def _errored(session: Session, slot: Slot, event: AgentError) -> None:
+    # an autonomous turn the prompt waited behind failed: that work was the agent's own (ACP-7)
+    if (slot.in_inbox and event.turn != slot.turn and event.turn != session.autonomous_turn
+            and slot.interval_error is None):
+        slot.interval_error = event.message
+
+
+def _dropped(session: Session, slot: Slot, event: InboxDropped) -> None:
+    if slot.message_id in event.message_ids:
         slot.dropped = True
 
 

@@ -108,15 +108,19 @@ class Meter:
         return self._prefix
 
     def history(self, history: Sequence[Any]) -> int:
+        # Three lookups of ``history`` (a HistoryView: each a Python call), where five were made
         n = len(history)
-        same = self._count and n >= self._count and history[0] is self._first and history[self._count - 1] is self._last
-        if not same:
-            self._count, self._total = 0, 0
-        if n > self._count:
-            self._total += history_tokens(history[self._count:])
-        self._count = n
-        self._first = history[0] if n else None
-        self._last = history[n - 1] if n else None
+        first = history[0] if n else None
+        count = self._count
+        if not (count and n >= count and first is self._first and history[count - 1] is self._last):
+            count, self._total = 0, 0
+        if n > count:
+            new = history[count:]
+            self._total += history_tokens(new)
+            self._last = new[-1]
+        elif not n:
+            self._last = None
+        self._count, self._first = n, first
         return self._total
 
     def reading(

@@ -78,7 +78,7 @@ def dsh_check_step(session: Agent, turn: int, step: int) -> None:
     driver.admit(session, turn, step)  # no opinion on the step itself
 
 
-# Every event of every session: the driver's observer itself, not a function that calls it.
+# The events the driver reads, of every session: its observer itself, not a function that calls it.
 dsh_session_event = hookimpl(driver.observe)
 
 

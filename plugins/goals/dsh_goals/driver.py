@@ -17,6 +17,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from dsh_core.state import reads
 from dsh_core.types import InboxClaimed, Note, TurnEnd, UserMessageEvent
 
 from . import domain
@@ -49,10 +50,10 @@ def armed_goal(st: GoalState) -> dict[str, Any] | None:
     return g if g is not None and g["phase"] == "active" and st.armed else None
 
 
+@reads(UserMessageEvent, InboxClaimed, TurnEnd)
 def observe(session: Agent, event: Any) -> None:
     """Follow the session's events: which messages a turn claimed (whose prompt it runs), whether
-    it claimed the queued round, and how it ended. Every other event returns at once (this runs
-    for each event of every session)."""
+    it claimed the queued round, and how it ended. Only these three types reach it (``reads``)."""
     if isinstance(event, UserMessageEvent):
         st = session.state(GoalState)
         message = event.message

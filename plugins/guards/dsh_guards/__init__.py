@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from collections.abc import Mapping
@@ -33,7 +32,7 @@ DEFAULT_THRESHOLDS = (3, 5, 8)
 DEFAULT_MAX_STEPS = 200
 ENV_MAX_STEPS = "DSH_MAX_STEPS"  # overrides max-steps (a client that spawns dsh sets it)
 
-class RepeatCounts(Counter[tuple[str, str]]):
+class RepeatCounts(Counter[tuple[str, str | bytes]]):
     """How often each (tool, arguments) was called in a session (the session's state slot)."""
 
 
@@ -63,9 +62,18 @@ def _env_max_steps() -> int | None:
     return steps
 
 
-def _settings(host: Host) -> tuple[tuple[int, ...], int]:
-    config = host.config_for(GuardsConfig)
-    return tuple(config.repeat_thresholds), _env_max_steps() or config.max_steps
+class _Settings(tuple[frozenset[int], int]):
+    """A host's (repeat thresholds, max steps), its config and ``DSH_MAX_STEPS`` read once (the
+    host's state slot): every model call and tool call asks (~7 calls each when read anew,
+    bench/profile_prompt.py --bash)."""
+
+
+def _settings(host: Host) -> _Settings:
+    def read() -> _Settings:
+        config = host.config_for(GuardsConfig)
+        return _Settings((frozenset(config.repeat_thresholds), _env_max_steps() or config.max_steps))
+
+    return host.state(_Settings, read)
 
 
 @hookimpl
@@ -73,13 +81,19 @@ def dsh_configure(config: Mapping[str, Mapping[str, Any]], host: Host) -> None:
     _env_max_steps()  # a bad DSH_MAX_STEPS fails at start-up, like a bad table
 
 
-def call_key(name: str, arguments: str) -> tuple[str, str]:
-    """(name, canonical arguments): key order and whitespace do not make two calls different."""
+def call_key(name: str, arguments: str) -> tuple[str, str | bytes]:
+    """(name, canonical arguments): key order and whitespace do not make two calls different.
+    (msgspec's decode and sorted encode: two calls, where the stdlib's loads and dumps made ~16 on
+    every tool call, bench/profile_prompt.py --bash; the key is only counted, never shown.)"""
     try:
-        canon = json.dumps(json.loads(arguments or "{}"), sort_keys=True, separators=(",", ":"))
-    except ValueError:
+        canon: str | bytes = _encode(_decode(arguments or "{}"))
+    except ValueError:  # msgspec.DecodeError is one
         canon = arguments
     return name, canon
+
+
+_decode = msgspec.json.decode
+_encode = msgspec.json.Encoder(order="sorted").encode
 
 
 def reminder(name: str, n: int) -> str:

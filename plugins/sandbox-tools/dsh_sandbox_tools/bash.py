@@ -6,6 +6,7 @@ import math
 import os
 import shutil
 import signal
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import ToolError
@@ -16,7 +17,7 @@ from dsh_core.types import ToolOutput
 from .base import BOOL, OPT_INT, OPT_STR, STR, SandboxTool, out_schema, positive_ms, str_arg
 from .mechanisms import PARTIAL_NOTICE
 from .policy import Settings
-from .run import spill_path_for
+from .run import spill_file_for, spill_path_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsh_core.contracts import ToolContext
@@ -141,18 +142,23 @@ class BashTool(SandboxTool):
         bash = _bash()
         if background:
             return await self._background(command, [bash, "-c", command], mode, cwd, workspace, ctx)
-        async with output_progress(ctx) as tap:  # the tail so far, for a person watching (None: nobody)
-            result, runner = await self.sb.run_argv(
-                [bash, "-c", command],
-                mode=mode,
-                cwd=cwd,
-                workspace=workspace,
-                owner=ctx.agent,
-                timeout_s=timeout_ms / 1000,
-                spill=spill_path_for(s.spill_root(), ctx.session_id, ctx.call_id),
-                split=True,
-                tap=tap,
-            )
+        run = partial(
+            self.sb.run_argv,
+            [bash, "-c", command],
+            mode=mode,
+            cwd=cwd,
+            workspace=workspace,
+            resolved=True,  # realpath'd above, in this call
+            owner=ctx.agent,
+            timeout_s=timeout_ms / 1000,
+            spill=spill_file_for(s.spill_root(), ctx.session_id, ctx.call_id),  # a Path only if it spills
+            split=True,
+        )
+        if ctx.shows_progress:
+            async with output_progress(ctx) as tap:  # the tail so far, for a person watching
+                result, runner = await run(tap=tap)
+        else:  # nobody watches: not even the context manager (~8 calls a command)
+            result, runner = await run()
         stdout, stderr = result.text, result.stderr or ""
         if runner is not None and runner.name == "landlock":
             stdout, stderr = (t.replace(PARTIAL_NOTICE + "\n", "") for t in (stdout, stderr))

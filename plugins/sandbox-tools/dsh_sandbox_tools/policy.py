@@ -126,12 +126,14 @@ def temp_roots() -> list[str]:
 _TEMP_REAL: dict[str, list[str]] = {}  # the temp dir's name -> "/tmp" and it, resolved (see temp_roots)
 
 
-def writable_roots(mode: str, root: str, extra: Sequence[str] = ()) -> list[str]:
+def writable_roots(mode: str, root: str, extra: Sequence[str] = (), *, resolved: bool = False) -> list[str]:
     """Directories writable under ``mode`` for a session rooted at ``root`` (canonical paths);
-    ``extra``: the session's additional directories, roots beside ``root`` in the same tier."""
+    ``extra``: the session's additional directories, roots beside ``root`` in the same tier;
+    ``resolved``: ``root`` is canonical already, the caller resolved it in this very call (the
+    bash tool: a second realpath of it was ~20 Python calls a command, bench/profile_prompt.py --bash)."""
     if mode == "read-only":
         return []
-    roots = [os.path.realpath(root), *(os.path.realpath(r) for r in extra), *temp_roots()]
+    roots = [root if resolved else os.path.realpath(root), *(os.path.realpath(r) for r in extra), *temp_roots()]
     out: list[str] = []
     for r in roots:
         if r not in out:

@@ -178,7 +178,7 @@ class Sandbox:
         *,
         mode: str,
         cwd: str,
-        spill: Path,
+        spill: Path | str,
         owner: Any = None,
         timeout_s: float | None = None,
         limit: int | None = None,
@@ -191,6 +191,7 @@ class Sandbox:
         workspace: str | None = None,
         split: bool = False,
         tap: Callable[[bytes], None] | None = None,
+        resolved: bool = False,
     ) -> tuple[CommandResult, Runner | None]:
         """Run any ``argv`` in ``cwd`` confined by ``mode``; returns the result and the runner used.
 
@@ -207,7 +208,8 @@ class Sandbox:
         ``stop`` ends the command early (SIGTERM, then SIGKILL). ``workspace``: the session's
         directory, whose writable roots confine the call when ``cwd`` is another directory inside
         it (the bash tool's ``workdir``); ``split``: stdout and stderr apart (``CommandResult.stderr``);
-        ``tap``: also sees every chunk of output as it arrives (the bash tool's live view).
+        ``tap``: also sees every chunk of output as it arrives (the bash tool's live view);
+        ``resolved``: ``workspace`` is canonical, resolved by the caller in this call (not again).
         """
         s = self.settings
         runner = await self.runner_for(mode)
@@ -216,7 +218,7 @@ class Sandbox:
         limit = s.max_output_bytes if limit is None else limit
         io: dict[str, Any] = {"stdin": stdin, "capture": capture, "split": split, "tap": tap}
         workspace = cwd if workspace is None else workspace
-        roots = writable_roots(mode, workspace, self.extra_roots(owner)) if runner is not None else []
+        roots = writable_roots(mode, workspace, self.extra_roots(owner), resolved=resolved) if runner is not None else []
         one_shot = owner is None or mode != self.mode_for(owner)
         if one_shot and not lifeline:  # a fresh (confined) process
             if runner is not None:

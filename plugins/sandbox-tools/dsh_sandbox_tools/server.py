@@ -67,7 +67,7 @@ class CommandServer(WarmServer):
         self.send(b"run", fds)
 
     async def run(
-        self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path,
+        self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float, limit: int, spill: Path | str,
         stdin: bytes | None = None, capture: bool = False, sink: Any = None, stop: anyio.Event | None = None,
         split: bool = False, tap: Callable[[bytes], None] | None = None,
     ) -> CommandResult:
@@ -110,7 +110,7 @@ def _encode(request: dict[str, Any]) -> bytes:
 class _Call:
     """One command through a server: its descriptors, its sinks, and the wait for the reaper's ``exit``."""
 
-    def __init__(self, limit: int, spill: Path, *, stdin: bytes | None, capture: bool, sink: Any = None,
+    def __init__(self, limit: int, spill: Path | str, *, stdin: bytes | None, capture: bool, sink: Any = None,
                  split: bool = False, tap: Callable[[bytes], None] | None = None) -> None:
         self.spill = spill
         self.tap = tap
@@ -148,11 +148,10 @@ class _Call:
     def close(self) -> None:
         self.ready.close()
         self.line.close()
-        for name in ("out_r", "err_r", "in_w", "out_w", "err_w", "in_r"):
-            fd = getattr(self, name)
+        for fd in (self.out_r, self.err_r, self.in_w, self.out_w, self.err_w, self.in_r):
             if fd >= 0:
                 os.close(fd)
-                setattr(self, name, -1)
+        self.out_r = self.err_r = self.in_w = self.out_w = self.err_w = self.in_r = -1
         self.sink.close()
         if self.err_sink is not None:
             self.err_sink.close()
@@ -278,10 +277,10 @@ class _Call:
                     await self._wait(timeout_s, stop, tg)
                     tg.cancel_scope.cancel()
         finally:
-            with anyio.CancelScope(shield=True):
-                if not self.finished:  # cancelled (or the wait failed): kill now, and wait until all is gone
+            if not self.finished:  # cancelled (or the wait failed): kill now, and wait until all is gone
+                with anyio.CancelScope(shield=True):  # only then: a scope entered and left was ~25 calls a command
                     self.finished, self.code = await self._stop(b"kill")
-                self.close()
+            self.close()  # no await in it: nothing to shield
         if not self.finished:
             raise ServerError("the command server lost the call (it died or did not answer)")
         code = self.code
@@ -291,9 +290,9 @@ class _Call:
             timed_out=self.timed_out,
             text=self.sink.text(),
             total_bytes=self.sink.total,
-            spill_path=self.spill if getattr(self.sink, "file", None) is not None else None,
+            spill_path=Path(self.spill) if getattr(self.sink, "file", None) is not None else None,
             stderr=self.err_sink.text() if self.err_sink is not None else None,
-            stderr_spill_path=(stderr_spill(self.spill) if getattr(self.err_sink, "file", None) is not None
+            stderr_spill_path=(Path(stderr_spill(self.spill)) if getattr(self.err_sink, "file", None) is not None
                                else None),
             stopped=self.stopped,
         )

@@ -80,65 +80,75 @@ def observer(session: Session, usage_updates: bool,
              on_turn_end: Callable[[], None] | None = None) -> Callable[[Agent, Any], None]:
     """The agent's event observer for one session: committed output to the session's delivery
     chain, and the facts settlement reads (the turn, its end, errors, usage) to the prompt's slot."""
+    return _Observer(session, usage_updates, on_settings, on_turn_end)
 
-    hook = session.agent.host.pm.hook.dsh_present_event
-    present = hook if hook.get_hookimpls() else None  # none mounted (acp-agent): not even the call
 
-    def started(event: TurnStart) -> None:  # turns are sequential: the last start says whose turn runs
-        session.autonomous_turn = event.turn if event.autonomous else None
-        slot = session.slot
-        if event.autonomous and slot is not None and slot.end is not None:
-            slot.released.set()  # the prompt's turn is over and the agent works on its own now
+class _Observer:
+    """``observer``'s callable: one small object a session; what each event type does is one
+    table for the process (``_HANDLERS``), not closures made per session."""
 
-    def ended(event: TurnEnd) -> None:
-        slot = session.slot
-        session.streamed.clear()  # a call that failed and was retried never commits what it showed
-        if on_turn_end is not None:
-            on_turn_end()
-        if slot is not None:
-            _turn_ended(session, slot, event, usage_updates)
+    __slots__ = ("events", "on_settings", "on_turn_end", "present", "session", "usage_updates")
 
-    def tracked(track: Callable[[Session, Slot, Any], None]) -> Callable[[Any], None]:
-        def take(event: Any) -> None:
-            slot = session.slot
-            if slot is not None:
-                track(session, slot, event)
+    def __init__(self, session: Session, usage_updates: bool, on_settings: Callable[[list[str]], None] | None,
+                 on_turn_end: Callable[[], None] | None) -> None:
+        self.session = session
+        self.usage_updates = usage_updates
+        self.on_settings = on_settings
+        self.on_turn_end = on_turn_end
+        hook = session.agent.host.pm.hook.dsh_present_event
+        self.present = hook if hook.get_hookimpls() else None  # none mounted (acp-agent): not even the call
+        # Nothing presents events: only the types handled below reach it (state.reads); else all do.
+        self.events: tuple[type, ...] | None = tuple(_HANDLERS) if self.present is None else None
 
-        return take
-
-    # What each event type does, looked up by the event's type (state.ByType: one dict subscript
-    # where an isinstance chain asked up to six times per event; ~16 calls a tool turn,
-    # bench/profile_prompt.py --bash)
-    handlers: ByType[Callable[[Any], None]] = ByType({
-        TurnStart: started,
-        AssistantMessageEvent: lambda event: _deliver(session, session.slot, event),
-        TurnEnd: ended,
-        InboxClaimed: tracked(_claimed),
-        AgentError: tracked(_errored),
-        InboxDropped: tracked(_dropped),
-        **({SettingsChanged: lambda event: on_settings(event.changed)} if on_settings is not None else {}),
-    }, _ignore)
-
-    def observe(agent: Agent, event: Any) -> None:
+    def __call__(self, agent: Agent, event: Any) -> None:
+        session = self.session
         if agent is not session.agent:
             return
-        if present is not None:
+        if self.present is not None:
             try:
-                shown = [u for updates in present(session=agent, event=event) for u in updates or ()]
+                shown = [u for updates in self.present(session=agent, event=event) for u in updates or ()]
             except Exception as exc:  # a presentation plugin's bug costs its updates, never the answer
                 log.warning(f"presenting {type(event).__name__} failed: {exc!r}")
                 shown = []
             for update in shown:
                 session.delivery.push_update(update)
-        handlers[type(event)](event)
+        _HANDLERS[type(event)](self, event)
 
-    if present is None:  # nothing presents events: only the types handled above reach it (state.reads)
-        observe.events = tuple(handlers)  # type: ignore[attr-defined]
-    return observe
+    def _started(self, event: TurnStart) -> None:  # turns are sequential: the last start says whose turn runs
+        session = self.session
+        session.autonomous_turn = event.turn if event.autonomous else None
+        slot = session.slot
+        if event.autonomous and slot is not None and slot.end is not None:
+            slot.released.set()  # the prompt's turn is over and the agent works on its own now
+
+    def _message(self, event: AssistantMessageEvent) -> None:
+        _deliver(self.session, self.session.slot, event)
+
+    def _ended(self, event: TurnEnd) -> None:
+        session = self.session
+        slot = session.slot
+        session.streamed.clear()  # a call that failed and was retried never commits what it showed
+        if self.on_turn_end is not None:
+            self.on_turn_end()
+        if slot is not None:
+            _turn_ended(session, slot, event, self.usage_updates)
+
+    def _settings(self, event: SettingsChanged) -> None:
+        if self.on_settings is not None:
+            self.on_settings(event.changed)
+
+    def _ignore(self, event: Any) -> None:
+        pass
 
 
-def _ignore(event: Any) -> None:
-    pass
+def _tracked(track: Callable[[Session, Slot, Any], None]) -> Callable[[_Observer, Any], None]:
+    """A handler for a fact of the prompt's slot (none while no prompt waits: nothing to track)."""
+    def take(observer: _Observer, event: Any) -> None:
+        slot = observer.session.slot
+        if slot is not None:
+            track(observer.session, slot, event)
+
+    return take
 
 
 def live_observer(session: Session) -> Callable[[Agent, LiveText], None]:
@@ -452,3 +462,17 @@ class Settlement(PromptContent, Controls):
             return outcome
         return "rejected"  # an option we did not offer, anything else
 
+
+# What each event type does, looked up by the event's type (state.ByType: one dict subscript
+# where an isinstance chain asked up to six times per event; ~16 calls a tool turn,
+# bench/profile_prompt.py --bash); one table for the process (closures per session cost 1.9 KiB
+# a session, bench/profile_session_memory.py).
+_HANDLERS: ByType[Callable[[_Observer, Any], None]] = ByType({
+    TurnStart: _Observer._started,
+    AssistantMessageEvent: _Observer._message,
+    TurnEnd: _Observer._ended,
+    InboxClaimed: _tracked(_claimed),
+    AgentError: _tracked(_errored),
+    InboxDropped: _tracked(_dropped),
+    SettingsChanged: _Observer._settings,
+}, _Observer._ignore)

@@ -139,7 +139,11 @@ class ToolDispatch(AgentBase):
             return out
         content: list[ContentBlock] = [TextBlock(text="\n\n".join(blocks))] if blocks else list(out.content)
         if nested:
-            self.splice(context)
+            # A program's calls all end in this one step: a text already queued for after it (the
+            # same repeat reminder for each of 100 gathered reads) is not queued again, where each
+            # call used to add a message of its own.
+            queued = {b.text for m in self._spliced for b in m.content if isinstance(b, TextBlock)}
+            self.splice([c for c in context if c.text not in queued])
         else:
             content += context
         return ToolOutput(

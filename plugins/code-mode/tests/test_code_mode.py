@@ -300,3 +300,27 @@ async def test_setting_cancel_aborts_the_run_and_kills_the_program(workspace):
                 result = await runtime.run(program, NoTools(), cancel)
     assert result.error is not None and result.error.kind == "abort"
     assert result.logs == ["spinning"]
+
+
+async def test_a_reminder_for_many_nested_calls_is_spliced_in_once(code_host, workspace):
+    """The same after-tool context for each of a program's calls (a repeat reminder for every one
+    of a gather's reads) reaches the model once, after the step; different texts each once, in order."""
+    from dsh_core import hookimpl
+    from dsh_core.types import AfterTool, UserMessageEvent
+
+    class Remind:
+        @hookimpl
+        def dsh_after_tool(self, session, call, output):
+            if call.name == "read":
+                return AfterTool(context=["reads repeat", "a second note"])
+            return None
+
+    for i in range(3):
+        (workspace / f"f{i}.txt").write_text("x\n")
+    code = 'import asyncio\nawait asyncio.gather(*[tools.read(file_path=f"f{i}.txt") for i in range(3)])\nreturn "ok"'
+    async with code_host([run(code), {"text": "done"}], extra=(Remind(),)) as turn:
+        await turn.agent.wait_idle()
+    spliced = [e.message for e in turn.of(UserMessageEvent) if e.message.source == "tool"]
+    texts = [b.text for m in spliced for b in m.content]
+    assert len(texts) == 2, texts  # 3 calls x 2 texts, each text once
+    assert "reads repeat" in texts[0] and "a second note" in texts[1]

@@ -43,6 +43,7 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "plugins" / "deepseek-model" / "tests"))
 
+from _common import reads_rules  # noqa: E402
 from fake_deepseek import FakeDeepSeek, Turn  # noqa: E402
 
 from dsh_core import FunctionTool, hookimpl  # noqa: E402
@@ -122,28 +123,14 @@ async def empty_runs(workspace: Path, tmp: Path, repeat: int) -> tuple[float, li
 
 
 async def reads_and_overlap(workspace: Path, tmp: Path, repeat: int) -> dict[str, list[float]]:
-    """Each reads turn reads 100 files no turn read before (a directory of its own, same
-    contents): the session's repeat guard (plugin ``guards``: a reminder after the 3rd, 5th and
-    8th identical call) would otherwise fire on some rounds only, and unevenly (a native call's
-    reminder is appended to its result, each of a program's 100 calls' is a message of its own)."""
+    """100 reads, native and through a program, each turn on files of its own (``_common.reads_rules``),
+    and one vs ten overlapping slow calls."""
     rules: dict[str, list[dict[str, Any]]] = {
         "one-slow": [_run_code("await tools.slow_fetch(n=0)"), {"text": "ok"}],
         "ten-slow": [_run_code("import asyncio\nawait asyncio.gather(*[tools.slow_fetch(n=i) for i in range(10)])"),
                      {"text": "ok"}],
     }
-    for r in range(repeat + 1):
-        for side in ("native", "code"):
-            where = workspace / "reads" / f"{side}{r}"
-            where.mkdir(parents=True)
-            for i in range(100):
-                (where / f"f{i}.txt").write_text("".join(f"line {j} of file {i}\n" for j in range(50)))
-            rel = f"reads/{side}{r}"
-            rules[f"{side} {r}"] = [{"tools": [{"name": "read", "args": {"file_path": f"{rel}/f{i}.txt"}}
-                                               for i in range(100)]} if side == "native" else _run_code(f'''
-                import asyncio
-                got = await asyncio.gather(*[tools.read(file_path=f"{rel}/f{{i}}.txt") for i in range(100)])
-                return sum(r["total_lines"] for r in got)
-            '''), {"text": "ok"}]
+    rules.update(reads_rules(workspace, repeat))
     names = ("native", "code", "one-slow", "ten-slow")
     out: dict[str, list[float]] = {k: [] for k in names}
     async with _session("both-mode", workspace, rules, tmp) as turn:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from _common import env_restored
+from _common import env_restored, reads_rules
 
 from dsh_core.compose import load_composition
 from dsh_core.contracts import AgentSpec, new_id
@@ -60,11 +60,6 @@ TURN_PROGRAM = (
     'second = await tools.bash(description="Run the command", command="echo CODE_TWO")\n'
     'print("captured output")\n'
     'return first["output"].strip() + "+" + second["output"].strip()\n'
-)
-READS_PROGRAM = (
-    "import asyncio\n"
-    'got = await asyncio.gather(*[tools.read(file_path=f"{DIR}/f{i}.txt") for i in range(100)])\n'
-    'return sum(r["total_lines"] for r in got)\n'
 )
 
 
@@ -156,22 +151,9 @@ async def first_runs(tmp: Path, workspace: Path, rounds: int, gap: float) -> dic
 
 
 async def reads(tmp: Path, workspace: Path, rounds: int) -> dict[str, list[float]]:
-    """Each turn reads 100 files no turn read before (a directory of its own, same contents):
-    the session's repeat guard (plugin ``guards``: a reminder after the 3rd, 5th and 8th identical
-    call) would otherwise fire on some rounds only, and unevenly (a native call's reminder is
-    appended to its result, each of a program's 100 calls' is a message of its own)."""
-    rules: dict[str, list[dict[str, Any]]] = {}
-    for i in range(rounds + 1):
-        for side in ("native", "code"):
-            where = workspace / "reads" / f"{side}{i}"
-            where.mkdir(parents=True)
-            for j in range(100):
-                (where / f"f{j}.txt").write_text("".join(f"line {k} of file {j}\n" for k in range(50)))
-            rel = f"reads/{side}{i}"
-            rules[f"{side} {i}"] = [
-                {"tools": [{"name": "read", "args": {"file_path": f"{rel}/f{j}.txt"}} for j in range(100)]}
-                if side == "native" else _run_code(READS_PROGRAM.replace("{DIR}", rel), "read 100 files"),
-                {"text": "ok"}]
+    """100 reads, native and through a program, alternating, each turn on files of its own
+    (``_common.reads_rules``)."""
+    rules = reads_rules(workspace, rounds)
     out: dict[str, list[float]] = {"native": [], "code": []}
     async with _host("both-mode", tmp, rules) as (host, script):
         agent = host.create_agent(AgentSpec(cwd=str(workspace), provider="scripted", model=script))

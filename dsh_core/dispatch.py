@@ -143,7 +143,7 @@ class ToolDispatch(AgentBase):
             # same repeat reminder for each of 100 gathered reads) is not queued again, where each
             # call used to add a message of its own.
             queued = {b.text for m in self._spliced for b in m.content if isinstance(b, TextBlock)}
-            self.splice([c for c in context if c.text not in queued])
+            self.splice([c for c in context if not (isinstance(c, TextBlock) and c.text in queued)])
         else:
             content += context
         return ToolOutput(

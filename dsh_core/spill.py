@@ -43,16 +43,16 @@ def _safe_name(s: str) -> str:
     return _UNSAFE.sub("_", s)[:100] or "call"
 
 
-def spill_path_for(root: Path, session_id: str, call_id: str) -> Path:
-    """``<root>/<session>/<call>.log`` with both ids reduced to safe file-name characters (one
-    Path built, not three: it is on every tool call's path)."""
-    return Path(root, _safe_name(session_id), f"{_safe_name(call_id)}.log")
-
-
 def spill_file_for(root: Path, session_id: str, call_id: str) -> str:
-    """``spill_path_for`` as a string, for a ``Sink`` that makes the Path only if it spills (a
-    Path is ~45 Python calls; a command's output rarely spills, and this is on every bash call)."""
+    """``<root>/<session>/<call>.log`` with both ids reduced to safe file-name characters, as a
+    string: a ``Sink`` makes the Path only if it spills (a Path is ~45 Python calls; a command's
+    output rarely spills, and this is on every bash call)."""
     return os.path.join(root, _safe_name(session_id), f"{_safe_name(call_id)}.log")
+
+
+def spill_path_for(root: Path, session_id: str, call_id: str) -> Path:
+    """``spill_file_for`` as a Path."""
+    return Path(spill_file_for(root, session_id, call_id))
 
 
 class Sink:

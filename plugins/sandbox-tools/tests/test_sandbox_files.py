@@ -213,3 +213,32 @@ async def test_agent_turn_records_tool_call_and_result(mechanism: str, root: Pat
     assert [c.name for c in calls] == ["bash"] and results[0].result.call_id == "call_1"
     assert results[0].result.content[0].text == "hi\n" and not results[0].result.is_error
     assert (root / "made.txt").read_text() == "hi\n"
+
+
+def test_read_window_whole_streamed_and_buffered_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file read at once, the same file streamed line by line (past ``WHOLE_READ_MAX``) and an
+    editor's buffer of its text give the same window: lines end at \\n only (\\r and \\r\\n kept
+    as the file has them), invalid UTF-8 and a multi-byte character cut by a newline replaced the
+    same way, long lines cut, a last line without its newline, windows past the end."""
+    from dsh_sandbox_tools import files
+
+    pieces = [b"plain", b"\r", b"\r\n", "é€".encode(), b"\xff", b"\xe2\x82", b"x" * 2500, b"", b"tab\tend"]
+    body = b"\n".join(pieces[i % len(pieces)] + str(i).encode() for i in range(400))  # > 8 KiB: past the head
+    assert len(body) > 8192
+    path = tmp_path / "f.txt"
+    for data in (body, body + b"\n", body[:100], b"", b"\n", b"one"):
+        path.write_bytes(data)
+        for offset, limit in ((1, 2000), (1, 1), (7, 3), (399, 5), (400, 1), (401, 1), (2, 10_000)):
+            got = []
+            for cap, editor in ((files.WHOLE_READ_MAX, None), (0, None),
+                                (files.WHOLE_READ_MAX, data.decode("utf-8", errors="replace"))):
+                monkeypatch.setattr(files, "WHOLE_READ_MAX", cap)
+                exact: list[str] = []
+                window = files._read_window(str(path), offset, limit, exact, editor)
+                got.append((window[:4], "".join(exact)))
+            assert got[0] == got[1] == got[2], (data[:40], offset, limit)
+    monkeypatch.undo()
+    path.write_bytes(b"a\r\nb\nc")
+    exact = []
+    assert files._read_window(str(path), 1, 2000, exact)[:4] == ("1: a\n2: b\n3: c", 1, 3, 3)
+    assert exact == ["a\r\nb\nc"]

@@ -127,10 +127,11 @@ def _named_path(arguments: str) -> str | None:
     return None
 
 
-def nested_dirs(cwd: str, named: str) -> list[str]:
+def nested_dirs(cwd: str, named: str, *, resolved: bool = False) -> list[str]:
     """Directories strictly below the session's directory, from it down to the one ``named``
-    is in (outermost first); empty when ``named`` leaves the directory or passes a symlink."""
-    root = os.path.realpath(cwd)
+    is in (outermost first); empty when ``named`` leaves the directory or passes a symlink.
+    ``resolved``: ``cwd`` is canonical already (resolved by the caller in this very call)."""
+    root = cwd if resolved else os.path.realpath(cwd)
     target = os.path.normpath(named if os.path.isabs(named) else os.path.join(root, named))
     directory = target if os.path.isdir(target) and not os.path.islink(target) else os.path.dirname(target)
     if os.path.commonpath([root, directory]) != root or directory == root:
@@ -150,11 +151,16 @@ def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> A
     named = _named_path(call.arguments)
     if named is None:
         return None
-    seen: set[str] = session.spec.extra.setdefault(_SEEN, set(repo_chain(session.cwd)))
-    limit = session.spec.extra.get(_BUDGET, max_bytes(session.host))
-    root = repo_chain(session.cwd)[0]
+    # The chain is found again on each call (a symlinked cwd may be retargeted between calls),
+    # once: its last entry is the cwd resolved. (A second chain and resolving the cwd a third
+    # time took this hook from 36 to 56 us a call with a path, most of it lstat walks.)
+    chain = repo_chain(session.cwd)
+    extra = session.spec.extra
+    seen: set[str] = extra[_SEEN] if _SEEN in extra else extra.setdefault(_SEEN, set(chain))
+    limit = extra.get(_BUDGET, max_bytes(session.host))
+    root = chain[0]
     context = []
-    for d in nested_dirs(session.cwd, named):
+    for d in nested_dirs(chain[-1], named, resolved=True):
         if d in seen:
             continue
         seen.add(d)

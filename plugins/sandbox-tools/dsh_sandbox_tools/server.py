@@ -11,6 +11,7 @@ after the reaper reported that every process of the call is gone.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -181,19 +182,20 @@ class _Call:
             self.ready.unwatch(self.line.sock.fileno())
             self.finished, self.code = report
 
-    async def _until(self, done: Callable[[], bool]) -> None:
-        """Drain the output and read the call socket until ``done()``, in this task (one wait on
-        all of them, no task per pipe)."""
+    async def _until(self, done: Callable[[], bool], deadline: float = math.inf) -> None:
+        """Drain the output and read the call socket until ``done()`` or ``deadline``
+        (``time.monotonic()``), in this task: one wait on all of them, no task per pipe, and no
+        cancel scope for the deadline (entered and left on every call, ~30 calls a command)."""
         while True:
             self._read_ready()
-            if done() or not self.ready.fds:
+            if done() or not self.ready.fds or not await self.ready.wait(deadline):
                 return
-            await self.ready.wait()
 
-    async def _report(self) -> tuple[bool, int | None]:
-        """The reaper's report ("exit <code>"), draining the output meanwhile."""
-        await self._until(lambda: self.reported)
-        return self.finished, self.code
+    async def _report(self, within_s: float) -> tuple[bool, int | None]:
+        """The reaper's report ("exit <code>") if it comes within ``within_s``, draining the output
+        meanwhile; (False, None) if it does not."""
+        await self._until(lambda: self.reported, time.monotonic() + within_s)
+        return (self.finished, self.code) if self.reported else (False, None)
 
     def _write_now(self) -> memoryview | None:
         """As much of the command's stdin as the pipe takes now (all of a hook's payload, usually:
@@ -231,33 +233,30 @@ class _Call:
         if self.reported or not self.line.stop(first):
             return False, None  # the reaper is gone without reporting
         if first == b"term":
-            with anyio.move_on_after(TERM_GRACE_S):
-                return await self._report()
+            await self._report(TERM_GRACE_S)
+            if self.reported:
+                return self.finished, self.code
             if not self.line.stop(b"kill"):
                 return False, None
-        with anyio.move_on_after(EXIT_WAIT_S):
-            return await self._report()
-        return False, None
+        return await self._report(EXIT_WAIT_S)
 
     async def _wait(self, timeout_s: float, stop: anyio.Event | None = None, tg: Any = None) -> None:
         """The reaper's report, within ``timeout_s`` (or until ``stop``; then SIGTERM, and SIGKILL
         after a grace), then the rest of the output (at most ``DRAIN_GRACE_S`` more)."""
-        with anyio.move_on_after(timeout_s) as deadline:
-            if stop is not None:
-                tg.start_soon(self._watch_stop, stop, deadline)
-            await self._report()
-        if deadline.cancelled_caught and not self.reported:
+        if stop is not None:
+            tg.start_soon(self._watch_stop, stop)
+        await self._until(lambda: self.reported or self.stopped, time.monotonic() + timeout_s)
+        if not self.reported:
             self.timed_out = not self.stopped
             with anyio.CancelScope(shield=True):
                 self.finished, self.code = await self._stop(b"term")
         if self.open:
-            with anyio.move_on_after(DRAIN_GRACE_S):
-                await self._until(lambda: not self.open)
+            await self._until(lambda: not self.open, time.monotonic() + DRAIN_GRACE_S)
 
-    async def _watch_stop(self, stop: anyio.Event, deadline: anyio.CancelScope) -> None:
+    async def _watch_stop(self, stop: anyio.Event) -> None:
         await stop.wait()
         self.stopped = True
-        deadline.cancel()
+        self.ready.wake()
 
     async def run(self, timeout_s: float, stop: anyio.Event | None = None) -> CommandResult:
         self.open = {self.out_r: self.sink, **({self.err_r: self.err_sink} if self.err_sink is not None else {})}

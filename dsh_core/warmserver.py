@@ -241,9 +241,17 @@ class Readiness:
             assert self._set is not None
             self._set.unregister(fd)
 
+    def clear(self) -> None:
+        """Stop watching everything (before the descriptors are closed); the set stays registered
+        with the loop, for another user (a command server keeps its ended calls' for its next)."""
+        if self._set is not None:
+            for fd in self.fds:
+                self._set.unregister(fd)
+        self.fds.clear()
+
     def close(self) -> None:
         """Stop watching everything, and let go of the loop's registration and the set."""
-        self.fds.clear()
+        self.clear()
         if self._set is not None:
             if self._loop is not None and not self._loop.is_closed():
                 self._loop.remove_reader(self._set.fileno())

@@ -34,6 +34,7 @@ SERVER = str(Path(__file__).with_name("_cmdserver.py").resolve())
 EXIT_WAIT_S = 10.0  # after "kill", how long to wait for the reaper's "exit" before giving up on it
 MAX_SERVERS = 32  # idle servers beyond this many are closed, least recently used first …
 IDLE_KEEP_S = 30.0  # … but a live session's server used in the last this many seconds is kept beyond it
+SPARE_READINESS = 4  # a server keeps at most this many readiness sets of ended calls
 
 
 class ServerError(WarmServerError):
@@ -63,6 +64,26 @@ class CommandServer(WarmServer):
         super().__init__(argv_for_fd, env=env, cwd=cwd)
         self.active = 0
         self.last_used = time.monotonic()  # when a call last ended (or the server started)
+        # The readiness sets of ended calls, kept for the next: each stays registered with the event
+        # loop (an empty set is never readable), where a set of its own registered and taken off
+        # again was ~25 Python calls a command (bench/profile_prompt.py --bash).
+        self._spare: list[Readiness] = []
+
+    def _readiness(self) -> Readiness:
+        return self._spare.pop() if self._spare else Readiness()
+
+    def _done_with(self, ready: Readiness) -> None:
+        ready.clear()
+        if self.closed or len(self._spare) >= SPARE_READINESS:
+            ready.close()
+        else:
+            self._spare.append(ready)
+
+    async def aclose(self) -> None:
+        spare, self._spare = self._spare, []
+        for ready in spare:
+            ready.close()
+        await super().aclose()
 
     def _send(self, fds: list[int]) -> None:
         self.send(b"run", fds)
@@ -79,23 +100,26 @@ class CommandServer(WarmServer):
         on a timeout (SIGTERM, then SIGKILL), and the result says ``stopped``; ``split``: stdout
         and stderr apart, each bounded with its own spill file (the bash tool's result); ``tap``:
         also sees every chunk of output as it arrives (a live view of the running command)."""
-        call = _Call(limit, spill, stdin=stdin, capture=capture, sink=sink, split=split, tap=tap)
         request: dict[str, Any] = {"argv": argv, "cwd": cwd, "stderr": capture or split, "stdin": stdin is not None}
         if env != self._env:  # else the server's own environment, the one it was started with (a bash call's)
             request["env"] = env
         payload = _encode(request)
+        call = _Call(limit, spill, self._readiness(), stdin=stdin, capture=capture, sink=sink, split=split, tap=tap)
         try:
-            call.send(self._send, payload)
-        except BaseException:
-            call.close()
-            raise
-        # From here the call socket is the call's lifeline: closing it kills the whole call.
-        self.active += 1
-        try:
-            return await call.run(timeout_s, stop)
+            try:
+                call.send(self._send, payload)
+            except BaseException:
+                call.close()
+                raise
+            # From here the call socket is the call's lifeline: closing it kills the whole call.
+            self.active += 1
+            try:
+                return await call.run(timeout_s, stop)
+            finally:
+                self.active -= 1
+                self.last_used = time.monotonic()
         finally:
-            self.active -= 1
-            self.last_used = time.monotonic()
+            self._done_with(call.ready)  # the call closed: it watches nothing now
 
 
 def _encode(request: dict[str, Any]) -> bytes:
@@ -111,8 +135,8 @@ def _encode(request: dict[str, Any]) -> bytes:
 class _Call:
     """One command through a server: its descriptors, its sinks, and the wait for the reaper's ``exit``."""
 
-    def __init__(self, limit: int, spill: Path | str, *, stdin: bytes | None, capture: bool, sink: Any = None,
-                 split: bool = False, tap: Callable[[bytes], None] | None = None) -> None:
+    def __init__(self, limit: int, spill: Path | str, ready: Readiness, *, stdin: bytes | None, capture: bool,
+                 sink: Any = None, split: bool = False, tap: Callable[[bytes], None] | None = None) -> None:
         self.spill = spill
         self.tap = tap
         self.stdin = stdin
@@ -122,7 +146,7 @@ class _Call:
         self.err_r, self.err_w = os.pipe2(os.O_CLOEXEC) if capture or split else (-1, -1)
         self.in_r, self.in_w = os.pipe2(os.O_CLOEXEC) if stdin is not None else (-1, -1)
         self.line = CallSocket()
-        self.ready = Readiness()
+        self.ready = ready  # empty; its owner (the server) closes it or keeps it for another call
         self.open: dict[int, Any] = {}  # the output pipes not at their end yet, and their sinks
         self.reported = False  # the reaper reported (or its socket closed)
         self.finished = False
@@ -147,7 +171,7 @@ class _Call:
             self.line.sent()
 
     def close(self) -> None:
-        self.ready.close()
+        self.ready.clear()
         self.line.close()
         for fd in (self.out_r, self.err_r, self.in_w, self.out_w, self.err_w, self.in_r):
             if fd >= 0:

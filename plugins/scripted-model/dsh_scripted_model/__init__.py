@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -176,6 +176,23 @@ def _is_prompt(message: Any) -> bool:
     )
 
 
+def _latest_prompt(messages: Sequence[Any]) -> tuple[UserMessage | None, list[Any]]:
+    """The latest prompt (``_is_prompt``) of ``messages`` and the messages after it (all of them:
+    none). Looked for in a window from the end that grows: a slice of the agent's HistoryView is
+    one copy in C, where reading it message by message was a Python call each (~12 calls a model
+    call, bench/profile_prompt.py --bash)."""
+    n, size = len(messages), 8
+    while True:
+        start = max(0, n - size)
+        window = messages[start:]
+        for i in range(len(window) - 1, -1, -1):
+            if _is_prompt(window[i]):
+                return window[i], window[i + 1 :]
+        if start == 0:
+            return None, list(window)
+        size *= 8
+
+
 def _substitute(value: Any, values: Mapping[str, str]) -> Any:
     """``value`` with ``{prompt}``, ``{tool_result}`` and ``{cwd}`` filled in, through lists and dicts."""
     if isinstance(value, str):
@@ -275,22 +292,22 @@ class ScriptedProvider:
     # ------------------------------------------------------------------ playback
 
     def _cursor(self, request: ModelRequest, loaded: _Loaded) -> tuple[_Cursor, str, str]:
-        msgs = request.messages
         # The prompt is the latest user message (a failed earlier turn leaves its message in the
         # history right before it; that one is not part of this prompt). Messages a tool spliced in
         # mid-turn (source "tool", e.g. images from code mode) belong to the prompt before them, and
         # a compaction summary (source "compaction") belongs to no prompt: when the prompt itself was
         # compacted away, the session goes on with the steps it was playing.
-        last = next((i for i in range(len(msgs) - 1, -1, -1) if _is_prompt(msgs[i])), -1)
-        head = msgs[last] if last >= 0 else None
-        prompt = _flatten(head.content) if isinstance(head, UserMessage) else ""
-        prompt_id = head.id if isinstance(head, UserMessage) else ""
+        head, since = _latest_prompt(request.messages)
+        prompt = _flatten(head.content) if head is not None else ""
+        prompt_id = head.id if head is not None else ""
         tool_result = ""
-        for m in msgs[last + 1 :]:
+        for m in since:
             if isinstance(m, ToolResultMessage):
                 tool_result = _flatten(m.content)
-        cursor = self._cursors.setdefault(request.session_id, _Cursor())
-        if last < 0 and cursor.prompt_id:
+        cursor = self._cursors.get(request.session_id)
+        if cursor is None:
+            cursor = self._cursors[request.session_id] = _Cursor()
+        if head is None and cursor.prompt_id:
             prompt = cursor.prompt
         elif cursor.prompt_id != prompt_id:
             script = loaded.script

@@ -10,6 +10,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import ToolError
+from dsh_core.paths import real_dir
 from dsh_core.progress import output_progress
 from dsh_core.protocols import JobEnd
 from dsh_core.types import ToolOutput
@@ -134,9 +135,9 @@ class BashTool(SandboxTool):
             raise ToolError("run_in_background must be true or false (and needs the jobs plugin)",
                             code="INVALID_ARGUMENTS")
         timeout_ms = min(positive_ms(args, "timeoutMs", s.default_timeout_ms), s.max_timeout_ms)
-        workspace = os.path.realpath(ctx.cwd)
-        if not os.path.isdir(workspace):
-            raise ToolError(f"the session directory {workspace} does not exist", code="NO_CWD")
+        workspace = real_dir(ctx.cwd)
+        if workspace is None:
+            raise ToolError(f"the session directory {os.path.realpath(ctx.cwd)} does not exist", code="NO_CWD")
         cwd = resolve_workdir(str_arg(args, "workdir", required=False), workspace, self.sb.extra_roots(ctx.agent))
         mode = await self.sb.effective_mode(args, ctx, "command")
         bash = _bash()

@@ -17,7 +17,7 @@ from dsh_core.types import ToolOutput
 
 from .base import BOOL, OPT_INT, OPT_STR, STR, SandboxTool, out_schema, positive_ms, str_arg
 from .mechanisms import PARTIAL_NOTICE
-from .policy import Settings
+from .policy import Settings, environ_data
 from .run import spill_file_for, spill_path_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -218,11 +218,12 @@ class BashTool(SandboxTool):
         return out
 
 
-_BASH: dict[str | None, str] = {}  # PATH -> the shell found on it (looked up once, not on every call)
+_BASH: dict[bytes | str | None, str] = {}  # PATH -> the shell found on it (looked up once, not on every call)
 
 
 def _bash() -> str:
-    path = os.environ.get("PATH")
+    raw = environ_data()
+    path = raw.get(b"PATH") if raw is not None else os.environ.get("PATH")
     found = _BASH.get(path)
     if found is None:
         found = _BASH[path] = shutil.which("bash") or "/bin/sh"

@@ -227,19 +227,21 @@ class Readiness:
         if self._set is not None and self._set.poll(0):
             self._ready()
 
-    def watch(self, fd: int) -> None:
-        if fd not in self.fds:
-            if self._set is None:
-                self._set = select.epoll()  # close-on-exec
-            self._set.register(fd, select.EPOLLIN)
-            self.fds.append(fd)
+    def watch(self, *fds: int) -> None:
+        for fd in fds:
+            if fd not in self.fds:
+                if self._set is None:
+                    self._set = select.epoll()  # close-on-exec
+                self._set.register(fd, select.EPOLLIN)
+                self.fds.append(fd)
 
-    def unwatch(self, fd: int) -> None:
-        """Stop watching ``fd`` (before it is closed)."""
-        if fd in self.fds:
-            self.fds.remove(fd)
-            assert self._set is not None
-            self._set.unregister(fd)
+    def unwatch(self, *fds: int) -> None:
+        """Stop watching ``fds`` (before they are closed)."""
+        for fd in fds:
+            if fd in self.fds:
+                self.fds.remove(fd)
+                assert self._set is not None
+                self._set.unregister(fd)
 
     def clear(self) -> None:
         """Stop watching everything (before the descriptors are closed); the set stays registered

@@ -24,8 +24,7 @@ async def test_wakes_for_whichever_descriptor_becomes_readable_and_stays_registe
     ready = Readiness()
     try:
         ready.watch(r1)
-        ready.watch(ours.fileno())
-        ready.watch(r1)  # twice is once
+        ready.watch(ours.fileno(), r1)  # several at once; twice is once
         assert ready.fds == [r1, ours.fileno()]
         async with anyio.create_task_group() as tg:
             tg.start_soon(anyio.sleep, 0)

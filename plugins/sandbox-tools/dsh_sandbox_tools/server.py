@@ -148,6 +148,7 @@ class _Call:
         self.line = CallSocket()
         self.ready = ready  # empty; its owner (the server) closes it or keeps it for another call
         self.open: dict[int, Any] = {}  # the output pipes not at their end yet, and their sinks
+        self.ended: list[int] = []  # descriptors at their end, still watched (until the call waits again)
         self.reported = False  # the reaper reported (or its socket closed)
         self.finished = False
         self.code: int | None = None
@@ -183,8 +184,8 @@ class _Call:
 
     def _read_ready(self) -> None:
         """Everything the pipes and the call socket hold now, without waiting: output into its
-        sink (and the tap); a pipe at its end, or the call socket once it reported (or closed),
-        is no longer watched."""
+        sink (and the tap). A pipe at its end, and the call socket once it reported (or closed),
+        go to ``ended``: no longer watched once the call waits again."""
         for fd, into in list(self.open.items()):
             while True:
                 try:
@@ -193,26 +194,32 @@ class _Call:
                     break
                 if not chunk:
                     del self.open[fd]
-                    self.ready.unwatch(fd)
+                    self.ended.append(fd)
                     break
                 into.feed(chunk)
                 if self.tap is not None:
                     self.tap(chunk)
         if not self.reported:
             report = self.line.report_now()
-            if report is None:
-                return
-            self.reported = True
-            self.ready.unwatch(self.line.sock.fileno())
-            self.finished, self.code = report
+            if report is not None:
+                self.reported = True
+                self.ended.append(self.line.sock.fileno())
+                self.finished, self.code = report
 
     async def _until(self, done: Callable[[], bool], deadline: float = math.inf) -> None:
         """Drain the output and read the call socket until ``done()`` or ``deadline``
         (``time.monotonic()``), in this task: one wait on all of them, no task per pipe, and no
-        cancel scope for the deadline (entered and left on every call, ~30 calls a command)."""
+        cancel scope for the deadline (entered and left on every call, ~30 calls a command). What
+        ended is unwatched only before another wait: a call's end is usually read in one go, and
+        its descriptors are then unwatched all at once as it closes (``Readiness.clear``)."""
         while True:
             self._read_ready()
-            if done() or not self.ready.fds or not await self.ready.wait(deadline):
+            if done():
+                return
+            if self.ended:
+                self.ready.unwatch(*self.ended)
+                self.ended.clear()
+            if not self.ready.fds or not await self.ready.wait(deadline):
                 return
 
     async def _report(self, within_s: float) -> tuple[bool, int | None]:
@@ -287,8 +294,7 @@ class _Call:
         for fd in (self.out_r, self.err_r, self.in_w):
             if fd >= 0:
                 os.set_blocking(fd, False)
-        for fd in (*self.open, self.line.sock.fileno()):
-            self.ready.watch(fd)
+        self.ready.watch(*self.open, self.line.sock.fileno())
         try:
             rest = self._write_now()
             if stop is None and rest is None:  # a plain call (a bash command, a hook): no task at all

@@ -138,7 +138,8 @@ class BashTool(SandboxTool):
         workspace = real_dir(ctx.cwd)
         if workspace is None:
             raise ToolError(f"the session directory {os.path.realpath(ctx.cwd)} does not exist", code="NO_CWD")
-        cwd = resolve_workdir(str_arg(args, "workdir", required=False), workspace, self.sb.extra_roots(ctx.agent))
+        workdir = str_arg(args, "workdir", required=False)
+        cwd = workspace if workdir is None else resolve_workdir(workdir, workspace, self.sb.extra_roots(ctx.agent))
         mode = await self.sb.effective_mode(args, ctx, "command")
         bash = _bash()
         if background:

@@ -176,7 +176,7 @@ def _is_prompt(message: Any) -> bool:
     )
 
 
-def _latest_prompt(messages: Sequence[Any]) -> tuple[UserMessage | None, list[Any]]:
+def _latest_prompt(messages: Sequence[Any]) -> tuple[UserMessage | None, Sequence[Any]]:
     """The latest prompt (``_is_prompt``) of ``messages`` and the messages after it (all of them:
     none). Looked for in a window from the end that grows: a slice of the agent's HistoryView is
     one copy in C, where reading it message by message was a Python call each (~12 calls a model
@@ -189,7 +189,7 @@ def _latest_prompt(messages: Sequence[Any]) -> tuple[UserMessage | None, list[An
             if _is_prompt(window[i]):
                 return window[i], window[i + 1 :]
         if start == 0:
-            return None, list(window)
+            return None, window
         size *= 8
 
 

@@ -224,8 +224,9 @@ class Readiness:
         """The loop's callback for the set: a wake-up only if a watched descriptor is readable now
         (a callback queued in the loop turn that also ran the waiter, and the waiter unwatched
         the descriptor meanwhile, is stale)."""
-        if self._set is not None and self._set.poll(0):
-            self._ready()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and self._set is not None and self._set.poll(0):
+            waiter.set_result(None)
 
     def watch(self, *fds: int) -> None:
         for fd in fds:

@@ -206,12 +206,16 @@ class _Call:
                 self.ended.append(self.line.sock.fileno())
                 self.finished, self.code = report
 
-    async def _until(self, done: Callable[[], bool], deadline: float = math.inf) -> None:
+    async def _until(self, done: Callable[[], bool], deadline: float = math.inf, *, read_first: bool = True) -> None:
         """Drain the output and read the call socket until ``done()`` or ``deadline``
         (``time.monotonic()``), in this task: one wait on all of them, no task per pipe, and no
         cancel scope for the deadline (entered and left on every call, ~30 calls a command). What
         ended is unwatched only before another wait: a call's end is usually read in one go, and
-        its descriptors are then unwatched all at once as it closes (``Readiness.clear``)."""
+        its descriptors are then unwatched all at once as it closes (``Readiness.clear``).
+        ``read_first=False``: wait before the first read (a call just sent has nothing to read
+        yet, and reading nothing is three syscalls and three BlockingIOErrors raised)."""
+        if not read_first and not await self.ready.wait(deadline):
+            return
         while True:
             self._read_ready()
             if done():
@@ -276,7 +280,7 @@ class _Call:
         after a grace), then the rest of the output (at most ``DRAIN_GRACE_S`` more)."""
         if stop is not None:
             tg.start_soon(self._watch_stop, stop)
-        await self._until(lambda: self.reported or self.stopped, time.monotonic() + timeout_s)
+        await self._until(lambda: self.reported or self.stopped, time.monotonic() + timeout_s, read_first=False)
         if not self.reported:
             self.timed_out = not self.stopped
             with anyio.CancelScope(shield=True):

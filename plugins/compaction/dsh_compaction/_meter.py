@@ -46,8 +46,9 @@ def message_tokens(message: Any) -> int:
         if isinstance(block, (TextBlock, ReasoningBlock)):
             total -= -len(block.text.encode("utf-8")) // BYTES_PER_TOKEN
         elif isinstance(block, ToolCallBlock):
-            total += 6 - (-len(block.id.encode("utf-8")) // BYTES_PER_TOKEN) - (
-                -len(block.name.encode("utf-8")) // BYTES_PER_TOKEN) - (-len(block.arguments.encode("utf-8")) // BYTES_PER_TOKEN)
+            total += 6
+            for text in (block.id, block.name, block.arguments):
+                total -= -len(text.encode("utf-8")) // BYTES_PER_TOKEN
         elif isinstance(block, ImageBlock):
             total += IMAGE_TOKENS
     return total

@@ -229,6 +229,8 @@ def _started_id(messages: Any) -> str:
 
 
 def _flatten(blocks: list[Any]) -> str:
+    if len(blocks) == 1 and isinstance(blocks[0], TextBlock):  # most prompts and results: no generator
+        return blocks[0].text
     return "".join(b.text for b in blocks if isinstance(b, TextBlock))
 
 

@@ -106,11 +106,11 @@ class ToolDispatch(AgentBase):
         """Bound a result the model will see (one spill mechanism for every tool)."""
         if out.spill_path is not None:
             return out
-        content = out.content
-        if len(content) == 1 and isinstance(content[0], TextBlock):  # most results: no generator to join
-            text = content[0].text
+        blocks = out.content
+        if len(blocks) == 1 and isinstance(blocks[0], TextBlock):  # most results: no generator to join
+            text = blocks[0].text
         else:
-            text = "\n".join(b.text for b in content if isinstance(b, TextBlock))
+            text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
         if len(text.encode("utf-8", errors="replace")) <= self.host.spill_limit:
             return out
         path = spill_path_for(self.host.spill_root, self.session_id, call.id)

@@ -91,6 +91,17 @@ async def test_the_prompt_is_found_however_many_messages_follow_it(scripted):
     assert await deltas(p, request(p, model, *none, session="none")) == [Finish(reason="stop")]  # no prompt at all
 
 
+async def test_args_without_placeholders_are_sent_as_written_and_others_filled_in(scripted):
+    p = ScriptedProvider()
+    static = {"command": "true", "n": [1, {"x": "{nothing}"}], "{prompt}": "key, not value"}
+    model = str(scripted({"default": [{"tools": [{"name": "a", "args": static},
+                                                 {"name": "b", "args": {"path": "{cwd}/{prompt}"}}]}]}))
+    for session in ("s1", "s2"):  # the second call of the same step: the same text
+        calls = [d for d in await deltas(p, request(p, model, user("go"), session=session)) if isinstance(d, ToolCallDelta)]
+        assert [json.loads(c.arguments) for c in calls] == [static, {"path": "/work/go"}]
+        assert calls[0].arguments == json.dumps(static)
+
+
 async def test_repeat_cycles_and_each_session_has_its_own_cursor(scripted):
     p = ScriptedProvider()
     model = str(scripted({"rules": [{"when": "", "repeat": True, "steps": [{"text": "one"}, {"text": "two"}]}]}))

@@ -216,13 +216,18 @@ class Readiness:
         self._set: select.epoll | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._woken: anyio.Event | None = None  # another anyio backend's wait, for ``wake``
 
     def _ready(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    wake = _ready  # a wait ends now (a spurious wake-up for the caller to look at its own state)
+    def wake(self) -> None:
+        """End a wait now (a spurious wake-up, for the caller to look at its own state)."""
+        self._ready()
+        if self._woken is not None:
+            self._woken.set()
 
     def _readable(self) -> None:
         """The loop's callback for the set: a wake-up only if a watched descriptor is readable now
@@ -277,9 +282,19 @@ class Readiness:
             return False
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:  # another anyio backend (trio)
+        except RuntimeError:  # another anyio backend (trio): the set's descriptor, or a wake
+            woken = self._woken = anyio.Event()
             with anyio.move_on_after(delay):
-                await anyio.wait_readable(self._set.fileno())
+                async with anyio.create_task_group() as tg:
+
+                    async def readable(fd: int) -> None:
+                        await anyio.wait_readable(fd)
+                        woken.set()
+
+                    tg.start_soon(readable, self._set.fileno())
+                    await woken.wait()
+                    tg.cancel_scope.cancel()
+            self._woken = None
             return True
         if self._loop is not loop:
             if self._loop is not None and not self._loop.is_closed():

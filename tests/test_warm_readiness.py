@@ -78,6 +78,15 @@ async def test_a_cancelled_wait_leaves_it_usable():
 
 async def _a_deadline_ends_the_wait(ready: Readiness, r: int, w: int) -> None:
     ready.watch(r)
+    async with anyio.create_task_group() as tg:  # a wake ends a wait with no deadline (a job's stop)
+
+        async def later() -> None:
+            await anyio.sleep(0.05)
+            ready.wake()
+
+        tg.start_soon(later)
+        with anyio.fail_after(5):
+            assert await ready.wait()
     start = time.monotonic()
     with anyio.fail_after(5):
         assert await ready.wait(start + 0.05)  # nothing readable: it ends at the deadline

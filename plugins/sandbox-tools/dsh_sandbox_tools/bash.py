@@ -163,7 +163,7 @@ class BashTool(SandboxTool):
             result, runner = await run()
         stdout, stderr = result.text, result.stderr or ""
         if runner is not None and runner.name == "landlock":
-            stdout, stderr = (t.replace(PARTIAL_NOTICE + "\n", "") for t in (stdout, stderr))
+            stdout, stderr = stdout.replace(_PARTIAL_LINE, ""), stderr.replace(_PARTIAL_LINE, "")
             if result.exit_code == 125 and "landlock-run: " in stdout + stderr:
                 raise ToolError(
                     f'sandbox mode "{mode}" could not be applied (Landlock runner failed); refusing to run the '
@@ -219,6 +219,7 @@ class BashTool(SandboxTool):
         return out
 
 
+_PARTIAL_LINE = PARTIAL_NOTICE + "\n"  # the Landlock runner's notice line, taken out of a command's output
 _BASH: dict[bytes | str | None, str] = {}  # PATH -> the shell found on it (looked up once, not on every call)
 
 

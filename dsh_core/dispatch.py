@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import msgspec
 
 from .agent_base import AgentBase
 from .diag import warn
@@ -105,7 +106,11 @@ class ToolDispatch(AgentBase):
         """Bound a result the model will see (one spill mechanism for every tool)."""
         if out.spill_path is not None:
             return out
-        text = "\n".join(b.text for b in out.content if isinstance(b, TextBlock))
+        blocks = out.content
+        if len(blocks) == 1 and isinstance(blocks[0], TextBlock):  # most results: no generator to join
+            text = blocks[0].text
+        else:
+            text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
         if len(text.encode("utf-8", errors="replace")) <= self.host.spill_limit:
             return out
         path = spill_path_for(self.host.spill_root, self.session_id, call.id)
@@ -188,7 +193,13 @@ class ToolDispatch(AgentBase):
             args = arguments
         else:
             try:
-                args = json.loads(arguments) if arguments.strip() else {}
+                if not arguments.strip():
+                    args = {}
+                else:
+                    try:  # one C call (json.loads is three Python calls around its scanner)
+                        args = _decode_json(arguments)
+                    except msgspec.DecodeError:  # the stdlib's reading: it takes NaN, 1e400, a lone
+                        args = json.loads(arguments)  # surrogate; and its message for malformed JSON
                 if not isinstance(args, dict):
                     raise ValueError("arguments must be a JSON object")
             except ValueError as exc:
@@ -239,6 +250,9 @@ class ToolDispatch(AgentBase):
                 return ToolOutput.text(f"Error: {who} tool {name!r} ({reason})", is_error=True, code="REJECTED")
         return None
 
+
+
+_decode_json = msgspec.json.decode
 
 
 def _subject(args: dict[str, Any], reason: str) -> str:

@@ -86,6 +86,29 @@ def dir_inside(requested: object, base: str) -> str:
     return target
 
 
+def real_dir(path: str) -> str | None:
+    """``os.path.realpath(path)`` when that is a directory, else None: resolved now by the kernel
+    (the directory opened with ``O_PATH``, its name read back from ``/proc/self/fd``), where
+    realpath walks the path in Python, an lstat and ~10 Python calls a component (~45 calls for a
+    bash call's workspace, which is resolved on every call: a symlink in it may have been
+    retargeted since the last; bench/profile_prompt.py --bash). Without ``/proc``, or for a
+    directory removed meanwhile, it is realpath and a stat after all."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        real = ""
+    finally:
+        os.close(fd)
+    if real.startswith("/") and not real.endswith(" (deleted)"):
+        return real
+    real = os.path.realpath(path)
+    return real if os.path.isdir(real) else None
+
+
 def exists_inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a regular file inside ``root`` (``open_inside``'s rules)."""
     try:

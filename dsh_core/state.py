@@ -26,7 +26,8 @@ private slot; two plugins never collide unless they share a class on purpose.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
 import anyio
@@ -248,12 +249,20 @@ class Flag:
 
 
 async def checkpoint() -> None:
-    """``anyio.lowlevel.checkpoint()``: on asyncio its ``sleep(0)`` itself, without anyio's backend
-    lookup (~4 calls each; the tool dispatch yields three times per call, bench/profile_prompt.py --bash)."""
+    """``anyio.lowlevel.checkpoint()``: on asyncio a bare yield to the loop, what its ``sleep(0)``
+    does, without anyio's backend lookup (~4 calls each) nor sleep's own coroutine around the yield
+    (the tool dispatch yields three times per call, bench/profile_prompt.py --bash)."""
     if asyncio._get_running_loop() is None:  # another anyio backend
         await anyio.lowlevel.checkpoint()
     else:
-        await asyncio.sleep(0)
+        await _yield()
+
+
+@types.coroutine
+def _yield() -> Generator[None, None, None]:
+    """One turn of the asyncio loop: the task is stepped again with the next round of callbacks
+    (asyncio.sleep(0)'s own ``__sleep0``; a cancel is delivered here, as at any checkpoint)."""
+    yield
 
 
 async def wait_either(first: Flag, second: Flag) -> None:

@@ -5,7 +5,6 @@ interception points at prompt submit and before stop; committing what a model ca
 
 from __future__ import annotations
 
-import contextlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -423,13 +422,17 @@ class TurnLoop(AgentBase):
             request = self._request()
             partial = _Partial()
             try:
-                # aclosing: whatever ends the loop, the provider's stream (an HTTP response) closes now
-                async with contextlib.aclosing(self.provider.stream(request)) as deltas:
+                # Whatever ends the loop, the provider's stream (an HTTP response) closes now (as
+                # contextlib.aclosing would, without its three calls a model call)
+                deltas = self.provider.stream(request)
+                try:
                     async for delta in deltas:
                         _APPLY[type(delta)](partial, delta)  # partial.apply, one call less a delta
                         if self._watchers and isinstance(delta, (TextDelta, ReasoningDelta)):
                             self._live(LiveText(turn=turn, step=step, message_id=partial.id, text=delta.text,
                                                 reasoning=isinstance(delta, ReasoningDelta)))
+                finally:
+                    await deltas.aclose()
                 if partial.usage is not None and partial.usage.input_tokens:
                     self._metered = (partial.usage.input_tokens, len(request.messages))
                 return partial

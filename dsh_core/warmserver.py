@@ -19,11 +19,15 @@ The protocol (``AF_UNIX``/``SOCK_SEQPACKET``, one message per datagram):
 
 from __future__ import annotations
 
+import _socket
 import asyncio
 import contextlib
+import math
 import os
+import select
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -154,7 +158,10 @@ class CallSocket:
     drops our copy of it; ``stop`` asks the reaper to end the call, ``wait`` takes its report."""
 
     def __init__(self) -> None:
-        self.sock, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # The C socket type's pair (close-on-exec, as socket.socketpair's): socket.socketpair wraps
+        # each end in a Python-level socket (two __init__ calls and a getsockname syscall each) and
+        # its close is two Python calls an end; on every bash call, ~1.3 µs.
+        self.sock, self._theirs = _socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
     def theirs(self) -> int:
         return self._theirs.fileno()
@@ -191,62 +198,115 @@ class CallSocket:
 
 
 class Readiness:
-    """Waits, in the calling task, until any of several descriptors is readable (or at its end):
-    a call's output pipes and its call socket, without a task (and a wait) per descriptor.
+    """Waits, in the calling task, until any of several descriptors is readable (or at its end),
+    or a deadline passes: a call's output pipes and its call socket, without a task (and a wait)
+    per descriptor, nor a cancel scope for the call's timeout.
 
-    On asyncio the descriptors stay registered with the loop between waits (``watch`` until
-    ``unwatch``); a descriptor that is readable while nobody waits costs one callback per loop
-    turn, so a caller reads everything ready before it waits again. On another anyio backend,
-    ``wait`` waits on each descriptor in a task of its own."""
+    The descriptors are watched by an epoll set of this object's own (``watch``/``unwatch``:
+    one C call each), and only that set's descriptor is registered with the event loop, once,
+    at the first wait (``close`` takes it off): asyncio's add_reader/remove_reader are ~15 Python
+    calls each, and a call watched three descriptors, each added and removed (~45 calls a bash
+    command, bench/profile_prompt.py --bash). The set is level-triggered, like the loop: a
+    descriptor that is readable while nobody waits costs one callback per loop turn, so a caller
+    reads everything ready before it waits again. On another anyio backend, ``wait`` waits on the
+    set's descriptor with anyio."""
 
     def __init__(self) -> None:
         self.fds: list[int] = []
+        self._set: select.epoll | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._woken: anyio.Event | None = None  # another anyio backend's wait, for ``wake``
 
     def _ready(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def watch(self, fd: int) -> None:
-        if fd not in self.fds:
-            self.fds.append(fd)
-            if self._loop is not None:
-                self._loop.add_reader(fd, self._ready)
+    def wake(self) -> None:
+        """End a wait now (a spurious wake-up, for the caller to look at its own state)."""
+        self._ready()
+        if self._woken is not None:
+            self._woken.set()
 
-    def unwatch(self, fd: int) -> None:
-        """Stop watching ``fd`` (before it is closed)."""
-        if fd in self.fds:
-            self.fds.remove(fd)
-            if self._loop is not None:
-                self._loop.remove_reader(fd)
+    def _readable(self) -> None:
+        """The loop's callback for the set: a wake-up only if a watched descriptor is readable now
+        (a callback queued in the loop turn that also ran the waiter, and the waiter unwatched
+        the descriptor meanwhile, is stale)."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and self._set is not None and self._set.poll(0):
+            waiter.set_result(None)
+
+    def watch(self, *fds: int) -> None:
+        for fd in fds:
+            if fd not in self.fds:
+                if self._set is None:
+                    self._set = select.epoll()  # close-on-exec
+                self._set.register(fd, select.EPOLLIN)
+                self.fds.append(fd)
+
+    def unwatch(self, *fds: int) -> None:
+        """Stop watching ``fds`` (before they are closed)."""
+        for fd in fds:
+            if fd in self.fds:
+                self.fds.remove(fd)
+                assert self._set is not None
+                self._set.unregister(fd)
+
+    def clear(self) -> None:
+        """Stop watching everything (before the descriptors are closed); the set stays registered
+        with the loop, for another user (a command server keeps its ended calls' for its next)."""
+        if self._set is not None:
+            for fd in self.fds:
+                self._set.unregister(fd)
+        self.fds.clear()
 
     def close(self) -> None:
-        for fd in list(self.fds):
-            self.unwatch(fd)
+        """Stop watching everything, and let go of the loop's registration and the set."""
+        self.clear()
+        if self._set is not None:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self._set.fileno())
+            self._loop = None
+            self._set.close()
+            self._set = None
 
-    async def wait(self) -> None:
-        """Until one of the watched descriptors is readable (spurious wake-ups are possible)."""
+    async def wait(self, deadline: float = math.inf) -> bool:
+        """Until one of the watched descriptors is readable (spurious wake-ups are possible), or
+        ``deadline`` (``time.monotonic()``) passes; False without waiting when it already has."""
         if not self.fds:
             raise RuntimeError("Readiness.wait with nothing to watch")
+        assert self._set is not None
+        delay = deadline - time.monotonic()
+        if delay <= 0:
+            return False
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:  # another anyio backend (trio)
-            async with anyio.create_task_group() as tg:
-                async def one(fd: int) -> None:
-                    await anyio.wait_readable(fd)
-                    tg.cancel_scope.cancel()
+        except RuntimeError:  # another anyio backend (trio): the set's descriptor, or a wake
+            woken = self._woken = anyio.Event()
+            with anyio.move_on_after(delay):
+                async with anyio.create_task_group() as tg:
 
-                for fd in self.fds:
-                    tg.start_soon(one, fd)
-            return
+                    async def readable(fd: int) -> None:
+                        await anyio.wait_readable(fd)
+                        woken.set()
+
+                    tg.start_soon(readable, self._set.fileno())
+                    await woken.wait()
+                    tg.cancel_scope.cancel()
+            self._woken = None
+            return True
         if self._loop is not loop:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self._set.fileno())
             self._loop = loop
-            for fd in self.fds:
-                loop.add_reader(fd, self._ready)
+            loop.add_reader(self._set.fileno(), self._readable)
         self._waiter = loop.create_future()
+        timer = loop.call_later(delay, self._ready) if delay != math.inf else None
         try:
             await self._waiter  # a cancel scope cancels the task here, as at any checkpoint
         finally:
             self._waiter = None
+            if timer is not None:
+                timer.cancel()
+        return True

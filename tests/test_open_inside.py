@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +57,37 @@ def test_creating_stays_inside_too(ws, tmp_path):
     assert not (tmp_path / "created").exists()
     with pytest.raises(FileNotFoundError):
         open_inside(ws, "docs/missing.txt")
+
+
+def test_real_dir_is_realpath_of_a_directory_resolved_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``real_dir``: what ``os.path.realpath`` gives for a directory (relative, through a symlink,
+    one retargeted since), None for anything that is not a directory; and the same without /proc."""
+    from dsh_core import paths
+    from dsh_core.paths import real_dir
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "file").write_text("x")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "a")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "name (deleted)").mkdir()
+
+    def check() -> None:
+        for p in ("a", "a/b", "link", "link/b", "link/../c", "c/../a", "name (deleted)", "."):
+            assert real_dir(str(tmp_path / p)) == os.path.realpath(tmp_path / p), p
+        for p in ("file", "link/nothing", "loop", "dangling", "nowhere"):
+            assert real_dir(str(tmp_path / p)) is None, p
+        monkeypatch.chdir(tmp_path / "a")
+        assert real_dir("b") == str((tmp_path / "a" / "b").resolve())
+        link.unlink()
+        link.symlink_to(tmp_path / "c")  # retargeted: the next call sees it
+        assert real_dir(str(link)) == str((tmp_path / "c").resolve())
+        link.unlink()
+        link.symlink_to(tmp_path / "a")
+
+    check()
+    real_readlink = os.readlink
+    monkeypatch.setattr(paths.os, "readlink", lambda p: "" if str(p).startswith("/proc/") else real_readlink(p))
+    check()  # no /proc: realpath and a stat

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from importlib.metadata import entry_points
 from itertools import pairwise
 from pathlib import Path
@@ -209,6 +210,40 @@ async def test_arguments_that_break_the_schema_never_reach_the_tool(scripted, tm
     assert result.code == "INVALID_ARGUMENTS" and result.result.is_error
     assert result.result.content[0].text == (f"Error: strict: {problem}. "
                                              "Call it again with arguments that match its schema.")
+
+
+async def test_a_calls_arguments_are_read_as_the_stdlib_reads_json(scripted, tmp_path):
+    """Arguments decode as ``json.loads`` decodes them (NaN, 1e400 and a lone surrogate included,
+    which msgspec's faster decoder refuses), and what is not a JSON object is refused with the
+    stdlib's reason."""
+    ran: list[dict] = []
+
+    class Recording:
+        @hookimpl
+        def dsh_register_tools(self, register):
+            async def run(a, ctx):
+                ran.append(a)
+                return "ran"
+
+            register(FunctionTool("any", "A tool.", {"type": "object", "additionalProperties": True}, run))
+
+    script = scripted({"default": [{"text": "hi"}]})
+    async with memory_host(script, Recording()) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
+        for i, raw in enumerate(['{"a": [1, 2.5, "x"], "b": {"c": null}}', '  ', '{"a": NaN}', '{"a": 1e400}',
+                                 '{"a": "\\ud800"}', '{"a": 1, "a": 2}', '[1]', '{"a": ', 'nope']):
+            out = await agent.call_tool("any", raw, call_id=f"c{i}", turn=1, step=1)
+            try:
+                expected = json.loads(raw) if raw.strip() else {}
+                reason = None if isinstance(expected, dict) else "arguments must be a JSON object"
+            except ValueError as exc:
+                expected, reason = None, str(exc)
+            if reason is None:
+                assert not out.is_error and repr(ran.pop()) == repr(expected), raw
+            else:
+                assert out.code == "INVALID_ARGUMENTS" and out.content[0].text == (
+                    f"Error: the arguments of any are not a JSON object ({reason}). Call it again with valid JSON."), raw
+        assert ran == []
 
 
 @pytest.mark.parametrize(("extra", "runs"), [(True, True), ({"type": "string"}, True), (False, False)])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable
 
 import anyio
@@ -23,8 +24,7 @@ async def test_wakes_for_whichever_descriptor_becomes_readable_and_stays_registe
     ready = Readiness()
     try:
         ready.watch(r1)
-        ready.watch(ours.fileno())
-        ready.watch(r1)  # twice is once
+        ready.watch(ours.fileno(), r1)  # several at once; twice is once
         assert ready.fds == [r1, ours.fileno()]
         async with anyio.create_task_group() as tg:
             tg.start_soon(anyio.sleep, 0)
@@ -70,6 +70,38 @@ async def test_a_cancelled_wait_leaves_it_usable():
         os.write(w, b"z")
         with anyio.fail_after(5):
             await ready.wait()
+    finally:
+        ready.close()
+        os.close(r)
+        os.close(w)
+
+
+async def _a_deadline_ends_the_wait(ready: Readiness, r: int, w: int) -> None:
+    ready.watch(r)
+    async with anyio.create_task_group() as tg:  # a wake ends a wait with no deadline (a job's stop)
+
+        async def later() -> None:
+            await anyio.sleep(0.05)
+            ready.wake()
+
+        tg.start_soon(later)
+        with anyio.fail_after(5):
+            assert await ready.wait()
+    start = time.monotonic()
+    with anyio.fail_after(5):
+        assert await ready.wait(start + 0.05)  # nothing readable: it ends at the deadline
+    assert time.monotonic() - start >= 0.045
+    assert not await ready.wait(time.monotonic() - 0.001)  # already past: no wait at all
+    os.write(w, b"a")
+    with anyio.fail_after(5):
+        assert await ready.wait(time.monotonic() + 60)  # readable first: the wait ends at once
+
+
+async def test_a_deadline_ends_the_wait_and_one_already_past_does_not_wait():
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    ready = Readiness()
+    try:
+        await _a_deadline_ends_the_wait(ready, r, w)
     finally:
         ready.close()
         os.close(r)
@@ -126,6 +158,18 @@ async def test_without_an_asyncio_loop_readiness_waits_on_each_descriptor(no_asy
         ready.close()
         for fd in (r1, w1, r2, w2):
             os.close(fd)
+
+
+async def test_without_an_asyncio_loop_a_deadline_ends_the_wait(no_asyncio_loop: None):
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    ready = Readiness()
+    try:
+        await _a_deadline_ends_the_wait(ready, r, w)
+        assert ready._loop is None
+    finally:
+        ready.close()
+        os.close(r)
+        os.close(w)
 
 
 async def _either_of_two_ends_on_the_first(waiting: Callable[[Flag], bool], let_go: Callable[[Flag], bool]) -> None:

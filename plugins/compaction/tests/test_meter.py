@@ -75,6 +75,12 @@ def test_meter_keeps_a_running_total_and_notices_a_rewrite():
     assert meter.reading(system="s", tools=TOOLS, history=history, metered_tokens=None, metered_messages=0) == whole
     assert meter.reading(system="s", tools=TOOLS, history=history, metered_tokens=7, metered_messages=15) == (
         7 + message_tokens(history[-1]))
+    from dsh_core.types import HistoryView
+
+    viewed = Meter()  # the agent's views of one growing history (a call with nothing new among them)
+    for n in (0, 1, 3, 3, 7, 16):
+        assert viewed.reading(system="s", tools=TOOLS, history=HistoryView(history, n), metered_tokens=None,
+                              metered_messages=0) == prefix_tokens("s", TOOLS) + history_tokens(history[:n])
 
 
 @pytest.mark.parametrize("turns", [1, 4, 12])

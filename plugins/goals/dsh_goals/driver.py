@@ -75,9 +75,11 @@ def admit(session: Agent, turn: int, step: int) -> None:
     """Before the first model call of the turn that claimed the queued round: the round is
     admitted (``goal/round`` in the log) and this turn is the goal's current round, unless the
     goal changed since the round was queued."""
+    if step != 1:  # a turn's later steps (a tool turn's answer): not even the state's lookup
+        return
     st = state(session)
     claimed = st.claimed
-    if step != 1 or claimed is None or claimed[0] != turn:
+    if claimed is None or claimed[0] != turn:
         return
     st.claimed = st.pending = st.pending_message = None
     _, (goal_id, revision, n) = claimed

@@ -10,13 +10,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import ToolError
+from dsh_core.paths import real_dir
 from dsh_core.progress import output_progress
 from dsh_core.protocols import JobEnd
 from dsh_core.types import ToolOutput
 
 from .base import BOOL, OPT_INT, OPT_STR, STR, SandboxTool, out_schema, positive_ms, str_arg
 from .mechanisms import PARTIAL_NOTICE
-from .policy import Settings
+from .policy import Settings, environ_data
 from .run import spill_file_for, spill_path_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -134,10 +135,11 @@ class BashTool(SandboxTool):
             raise ToolError("run_in_background must be true or false (and needs the jobs plugin)",
                             code="INVALID_ARGUMENTS")
         timeout_ms = min(positive_ms(args, "timeoutMs", s.default_timeout_ms), s.max_timeout_ms)
-        workspace = os.path.realpath(ctx.cwd)
-        if not os.path.isdir(workspace):
-            raise ToolError(f"the session directory {workspace} does not exist", code="NO_CWD")
-        cwd = resolve_workdir(str_arg(args, "workdir", required=False), workspace, self.sb.extra_roots(ctx.agent))
+        workspace = real_dir(ctx.cwd)
+        if workspace is None:
+            raise ToolError(f"the session directory {os.path.realpath(ctx.cwd)} does not exist", code="NO_CWD")
+        workdir = str_arg(args, "workdir", required=False)
+        cwd = workspace if workdir is None else resolve_workdir(workdir, workspace, self.sb.extra_roots(ctx.agent))
         mode = await self.sb.effective_mode(args, ctx, "command")
         bash = _bash()
         if background:
@@ -161,7 +163,7 @@ class BashTool(SandboxTool):
             result, runner = await run()
         stdout, stderr = result.text, result.stderr or ""
         if runner is not None and runner.name == "landlock":
-            stdout, stderr = (t.replace(PARTIAL_NOTICE + "\n", "") for t in (stdout, stderr))
+            stdout, stderr = stdout.replace(_PARTIAL_LINE, ""), stderr.replace(_PARTIAL_LINE, "")
             if result.exit_code == 125 and "landlock-run: " in stdout + stderr:
                 raise ToolError(
                     f'sandbox mode "{mode}" could not be applied (Landlock runner failed); refusing to run the '
@@ -217,11 +219,13 @@ class BashTool(SandboxTool):
         return out
 
 
-_BASH: dict[str | None, str] = {}  # PATH -> the shell found on it (looked up once, not on every call)
+_PARTIAL_LINE = PARTIAL_NOTICE + "\n"  # the Landlock runner's notice line, taken out of a command's output
+_BASH: dict[bytes | str | None, str] = {}  # PATH -> the shell found on it (looked up once, not on every call)
 
 
 def _bash() -> str:
-    path = os.environ.get("PATH")
+    raw = environ_data()
+    path = raw.get(b"PATH") if raw is not None else os.environ.get("PATH")
     found = _BASH.get(path)
     if found is None:
         found = _BASH[path] = shutil.which("bash") or "/bin/sh"

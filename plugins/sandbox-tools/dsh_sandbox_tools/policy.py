@@ -83,8 +83,11 @@ class Settings:
     def spill_root(self) -> Path:
         if self.spill_dir is not None:
             return self.spill_dir
-        env = os.environ
-        key = (env.get("DSH_HOME"), env.get("XDG_DATA_HOME"), env.get("HOME"))
+        raw = environ_data()
+        if raw is not None:  # on every bash call: three C lookups, where os.environ.get was ~15 Python calls
+            key: tuple[Any, ...] = (raw.get(b"DSH_HOME"), raw.get(b"XDG_DATA_HOME"), raw.get(b"HOME"))
+        else:
+            key = (os.environ.get("DSH_HOME"), os.environ.get("XDG_DATA_HOME"), os.environ.get("HOME"))
         root = _SPILL_ROOTS.get(key)
         if root is None:
             from dsh_core.spill import default_root
@@ -97,7 +100,15 @@ class Settings:
 
 # The default spill root by the environment it is made from (DSH_HOME, XDG_DATA_HOME, HOME): made
 # again only when one of them changed (platformdirs and Path.absolute cost ~20 µs a call, per call).
-_SPILL_ROOTS: dict[tuple[str | None, ...], Path] = {}
+_SPILL_ROOTS: dict[tuple[Any, ...], Path] = {}
+
+
+def environ_data() -> dict[bytes, bytes] | None:
+    """The process environment as ``os.environ`` keeps it (bytes names and values on POSIX), to
+    read a few variables on a hot path with C lookups (``os.environ.get`` is ~5 Python calls: a
+    mapping method, an encode of the name and a decode of the value); None where it is not that."""
+    raw = getattr(os.environ, "_data", None)
+    return raw if isinstance(raw, dict) else None
 
 
 def temp_roots() -> list[str]:
@@ -152,8 +163,8 @@ def scrubbed_env(environ: Mapping[str, str] | None = None, *, mode: str = DEFAUL
     """The environment a command sees: the harness's, minus credential-shaped variables (for the
     harness's own environment, made again only when that changed: it is on every call's path)."""
     if environ is None:
-        raw = getattr(os.environ, "_data", None)
-        now = tuple(raw.items()) if isinstance(raw, dict) else None
+        raw = environ_data()
+        now = tuple(raw.items()) if raw is not None else None
         known = _SCRUBBED.get(mode)
         if now is not None and known is not None and known[0] == now:
             return dict(known[1])

@@ -11,6 +11,7 @@ after the reaper reported that every process of the call is gone.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -33,6 +34,7 @@ SERVER = str(Path(__file__).with_name("_cmdserver.py").resolve())
 EXIT_WAIT_S = 10.0  # after "kill", how long to wait for the reaper's "exit" before giving up on it
 MAX_SERVERS = 32  # idle servers beyond this many are closed, least recently used first …
 IDLE_KEEP_S = 30.0  # … but a live session's server used in the last this many seconds is kept beyond it
+SPARE_READINESS = 4  # a server keeps at most this many readiness sets of ended calls
 
 
 class ServerError(WarmServerError):
@@ -62,6 +64,26 @@ class CommandServer(WarmServer):
         super().__init__(argv_for_fd, env=env, cwd=cwd)
         self.active = 0
         self.last_used = time.monotonic()  # when a call last ended (or the server started)
+        # The readiness sets of ended calls, kept for the next: each stays registered with the event
+        # loop (an empty set is never readable), where a set of its own registered and taken off
+        # again was ~25 Python calls a command (bench/profile_prompt.py --bash).
+        self._spare: list[Readiness] = []
+
+    def _readiness(self) -> Readiness:
+        return self._spare.pop() if self._spare else Readiness()
+
+    def _done_with(self, ready: Readiness) -> None:
+        ready.clear()
+        if self.closed or len(self._spare) >= SPARE_READINESS:
+            ready.close()
+        else:
+            self._spare.append(ready)
+
+    async def aclose(self) -> None:
+        spare, self._spare = self._spare, []
+        for ready in spare:
+            ready.close()
+        await super().aclose()
 
     def _send(self, fds: list[int]) -> None:
         self.send(b"run", fds)
@@ -78,23 +100,26 @@ class CommandServer(WarmServer):
         on a timeout (SIGTERM, then SIGKILL), and the result says ``stopped``; ``split``: stdout
         and stderr apart, each bounded with its own spill file (the bash tool's result); ``tap``:
         also sees every chunk of output as it arrives (a live view of the running command)."""
-        call = _Call(limit, spill, stdin=stdin, capture=capture, sink=sink, split=split, tap=tap)
         request: dict[str, Any] = {"argv": argv, "cwd": cwd, "stderr": capture or split, "stdin": stdin is not None}
         if env != self._env:  # else the server's own environment, the one it was started with (a bash call's)
             request["env"] = env
         payload = _encode(request)
+        call = _Call(limit, spill, self._readiness(), stdin=stdin, capture=capture, sink=sink, split=split, tap=tap)
         try:
-            call.send(self._send, payload)
-        except BaseException:
-            call.close()
-            raise
-        # From here the call socket is the call's lifeline: closing it kills the whole call.
-        self.active += 1
-        try:
-            return await call.run(timeout_s, stop)
+            try:
+                call.send(self._send, payload)
+            except BaseException:
+                call.close()
+                raise
+            # From here the call socket is the call's lifeline: closing it kills the whole call.
+            self.active += 1
+            try:
+                return await call.run(timeout_s, stop)
+            finally:
+                self.active -= 1
+                self.last_used = time.monotonic()
         finally:
-            self.active -= 1
-            self.last_used = time.monotonic()
+            self._done_with(call.ready)  # the call closed: it watches nothing now
 
 
 def _encode(request: dict[str, Any]) -> bytes:
@@ -110,8 +135,8 @@ def _encode(request: dict[str, Any]) -> bytes:
 class _Call:
     """One command through a server: its descriptors, its sinks, and the wait for the reaper's ``exit``."""
 
-    def __init__(self, limit: int, spill: Path | str, *, stdin: bytes | None, capture: bool, sink: Any = None,
-                 split: bool = False, tap: Callable[[bytes], None] | None = None) -> None:
+    def __init__(self, limit: int, spill: Path | str, ready: Readiness, *, stdin: bytes | None, capture: bool,
+                 sink: Any = None, split: bool = False, tap: Callable[[bytes], None] | None = None) -> None:
         self.spill = spill
         self.tap = tap
         self.stdin = stdin
@@ -121,8 +146,9 @@ class _Call:
         self.err_r, self.err_w = os.pipe2(os.O_CLOEXEC) if capture or split else (-1, -1)
         self.in_r, self.in_w = os.pipe2(os.O_CLOEXEC) if stdin is not None else (-1, -1)
         self.line = CallSocket()
-        self.ready = Readiness()
+        self.ready = ready  # empty; its owner (the server) closes it or keeps it for another call
         self.open: dict[int, Any] = {}  # the output pipes not at their end yet, and their sinks
+        self.ended: list[int] = []  # descriptors at their end, still watched (until the call waits again)
         self.reported = False  # the reaper reported (or its socket closed)
         self.finished = False
         self.code: int | None = None
@@ -146,7 +172,7 @@ class _Call:
             self.line.sent()
 
     def close(self) -> None:
-        self.ready.close()
+        self.ready.clear()
         self.line.close()
         for fd in (self.out_r, self.err_r, self.in_w, self.out_w, self.err_w, self.in_r):
             if fd >= 0:
@@ -158,8 +184,8 @@ class _Call:
 
     def _read_ready(self) -> None:
         """Everything the pipes and the call socket hold now, without waiting: output into its
-        sink (and the tap); a pipe at its end, or the call socket once it reported (or closed),
-        is no longer watched."""
+        sink (and the tap). A pipe at its end, and the call socket once it reported (or closed),
+        go to ``ended``: no longer watched once the call waits again."""
         for fd, into in list(self.open.items()):
             while True:
                 try:
@@ -168,32 +194,43 @@ class _Call:
                     break
                 if not chunk:
                     del self.open[fd]
-                    self.ready.unwatch(fd)
+                    self.ended.append(fd)
                     break
                 into.feed(chunk)
                 if self.tap is not None:
                     self.tap(chunk)
         if not self.reported:
             report = self.line.report_now()
-            if report is None:
-                return
-            self.reported = True
-            self.ready.unwatch(self.line.sock.fileno())
-            self.finished, self.code = report
+            if report is not None:
+                self.reported = True
+                self.ended.append(self.line.sock.fileno())
+                self.finished, self.code = report
 
-    async def _until(self, done: Callable[[], bool]) -> None:
-        """Drain the output and read the call socket until ``done()``, in this task (one wait on
-        all of them, no task per pipe)."""
+    async def _until(self, done: Callable[[], bool], deadline: float = math.inf, *, read_first: bool = True) -> None:
+        """Drain the output and read the call socket until ``done()`` or ``deadline``
+        (``time.monotonic()``), in this task: one wait on all of them, no task per pipe, and no
+        cancel scope for the deadline (entered and left on every call, ~30 calls a command). What
+        ended is unwatched only before another wait: a call's end is usually read in one go, and
+        its descriptors are then unwatched all at once as it closes (``Readiness.clear``).
+        ``read_first=False``: wait before the first read (a call just sent has nothing to read
+        yet, and reading nothing is three syscalls and three BlockingIOErrors raised)."""
+        if not read_first and not await self.ready.wait(deadline):
+            return
         while True:
             self._read_ready()
-            if done() or not self.ready.fds:
+            if done():
                 return
-            await self.ready.wait()
+            if self.ended:
+                self.ready.unwatch(*self.ended)
+                self.ended.clear()
+            if not self.ready.fds or not await self.ready.wait(deadline):
+                return
 
-    async def _report(self) -> tuple[bool, int | None]:
-        """The reaper's report ("exit <code>"), draining the output meanwhile."""
-        await self._until(lambda: self.reported)
-        return self.finished, self.code
+    async def _report(self, within_s: float) -> tuple[bool, int | None]:
+        """The reaper's report ("exit <code>") if it comes within ``within_s``, draining the output
+        meanwhile; (False, None) if it does not."""
+        await self._until(lambda: self.reported, time.monotonic() + within_s)
+        return (self.finished, self.code) if self.reported else (False, None)
 
     def _write_now(self) -> memoryview | None:
         """As much of the command's stdin as the pipe takes now (all of a hook's payload, usually:
@@ -231,41 +268,37 @@ class _Call:
         if self.reported or not self.line.stop(first):
             return False, None  # the reaper is gone without reporting
         if first == b"term":
-            with anyio.move_on_after(TERM_GRACE_S):
-                return await self._report()
+            await self._report(TERM_GRACE_S)
+            if self.reported:
+                return self.finished, self.code
             if not self.line.stop(b"kill"):
                 return False, None
-        with anyio.move_on_after(EXIT_WAIT_S):
-            return await self._report()
-        return False, None
+        return await self._report(EXIT_WAIT_S)
 
     async def _wait(self, timeout_s: float, stop: anyio.Event | None = None, tg: Any = None) -> None:
         """The reaper's report, within ``timeout_s`` (or until ``stop``; then SIGTERM, and SIGKILL
         after a grace), then the rest of the output (at most ``DRAIN_GRACE_S`` more)."""
-        with anyio.move_on_after(timeout_s) as deadline:
-            if stop is not None:
-                tg.start_soon(self._watch_stop, stop, deadline)
-            await self._report()
-        if deadline.cancelled_caught and not self.reported:
+        if stop is not None:
+            tg.start_soon(self._watch_stop, stop)
+        await self._until(lambda: self.reported or self.stopped, time.monotonic() + timeout_s, read_first=False)
+        if not self.reported:
             self.timed_out = not self.stopped
             with anyio.CancelScope(shield=True):
                 self.finished, self.code = await self._stop(b"term")
         if self.open:
-            with anyio.move_on_after(DRAIN_GRACE_S):
-                await self._until(lambda: not self.open)
+            await self._until(lambda: not self.open, time.monotonic() + DRAIN_GRACE_S)
 
-    async def _watch_stop(self, stop: anyio.Event, deadline: anyio.CancelScope) -> None:
+    async def _watch_stop(self, stop: anyio.Event) -> None:
         await stop.wait()
         self.stopped = True
-        deadline.cancel()
+        self.ready.wake()
 
     async def run(self, timeout_s: float, stop: anyio.Event | None = None) -> CommandResult:
         self.open = {self.out_r: self.sink, **({self.err_r: self.err_sink} if self.err_sink is not None else {})}
         for fd in (self.out_r, self.err_r, self.in_w):
             if fd >= 0:
                 os.set_blocking(fd, False)
-        for fd in (*self.open, self.line.sock.fileno()):
-            self.ready.watch(fd)
+        self.ready.watch(*self.open, self.line.sock.fileno())
         try:
             rest = self._write_now()
             if stop is None and rest is None:  # a plain call (a bash command, a hook): no task at all

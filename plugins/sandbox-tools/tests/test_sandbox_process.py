@@ -304,3 +304,38 @@ async def test_reapers_serve_call_after_call_without_leaking_and_a_long_call_hol
             assert time.monotonic() - t0 < 2.5  # not after the sleep
             tg.cancel_scope.cancel()
         assert len(reapers()) <= SPARE_REAPERS + 1  # one more may be finishing its cancelled call
+
+
+@pytest.mark.parametrize("mechanism", mechanisms())
+async def test_a_servers_calls_reuse_their_readiness_sets_and_leave_no_descriptor_open(
+        mechanism: str, root: Path) -> None:
+    """A command server keeps the readiness set of an ended call (an epoll set registered with the
+    event loop) for its next call, at most ``SPARE_READINESS`` of them: call after call, and calls
+    at once, open no more descriptors in this process, and the server's end closes the sets."""
+    from dsh_sandbox_tools.sandbox import sandbox_for
+    from dsh_sandbox_tools.server import SPARE_READINESS
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async with running_host(mechanism=mechanism) as host:
+        s = Session(host, root)
+
+        async def two_at_once() -> None:
+            async with anyio.create_task_group() as tg:
+                for i in range(2):
+                    tg.start_soon(lambda i=i: s.call("bash", description="test command", command=f"sleep 0.1; echo {i}"))
+
+        await two_at_once()
+        assert text(await s.call("bash", description="test command", command="echo 1")) == "1\n"
+        (server, _), = sandbox_for(host).servers._servers.values()
+        spare = list(server._spare)
+        assert len(spare) == 2 and all(r._set is not None and not r.fds for r in spare)
+        before = fds()
+        for i in range(10):
+            assert text(await s.call("bash", description="test command", command=f"echo {i} >&2")) == f"[stderr]\n{i}\n"
+        await two_at_once()
+        assert fds() == before
+        assert sorted(map(id, server._spare)) == sorted(map(id, spare))  # the same sets, nothing more
+        assert len(server._spare) <= SPARE_READINESS
+    assert server._spare == [] and all(r._set is None for r in spare)  # closed with the server

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -134,6 +134,9 @@ class _Loaded:
     script: Script
     patterns: list[re.Pattern[str]]
     mtime_ns: int
+    # id(a call's args) -> their JSON, for the args of the script's calls that hold no placeholder:
+    # encoded once, not substituted and encoded on every call (~7 calls a tool step)
+    static_args: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -176,6 +179,34 @@ def _is_prompt(message: Any) -> bool:
     )
 
 
+def _latest_prompt(messages: Sequence[Any]) -> tuple[UserMessage | None, Sequence[Any]]:
+    """The latest prompt (``_is_prompt``) of ``messages`` and the messages after it (all of them:
+    none). Looked for in a window from the end that grows: a slice of the agent's HistoryView is
+    one copy in C, where reading it message by message was a Python call each (~12 calls a model
+    call, bench/profile_prompt.py --bash)."""
+    n, size = len(messages), 8
+    while True:
+        start = max(0, n - size)
+        window = messages[start:]
+        for i in range(len(window) - 1, -1, -1):
+            if _is_prompt(window[i]):
+                return window[i], window[i + 1 :]
+        if start == 0:
+            return None, window
+        size *= 8
+
+
+def _static_args(script: Script) -> dict[int, str]:
+    """The JSON of each call's args in ``script`` that hold no ``{...}`` placeholder, by the args'
+    identity (the script's own objects, alive as long as the loaded script)."""
+    out: dict[int, str] = {}
+    for step in [s for r in script.rules for s in r.steps] + list(script.default or []):
+        for args in [step.args, *(call.get("args") for call in step.tools or [])]:
+            if isinstance(args, dict) and not _SUBST.search(json.dumps(args)):
+                out[id(args)] = json.dumps(args)
+    return out
+
+
 def _substitute(value: Any, values: Mapping[str, str]) -> Any:
     """``value`` with ``{prompt}``, ``{tool_result}`` and ``{cwd}`` filled in, through lists and dicts."""
     if isinstance(value, str):
@@ -212,6 +243,8 @@ def _started_id(messages: Any) -> str:
 
 
 def _flatten(blocks: list[Any]) -> str:
+    if len(blocks) == 1 and isinstance(blocks[0], TextBlock):  # most prompts and results: no generator
+        return blocks[0].text
     return "".join(b.text for b in blocks if isinstance(b, TextBlock))
 
 
@@ -250,7 +283,7 @@ class ScriptedProvider:
             script = msgspec.json.decode(path.read_bytes(), type=Script)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise RouteError(f"scripted model {path}: invalid script: {exc}") from exc
-        loaded = _Loaded(path, script, _validate(script, path), mtime)
+        loaded = _Loaded(path, script, _validate(script, path), mtime, _static_args(script))
         self._scripts[model] = loaded
         return loaded
 
@@ -275,22 +308,22 @@ class ScriptedProvider:
     # ------------------------------------------------------------------ playback
 
     def _cursor(self, request: ModelRequest, loaded: _Loaded) -> tuple[_Cursor, str, str]:
-        msgs = request.messages
         # The prompt is the latest user message (a failed earlier turn leaves its message in the
         # history right before it; that one is not part of this prompt). Messages a tool spliced in
         # mid-turn (source "tool", e.g. images from code mode) belong to the prompt before them, and
         # a compaction summary (source "compaction") belongs to no prompt: when the prompt itself was
         # compacted away, the session goes on with the steps it was playing.
-        last = next((i for i in range(len(msgs) - 1, -1, -1) if _is_prompt(msgs[i])), -1)
-        head = msgs[last] if last >= 0 else None
-        prompt = _flatten(head.content) if isinstance(head, UserMessage) else ""
-        prompt_id = head.id if isinstance(head, UserMessage) else ""
+        head, since = _latest_prompt(request.messages)
+        prompt = _flatten(head.content) if head is not None else ""
+        prompt_id = head.id if head is not None else ""
         tool_result = ""
-        for m in msgs[last + 1 :]:
+        for m in since:
             if isinstance(m, ToolResultMessage):
                 tool_result = _flatten(m.content)
-        cursor = self._cursors.setdefault(request.session_id, _Cursor())
-        if last < 0 and cursor.prompt_id:
+        cursor = self._cursors.get(request.session_id)
+        if cursor is None:
+            cursor = self._cursors[request.session_id] = _Cursor()
+        if head is None and cursor.prompt_id:
             prompt = cursor.prompt
         elif cursor.prompt_id != prompt_id:
             script = loaded.script
@@ -325,7 +358,8 @@ class ScriptedProvider:
 
         if step.partial is not None:
             yield TextDelta(text=sub(step.partial))
-        await _pause(step, request.cwd, sub)
+        if step.mark is not None or step.delay_ms or step.wait_for is not None:
+            await _pause(step, request.cwd, sub)
         if step.error is not None:
             message, code, retryable, status = ERRORS[step.error]
             raise ModelError(message, code=code, retryable=retryable, status=status)
@@ -341,7 +375,8 @@ class ScriptedProvider:
         cut = step.finish == "length"
         for i, call in enumerate(calls):
             cursor.calls += 1
-            arguments = json.dumps(sub(call.get("args", {})))
+            args = call.get("args", {})
+            arguments = loaded.static_args.get(id(args)) or json.dumps(sub(args))
             if cut and i == len(calls) - 1:
                 arguments = arguments[: len(arguments) // 2]  # max tokens hit while this call streamed
             yield ToolCallDelta(index=i, id=f"call_{cursor.calls}", name=call["name"], arguments=arguments)

@@ -70,6 +70,38 @@ async def test_steps_are_consumed_per_call_with_substitution_and_run_out_empty(s
     assert third == [Finish(reason="stop")]  # steps ran out: an empty answer ends the turn
 
 
+async def test_the_prompt_is_found_however_many_messages_follow_it(scripted):
+    """The latest prompt is looked for from the end in a window that grows: a prompt 70 tool steps
+    back is still the prompt (its rule and its text), and the latest tool result is the one shown."""
+    from dsh_core.types import HistoryView
+
+    p = ScriptedProvider()
+    model = str(scripted({"rules": [{"when": "^deep", "repeat": True, "steps": [{"text": "{prompt}: {tool_result}"}]}],
+                          "default": [{"text": "other"}]}))
+    older = [user("deep old", "u0"), AssistantMessage(id="a0", content=[TextBlock(text="x")])]
+    for n in (0, 3, 7, 8, 70):
+        steps = []
+        for i in range(n):
+            steps += [AssistantMessage(id=f"a{i}", content=[]),
+                      ToolResultMessage(call_id=f"c{i}", name="read", content=[TextBlock(text=f"R{i}")])]
+        history = [*older, user(f"deep {n}", f"u{n}"), *steps]
+        req = ModelRequest(route=p.resolve(model), system="", messages=HistoryView(history), tools=[], session_id=f"s{n}")
+        assert (await deltas(p, req))[0] == TextDelta(text=f"deep {n}: {f'R{n - 1}' if n else ''}")
+    none = [AssistantMessage(id=f"a{i}", content=[]) for i in range(20)]
+    assert await deltas(p, request(p, model, *none, session="none")) == [Finish(reason="stop")]  # no prompt at all
+
+
+async def test_args_without_placeholders_are_sent_as_written_and_others_filled_in(scripted):
+    p = ScriptedProvider()
+    static = {"command": "true", "n": [1, {"x": "{nothing}"}], "{prompt}": "key, not value"}
+    model = str(scripted({"default": [{"tools": [{"name": "a", "args": static},
+                                                 {"name": "b", "args": {"path": "{cwd}/{prompt}"}}]}]}))
+    for session in ("s1", "s2"):  # the second call of the same step: the same text
+        calls = [d for d in await deltas(p, request(p, model, user("go"), session=session)) if isinstance(d, ToolCallDelta)]
+        assert [json.loads(c.arguments) for c in calls] == [static, {"path": "/work/go"}]
+        assert calls[0].arguments == json.dumps(static)
+
+
 async def test_repeat_cycles_and_each_session_has_its_own_cursor(scripted):
     p = ScriptedProvider()
     model = str(scripted({"rules": [{"when": "", "repeat": True, "steps": [{"text": "one"}, {"text": "two"}]}]}))

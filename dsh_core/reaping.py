@@ -16,7 +16,6 @@ the host's side of the call socket.
 
 from __future__ import annotations
 
-import _socket
 import contextlib
 import ctypes
 import os
@@ -332,7 +331,7 @@ def _next(control: socket.socket, words: tuple[bytes, ...], nfds: tuple[int, int
             os.close(fd)
 
 
-async def recv_datagram(sock: _socket.socket) -> bytes:
+async def recv_datagram(sock: socket.socket) -> bytes:
     """The host's side: one datagram from a non-blocking socket; b"" at end of file or on error."""
     import anyio  # here, not at the top: the confined scripts load this file without anyio
 

@@ -19,7 +19,6 @@ The protocol (``AF_UNIX``/``SOCK_SEQPACKET``, one message per datagram):
 
 from __future__ import annotations
 
-import _socket
 import asyncio
 import contextlib
 import math
@@ -158,10 +157,7 @@ class CallSocket:
     drops our copy of it; ``stop`` asks the reaper to end the call, ``wait`` takes its report."""
 
     def __init__(self) -> None:
-        # The C socket type's pair (close-on-exec, as socket.socketpair's): socket.socketpair wraps
-        # each end in a Python-level socket (two __init__ calls and a getsockname syscall each) and
-        # its close is two Python calls an end; on every bash call, ~1.3 µs.
-        self.sock, self._theirs = _socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
     def theirs(self) -> int:
         return self._theirs.fileno()

@@ -35,7 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -168,16 +168,24 @@ async def reads(tmp: Path, workspace: Path, rounds: int) -> dict[str, list[float
     return out
 
 
-async def measure(quick: bool, gap: float) -> dict[str, list[float]]:
-    with tempfile.TemporaryDirectory(prefix="dsh-floor-code-") as d:
+@contextmanager
+def scratch(prefix: str) -> Iterator[tuple[Path, Path]]:
+    """A scratch directory and its workspace, both gone afterwards; meanwhile ``DSH_HOME`` (the
+    session logs) is inside it and the permission mode workspace-write unless one is set."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as d:
         tmp = Path(d)
         with env_restored("DSH_HOME", "DSH_PERMISSION_MODE"):
             os.environ["DSH_HOME"] = str(tmp / "home")
             os.environ.setdefault("DSH_PERMISSION_MODE", "workspace-write")
             workspace = tmp / "work"
             workspace.mkdir()
-            out = await first_runs(tmp, workspace, 2 if quick else 5, gap)
-            out.update(await reads(tmp, workspace, 3 if quick else 7))
+            yield tmp, workspace
+
+
+async def measure(quick: bool, gap: float) -> dict[str, list[float]]:
+    with scratch("dsh-floor-code-") as (tmp, workspace):
+        out = await first_runs(tmp, workspace, 2 if quick else 5, gap)
+        out.update(await reads(tmp, workspace, 3 if quick else 7))
     return out
 
 

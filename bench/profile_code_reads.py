@@ -35,14 +35,11 @@ import itertools
 import os
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
 import floor_code_mode as fcm
-from _common import env_restored
 
 from dsh_core.types import CodeDispatch, CodeDispatchStart, ToolCallEvent, ToolResultEvent
 
@@ -106,14 +103,8 @@ async def measure(rounds: int) -> tuple[list[list[float]], list[float]]:
 
     fcm._turn = split_turn  # type: ignore[assignment]
     try:
-        with tempfile.TemporaryDirectory(prefix="dsh-profile-reads-") as d:
-            tmp = Path(d)
-            with env_restored("DSH_HOME", "DSH_PERMISSION_MODE"):
-                os.environ["DSH_HOME"] = str(tmp / "home")
-                os.environ.setdefault("DSH_PERMISSION_MODE", "workspace-write")
-                workspace = tmp / "work"
-                workspace.mkdir()
-                out = await fcm.reads(tmp, workspace, rounds)
+        with fcm.scratch("dsh-profile-reads-") as (tmp, workspace):
+            out = await fcm.reads(tmp, workspace, rounds)
     finally:
         fcm._turn = turn  # type: ignore[assignment]
     return split[1:], out["native"]  # the first code turn is the warm-up round's

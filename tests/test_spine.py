@@ -174,9 +174,8 @@ async def test_unknown_tool_and_bad_arguments_become_error_results(scripted, tmp
         assert result.code == "UNKNOWN_TOOL" and result.result.is_error
 
 
-async def _one_call(scripted, tmp_path, name: str, schema: dict, args: dict) -> tuple[list[dict], ToolResultEvent]:
-    """The model calls tool ``name`` (``schema``) once with ``args``: what reached the tool, and the call's result."""
-    ran: list[dict] = []
+def _recording(name: str, schema: dict, ran: list[dict]):
+    """A plugin with one tool ``name`` (``schema``) that keeps the arguments it runs with in ``ran``."""
 
     class Recording:
         @hookimpl
@@ -187,8 +186,14 @@ async def _one_call(scripted, tmp_path, name: str, schema: dict, args: dict) -> 
 
             register(FunctionTool(name, "A tool.", schema, run))
 
+    return Recording()
+
+
+async def _one_call(scripted, tmp_path, name: str, schema: dict, args: dict) -> tuple[list[dict], ToolResultEvent]:
+    """The model calls tool ``name`` (``schema``) once with ``args``: what reached the tool, and the call's result."""
+    ran: list[dict] = []
     script = scripted({"default": [{"tool": name, "args": args}, {"text": "{tool_result}"}]})
-    async with memory_host(script, Recording()) as host:
+    async with memory_host(script, _recording(name, schema, ran)) as host:
         agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
         agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
         await agent.wait_idle()
@@ -217,18 +222,8 @@ async def test_a_calls_arguments_are_read_as_the_stdlib_reads_json(scripted, tmp
     which msgspec's faster decoder refuses), and what is not a JSON object is refused with the
     stdlib's reason."""
     ran: list[dict] = []
-
-    class Recording:
-        @hookimpl
-        def dsh_register_tools(self, register):
-            async def run(a, ctx):
-                ran.append(a)
-                return "ran"
-
-            register(FunctionTool("any", "A tool.", {"type": "object", "additionalProperties": True}, run))
-
     script = scripted({"default": [{"text": "hi"}]})
-    async with memory_host(script, Recording()) as host:
+    async with memory_host(script, _recording("any", {"type": "object", "additionalProperties": True}, ran)) as host:
         agent = host.create_agent(AgentSpec(cwd=str(tmp_path), provider="scripted", model=str(script)))
         for i, raw in enumerate(['{"a": [1, 2.5, "x"], "b": {"c": null}}', '  ', '{"a": NaN}', '{"a": 1e400}',
                                  '{"a": "\\ud800"}', '{"a": 1, "a": 2}', '[1]', '{"a": ', 'nope']):

@@ -36,19 +36,15 @@ def text_tokens(text: str) -> int:
 
 
 def message_tokens(message: Any) -> int:
-    """Estimated prompt tokens of one history message: ``text_tokens`` of each of its texts,
-    written out here (every new message is metered once per model call: a call of text_tokens per
-    text was ~7 calls a tool turn, bench/profile_prompt.py --bash)."""
+    """Estimated prompt tokens of one history message: ``text_tokens`` of each of its texts."""
     total = MESSAGE_OVERHEAD
     if isinstance(message, ToolResultMessage):
-        total -= -len(message.call_id.encode("utf-8")) // BYTES_PER_TOKEN
+        total += text_tokens(message.call_id)
     for block in getattr(message, "content", ()):
         if isinstance(block, (TextBlock, ReasoningBlock)):
-            total -= -len(block.text.encode("utf-8")) // BYTES_PER_TOKEN
+            total += text_tokens(block.text)
         elif isinstance(block, ToolCallBlock):
-            total += 6
-            for text in (block.id, block.name, block.arguments):
-                total -= -len(text.encode("utf-8")) // BYTES_PER_TOKEN
+            total += text_tokens(block.id) + text_tokens(block.name) + text_tokens(block.arguments) + 6
         elif isinstance(block, ImageBlock):
             total += IMAGE_TOKENS
     return total

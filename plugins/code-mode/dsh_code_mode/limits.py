@@ -126,22 +126,6 @@ class ProcessBound:
                 os.close(fd)
         return fds
 
-    def close_if_empty(self) -> bool:
-        """Remove the cgroup now if nothing is left in it (never blocks: one read, one rmdir);
-        False when something is, or the kernel is not done with it yet (then ``close``)."""
-        if self.cgroup is None:
-            return True
-        try:
-            if (self.cgroup / "cgroup.procs").read_text().strip():
-                return False
-            self.cgroup.rmdir()
-        except FileNotFoundError:
-            pass
-        except OSError:
-            return False
-        self.cgroup = None
-        return True
-
     def close(self) -> None:
         if self.cgroup is not None:
             self.kill_all()

@@ -86,24 +86,33 @@ def dir_inside(requested: object, base: str) -> str:
     return target
 
 
+def fd_name(fd: int) -> str | None:
+    """The real name of what ``fd`` has open, as the kernel says (read back from
+    ``/proc/self/fd``): one syscall, and the name of what was opened, not of what its path
+    leads to a moment later (``os.path.realpath`` walks a path in Python, an lstat and ~10
+    Python calls a component). None without ``/proc``, or for a file removed meanwhile."""
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    return real if real.startswith("/") and not real.endswith(" (deleted)") else None
+
+
 def real_dir(path: str) -> str | None:
     """``os.path.realpath(path)`` when that is a directory, else None: resolved now by the kernel
-    (the directory opened with ``O_PATH``, its name read back from ``/proc/self/fd``), where
-    realpath walks the path in Python, an lstat and ~10 Python calls a component (~45 calls for a
-    bash call's workspace, which is resolved on every call: a symlink in it may have been
-    retargeted since the last; bench/profile_prompt.py --bash). Without ``/proc``, or for a
-    directory removed meanwhile, it is realpath and a stat after all."""
+    (``fd_name`` of the directory opened with ``O_PATH``): a bash call's workspace is resolved on
+    every call (a symlink in it may have been retargeted since the last), and realpath cost ~45
+    Python calls a call (bench/profile_prompt.py --bash). Without ``/proc``, or for a directory
+    removed meanwhile, it is realpath and a stat after all."""
     try:
         fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        real = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        real = ""
+        real = fd_name(fd)
     finally:
         os.close(fd)
-    if real.startswith("/") and not real.endswith(" (deleted)"):
+    if real is not None:
         return real
     real = os.path.realpath(path)
     return real if os.path.isdir(real) else None

@@ -18,6 +18,7 @@ import stat
 SYS_OPENAT2 = 437
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_BENEATH = 0x08
+RESOLVE_CACHED = 0x20
 
 
 class PathDenied(Exception):
@@ -38,18 +39,43 @@ _libc.syscall.restype = ctypes.c_long
 _have_openat2: bool | None = None
 
 
-def _openat2(dirfd: int, path: str, flags: int, mode: int = 0) -> int:
+def _openat2(dirfd: int, path: str, flags: int, mode: int = 0,
+             resolve: int = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) -> int:
     if not flags & os.O_CREAT:
         mode = 0  # openat2 rejects a mode without O_CREAT
-    how = _OpenHow(flags=flags | os.O_CLOEXEC, mode=mode, resolve=RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+    how = _OpenHow(flags=flags | os.O_CLOEXEC, mode=mode, resolve=resolve)
     while True:
         fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dirfd), os.fsencode(path), ctypes.byref(how),
                            ctypes.c_size_t(ctypes.sizeof(how)))
         if fd >= 0:
             return int(fd)
         err = ctypes.get_errno()
-        if err != errno.EAGAIN and err != errno.EINTR:
-            raise OSError(err, os.strerror(err), path)
+        if err == errno.EINTR or (err == errno.EAGAIN and not resolve & RESOLVE_CACHED):
+            continue  # (EAGAIN: a rename raced a RESOLVE_BENEATH walk; try again)
+        raise OSError(err, os.strerror(err), path)
+
+
+_cached_opens = True  # False once the kernel said it has no RESOLVE_CACHED (before 5.12) or no openat2
+
+
+def open_cached(path: str, flags: int) -> int | None:
+    """``path`` opened (``flags``) only if the kernel resolves it from its caches alone, never
+    waiting (``openat2`` with ``RESOLVE_CACHED``, Linux 5.12, made for "a fast-path open that can
+    be performed without resorting to thread offload"); None when the lookup would have to wait
+    (a directory not in the dentry cache, a network file system's revalidation), or the kernel
+    cannot do this. Other failures raise as ``os.open``'s do (FileNotFoundError, ...)."""
+    global _cached_opens
+    if not _cached_opens:
+        return None
+    try:
+        return _openat2(-100, path, flags, resolve=RESOLVE_CACHED)  # AT_FDCWD
+    except OSError as exc:
+        if exc.errno == errno.EAGAIN:
+            return None
+        if exc.errno in (errno.ENOSYS, errno.EINVAL, errno.EPERM):  # no openat2, no RESOLVE_CACHED, a seccomp filter
+            _cached_opens = False
+            return None
+        raise
 
 
 def openat2_available() -> bool:

@@ -242,3 +242,119 @@ def test_read_window_whole_streamed_and_buffered_agree(tmp_path: Path, monkeypat
     exact = []
     assert files._read_window(str(path), 1, 2000, exact)[:4] == ("1: a\n2: b\n3: c", 1, 3, 3)
     assert exact == ["a\r\nb\nc"]
+
+
+def _nowait_reads(directory: Path) -> bool:
+    """Whether the kernel reads files in ``directory`` with RWF_NOWAIT (ext4, xfs, btrfs do; tmpfs
+    did not before Linux 6.x): where it cannot, every read goes to the worker thread."""
+    import errno
+    import os
+
+    probe = directory / ".nowait-probe"
+    probe.write_bytes(b"x\n")
+    fd = os.open(probe, os.O_RDONLY)
+    try:
+        os.preadv(fd, [bytearray(4)], 0, os.RWF_NOWAIT)
+        return True
+    except OSError as exc:
+        assert exc.errno in (errno.EOPNOTSUPP, errno.EAGAIN), exc
+        return exc.errno == errno.EAGAIN  # supported, just not cached (it was just written: rare)
+    finally:
+        os.close(fd)
+        probe.unlink()
+
+
+def test_a_cached_read_is_the_worker_threads_read_or_declined(tmp_path: Path) -> None:
+    """``_read_window(cached=True)`` (the event loop's own read, from the kernel's caches) gives
+    exactly what the worker thread's read gives, or None: for a file no longer in the page cache
+    (evicted with POSIX_FADV_DONTNEED), one larger than CACHED_READ_MAX, or on a file system that
+    cannot read without waiting."""
+    import os
+
+    from dsh_sandbox_tools import files
+
+    nowait = _nowait_reads(tmp_path)
+    path = tmp_path / "f.txt"
+    cases = [b"", b"\n", b"one", b"a\r\nb\nc", "é€\n".encode() * 500, b"x" * 9000 + b"\n" + b"y\n" * 3000]
+    for data in cases:
+        path.write_bytes(data)
+        path.read_bytes()  # in the page cache
+        for offset, limit in ((1, 2000), (2, 1), (3000, 5)):
+            exact_thread: list[str] = []
+            exact_cached: list[str] = []
+            thread = files._read_window(str(path), offset, limit, exact_thread)
+            cached = files._read_window(str(path), offset, limit, exact_cached, cached=True)
+            if nowait:
+                assert cached == thread and exact_cached == exact_thread, (data[:20], offset, limit)
+            else:
+                assert cached is None and not exact_cached
+    # evicted from the page cache: the loop would wait for the disk, so it declines
+    path.write_bytes(b"cold\n" * 1000)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    assert files._read_window(str(path), 1, 10, cached=True) is None
+    assert files._read_window(str(path), 1, 1)[:4] == ("1: cold", 1, 1, 1000)  # the thread's read
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"z\n" * (files.CACHED_READ_MAX // 2 + 1))
+    big.read_bytes()
+    assert files._read_window(str(big), 1, 1, cached=True) is None
+    assert files._read_window(str(big), 1, 1)[:4] == ("1: z", 1, 1, files.CACHED_READ_MAX // 2 + 1)
+
+
+async def test_read_answers_from_the_cache_in_the_loop_else_in_a_thread(root: Path, monkeypatch) -> None:
+    """Through the tool: a cached file is read with no worker thread (where the file system can
+    say), one the kernel would wait for in a worker thread, with the same answer; a FIFO is
+    refused at once on both ways (it was opened blocking: a read of one waited forever), a
+    directory is still IS_DIRECTORY, and a file read through a symlink is recorded by its real
+    path (the edit that follows finds the read)."""
+    import errno
+    import os
+
+    from dsh_sandbox_tools import files
+
+    hops: list[str] = []
+    run_sync = files.anyio.to_thread.run_sync
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(fn, "__name__", "?"))
+        return await run_sync(fn, *args, **kwargs)
+
+    class _Anyio:
+        class to_thread:  # noqa: N801 - the module's shape
+            run_sync = staticmethod(counted)
+
+    monkeypatch.setattr(files, "anyio", _Anyio)
+    (root / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 51)))
+    (root / "f.txt").read_bytes()
+    os.symlink(root / "f.txt", root / "link.txt")
+    os.mkfifo(root / "pipe")
+    async with running_host() as host:
+        s = Session(host, root)
+        warm = text(await s.call("read", file_path="f.txt", offset=3, limit=2))
+        assert hops == ([] if _nowait_reads(root) else ["_read_window"])
+        hops.clear()
+        real_preadv = os.preadv
+
+        def would_wait(fd: int, buffers: Any, offset: int, flags: int = 0) -> int:
+            if flags & os.RWF_NOWAIT:
+                raise BlockingIOError(errno.EAGAIN, "would wait")
+            return real_preadv(fd, buffers, offset, flags)
+
+        monkeypatch.setattr(os, "preadv", would_wait)
+        assert text(await s.call("read", file_path="f.txt", offset=3, limit=2)) == warm
+        assert hops == ["_read_window"]
+        with anyio.fail_after(5):
+            for _ in range(2):  # the loop's way, then (preadv restored) the thread's
+                out = await s.call("read", file_path="pipe")
+                assert out.code == "NOT_A_FILE", text(out)
+                monkeypatch.setattr(os, "preadv", real_preadv)
+                monkeypatch.setattr(files, "open_cached", lambda path, flags: None)  # every read in the thread
+        assert (await s.call("read", file_path=".")).code == "IS_DIRECTORY"
+        fresh = Session(host, root)  # has read nothing yet
+        assert "4: line 4" in text(await fresh.call("read", file_path="link.txt"))
+        out = await fresh.call("edit", file_path="f.txt", old_string="line 4\n", new_string="LINE 4\n")
+        assert not out.is_error, text(out)

@@ -57,7 +57,8 @@ def _read_window(path: str, offset: int, limit: int, exact: list[str] | None = N
     """(numbered lines ``N: text``, first line, last line, total lines, mtime_ns, real path) of a
     text file — of ``buffered`` instead of its bytes when given (the editor's text of it), the file
     still deciding that it exists, is readable and is text; the window's exact lines are appended
-    to ``exact``. ``IsADirectoryError`` for a directory; a FIFO or socket is refused, never waited on.
+    to ``exact``. ``IsADirectoryError`` for a directory, ``_NotRegular`` for any other file that is
+    not a regular one (as the original: a FIFO, a socket, a device; the open never waits on one).
 
     ``cached``: for the event loop's own thread. The file is read only if the kernel can answer
     from its caches without waiting — the path resolved by ``open_cached`` (``RESOLVE_CACHED``),
@@ -77,11 +78,10 @@ def _read_window(path: str, offset: int, limit: int, exact: list[str] | None = N
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory", path)
-        if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
-            raise ToolError(f"{path} is not a regular file (a FIFO or socket); it is never read, "
-                            f"a read of it could wait forever", code="NOT_A_FILE")
+        if not stat.S_ISREG(st.st_mode):
+            raise _NotRegular(path)
         if cached:
-            data = _cached_bytes(fd, st) if stat.S_ISREG(st.st_mode) else None
+            data = _cached_bytes(fd, st)
             if data is None:
                 return None
             head = data[:8192]
@@ -115,6 +115,10 @@ def _read_window(path: str, offset: int, limit: int, exact: list[str] | None = N
         os.close(fd)
     first = offset if out else 0
     return "\n".join(out), first, first + len(out) - 1 if out else 0, n, st.st_mtime_ns, real
+
+
+class _NotRegular(Exception):
+    pass
 
 
 def _read_upto(fd: int, size: int) -> bytes:
@@ -206,9 +210,8 @@ class ReadTool(SandboxTool):
             raise ToolError(f"{raw} does not exist (paths are relative to {ctx.cwd})", code="NOT_FOUND") from None
         except IsADirectoryError:
             raise ToolError(f"{raw} is a directory; use glob to list it", code="IS_DIRECTORY") from None
-        except BlockingIOError:  # a device with nothing to read now (its open and reads never wait)
-            raise ToolError(f"{raw} is not a regular file and has nothing to read now; it is never waited on",
-                            code="NOT_A_FILE") from None
+        except _NotRegular:
+            raise ToolError(f'cannot read "{raw}": not a regular file', code="NOT_REGULAR_FILE") from None
         except PermissionError:
             raise ToolError(f"{raw}: permission denied", code="PERMISSION_DENIED") from None
         if not text and offset > max(total, 1):  # not a read of the file: edit still needs one

@@ -308,7 +308,8 @@ def test_a_cached_read_is_the_worker_threads_read_or_declined(tmp_path: Path) ->
 async def test_read_answers_from_the_cache_in_the_loop_else_in_a_thread(root: Path, monkeypatch) -> None:
     """Through the tool: a cached file is read with no worker thread (where the file system can
     say), one the kernel would wait for in a worker thread, with the same answer; a FIFO is
-    refused at once on both ways (it was opened blocking: a read of one waited forever), a
+    refused at once on both ways, as the original refuses what is not a regular file (it was
+    opened blocking: a read of one waited forever), as is /dev/null; a
     directory is still IS_DIRECTORY, and a file read through a symlink is recorded by its real
     path (the edit that follows finds the read)."""
     import errno
@@ -350,10 +351,12 @@ async def test_read_answers_from_the_cache_in_the_loop_else_in_a_thread(root: Pa
         with anyio.fail_after(5):
             for _ in range(2):  # the loop's way, then (preadv restored) the thread's
                 out = await s.call("read", file_path="pipe")
-                assert out.code == "NOT_A_FILE", text(out)
+                assert out.code == "NOT_REGULAR_FILE", text(out)
+                assert text(out) == 'Error: cannot read "pipe": not a regular file'
                 monkeypatch.setattr(os, "preadv", real_preadv)
                 monkeypatch.setattr(files, "open_cached", lambda path, flags: None)  # every read in the thread
         assert (await s.call("read", file_path=".")).code == "IS_DIRECTORY"
+        assert (await s.call("read", file_path="/dev/null")).code == "NOT_REGULAR_FILE"
         fresh = Session(host, root)  # has read nothing yet
         assert "4: line 4" in text(await fresh.call("read", file_path="link.txt"))
         out = await fresh.call("edit", file_path="f.txt", old_string="line 4\n", new_string="LINE 4\n")

@@ -260,9 +260,11 @@ class Agent(Protocol):
         """Whether calls of tool ``name`` may overlap."""
 
     async def call_tool(
-        self, name: str, arguments: str | dict[str, Any], *, call_id: str, turn: int, step: int
+        self, name: str, arguments: str | dict[str, Any], *, call_id: str, turn: int, step: int,
+        raw: str | None = None,
     ) -> ToolOutput:
-        """Run one call through the normal tool path (approvals, errors mapped to results)."""
+        """Run one call through the normal tool path (approvals, errors mapped to results);
+        ``raw``: a dict's JSON text when the caller has it (else the dict is encoded for the hooks)."""
 
     def restore(self, events: list[DurableEvent], *, fork_of: str | None = None) -> None:
         """Rebuild a fresh, idle agent's conversation from a recorded log (session resume); with

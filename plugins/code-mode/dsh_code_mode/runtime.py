@@ -580,12 +580,13 @@ class _Run:
         self.outbox_ready.set()
 
     async def _writer(self) -> None:
+        """Send what is queued, as much as the socket takes at once; wait until it has room only
+        when it had none (not before every batch: an epoll registration and a loop turn each)."""
         assert self.sock is not None
         while True:
             await self.outbox_ready.wait()
             self.outbox_ready = anyio.Event()
             while self.outbox:
-                await anyio.wait_writable(self.sock)
                 batch = [self.outbox.popleft()]
                 size = len(batch[0])
                 while self.outbox and size < (1 << 20):
@@ -598,7 +599,8 @@ class _Run:
                     sent = 0
                 except OSError:
                     sent = len(data)  # gone: drop it, and the rest as it comes
+                self._release(sent)
                 if sent < len(data):
                     self.outbox.appendleft(data[sent:])
-                self._release(sent)
+                    await anyio.wait_writable(self.sock)
             self.writing = False

@@ -79,7 +79,7 @@ class Dispatcher:
             ctx.emit(CodeDispatchStart(**common))
             out: ToolOutput | None = None
             try:
-                out = await ctx.agent.call_tool(name, args, call_id=sub_id, turn=ctx.turn, step=ctx.step)
+                out = await ctx.agent.call_tool(name, args, call_id=sub_id, turn=ctx.turn, step=ctx.step, raw=arguments)
             finally:
                 if out is None:  # cancelled: the program ended or the turn was aborted
                     ctx.emit(CodeDispatch(**common, is_error=True, result=[TextBlock(text="Error: tool call aborted")],

@@ -169,7 +169,11 @@ def _window_of(data: bytes, offset: int, limit: int, exact: list[str] | None) ->
     if exact is not None:
         exact.append(text)
     body = text[:-1] if ends else text  # its lines, each without its newline
-    numbered = "\n".join(_numbered(n, line) for n, line in enumerate(body.split("\n"), start=offset))
+    rows = body.split("\n")
+    if "\r" in body or max(map(len, rows)) > READ_MAX_LINE:
+        numbered = "\n".join(_numbered(n, line) for n, line in enumerate(rows, start=offset))
+    else:  # most windows: nothing to cut, no call a line (2,000 lines numbered: 335 -> 208 us)
+        numbered = "\n".join([f"{n}: {line}" for n, line in enumerate(rows, offset)])
     return numbered, offset, last, total
 
 

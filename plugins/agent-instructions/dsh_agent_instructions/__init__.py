@@ -23,7 +23,7 @@ from msgspec import Meta
 from dsh_core import config_type_hook, hookimpl
 from dsh_core.config import PluginConfig
 from dsh_core.display import escape_system
-from dsh_core.paths import open_inside
+from dsh_core.paths import open_inside, real_dir
 from dsh_core.types import AfterTool
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,9 +75,10 @@ def read_instructions(directory: str, limit: int, root: str) -> tuple[str, str] 
     return None
 
 
-def repo_chain(cwd: str) -> list[str]:
-    """The cwd and its parents up to the nearest ``.git`` (inclusive), outermost first."""
-    here = os.path.realpath(cwd)
+def repo_chain(cwd: str, *, resolved: bool = False) -> list[str]:
+    """The cwd and its parents up to the nearest ``.git`` (inclusive), outermost first.
+    ``resolved``: ``cwd`` is canonical already."""
+    here = cwd if resolved else os.path.realpath(cwd)
     chain = [here]
     d = here
     while not os.path.lexists(os.path.join(d, ".git")):
@@ -134,16 +135,17 @@ def nested_dirs(cwd: str, named: str, *, resolved: bool = False) -> list[str]:
     root = cwd if resolved else os.path.realpath(cwd)
     target = os.path.normpath(named if os.path.isabs(named) else os.path.join(root, named))
     directory = target if os.path.isdir(target) and not os.path.islink(target) else os.path.dirname(target)
-    if os.path.commonpath([root, directory]) != root or directory == root:
+    prefix = root if root.endswith("/") else root + "/"
+    if directory == root or not directory.startswith(prefix):  # the directory itself, or outside it (both normalised)
         return []
-    if os.path.realpath(directory) != directory:  # some component is a symlink: not followed
+    if (real_dir(directory) or os.path.realpath(directory)) != directory:  # a component is a symlink: not followed
         return []
     out = []
-    d = directory
-    while d != root:
+    d = root.rstrip("/")
+    for part in directory[len(prefix):].split("/"):
+        d = f"{d}/{part}"
         out.append(d)
-        d = os.path.dirname(d)
-    return list(reversed(out))
+    return out
 
 
 @hookimpl
@@ -151,16 +153,20 @@ def dsh_after_tool(session: Agent, call: ToolCallBlock, output: ToolOutput) -> A
     named = _named_path(call.arguments)
     if named is None:
         return None
-    # The chain is found again on each call (a symlinked cwd may be retargeted between calls),
-    # once: its last entry is the cwd resolved. (A second chain and resolving the cwd a third
-    # time took this hook from 36 to 56 us a call with a path, most of it lstat walks.)
-    chain = repo_chain(session.cwd)
+    # The cwd is resolved again on each call (a symlinked cwd may be retargeted between calls),
+    # by the kernel (``real_dir``: realpath's lstat walk, twice, was most of this hook's 36 us a
+    # call with a path); the repository's chain is looked for only when a directory is new.
+    cwd = real_dir(session.cwd) or os.path.realpath(session.cwd)
+    dirs = nested_dirs(cwd, named, resolved=True)
     extra = session.spec.extra
+    if not dirs or (_SEEN in extra and all(d in extra[_SEEN] for d in dirs)):
+        return None
+    chain = repo_chain(cwd, resolved=True)
     seen: set[str] = extra[_SEEN] if _SEEN in extra else extra.setdefault(_SEEN, set(chain))
     limit = extra.get(_BUDGET, max_bytes(session.host))
     root = chain[0]
     context = []
-    for d in nested_dirs(chain[-1], named, resolved=True):
+    for d in dirs:
         if d in seen:
             continue
         seen.add(d)

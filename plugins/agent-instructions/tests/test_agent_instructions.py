@@ -141,3 +141,37 @@ def test_config_is_checked():
         _host(**{"max-bytes": -1}).config_for(ai.InstructionsConfig)
     with pytest.raises(ConfigError, match="unknown key 'max-bites' \\(known keys: max-bytes\\)"):
         _host(**{"max-bites": 1}).config_for(ai.InstructionsConfig)
+
+
+def test_nested_dirs_is_the_realpath_definition(tmp_path):
+    """``nested_dirs`` (a prefix test and the kernel's name of the directory, no lstat walks)
+    gives what its definition does: the directories strictly below the resolved cwd down to the
+    named path's directory, none when that leaves the cwd, is the cwd, or passes a symlink."""
+    import os
+
+    def defined(cwd: str, named: str) -> list[str]:
+        root = os.path.realpath(cwd)
+        target = os.path.normpath(named if os.path.isabs(named) else os.path.join(root, named))
+        directory = target if os.path.isdir(target) and not os.path.islink(target) else os.path.dirname(target)
+        if os.path.commonpath([root, directory]) != root or directory == root:
+            return []
+        if os.path.realpath(directory) != directory:
+            return []
+        out, d = [], directory
+        while d != root:
+            out.append(d)
+            d = os.path.dirname(d)
+        return out[::-1]
+
+    t = str(tmp_path)
+    os.makedirs(f"{t}/a/b/c")
+    os.makedirs(f"{t}/ab")
+    os.symlink(f"{t}/a", f"{t}/link")
+    os.symlink(f"{t}/a/b", f"{t}/a/blink")
+    (tmp_path / "a/b/f.txt").write_text("x")
+    names = ["a/b/f.txt", "a/b", "a/b/c", "a/b/c/", "ab/x", "a", "./a/../ab/y", "../x", "/etc/passwd", t,
+             f"{t}/a/b/c/d/e.txt", "link/b/f.txt", "a/blink/f.txt", "a/blink", "a/../../x", "a//b///c", "x", ".",
+             "a/b/c/../f.txt", f"{t}x/y", "/", "//x", "tmp/x", "a/b/new/deeper/n.txt"]
+    for cwd in (t, "/", f"{t}/a", f"{t}/link"):
+        for named in names:
+            assert ai.nested_dirs(cwd, named) == defined(cwd, named), (cwd, named)

@@ -41,6 +41,8 @@ _have_openat2: bool | None = None
 
 def _openat2(dirfd: int, path: str, flags: int, mode: int = 0,
              resolve: int = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) -> int:
+    if "\0" in path:  # as os.open: a C string would end there and name another file
+        raise ValueError("embedded null byte")
     if not flags & os.O_CREAT:
         mode = 0  # openat2 rejects a mode without O_CREAT
     how = _OpenHow(flags=flags | os.O_CLOEXEC, mode=mode, resolve=resolve)

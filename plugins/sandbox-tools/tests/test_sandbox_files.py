@@ -299,6 +299,8 @@ def test_a_cached_read_is_the_worker_threads_read_or_declined(tmp_path: Path) ->
         os.close(fd)
     assert files._read_window(str(path), 1, 10, cached=True) is None
     assert files._read_window(str(path), 1, 1)[:4] == ("1: cold", 1, 1, 1000)  # the thread's read
+    with pytest.raises(ValueError):  # as os.open: never the file named by the part before the NUL
+        files._read_window(str(path) + "\0.png", 1, 10, cached=True)
     big = tmp_path / "big.txt"
     big.write_bytes(b"z\n" * (files.CACHED_READ_MAX // 2 + 1))
     big.read_bytes()

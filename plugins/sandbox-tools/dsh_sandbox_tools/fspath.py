@@ -14,6 +14,7 @@ import errno
 import fcntl
 import os
 import stat
+import struct
 
 SYS_OPENAT2 = 437
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -58,19 +59,62 @@ def _openat2(dirfd: int, path: str, flags: int, mode: int = 0,
 
 
 _cached_opens = True  # False once the kernel said it has no RESOLVE_CACHED (before 5.12) or no openat2
+AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+AT_STATX_DONT_SYNC = 0x4000  # what the kernel has cached: no network round trip, no FUSE request
+STATX_TYPE = 0x1
+_statx = getattr(_libc, "statx", None)  # glibc 2.28
+# File systems whose open and cached read never wait on anything but the local kernel; a file
+# anywhere else (NFS, SMB, FUSE, 9p, Ceph, ..., or a device this list does not know) is opened
+# in a worker thread, where a dead server or daemon can hang nothing but that thread.
+LOCAL_FILE_SYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "overlay", "zfs", "bcachefs"})
+_local_devices: dict[int, bool] = {}  # st_dev -> on one of LOCAL_FILE_SYSTEMS (from /proc/self/mountinfo)
+
+
+def mounted_devices() -> dict[int, bool]:
+    """Each mounted device (``st_dev``) and whether its file system is a local one."""
+    out: dict[int, bool] = {}
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()  # id parent major:minor root point options [optional...] - type source super
+                major, _, minor = fields[2].partition(":")
+                out[os.makedev(int(major), int(minor))] = fields[fields.index("-", 6) + 1] in LOCAL_FILE_SYSTEMS
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def _local_device(fd: int) -> bool:
+    """Whether ``fd`` (an ``O_PATH`` descriptor) is on a local file system, asked without syncing
+    anything (``statx`` with ``AT_STATX_DONT_SYNC``: a network or FUSE file system answers from
+    its cache). The mount table is read again only for a device not seen before."""
+    if _statx is None:
+        return False
+    buf = ctypes.create_string_buffer(256)  # struct statx
+    if _statx(fd, b"", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, buf) != 0:
+        return False
+    major, minor = struct.unpack_from("II", buf, 136)  # stx_dev_major, stx_dev_minor
+    dev = os.makedev(major, minor)
+    local = _local_devices.get(dev)
+    if local is None:
+        _local_devices.update(mounted_devices())
+        local = _local_devices.setdefault(dev, False)  # not in the table (a btrfs subvolume): never asked again
+    return local
 
 
 def open_cached(path: str, flags: int) -> int | None:
-    """``path`` opened (``flags``) only if the kernel resolves it from its caches alone, never
-    waiting (``openat2`` with ``RESOLVE_CACHED``, Linux 5.12, made for "a fast-path open that can
-    be performed without resorting to thread offload"); None when the lookup would have to wait
-    (a directory not in the dentry cache, a network file system's revalidation), or the kernel
-    cannot do this. Other failures raise as ``os.open``'s do (FileNotFoundError, ...)."""
+    """``path`` opened (``flags``) only if that cannot wait: the path resolved from the kernel's
+    caches alone (``openat2`` with ``RESOLVE_CACHED``, Linux 5.12, made for "a fast-path open that
+    can be performed without resorting to thread offload"), on a local file system (the open of a
+    file on NFS or FUSE asks its server or daemon), then opened through ``/proc/self/fd``. None
+    when any of that would wait or cannot be told, and the caller opens it in a worker thread; a
+    failed lookup raises as ``os.open``'s does (FileNotFoundError, ...)."""
     global _cached_opens
     if not _cached_opens:
         return None
     try:
-        return _openat2(-100, path, flags, resolve=RESOLVE_CACHED)  # AT_FDCWD
+        fd = _openat2(AT_FDCWD, path, os.O_PATH, resolve=RESOLVE_CACHED)  # O_PATH: no file system open yet
     except OSError as exc:
         if exc.errno == errno.EAGAIN:
             return None
@@ -78,6 +122,14 @@ def open_cached(path: str, flags: int) -> int | None:
             _cached_opens = False
             return None
         raise
+    try:
+        if not _local_device(fd):
+            return None
+        return os.open(f"/proc/self/fd/{fd}", flags | os.O_CLOEXEC)
+    except OSError:  # no /proc, or refused: the worker thread's open says why
+        return None
+    finally:
+        os.close(fd)
 
 
 def openat2_available() -> bool:

@@ -301,6 +301,9 @@ def test_a_cached_read_is_the_worker_threads_read_or_declined(tmp_path: Path) ->
     assert files._read_window(str(path), 1, 1)[:4] == ("1: cold", 1, 1, 1000)  # the thread's read
     with pytest.raises(ValueError):  # as os.open: never the file named by the part before the NUL
         files._read_window(str(path) + "\0.png", 1, 10, cached=True)
+    # only on a local file system (NFS's open asks its server, FUSE's its daemon): procfs is not one
+    assert files._read_window("/proc/self/status", 1, 1, cached=True) is None
+    assert files._read_window("/proc/self/status", 1, 1)[0].startswith("1: Name:")
     big = tmp_path / "big.txt"
     big.write_bytes(b"z\n" * (files.CACHED_READ_MAX // 2 + 1))
     big.read_bytes()
@@ -364,3 +367,35 @@ async def test_read_answers_from_the_cache_in_the_loop_else_in_a_thread(root: Pa
         assert "4: line 4" in text(await fresh.call("read", file_path="link.txt"))
         out = await fresh.call("edit", file_path="f.txt", old_string="line 4\n", new_string="LINE 4\n")
         assert not out.is_error, text(out)
+
+
+def test_a_cached_open_is_only_for_a_local_file_system(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``open_cached`` opens nothing on a device it does not know as local (a network or FUSE
+    file system, whose open waits for a server or daemon): the device is asked with statx
+    without syncing, and looked up in the mount table."""
+    import os
+
+    from dsh_sandbox_tools import fspath
+
+    path = tmp_path / "f.txt"
+    path.write_text("x\n")
+    dev = os.stat(path).st_dev
+    devices = fspath.mounted_devices()
+    assert os.stat("/").st_dev in devices and os.stat("/proc").st_dev in devices
+    assert devices[os.stat("/proc").st_dev] is False
+    fd = fspath.open_cached(str(path), os.O_RDONLY)
+    if fd is not None:  # tmp_path is on a local file system the table knows
+        try:
+            assert os.readlink(f"/proc/self/fd/{fd}") == str(path.resolve())
+            assert os.read(fd, 10) == b"x\n"
+        finally:
+            os.close(fd)
+        monkeypatch.setitem(fspath._local_devices, dev, False)  # as if it were NFS
+        assert fspath.open_cached(str(path), os.O_RDONLY) is None
+    else:
+        assert not devices.get(dev, False)
+    missing = tmp_path / "missing"
+    assert fspath.open_cached(str(missing / "deeper"), os.O_RDONLY) is None  # not looked up yet: it would wait
+    assert not missing.exists()  # looked up now: the kernel remembers it is not there
+    with pytest.raises(FileNotFoundError):
+        fspath.open_cached(str(missing), os.O_RDONLY)

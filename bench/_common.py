@@ -122,30 +122,33 @@ def run_main(main: Callable[[int, str], Coroutine[Any, Any, None]], doc: str, re
     asyncio.run(main(a.repeat, a.mechanism))
 
 
-# One program gathering 100 reads of the files under {DIR} (bench/floor_code_mode.py, bench/code_mode.py).
+# One program gathering N reads of the files under {DIR} (bench/floor_code_mode.py, bench/code_mode.py).
 READS_PROGRAM = (
     "import asyncio\n"
-    'got = await asyncio.gather(*[tools.read(file_path=f"{DIR}/f{i}.txt") for i in range(100)])\n'
+    'got = await asyncio.gather(*[tools.read(file_path=f"{DIR}/f{i}.txt") for i in range({N})])\n'
     'return sum(r["total_lines"] for r in got)\n'
 )
 
 
-def reads_rules(workspace: Path, rounds: int) -> dict[str, list[dict[str, Any]]]:
+def reads_rules(workspace: Path, rounds: int, n: int = 100) -> dict[str, list[dict[str, Any]]]:
     """Scripted-model rules ``"native <r>"`` and ``"code <r>"`` for rounds 0..``rounds``: 100 reads
-    as native calls of one message, or one program gathering them. Every turn reads 100 files no
-    other turn reads (a directory of its own under ``workspace/reads``, same contents): the
-    session's repeat guard (plugin ``guards``: a reminder after the 3rd, 5th and 8th identical
-    call) would otherwise fire on some rounds only, and differently on the two sides."""
+    as native calls of one message, or one program gathering them (``n`` other than 100: rules
+    ``"native<n> <r>"`` and ``"code<n> <r>"`` of ``n`` reads). Every turn reads files no other
+    turn reads (a directory of its own under ``workspace/reads``, same contents): the session's
+    repeat guard (plugin ``guards``: a reminder after the 3rd, 5th and 8th identical call) would
+    otherwise fire on some rounds only, and differently on the two sides."""
     rules: dict[str, list[dict[str, Any]]] = {}
+    tag = "" if n == 100 else str(n)
     for r in range(rounds + 1):
         for side in ("native", "code"):
-            rel = f"reads/{side}{r}"
+            rel = f"reads/{side}{tag}{'-' if tag else ''}{r}"
             (workspace / rel).mkdir(parents=True)
-            for i in range(100):
+            for i in range(n):
                 (workspace / rel / f"f{i}.txt").write_text("".join(f"line {j} of file {i}\n" for j in range(50)))
+            program = READS_PROGRAM.replace("{DIR}", rel).replace("{N}", str(n))
             first: dict[str, Any] = (
-                {"tools": [{"name": "read", "args": {"file_path": f"{rel}/f{i}.txt"}} for i in range(100)]}
+                {"tools": [{"name": "read", "args": {"file_path": f"{rel}/f{i}.txt"}} for i in range(n)]}
                 if side == "native" else
-                {"tool": "run_code", "args": {"code": READS_PROGRAM.replace("{DIR}", rel), "description": "read 100 files"}})
-            rules[f"{side} {r}"] = [first, {"text": "ok"}]
+                {"tool": "run_code", "args": {"code": program, "description": f"read {n} files"}})
+            rules[f"{side}{tag} {r}"] = [first, {"text": "ok"}]
     return rules

@@ -150,16 +150,24 @@ async def first_runs(tmp: Path, workspace: Path, rounds: int, gap: float) -> dic
     return out
 
 
-async def reads(tmp: Path, workspace: Path, rounds: int) -> dict[str, list[float]]:
+SMALL_READS = 10  # reads of the small turns that split a side's time into per read and per turn
+
+
+async def reads(tmp: Path, workspace: Path, rounds: int, small: int | None = SMALL_READS) -> dict[str, list[float]]:
     """100 reads, native and through a program, alternating, each turn on files of its own
-    (``_common.reads_rules``)."""
+    (``_common.reads_rules``); with ``small``, also turns of that many reads (``native<small>``,
+    ``code<small>``), from which the row splits each side into a cost per call and per turn."""
     rules = reads_rules(workspace, rounds)
-    out: dict[str, list[float]] = {"native": [], "code": []}
+    sides = ["native", "code"]
+    if small:
+        rules.update(reads_rules(workspace, rounds, small))
+        sides += [f"native{small}", f"code{small}"]
+    out: dict[str, list[float]] = {side: [] for side in sides}
     async with _host("both-mode", tmp, rules) as (host, script):
         agent = host.create_agent(AgentSpec(cwd=str(workspace), provider="scripted", model=script))
         turn = 0
         for i in range(rounds + 1):  # the first round warms up (the sandbox probe, first reads)
-            for side in (("native", "code") if i % 2 else ("code", "native")):
+            for side in (sides[::-1] if i % 2 else sides):
                 turn += 1
                 span, _ = await _turn(host, agent, f"{side} {i}", turn)
                 if i:
@@ -199,6 +207,13 @@ def rows(quick: bool = False, gap: float | None = None) -> list[dict[str, Any]]:
     start_off = med["create-off"] + med["request-off"]
     ratio = med["code"] / med["native"]
     n = len(m["first-on"])
+
+    def split(side: str) -> str:
+        """A side's turn as a cost per read and the rest (its fixed part), from the medians of
+        its 100-read and SMALL_READS-read turns."""
+        per = (med[side] - med[f"{side}{SMALL_READS}"]) / (100 - SMALL_READS)
+        return f"{per * 1000:.0f} us a read + {med[side] - 100 * per:.1f} ms a turn"
+
     return [
         {"figure": f"a session's first run_code (code-mode-turn, prompt {gap:g} s after session/new)",
          "dsh": f"{med['first-on']:.1f} ms (a later run {med['later-on']:.1f} ms; warm start off "
@@ -211,8 +226,8 @@ def rows(quick: bool = False, gap: float | None = None) -> list[dict[str, Any]]:
          "goal": f"<= {START_GOAL}x off (+1 ms): {start_on / start_off:.2f}x",
          "met": start_on <= START_GOAL * start_off + 1.0},
         {"figure": "100 reads through code vs 100 native reads (one message)",
-         "dsh": f"{med['code']:.1f} ms (median of {len(m['code'])})",
-         "floor": f"native {med['native']:.1f} ms",
+         "dsh": f"{med['code']:.1f} ms (median of {len(m['code'])}; {split('code')})",
+         "floor": f"native {med['native']:.1f} ms ({split('native')})",
          "goal": f"<= {READS_GOAL}x: {ratio:.2f}x", "met": ratio <= READS_GOAL},
     ]
 

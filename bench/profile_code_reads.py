@@ -18,11 +18,11 @@ From ``execute`` to ``1st msg`` is the program process's start (woken, its limit
 program, its event loop, its 100 calls made); ``1st msg`` to ``1st call`` the host taking in the
 calls; ``call`` to ``execute`` and ``done`` to ``result`` the host's own fixed parts.
 
-``--no-thread``: the read tool's worker-thread hop replaced by a direct call, in this process
-only (an experiment; the tool keeps its thread): what is left is the fixed part of a run and
-the per-call cost on each side, without the waits for worker threads and the GIL.
+(The reads are of files the kernel has cached: the read tool answers them in the event loop,
+no worker thread; session 18 removed the ``--no-thread`` experiment that showed what this
+does.)
 
-    python bench/profile_code_reads.py [--rounds 11] [--no-thread]
+    python bench/profile_code_reads.py [--rounds 11]
 
 The hooks are monkeypatches of code-mode's private ``_Run`` (this script only): when they
 fail to apply, the code moved; adjust them here.
@@ -72,17 +72,6 @@ def _instrument(marks: dict[str, float]) -> None:
     rt._Run._handle = timed_handle  # type: ignore[method-assign]
 
 
-def _without_thread() -> None:
-    import dsh_sandbox_tools.files as files
-
-    class _Direct:
-        @staticmethod
-        async def run_sync(fn: Any, *args: Any, **kwargs: Any) -> Any:
-            return fn(*args)
-
-    files.anyio = type("anyio", (), {"to_thread": _Direct})  # type: ignore[assignment]
-
-
 async def measure(rounds: int) -> tuple[list[list[float]], list[float]]:
     marks: dict[str, float] = {}
     _instrument(marks)
@@ -92,7 +81,7 @@ async def measure(rounds: int) -> tuple[list[list[float]], list[float]]:
     async def split_turn(host: Any, agent: Any, prompt: str, n: int) -> tuple[float, list[Any]]:
         marks.clear()
         span, events = await turn(host, agent, prompt, n)
-        if prompt.startswith("code"):
+        if prompt.startswith("code "):
             call = next(e.time for e in events if isinstance(e, ToolCallEvent))
             result = max(e.time for e in events if isinstance(e, ToolResultEvent))
             first = min(e.time for e in events if isinstance(e, CodeDispatchStart))
@@ -104,7 +93,7 @@ async def measure(rounds: int) -> tuple[list[list[float]], list[float]]:
     fcm._turn = split_turn  # type: ignore[assignment]
     try:
         with fcm.scratch("dsh-profile-reads-") as (tmp, workspace):
-            out = await fcm.reads(tmp, workspace, rounds)
+            out = await fcm.reads(tmp, workspace, rounds, small=None)
     finally:
         fcm._turn = turn  # type: ignore[assignment]
     return split[1:], out["native"]  # the first code turn is the warm-up round's
@@ -113,13 +102,9 @@ async def measure(rounds: int) -> tuple[list[list[float]], list[float]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--no-thread", action="store_true", help="reads without their worker-thread hop")
     args = parser.parse_args()
-    if args.no_thread:
-        _without_thread()
     split, native = anyio.run(measure, args.rounds)
-    print(f"100 reads through one program, split (ms; load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
-          f"{', reads without their thread hop' if args.no_thread else ''})")
+    print(f"100 reads through one program, split (ms; load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
     print("  " + "  ".join(f"{p:>16}" for p in (*PHASES, "span")))
     for row in split:
         print("  " + "  ".join(f"{x:16.2f}" for x in row))

@@ -331,7 +331,7 @@ async def test_read_answers_from_the_cache_in_the_loop_else_in_a_thread(root: Pa
         return await run_sync(fn, *args, **kwargs)
 
     class _Anyio:
-        class to_thread:  # noqa: N801 - the module's shape
+        class to_thread:  # the module's shape
             run_sync = staticmethod(counted)
 
     monkeypatch.setattr(files, "anyio", _Anyio)

@@ -400,6 +400,8 @@ def test_hookimpl_lives_beside_the_hookspecs_and_the_old_names_still_work():
 MODULE_STATE_ALLOWED = {
     ("dsh_sandbox_tools/mechanisms.py", "_cache"): "the sandbox probe's result: a fact of this machine, probed once",
     ("dsh_sandbox_tools/mechanisms.py", "_lock"): "guards that probe",
+    ("dsh_sandbox_tools/fspath.py", "_local_devices"): "each mounted device and whether its file system is a "
+                                                       "local one: a fact of this machine's mount table",
 }
 _MUTABLE_CALLS = {"dict", "list", "set", "WeakKeyDictionary", "WeakValueDictionary", "OrderedDict", "defaultdict",
                   "Counter", "deque", "Lock"}

@@ -58,7 +58,8 @@ def _openat2(dirfd: int, path: str, flags: int, mode: int = 0,
         raise OSError(err, os.strerror(err), path)
 
 
-_cached_opens = True  # False once the kernel said it has no RESOLVE_CACHED (before 5.12) or no openat2
+# False on a system without these, or once the kernel said it has no RESOLVE_CACHED (before 5.12) or no openat2
+_cached_opens = all(hasattr(os, name) for name in ("O_PATH", "RWF_NOWAIT", "preadv"))
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
 AT_STATX_DONT_SYNC = 0x4000  # what the kernel has cached: no network round trip, no FUSE request

@@ -121,6 +121,14 @@ class _NotRegular(Exception):
     pass
 
 
+_READ_ERRORS = (  # what a failed read tells the model: (exception, text, code)
+    (FileNotFoundError, "{raw} does not exist (paths are relative to {cwd})", "NOT_FOUND"),
+    (IsADirectoryError, "{raw} is a directory; use glob to list it", "IS_DIRECTORY"),
+    (_NotRegular, 'cannot read "{raw}": not a regular file', "NOT_REGULAR_FILE"),
+    (PermissionError, "{raw}: permission denied", "PERMISSION_DENIED"),
+)
+
+
 def _read_upto(fd: int, size: int) -> bytes:
     """Up to ``size`` bytes from ``fd``'s position: fewer only at the end of the file."""
     chunks: list[bytes] = []
@@ -210,14 +218,9 @@ class ReadTool(SandboxTool):
                 window = await anyio.to_thread.run_sync(_read_window, path, offset, limit, exact, buffered)
             assert window is not None
             text, first, last, total, mtime, real = window
-        except FileNotFoundError:
-            raise ToolError(f"{raw} does not exist (paths are relative to {ctx.cwd})", code="NOT_FOUND") from None
-        except IsADirectoryError:
-            raise ToolError(f"{raw} is a directory; use glob to list it", code="IS_DIRECTORY") from None
-        except _NotRegular:
-            raise ToolError(f'cannot read "{raw}": not a regular file', code="NOT_REGULAR_FILE") from None
-        except PermissionError:
-            raise ToolError(f"{raw}: permission denied", code="PERMISSION_DENIED") from None
+        except (FileNotFoundError, IsADirectoryError, _NotRegular, PermissionError) as exc:
+            message, code = next((m, c) for kind, m, c in _READ_ERRORS if isinstance(exc, kind))
+            raise ToolError(message.format(raw=raw, cwd=ctx.cwd), code=code) from None
         if not text and offset > max(total, 1):  # not a read of the file: edit still needs one
             raise ToolError(f'offset {offset} is out of range for "{path}" ({total} lines)', code="OUT_OF_RANGE")
         self.sb.reads(ctx.agent)[real] = mtime

@@ -104,8 +104,16 @@ def _integral(value: Any) -> int | None:
 
 
 def _load(path: str) -> tuple[str, int]:
-    """The UTF-8 text of a regular file and its mtime (ns), from one open."""
-    with open(path, "rb") as f:
+    """The UTF-8 text of a regular file and its mtime (ns), from one open that never waits (a FIFO
+    put in the file's place since ``_existing`` looked at it would block an open for reading, and
+    this thread with it, until a writer came)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        f = open(fd, "rb")  # noqa: SIM115 - closed by the with below
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise ToolError(f'cannot read "{path}": not a regular file', code="NOT_REGULAR_FILE")

@@ -299,3 +299,30 @@ async def test_the_editors_unsaved_text_is_viewed_and_edited(root: Path) -> None
         await s.edit(command="create", path=str(root / "new.py"), file_text="x\n")
     assert f.read_text() == "saved\n"
     assert buffers.wrote_to == [(str(f), "saved\n"), (str(root / "new.py"), "x\n")]
+
+
+def test_loading_never_waits_on_a_fifo(root: Path) -> None:
+    """``_load`` (in a worker thread) opens without waiting: a FIFO that took the file's place
+    after the type check is refused at once, not waited on until a writer comes."""
+    import threading
+
+    from dsh_str_replace_editor.editor import _load
+
+    from dsh_core import ToolError
+
+    fifo = root / "swapped"
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            _load(str(fifo))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive(), "the open waited on the FIFO"
+    (exc,) = outcome
+    assert isinstance(exc, ToolError) and exc.code == "NOT_REGULAR_FILE"

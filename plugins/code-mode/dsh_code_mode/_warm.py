@@ -28,7 +28,7 @@ Protocol, one datagram per message:
   channel; in a confined session (``run confined``) it enters a nested Landlock domain, so it
   cannot trace, signal or connect to the warm process or the reapers (outside that domain).
   Then it waits on the channel for the program (``comm`` ``dsh-code-ready``: the host makes
-  the session's next run ready while the current one runs), runs it (``dsh-code-run``), sends
+  the session's next run ready once the current one has ended), runs it (``dsh-code-run``), sends
   ``done`` and exits (``_child.main``).
 
 Isolation between runs: each run is a fresh fork of a process that never ran a program, and

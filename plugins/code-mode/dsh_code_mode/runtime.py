@@ -19,6 +19,7 @@ cgroup's removal and the descriptors' close then finish in the session's task.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -80,6 +81,18 @@ def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _this_cpu() -> int:
+    """The CPU this thread (the event loop's) runs on now, -1 when unknown: the program process
+    keeps off it while its calls overlap (``_child.AsyncChannel``)."""
+    try:
+        return int(_libc.sched_getcpu())
+    except AttributeError:  # a libc without it
+        return -1
+
+
 class _Ended(Exception):
     pass
 
@@ -134,7 +147,7 @@ class PythonRuntime:
     async def keep_ready(self) -> None:
         """The session's warm start and its refills, as one task of the session (``WarmStart``,
         until it is disposed): start the warm process and make the first run ready now, then,
-        whenever a run takes the one made ready, make the next one ready while it runs — in this
+        whenever a run that took the one made ready has ended, make the next one ready — in this
         task, not the run's, so a run's result never waits for the next run's forks and cgroup."""
         if self.session is None:
             return
@@ -168,12 +181,19 @@ class PythonRuntime:
                 raise ToolError(f"run_code could not start its confined runtime ({exc}); nothing was run",
                                 code="SANDBOX_UNAVAILABLE") from None
             run = _Run(self.limits, bindings, prepared.launched, prepared.bound, keeper)
-            if keeper is not None and keeper.running:  # the session's task makes the next run ready meanwhile
-                keeper.want = where
-                keeper.wake.set()
-            async with anyio.create_task_group() as tg:
-                if keeper is not None and not keeper.running:  # no session task: ready while this one runs
-                    tg.start_soon(_refill, slot, where)
+            if keeper is not None and keeper.running:
+                # The session's task makes the next run ready once this one has ended, not while it
+                # runs: on two CPUs, the next run's forks, cgroup and rehearsal took CPU from this
+                # run's program and calls (100 gathered reads: 11.7 -> 10.5 ms, run_code call to
+                # result, bench/profile_code_reads.py). A model's answer comes between two
+                # programs of a session, far longer than the ~5 ms it takes.
+                try:
+                    return await run.execute(prepared.channel, program, list(bindings.names), cancel)
+                finally:
+                    keeper.want = where
+                    keeper.wake.set()
+            async with anyio.create_task_group() as tg:  # no session task: made ready while this one runs
+                tg.start_soon(_refill, slot, where)
                 result = await run.execute(prepared.channel, program, list(bindings.names), cancel)
             return result
         finally:
@@ -323,7 +343,7 @@ class _Run:
         lim = self.limits
         # The program first: the program process starts on it while the tasks below are set up
         # (what the socket does not take now, the writer sends once it runs).
-        self._send({"t": "run", "program": program, "names": names, "limits": {
+        self._send({"t": "run", "program": program, "names": names, "host_cpu": _this_cpu(), "limits": {
             "cpu_seconds": lim.compute_seconds, "address_space_bytes": lim.address_space_bytes,
             "nproc": self.bound.nproc, "max_value_bytes": lim.max_value_bytes, "network": lim.network}})
         try:

@@ -215,6 +215,73 @@ async def test_gathered_reads_overlap_and_writes_run_alone_in_order(code_host, w
     assert ids[-3:] == ["call_1:code:13", "call_1:code:14", "call_1:code:15"]  # started in submission order
 
 
+async def test_the_program_keeps_off_the_hosts_cpu_only_while_its_calls_overlap(code_host):
+    """With two or more calls in flight the program process leaves the CPU the host ran on when
+    the run started (``_child.AsyncChannel._keep_apart``); with one, or none left, it may use
+    every CPU it was given. On a single-CPU machine there is nothing to leave: the mask stays."""
+    import os
+
+    from dsh_core import FunctionTool, hookimpl
+
+    class Slow:
+        @hookimpl
+        def dsh_register_tools(self, register):
+            async def peek(args, ctx):
+                await anyio.sleep(0.05)
+                return "peeked"
+
+            register(FunctionTool("peek", "Peek.", {"type": "object", "properties": {"n": {"type": "integer"}}}, peek,
+                                  parallel_safe=True))
+
+    code = textwrap.dedent('''
+        import asyncio, os
+        one = tools.peek(n=0)
+        alone = sorted(os.sched_getaffinity(0))
+        await one
+        calls = [tools.peek(n=i) for i in range(3)]
+        during = sorted(os.sched_getaffinity(0))
+        await asyncio.gather(*calls)
+        return {"alone": alone, "during": during, "after": sorted(os.sched_getaffinity(0))}
+    ''')
+    async with code_host([run(code), {"text": "{tool_result}"}], extra=(Slow(),)) as turn:
+        await turn.agent.wait_idle()
+    got = json.loads(_text(_result(turn)))
+    given = sorted(os.sched_getaffinity(0))  # the host's: the warm process and each run inherit it
+    assert got["alone"] == given and got["after"] == given
+    if len(given) > 1:
+        assert len(got["during"]) == len(given) - 1 and set(got["during"]) < set(given)
+    else:
+        assert got["during"] == given
+
+
+def test_the_first_call_of_a_burst_leaves_at_once_and_the_rest_together():
+    """The first call made while none is in flight is written before the program goes on (the
+    host starts on it meanwhile); the calls made after it in the same loop turn leave in one write."""
+    import asyncio
+    import socket
+
+    from dsh_code_mode import _child
+
+    loop = asyncio.new_event_loop()
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    try:
+        channel = _child.AsyncChannel(ours.fileno(), loop, b"")
+        channel.call("read", {"file_path": "a"})
+        assert theirs.recv(4096) == b'{"t":"call","id":1,"name":"read","args":{"file_path":"a"}}\n'
+        channel.call("read", {"file_path": "b"})
+        channel.call("read", {"file_path": "c"})
+        with pytest.raises(BlockingIOError):
+            theirs.recv(4096)  # not yet: they wait for the end of the loop turn
+        loop.run_until_complete(asyncio.sleep(0))
+        assert theirs.recv(4096).count(b"\n") == 2
+        channel.close()
+    finally:
+        loop.close()
+        ours.close()
+        theirs.close()
+
+
 async def test_outstanding_calls_are_cancelled_and_drained_when_the_program_ends(code_host):
     code = textwrap.dedent('''
         import asyncio

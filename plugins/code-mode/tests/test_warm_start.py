@@ -85,6 +85,44 @@ async def test_a_new_session_starts_its_warm_runtime_before_its_first_program(tm
         assert not _processes(_ours(workspace))
 
 
+async def test_the_next_run_is_made_ready_once_the_run_has_ended_not_while_it_runs(tmp_path, workspace):
+    """The session's task makes the next run ready after a run ends: while a program waits on a
+    call, no other run is being made ready beside it (its forks and rehearsal would take CPU
+    from the program and its calls); once the result is in, one is."""
+    from dsh_core import FunctionTool, hookimpl
+
+    entered, release = anyio.Event(), anyio.Event()
+
+    class Gate:
+        @hookimpl
+        def dsh_register_tools(self, register):
+            async def gate(args, ctx):
+                entered.set()
+                await release.wait()
+                return "through"
+
+            register(FunctionTool("gate", "Wait at the gate.", {"type": "object", "properties": {}}, gate))
+
+    script = _script(tmp_path, [run('return (await tools.gate())'), {"text": "done"}])
+    async with memory_host(script, Gate(), plugins=PLUGINS, config=_config("code")) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(workspace), provider="scripted", model=str(script)))
+        slot = agent.state(WarmSlot)
+        await _until(lambda: slot.spare is not None, "a run made ready ahead")
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        with anyio.fail_after(30):
+            await entered.wait()
+        await anyio.sleep(0.5)  # time enough to have made one ready (a few milliseconds)
+        assert slot.spare is None and "dsh-code-ready" not in _names(workspace)
+        release.set()
+        with anyio.fail_after(30):
+            await agent.wait_idle()
+        results = [e for e in host.session_store.logs[agent.session_id].events if isinstance(e, ToolResultEvent)]
+        assert [r.result.content[0].text for r in results] == ["through"]
+        await _until(lambda: slot.spare is not None, "the next run made ready after the result")
+        await agent.dispose()
+        assert not _processes(_ours(workspace))
+
+
 async def test_a_session_disposed_while_its_warm_runtime_starts_leaves_nothing(tmp_path, workspace):
     script = _script(tmp_path, [{"text": "done"}])
     async with memory_host(script, plugins=PLUGINS, config=_config("code")) as host:

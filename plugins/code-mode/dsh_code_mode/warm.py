@@ -132,8 +132,15 @@ class WarmSlot:
             return await self._prepare(where)
 
     async def refill(self, where: Where) -> None:
-        """Make the next run ready now, off its critical path (its processes start while the model thinks)."""
+        """Make the next run ready now, off its critical path (its processes start while the model
+        thinks) — unless a live warm process of another confinement is the session's now: a run
+        started since in another mode replaced it, and replacing it back would kill that run's
+        reaper under its program (the ask is stale; that run's end asks again, where it ran)."""
         async with self.lock:
+            current = self.process
+            if (current is not None and not current.closed and current.proc.returncode is None
+                    and current.where.process != where.process):
+                return
             if self.spare is None:
                 self.spare = await self._prepare(where)
 

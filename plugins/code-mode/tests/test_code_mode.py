@@ -254,6 +254,23 @@ async def test_the_program_keeps_off_the_hosts_cpu_only_while_its_calls_overlap(
         assert got["during"] == given
 
 
+@pytest.mark.parametrize(("program", "uses"), [
+    ("import asyncio\nawait asyncio.sleep(0)", True),
+    ("from asyncio import gather\nreturn 1", True),
+    ("import asyncio.subprocess\nreturn 1", True),
+    ("def f():\n    return asyncio.sleep(0)\nreturn 1", True),  # a nested function's global
+    ("return [asyncio for _ in range(1)]", True),  # a comprehension's
+    ("\uff41\uff53\uff59\uff4e\uff43\uff49\uff4f.sleep\nreturn 1", True),  # fullwidth: the same name (NFKC)
+    ('r = await tools.read(file_path="a")\nreturn r', False),
+    ('x = "asyncio"\nreturn x', False),  # a string is not the module
+])
+def test_a_program_runs_on_asyncio_when_it_names_it(program, uses):
+    from dsh_code_mode._child import parse_program
+
+    code, uses_asyncio = parse_program(program)
+    assert uses_asyncio is uses and code.co_consts[0].co_name == "__program__"
+
+
 def test_the_first_call_of_a_burst_leaves_at_once_and_the_rest_together():
     """The first call made while none is in flight is written before the program goes on (the
     host starts on it meanwhile); the calls made after it in the same loop turn leave in one write."""

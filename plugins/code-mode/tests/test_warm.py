@@ -252,6 +252,36 @@ async def test_a_killed_warm_process_is_replaced_and_everything_dies_with_the_se
             assert not _processes(_ours(workspace))  # the warm process, the ready run: all gone at once
 
 
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_a_run_of_another_mode_is_not_cut_short_by_the_last_runs_refill(workspace, mechanism):
+    """A run ends (the session's task is asked to make the next one ready where it ran) and one
+    in another mode starts at once (a session that changed its mode): that run replaces the warm
+    process, and the ask left from the run before must not replace it back under the running
+    program (its reaper dies with the warm process it came from: worker-exit, status None)."""
+    require_mechanism(mechanism)
+    async with memory_host("unused.json", plugins=("sandbox-tools",),
+                           config={"sandbox-tools": {"mechanism": mechanism}}) as host:
+        session = _Session()
+        wide = PythonRuntime(host, str(workspace), session=session)
+        narrow = PythonRuntime(host, str(workspace), session=session, mode="read-only")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wide.keep_ready)
+            with anyio.fail_after(60):
+                await _until_spare(session)
+                first = await wide.run("return 1", _NoTools(), anyio.Event())
+                second = await narrow.run("import time\ntime.sleep(0.5)\nreturn 2", _NoTools(), anyio.Event())
+            assert (first.error, first.value) == (None, 1)
+            assert (second.error, second.value) == (None, 2)
+            tg.cancel_scope.cancel()
+        await session.slots.aclose()
+        assert not _processes(_ours(workspace))
+
+
+async def _until_spare(session: _Session) -> None:
+    while session.state(WarmSlot).spare is None:
+        await anyio.sleep(0.02)
+
+
 async def test_a_runtime_without_a_session_starts_and_ends_its_own(workspace):
     async with memory_host("unused.json", plugins=("sandbox-tools",)) as host:
         runtime = PythonRuntime(host, str(workspace))

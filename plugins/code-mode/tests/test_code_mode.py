@@ -299,6 +299,41 @@ def test_the_first_call_of_a_burst_leaves_at_once_and_the_rest_together():
         theirs.close()
 
 
+async def test_a_reply_is_not_held_back_for_the_calls_still_queued_behind_it(code_host):
+    """Replies wait a few loop turns for others while calls are queued (one write for several),
+    never for a slow call: with one call at a time, the first call's reply reaches the program
+    while the slow calls queued behind it still run."""
+    from dsh_core import FunctionTool, hookimpl
+
+    class Tools:
+        @hookimpl
+        def dsh_register_tools(self, register):
+            async def instant(args, ctx):
+                return "now"
+
+            async def slow(args, ctx):
+                await anyio.sleep(0.5)
+                return "later"
+
+            schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+            register(FunctionTool("instant", "Instant.", schema, instant, parallel_safe=True))
+            register(FunctionTool("slow", "Slow.", schema, slow, parallel_safe=True))
+
+    code = textwrap.dedent('''
+        import asyncio, time
+        start = time.monotonic()
+        first = tools.instant(n=0)
+        rest = [tools.slow(n=i) for i in range(3)]
+        await first
+        waited = time.monotonic() - start
+        await asyncio.gather(*rest)
+        return waited
+    ''')
+    async with code_host([run(code), {"text": "{tool_result}"}], extra=(Tools(),), max_parallel_sub_calls=1) as turn:
+        await turn.agent.wait_idle()
+    assert float(_text(_result(turn))) < 0.25  # the slow calls take 1.5 s one after another
+
+
 async def test_outstanding_calls_are_cancelled_and_drained_when_the_program_ends(code_host):
     code = textwrap.dedent('''
         import asyncio

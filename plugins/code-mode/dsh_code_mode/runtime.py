@@ -535,7 +535,18 @@ class _Run:
         try:
             while self.queue:
                 call_id, name, awaitable, size = self.queue.popleft()
-                await self._run_call(call_id, name, awaitable, size)
+                try:
+                    value = await awaitable
+                except CodeCallError as exc:
+                    self._reply_error(call_id, name, exc.message, exc.code)
+                    continue
+                except Exception as exc:  # a bindings bug answers this call, it does not end the run
+                    self._reply_error(call_id, name, f"internal error: {exc!r}", "INTERNAL")
+                    continue
+                finally:
+                    self.pending -= 1
+                    self._release(size)
+                self._reply(call_id, name, value)
         finally:
             self.workers -= 1
 
@@ -564,18 +575,7 @@ class _Run:
         self.outstanding -= size
         self.room.set()
 
-    async def _run_call(self, call_id: int, name: str, awaitable: Awaitable[Any], size: int) -> None:
-        try:
-            value = await awaitable
-        except CodeCallError as exc:
-            self._reply_error(call_id, name, exc.message, exc.code)
-            return
-        except Exception as exc:  # a bindings bug answers this call, it does not end the run
-            self._reply_error(call_id, name, f"internal error: {exc!r}", "INTERNAL")
-            return
-        finally:
-            self.pending -= 1
-            self._release(size)
+    def _reply(self, call_id: int, name: str, value: Any) -> None:
         try:
             data = _encode({"t": "reply", "id": call_id, "ok": True, "value": value})
         except (TypeError, msgspec.EncodeError) as exc:

@@ -73,20 +73,24 @@ class Dispatcher:
                 pass
             raise CodeCallError(name, f"no tool {name!r}; the tools are: {', '.join(self.names)}", code="UNKNOWN_TOOL")
         logged = arguments if len(arguments) <= MAX_ARGUMENTS_LOGGED else arguments[:MAX_ARGUMENTS_LOGGED] + "…"
+        agent, turn, step, parent = ctx.agent, ctx.turn, ctx.step, ctx.call_id
         async with ticket:
-            common: dict[str, Any] = dict(turn=ctx.turn, step=ctx.step, call_id=sub_id, parent_call_id=ctx.call_id,
-                                          name=name, arguments=logged)
-            ctx.emit(CodeDispatchStart(**common))
+            agent.emit(CodeDispatchStart(turn=turn, step=step, call_id=sub_id, parent_call_id=parent, name=name,
+                                         arguments=logged))
             out: ToolOutput | None = None
             try:
-                out = await ctx.agent.call_tool(name, args, call_id=sub_id, turn=ctx.turn, step=ctx.step, raw=arguments)
+                out = await agent.call_tool(name, args, call_id=sub_id, turn=turn, step=step, raw=arguments)
             finally:
                 if out is None:  # cancelled: the program ended or the turn was aborted
-                    ctx.emit(CodeDispatch(**common, is_error=True, result=[TextBlock(text="Error: tool call aborted")],
-                                          code="ABORTED"))
-            ctx.emit(CodeDispatch(**common, is_error=out.is_error, result=out.content, code=out.code))
-        if any(isinstance(b, ImageBlock) for b in out.content):
-            self.images.extend(out.content)
+                    agent.emit(CodeDispatch(turn=turn, step=step, call_id=sub_id, parent_call_id=parent, name=name,
+                                            arguments=logged, is_error=True,
+                                            result=[TextBlock(text="Error: tool call aborted")], code="ABORTED"))
+            content = out.content
+            agent.emit(CodeDispatch(turn=turn, step=step, call_id=sub_id, parent_call_id=parent, name=name,
+                                    arguments=logged, is_error=out.is_error, result=content, code=out.code))
+        # (most results are one text block: no generator to run over them)
+        if (len(content) != 1 or type(content[0]) is not TextBlock) and any(isinstance(b, ImageBlock) for b in content):
+            self.images.extend(content)
         if out.structured is not None:
             return out.structured
         text = _text(out)

@@ -2,9 +2,9 @@
 
 Loaded once by the warm runtime (``_warm.py``); each run's program process, a fork of it,
 calls ``main(FD)``. FD is its end of a private socketpair: JSON lines, one message each. The
-host sends one ``run`` message (the program, the tool names, the limits); this side applies
-the rlimits, compiles the program as the body of an ``async def`` (top-level ``await`` and
-``return``), runs it with ``tools`` bound, answers ``done`` and exits. A tool call is a
+host sends a ``program`` message (the program, the tool names, the limits); this side applies
+the rlimits and compiles the program as the body of an ``async def`` (top-level ``await`` and
+``return``); on ``go`` it runs it with ``tools`` bound, answers ``done`` and exits. A tool call is a
 ``call`` message; the host answers ``reply``. stdout and stderr (``print``) go to a pipe the
 host captures as the program's output, never to the channel.
 
@@ -12,7 +12,8 @@ A program that does not mention ``asyncio`` is driven by a small synchronous loo
 ``await tools.x(...)`` one blocking round trip); one that does runs on asyncio (already
 imported by the warm process), so ``asyncio.gather`` overlaps calls.
 
-host → child   {"t": "run", "program": str, "names": [str], "host_cpu": int, "limits": {...}}
+host → child   {"t": "program", "program": str, "names": [str], "limits": {...}}
+               {"t": "go", "host_cpu": int}   (nothing of the program runs before it)
                {"t": "reply", "id": int, "ok": true, "value": any}
                {"t": "reply", "id": int, "ok": false, "tool": str, "error": str, "code": str|null}
 child → host   {"t": "call", "id": int, "name": str, "args": {...}}
@@ -481,15 +482,17 @@ def rehearse():
 
 
 def main(fd: int, on_run=None) -> None:
-    """Wait for the ``run`` message on ``fd``, then run the program; ``on_run()`` is called once
-    it has come (the warm runtime renames the process from ready to running)."""
+    """Wait for the ``program`` message on ``fd`` and make it ready to run (its limits applied, the
+    program compiled), then for ``go``, then run it; ``on_run()`` is called once ``go`` has come
+    (the warm runtime renames the process from ready to running). The host sends ``program`` as
+    soon as it has one, before it has confirmed that this run's confinement is still the
+    session's: the program process compiles it meanwhile, and runs nothing of it before ``go``
+    (a run it no longer matches is killed instead)."""
     # a killed program keeps the lines it printed (stdout is the runtime's pipe: a TextIOWrapper)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     channel = SyncChannel(fd)
     loop = rehearse()
     run = json.loads(channel.readline())
-    if on_run is not None:
-        on_run()
     limits = run.get("limits", {})
     max_value = int(limits.get("max_value_bytes", 1 << 20))
     names = run.get("names", [])
@@ -504,15 +507,21 @@ def main(fd: int, on_run=None) -> None:
             os._exit(3)
 
     signal.signal(signal.SIGXCPU, on_xcpu)
+    failed = None
     try:
         apply_limits(limits)
     except OSError as exc:  # never run a program with less confinement than it was given
-        finish(channel, encode_done({"t": "done", "ok": False, "kind": "exception",
-                                     "error": f"the run could not be confined: {exc}"}, 0))
-    try:
-        code, uses_asyncio = parse_program(run["program"])
-    except BaseException as exc:
-        finish(channel, encode_done({"t": "done", "ok": False, "kind": "exception", "error": describe(exc)}, 0))
+        failed = {"t": "done", "ok": False, "kind": "exception", "error": f"the run could not be confined: {exc}"}
+    if failed is None:
+        try:
+            code, uses_asyncio = parse_program(run["program"])
+        except BaseException as exc:
+            failed = {"t": "done", "ok": False, "kind": "exception", "error": describe(exc)}
+    go = json.loads(channel.readline())
+    if on_run is not None:
+        on_run()
+    if failed is not None:
+        finish(channel, encode_done(failed, 0))
     namespace: dict = {"__name__": "__run_code__", "ToolCallError": ToolCallError}  # the program's globals
     if not uses_asyncio:
         loop.close()  # not needed: its descriptors go before the program runs
@@ -522,7 +531,7 @@ def main(fd: int, on_run=None) -> None:
     import asyncio
 
     async def main_async() -> None:
-        achannel = AsyncChannel(fd, asyncio.get_running_loop(), channel.buf, run.get("host_cpu"))
+        achannel = AsyncChannel(fd, asyncio.get_running_loop(), channel.buf, go.get("host_cpu"))
         channel.buf = b""
         namespace["tools"] = Tools(names, achannel.call)
         namespace["asyncio"] = asyncio

@@ -123,6 +123,40 @@ async def test_the_next_run_is_made_ready_once_the_run_has_ended_not_while_it_ru
         assert not _processes(_ours(workspace))
 
 
+async def test_a_program_offered_ahead_to_a_run_that_no_longer_matches_never_runs_there(tmp_path, workspace,
+                                                                                        monkeypatch):
+    """The program goes to the run made ready before its confinement is confirmed (it compiles
+    meanwhile); when the session's mode has changed since, that run is killed unstarted and the
+    program runs once, in the new mode, even when the confirmation takes long."""
+    from dsh_code_mode.runtime import PythonRuntime
+
+    where = PythonRuntime._where
+
+    async def slow_where(self):
+        await anyio.sleep(0.5)  # time enough for the offered run to have run the program, were it to
+        return await where(self)
+
+    monkeypatch.setattr(PythonRuntime, "_where", slow_where)
+    program = ('import os\n'
+               'try:\n    os.makedirs("runs", exist_ok=True)\n    open("written.txt", "w").write("x")\n'
+               '    return "written"\n'
+               "except OSError as exc:\n    return type(exc).__name__\n")
+    script = _script(tmp_path, [run(program), {"text": "done"}])
+    async with memory_host(script, plugins=PLUGINS, config=_config("code")) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(workspace), provider="scripted", model=str(script)))
+        slot = agent.state(WarmSlot)
+        await _until(lambda: slot.spare is not None, "a run made ready ahead")
+        agent.configure(mode="read-only")
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        with anyio.fail_after(30):
+            await agent.wait_idle()
+        results = [e for e in host.session_store.logs[agent.session_id].events if isinstance(e, ToolResultEvent)]
+        assert results[0].result.content[0].text in ("OSError", "PermissionError")
+        assert not (workspace / "written.txt").exists() and not (workspace / "runs").exists()
+        await agent.dispose()
+        assert not _processes(_ours(workspace))
+
+
 async def test_a_session_disposed_while_its_warm_runtime_starts_leaves_nothing(tmp_path, workspace):
     script = _script(tmp_path, [{"text": "done"}])
     async with memory_host(script, plugins=PLUGINS, config=_config("code")) as host:

@@ -517,16 +517,17 @@ def main(fd: int, on_run=None) -> None:
             code, uses_asyncio = parse_program(run["program"])
         except BaseException as exc:
             failed = {"t": "done", "ok": False, "kind": "exception", "error": describe(exc)}
+    namespace: dict = {"__name__": "__run_code__", "ToolCallError": ToolCallError}  # the program's globals
+    if failed is None:
+        exec(code, namespace)  # defines ``__program__``: nothing of the program runs before it is called
     go = json.loads(channel.readline())
     if on_run is not None:
         on_run()
     if failed is not None:
         finish(channel, encode_done(failed, 0))
-    namespace: dict = {"__name__": "__run_code__", "ToolCallError": ToolCallError}  # the program's globals
     if not uses_asyncio:
         loop.close()  # not needed: its descriptors go before the program runs
         namespace["tools"] = Tools(names, _Request)
-        exec(code, namespace)
         finish(channel, encode_done(outcome(lambda: drive(namespace["__program__"](), channel)), max_value))
     import asyncio
 
@@ -535,7 +536,6 @@ def main(fd: int, on_run=None) -> None:
         channel.buf = b""
         namespace["tools"] = Tools(names, achannel.call)
         namespace["asyncio"] = asyncio
-        exec(code, namespace)
         try:
             value = await namespace["__program__"]()
             msg = {"t": "done", "ok": True, "value": value}

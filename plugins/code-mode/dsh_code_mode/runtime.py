@@ -393,14 +393,15 @@ class _Run:
                 tg.start_soon(self._read_output)
                 try:
                     with anyio.fail_after(lim.wall_seconds):
+                        # The program's calls, the writer and the watchers, in one group: the first
+                        # watcher that ends the run cancels it all (outstanding calls are cancelled,
+                        # drained). The channel is read in this task (a task fewer to start and stop).
                         async with anyio.create_task_group() as calls:
+                            stop = calls.cancel_scope
                             calls.start_soon(self._writer)
-                            async with anyio.create_task_group() as watch:
-                                stop = watch.cancel_scope
-                                watch.start_soon(self._watching, stop, self._watch_cancel, cancel)
-                                watch.start_soon(self._watching, stop, self._watch_exit)
-                                watch.start_soon(self._watching, stop, self._read_channel, calls)
-                            calls.cancel_scope.cancel()  # the program ended: outstanding calls are cancelled, drained
+                            calls.start_soon(self._watching, stop, self._watch_cancel, cancel)
+                            calls.start_soon(self._watching, stop, self._watch_exit)
+                            await self._watching(stop, self._read_channel, calls)
                 except TimeoutError:
                     self._set("timeout", f"the program ran past its wall-clock budget of {lim.wall_seconds:g} s")
                 finally:

@@ -5,7 +5,8 @@ message, alternating in one session. This plays the same turns (``floor_code_mod
 splits each program turn by timestamps taken in the host, at these points:
 
     call      the run_code tool call (its ToolCallEvent)
-    execute   the run starts (``_Run.execute``: the program is sent to the ready process)
+    execute   the run starts (``_Run.execute``: ``go`` is sent; the program went to the ready
+              process before, while the host confirmed its confinement)
     1st msg   the host takes in the first message of the program (its calls)
     1st call  the first nested call starts (its CodeDispatchStart)
     last call the last nested call ends (its CodeDispatch)
@@ -14,9 +15,10 @@ splits each program turn by timestamps taken in the host, at these points:
     result    the run_code result (its ToolResultEvent)
 
 and prints, per turn and as medians, the phases between them beside the native turn's span.
-From ``execute`` to ``1st msg`` is the program process's start (woken, its limits, compiling the
-program, its event loop, its 100 calls made); ``1st msg`` to ``1st call`` the host taking in the
-calls; ``call`` to ``execute`` and ``done`` to ``result`` the host's own fixed parts.
+From ``execute`` to ``1st msg`` is what is left of the program process's start (it was woken by
+the program and compiled it meanwhile; then ``go``, its event loop, its first call, which leaves
+at once); ``1st msg`` to ``1st call`` the host taking in that call; ``call`` to ``execute`` and
+``done`` to ``result`` the host's own fixed parts.
 
 (The reads are of files the kernel has cached: the read tool answers them in the event loop,
 no worker thread; session 18 removed the ``--no-thread`` experiment that showed what this

@@ -107,9 +107,13 @@ def _program_message(program: str, names: list[str], limits: Limits, nproc: int)
         ensure_ascii=False).encode()
 
 
-def _offer(spare: Any, message: bytes) -> bytes:
+def _offer(spare: Any, message: bytes) -> bytes | None:
     """Send ``message`` (and its newline) to a run made ready, as far as its socket takes it at
-    once (never blocking); what is left, for ``execute`` to send."""
+    once (never blocking); what is left, for ``execute`` to send. None: not sent, because another
+    run offered it its program already (and failed before taking it: ``WarmSlot.take`` discards it)."""
+    if spare.offered:
+        return None
+    spare.offered = True
     data = message + b"\n"
     try:
         spare.channel.setblocking(False)
@@ -210,7 +214,7 @@ class PythonRuntime:
         where = await self._where()
         try:
             try:
-                prepared = await slot.take(where)
+                prepared = await slot.take(where, spare if offered is not None else None)
             except WarmError as exc:
                 raise ToolError(f"run_code could not start its confined runtime ({exc}); nothing was run",
                                 code="SANDBOX_UNAVAILABLE") from None

@@ -87,6 +87,7 @@ class Prepared:
         self.channel = channel
         self.bound = bound
         self.where = where
+        self.offered = False  # a run sent it its program ahead (it is that run's, or nobody's)
 
     def alive(self) -> bool:
         """False once its reaper reported or vanished (its call socket is readable: nothing
@@ -120,12 +121,15 @@ class WarmSlot:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     starts: int = 0
 
-    async def take(self, where: Where) -> Prepared:
+    async def take(self, where: Where, offered: Prepared | None = None) -> Prepared:
         """A run ready for its program at ``where``: the one made ready meanwhile when it matches
-        and lives, else one made now (starting or replacing the warm process when needed)."""
+        and lives, else one made now (starting or replacing the warm process when needed).
+        ``offered``: the run made ready that the caller sent its program ahead; one that another
+        run offered its program and never took is never taken (its program would run)."""
         async with self.lock:
             spare, self.spare = self.spare, None
-            if spare is not None and spare.where == where and spare.alive():
+            if (spare is not None and spare.where == where and spare.alive()
+                    and (not spare.offered or spare is offered)):
                 return spare
             if spare is not None:
                 await spare.discard()

@@ -277,6 +277,33 @@ async def test_a_run_of_another_mode_is_not_cut_short_by_the_last_runs_refill(wo
         assert not _processes(_ours(workspace))
 
 
+async def test_a_program_offered_to_a_run_it_never_took_is_never_run(workspace, monkeypatch):
+    """A run sends its program to the run made ready, then fails before taking it (its
+    confinement could not be confirmed): the next run never gets that run made ready, which
+    would run the first program on the next one's go."""
+    from dsh_core.errors import ToolError
+
+    async with memory_host("unused.json", plugins=("sandbox-tools",)) as host:
+        session = _Session()
+        runtime = PythonRuntime(host, str(workspace), session=session)
+        with anyio.fail_after(30):
+            assert (await runtime.run("return 0", _NoTools(), anyio.Event())).value == 0
+            await _until_spare(session)
+            where = PythonRuntime._where
+
+            async def failing(self):
+                monkeypatch.setattr(PythonRuntime, "_where", where)
+                raise ToolError("confinement unavailable", code="SANDBOX_UNAVAILABLE")
+
+            monkeypatch.setattr(PythonRuntime, "_where", failing)
+            with pytest.raises(ToolError):
+                await runtime.run('return "first"', _NoTools(), anyio.Event())
+            second = await runtime.run('return "second"', _NoTools(), anyio.Event())
+        assert (second.error, second.value) == (None, "second")
+        await session.slots.aclose()
+        assert not _processes(_ours(workspace))
+
+
 async def _until_spare(session: _Session) -> None:
     while session.state(WarmSlot).spare is None:
         await anyio.sleep(0.02)

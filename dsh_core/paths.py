@@ -44,12 +44,7 @@ def credentials_home() -> Path:
     """Where a provider's login keeps a credential when no OS keyring is available (files only
     the user can read). Sandboxed commands must not read it: sandbox-tools hides it (a tmpfs over
     it under bubblewrap, reads granted only beside it under Landlock)."""
-    return _credentials_in(config_home())
-
-
-@functools.lru_cache(maxsize=8)
-def _credentials_in(config: Path) -> Path:
-    return config / "credentials"
+    return config_home() / "credentials"
 
 
 def open_inside(root: str | os.PathLike[str], path: str | os.PathLike[str], flags: int = os.O_RDONLY,

@@ -44,7 +44,7 @@ class Runner:
 
 def bwrap_argv(argv: list[str], roots: list[str], cwd: str, *, probe: bool = False) -> list[str]:
     """``probe``: the one-time probe (``dsh doctor`` too), which creates nothing."""
-    bwrap = _which_bwrap(os.environ.get("PATH"))
+    bwrap = bwrap_path() or FALLBACK_BWRAP
     # --cap-drop ALL matters when the harness runs as root: bwrap otherwise keeps every capability
     # inside, and CAP_SYS_ADMIN can simply `mount -o remount,rw /`.
     out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--proc", "/proc", "--die-with-parent",
@@ -64,11 +64,22 @@ def bwrap_argv(argv: list[str], roots: list[str], cwd: str, *, probe: bool = Fal
     return out
 
 
+FALLBACK_BWRAP = "/usr/bin/bwrap"  # named when PATH has none: absolute, so never looked up anywhere else
+
+
+def bwrap_path() -> str | None:
+    """bwrap as PATH finds it through its absolute directories only, or None. An empty or relative
+    entry (``PATH=:/usr/bin``, ``.``) names the directory of the moment: the dsh process's may be
+    a repository someone else wrote, and its ``bwrap`` would run unconfined as the sandbox itself
+    (and could pass the probe). Looked up once per PATH: a lookup stats each entry, most of a
+    program's confinement's 90 us (bench/profile_code_reads.py)."""
+    return _which_bwrap(os.environ.get("PATH", os.defpath))
+
+
 @functools.lru_cache(maxsize=4)
-def _which_bwrap(path: str | None) -> str:
-    """bwrap as this PATH finds it, looked up once per PATH: a lookup stats each PATH entry, and
-    in a program's start it was most of its confinement's 90 us (bench/profile_code_reads.py)."""
-    return shutil.which("bwrap", path=path) or "bwrap"
+def _which_bwrap(path: str) -> str | None:
+    absolute = os.pathsep.join(d for d in path.split(os.pathsep) if os.path.isabs(d))
+    return shutil.which("bwrap", path=absolute) if absolute else None
 
 
 def landlock_rules(roots: list[str]) -> list[str]:
@@ -125,7 +136,7 @@ def probe(preference: str = "auto") -> ProbeResult:
         result.attempts["none"] = "sandbox disabled by configuration"
         return result
     if preference in ("auto", "bwrap"):
-        if shutil.which("bwrap") is None:
+        if bwrap_path() is None:
             result.attempts["bwrap"] = "not installed (Debian package: bubblewrap)"
         else:
             r = Runner("bwrap", detail="bubblewrap", denial="Read-only file system")

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from . import _landlock_exec
-from .mechanisms import probe_cached
+from .mechanisms import bwrap_path, probe_cached
 
 MECHANISMS = ("bwrap", "landlock")
 
@@ -44,7 +44,7 @@ def require_mechanism(name: str) -> None:
     if result.runner is not None:
         return
     outcome = result.attempts.get(name, "")
-    if name == "bwrap" and shutil.which("bwrap") is None:
+    if name == "bwrap" and bwrap_path() is None:
         pytest.skip("bubblewrap is not installed (Debian package: bubblewrap); the Landlock parametrisation runs")
     if name == "bwrap" and outcome.startswith("cannot start"):
         pytest.skip(f"bubblewrap is installed but cannot start on this machine: {outcome}")

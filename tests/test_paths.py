@@ -27,3 +27,22 @@ def test_a_relative_config_home_is_taken_from_the_directory_of_the_moment(tmp_pa
         (tmp_path / d).mkdir()
         monkeypatch.chdir(tmp_path / d)
         assert config_home() == Path(tmp_path / d / "rel")
+
+
+def test_a_program_is_found_through_absolute_path_entries_only(tmp_path, monkeypatch):
+    """``find_program``: an empty or relative PATH entry names the directory of the moment (which
+    may be a repository someone else wrote); a program there is never found. An absolute entry
+    is, and the answer follows PATH."""
+    from dsh_core.paths import find_program
+
+    here, there = tmp_path / "here", tmp_path / "there"
+    for d in (here, there):
+        d.mkdir()
+        (d / "prog").write_text("#!/bin/sh\n")
+        (d / "prog").chmod(0o755)
+    monkeypatch.chdir(here)
+    for path in (f":{tmp_path / 'empty'}", f".:{tmp_path / 'empty'}", "", "here"):
+        monkeypatch.setenv("PATH", path)
+        assert find_program("prog") is None
+    monkeypatch.setenv("PATH", f":{there}")
+    assert find_program("prog") == str(there / "prog")

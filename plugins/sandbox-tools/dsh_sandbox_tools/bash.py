@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import signal
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dsh_core import ToolError
-from dsh_core.paths import real_dir
+from dsh_core.paths import find_program, real_dir
 from dsh_core.progress import output_progress
 from dsh_core.protocols import JobEnd
 from dsh_core.types import ToolOutput
 
 from .base import BOOL, OPT_INT, OPT_STR, STR, SandboxTool, out_schema, positive_ms, str_arg
 from .mechanisms import PARTIAL_NOTICE
-from .policy import Settings, environ_data
+from .policy import Settings
 from .run import spill_file_for, spill_path_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -220,16 +219,10 @@ class BashTool(SandboxTool):
 
 
 _PARTIAL_LINE = PARTIAL_NOTICE + "\n"  # the Landlock runner's notice line, taken out of a command's output
-_BASH: dict[bytes | str | None, str] = {}  # PATH -> the shell found on it (looked up once, not on every call)
-
-
 def _bash() -> str:
-    raw = environ_data()
-    path = raw.get(b"PATH") if raw is not None else os.environ.get("PATH")
-    found = _BASH.get(path)
-    if found is None:
-        found = _BASH[path] = shutil.which("bash") or "/bin/sh"
-    return found
+    """The shell a command runs in: bash through PATH's absolute directories (cached per PATH;
+    never a ``bash`` in the directory of the moment: ``dsh_core.paths.find_program``), else sh."""
+    return find_program("bash") or "/bin/sh"
 
 
 def resolve_workdir(workdir: str | None, workspace: str, extra: tuple[str, ...] = ()) -> str:

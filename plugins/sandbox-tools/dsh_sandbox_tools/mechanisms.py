@@ -9,9 +9,7 @@ confined tiers refuse to run commands ("sandbox unavailable"), never run unconfi
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,7 +19,7 @@ from pathlib import Path
 
 import anyio
 
-from dsh_core.paths import credentials_home
+from dsh_core.paths import credentials_home, find_program
 
 from . import _landlock_exec
 
@@ -68,18 +66,11 @@ FALLBACK_BWRAP = "/usr/bin/bwrap"  # named when PATH has none: absolute, so neve
 
 
 def bwrap_path() -> str | None:
-    """bwrap as PATH finds it through its absolute directories only, or None. An empty or relative
-    entry (``PATH=:/usr/bin``, ``.``) names the directory of the moment: the dsh process's may be
-    a repository someone else wrote, and its ``bwrap`` would run unconfined as the sandbox itself
-    (and could pass the probe). Looked up once per PATH: a lookup stats each entry, most of a
-    program's confinement's 90 us (bench/profile_code_reads.py)."""
-    return _which_bwrap(os.environ.get("PATH", os.defpath))
-
-
-@functools.lru_cache(maxsize=4)
-def _which_bwrap(path: str) -> str | None:
-    absolute = os.pathsep.join(d for d in path.split(os.pathsep) if os.path.isabs(d))
-    return shutil.which("bwrap", path=absolute) if absolute else None
+    """bwrap as PATH finds it through its absolute directories only, or None
+    (``dsh_core.paths.find_program``: a ``bwrap`` in the directory of the moment, which may be a
+    repository someone else wrote, would run unconfined as the sandbox itself, and could pass the
+    probe)."""
+    return find_program("bwrap")
 
 
 def landlock_rules(roots: list[str]) -> list[str]:

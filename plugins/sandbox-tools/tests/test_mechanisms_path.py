@@ -39,3 +39,15 @@ def test_a_bwrap_in_the_directory_of_the_moment_is_never_the_sandbox(tmp_path, m
         assert bwrap_argv(["true"], [], str(tmp_path), probe=True)[0] == FALLBACK_BWRAP
         assert probe("bwrap").runner is None
     assert not (repo / "ran").exists()
+
+
+def test_the_bash_tools_shell_is_never_one_in_the_directory_of_the_moment(tmp_path, monkeypatch):
+    from dsh_sandbox_tools.bash import _bash
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "bash").write_text("#!/bin/sh\n")
+    (repo / "bash").chmod(0o755)
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("PATH", ":/usr/bin:/bin")
+    assert os.path.isabs(_bash()) and _bash() != str(repo / "bash")

@@ -4,13 +4,13 @@ starting one confined like the session's ``bash`` calls. They all end with the s
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from dsh_core import ToolError
+from dsh_core.paths import find_program
 
 from .terminal import PROMPT, PROMPT_COMMAND, Terminal, Timing
 
@@ -33,7 +33,7 @@ class Limits:
 def shell_argv(start_in: str | None = None) -> list[str]:
     """An interactive bash without profiles; ``start_in``: a directory to change to first (the
     confinement's roots stay those of the session's workspace, whatever the terminal's cwd)."""
-    bash = shutil.which("bash") or "/bin/bash"
+    bash = find_program("bash") or "/bin/bash"
     argv = [bash, "--noprofile", "--norc", "-i"]
     if start_in is None:
         return argv

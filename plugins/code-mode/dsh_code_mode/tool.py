@@ -88,9 +88,10 @@ class Dispatcher:
             content = out.content
             agent.emit(CodeDispatch(turn=turn, step=step, call_id=sub_id, parent_call_id=parent, name=name,
                                     arguments=logged, is_error=out.is_error, result=content, code=out.code))
-        # (most results are one text block: no generator to run over them)
-        if (len(content) != 1 or type(content[0]) is not TextBlock) and any(isinstance(b, ImageBlock) for b in content):
-            self.images.extend(content)
+        for block in content:
+            if isinstance(block, ImageBlock):
+                self.images.extend(content)
+                break
         if out.structured is not None:
             return out.structured
         text = _text(out)

@@ -12,9 +12,10 @@ output. Everything the program sends is hostile input: every line is bounded, de
 strictly into one of two message types, and checked (increasing call ids, known tools,
 outstanding-call and total-call caps). The first of done / failure / budget / cancel ends
 the run: every process of it is killed at once (the reaper's view and the cgroup's),
-outstanding calls are cancelled and drained, and the result is returned once the run's cgroup
-is empty (without one, once the reaper reported every process gone); the reaper's report, the
-cgroup's removal and the descriptors' close then finish in the session's task.
+outstanding calls are cancelled and drained, and the result is returned once nothing of the
+run can run any more (every thread in its cgroup gone or exiting; without a cgroup, once the
+reaper reported every process gone); the reaper's report, the cgroup's removal and the
+descriptors' close then finish in the session's task.
 """
 
 from __future__ import annotations
@@ -268,7 +269,7 @@ class _Run:
                  keeper: _Keeper | None = None) -> None:
         self.limits = limits
         self.keeper = keeper
-        self.emptied = False  # every process of the run is known dead (its cgroup emptied)
+        self.emptied = False  # nothing of the run can run any more (its cgroup settled)
         self.killing: list[int] = []  # pidfds of the cgroup's members signalled at the end, not yet waited for
         self.bindings = bindings
         self.launched = launched
@@ -328,17 +329,21 @@ class _Run:
         self.launched.kill()
 
     async def _kill_all(self) -> bool:
-        """Where the run has a cgroup: SIGKILL every process in it, again until it is empty, each
-        waited for through its pidfd (readable once the process has exited). An empty cgroup is
-        final: a process leaves it only by exiting, and one still forking is listed before it can
-        exit, so nothing of the run can run again. True once empty; False without a cgroup, or
-        when it did not empty within ``DRAIN_GRACE_S`` (then the reaper's report is awaited)."""
+        """Where the run has a cgroup: SIGKILL every process in it, again until nothing of it can
+        run any more, each waited for through its pidfd (readable once the process has exited).
+        Nothing can once every thread listed is gone or exiting (``ProcessBound.settled``): an
+        empty cgroup is final, a process leaves it only by exiting, and one still forking is
+        listed before it can exit. A program that ended itself is exiting by now: it is not
+        waited for. True once settled; False without a cgroup, or when it did not settle within
+        ``DRAIN_GRACE_S`` (then the reaper's report is awaited)."""
         with anyio.move_on_after(DRAIN_GRACE_S):
-            while (pids := self.bound.members()) is not None:
-                if not pids:
+            while (settled := self.bound.settled()) is not None:
+                if settled:
                     return True
                 fds, self.killing = self.killing, []
-                fds += self.bound.kill_members(pids)
+                fds += self.bound.kill_members(self.bound.members() or [])
+                if not fds:  # listed, yet neither ours to signal nor exiting: look again a turn later
+                    await anyio.lowlevel.checkpoint()
                 try:
                     for fd in fds:
                         await anyio.wait_readable(fd)
@@ -410,17 +415,20 @@ class _Run:
                     self._set("timeout", f"the program ran past its wall-clock budget of {lim.wall_seconds:g} s")
                 finally:
                     self._drop_queued()
-                # The program is done one way or another: kill what is left; once all of it is gone
-                # (its cgroup empty, else the reaper's report), no writer of the output is left
-                # either: collect the last of it. The reaper is told only when the cgroup could
-                # not say (it is told in the teardown anyway): it wakes for it, on another CPU.
+                # The program is done one way or another: kill what is left. Once nothing of it
+                # can run (its cgroup settled), nothing writes to the output any more: what is in
+                # the pipe is all of it. Without a cgroup, once the reaper reported every process
+                # gone, the output's end comes; the reaper is told only then (it is told in the
+                # teardown anyway): it wakes for it, on another CPU.
                 self.emptied = await self._kill_all()
-                if not self.emptied:
+                if self.emptied:
+                    self._took_output(self.launched.available(lim.max_output_bytes + 1))
+                else:
                     self.kill()
                     with anyio.move_on_after(DRAIN_GRACE_S):
                         await self.launched.wait()
-                with anyio.move_on_after(DRAIN_GRACE_S):
-                    await self.output_done.wait()
+                    with anyio.move_on_after(DRAIN_GRACE_S):
+                        await self.output_done.wait()
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
@@ -467,17 +475,20 @@ class _Run:
     async def _read_output(self) -> None:
         try:
             while chunk := await self.launched.read():
-                self.output_total += len(chunk)
-                room = self.limits.max_output_bytes - len(self.output)
-                if room > 0:
-                    self.output += chunk[:room]
-                if self.output_total > self.limits.max_output_bytes and not self.finished:
-                    self._set("output-limit", f"the program printed more than {self.limits.max_output_bytes} bytes")
-                    self.kill()
+                self._took_output(chunk)
         except OSError:
             pass
         finally:
             self.output_done.set()
+
+    def _took_output(self, chunk: bytes) -> None:
+        self.output_total += len(chunk)
+        room = self.limits.max_output_bytes - len(self.output)
+        if room > 0:
+            self.output += chunk[:room]
+        if self.output_total > self.limits.max_output_bytes and not self.finished:
+            self._set("output-limit", f"the program printed more than {self.limits.max_output_bytes} bytes")
+            self.kill()
 
     async def _read_channel(self, calls: anyio.abc.TaskGroup) -> None:
         assert self.sock is not None

@@ -249,6 +249,18 @@ class Launched:
             except BlockingIOError:
                 await anyio.wait_readable(self.output)
 
+    def available(self, limit: int) -> bytes:
+        """The output bytes in the pipe now (b"" when none; at most about ``limit``), read without
+        waiting: once no process of the run can write any more, the rest of its output (bounded:
+        a process outside the run that was handed the pipe may still be writing to it)."""
+        data = bytearray()
+        try:
+            while len(data) < limit and (chunk := os.read(self.output, 1 << 16)):
+                data += chunk
+        except (BlockingIOError, OSError):  # (OSError: the run's output was closed already)
+            pass
+        return bytes(data)
+
     def close(self) -> None:
         self.line.close()
         for fd in (self.output, self._output_theirs):

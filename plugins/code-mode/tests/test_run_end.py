@@ -139,6 +139,34 @@ def test_the_cgroup_kill_signals_its_members_and_nothing_else():
         bound.close()
 
 
+def test_settled_says_whether_anything_of_the_run_can_still_run():
+    """``settled`` (what a run's end waits for): False while a thread in the cgroup is live, True
+    once every one is gone or inside its exit; None without a cgroup. A name that holds ``) ``
+    (the separator /proc/PID/stat is read by) does not fool it."""
+    import subprocess
+    import sys
+
+    assert ProcessBound("none").settled() is None
+    bound = _pids_cgroup()
+    assert bound.settled() is True  # empty
+    # a process named to look like the end of its stat's name field, with a second thread
+    code = ("import ctypes, threading, time; ctypes.CDLL(None).prctl(15, b'x) R 1 2 3', 0, 0, 0); "
+            "threading.Thread(target=time.sleep, args=(30,)).start(); print('ok', flush=True); time.sleep(30)")
+    member = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        (bound.cgroup / "cgroup.procs").write_text(str(member.pid))
+        assert member.stdout is not None and member.stdout.readline() == b"ok\n"
+        assert len((bound.cgroup / "tasks").read_text().split()) == 2
+        assert bound.settled() is False
+        member.kill()
+        member.wait()
+        assert bound.settled() is True
+    finally:
+        member.kill()
+        member.wait()
+        bound.close()
+
+
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 async def test_a_runs_cgroup_is_removed_off_the_event_loop(code_host, workspace, mechanism, monkeypatch):
     """A cgroup's rmdir waits for the kernel's cgroup lock (held through an RCU grace period by a

@@ -271,6 +271,50 @@ def test_a_program_runs_on_asyncio_when_it_names_it(program, uses):
     assert uses_asyncio is uses and code.co_consts[0].co_name == "__program__"
 
 
+def _shape(code):
+    """What a program's compiled form means, for comparing two ways of compiling it: each code
+    object's name, instructions with their lines (after its prologue, which belongs to the
+    ``def`` line) and constants (strings included), depth first."""
+    import dis
+
+    ops = [(i.opname, i.argval.co_name if hasattr(i.argval, "co_lines") else i.argrepr, i.positions.lineno)
+           for i in dis.get_instructions(code)]
+    body = ops[next((k + 1 for k, op in enumerate(ops) if op[0] == "RESUME"), 0):]
+    consts = tuple(_shape(c) if hasattr(c, "co_lines") else c for c in code.co_consts)
+    return code.co_name, code.co_names, code.co_varnames, body, consts
+
+
+@pytest.mark.parametrize(("program", "as_text"), [
+    ('x = 1\ny = [i for i in range(3)]\nraise ValueError(y)', True),
+    ('def f(a):\n    return lambda: (a,\n  "one line")\n\nreturn f(1)()', True),  # a bracket spans lines
+    ("s = 'a\u2028b'\r\nreturn s", True),  # \u2028 is no line end to Python; \r\n is
+    ('"the docstring"\nreturn 1', True),
+    ('s = """two\nlines"""\nreturn s', False),  # the string would change: compiled as a tree
+    ("s = 'a\\\nb'\nreturn s", False),  # a backslash continues the string
+    ("if True:\n\treturn 1", False),  # tabs
+    ("  return 1", False),  # an indented first line: the tree's error says why
+    ("", False), ("# only a comment", False),  # no statement: the tree's way gives __program__ a body
+])
+def test_a_program_compiled_from_its_text_means_what_its_syntax_tree_does(program, as_text):
+    from dsh_code_mode import _child
+
+    text = _child._compile_as_text(program)
+    assert (text is not None) is as_text
+    try:
+        tree = _child._compile_as_tree(program)
+    except SyntaxError:
+        assert text is None
+        return
+    assert text is None or _shape(text.co_consts[0]) == _shape(tree.co_consts[0])
+
+
+async def test_a_failing_programs_traceback_names_its_own_lines(code_host):
+    code = "x = 1\ndef f():\n    raise ValueError('deep')\n\nf()"
+    async with code_host([run(code), {"text": "{tool_result}"}]) as turn:
+        await turn.agent.wait_idle()
+    assert "(program line 5, line 3)" in _text(_result(turn))
+
+
 def test_the_first_call_of_a_burst_leaves_at_once_and_the_rest_together():
     """The first call made while none is in flight is written before the program goes on (the
     host starts on it meanwhile); the calls made after it in the same loop turn leave in one write."""

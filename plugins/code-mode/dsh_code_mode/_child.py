@@ -177,8 +177,8 @@ class AsyncChannel:
     async def message(self) -> dict:
         """The next of the run's own messages (``program``, then ``go``)."""
         while not self.control:
-            self.control_ready = self.loop.create_future()
-            await self.control_ready
+            self.control_ready = ready = self.loop.create_future()
+            await ready
         return self.control.pop(0)
 
     def keep_off(self, cpu: object) -> None:

@@ -545,7 +545,8 @@ class CodeRuntime(Protocol):
 
     ``run`` executes ``program`` — the body of an async function: top-level ``await`` and
     ``return`` — with ``bindings`` as its tool API, and returns a ``CodeRunResult`` (output
-    lines, return value, or an error with its kind). Setting ``cancel`` aborts the program
+    lines, return value, or an error with its kind). Setting ``cancel`` (when there is one: a
+    caller whose only way to stop a run is to cancel its task passes None) aborts the program
     (error kind ``abort``); cancelling the calling task aborts it too and propagates. Either
     way nothing the program started may survive ``run``. A runtime confines programs in the
     session's tier; one that can narrow it offers ``confined_to(mode) -> CodeRuntime`` (optional:
@@ -554,7 +555,7 @@ class CodeRuntime(Protocol):
 
     language: str
 
-    async def run(self, program: str, bindings: CodeBindings, cancel: anyio.Event) -> CodeRunResult: ...
+    async def run(self, program: str, bindings: CodeBindings, cancel: anyio.Event | None = None) -> CodeRunResult: ...
 
 
 @runtime_checkable

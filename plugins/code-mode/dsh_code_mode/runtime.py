@@ -202,7 +202,7 @@ class PythonRuntime:
                 keeper.running = False
                 keeper.teardowns = None
 
-    async def run(self, program: str, bindings: Any, cancel: anyio.Event) -> CodeRunResult:
+    async def run(self, program: str, bindings: Any, cancel: anyio.Event | None = None) -> CodeRunResult:
         slot = self.session.state(WarmSlot) if self.session is not None else WarmSlot()
         keeper = self.session.state(_Keeper) if self.session is not None else None
         names = list(bindings.names)
@@ -276,7 +276,6 @@ class _Run:
         self.bound = bound
         self.output = bytearray()
         self.output_total = 0
-        self.output_done = anyio.Event()
         self.channel_closed = anyio.Event()
         self.error: CodeRunError | None = None
         self.value: Any = None
@@ -377,7 +376,7 @@ class _Run:
 
     # ------------------------------------------------------------------ the run
 
-    async def execute(self, sock: socket.socket, program: str, names: list[str], cancel: anyio.Event,
+    async def execute(self, sock: socket.socket, program: str, names: list[str], cancel: anyio.Event | None,
                       offered: bytes | None = None) -> CodeRunResult:
         """Run ``program`` over ``sock`` (the host's end of the channel, closed here); ``offered``:
         its ``program`` message was sent already (``_offer``), all but these bytes of it."""
@@ -398,38 +397,38 @@ class _Run:
             self._write(offered)
         self._send({"t": "go", "host_cpu": _this_cpu()})
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._read_output)
-                try:
-                    with anyio.fail_after(lim.wall_seconds):
-                        # The program's calls, the writer and the watchers, in one group: the first
-                        # watcher that ends the run cancels it all (outstanding calls are cancelled,
-                        # drained). The channel is read in this task (a task fewer to start and stop).
-                        async with anyio.create_task_group() as calls:
-                            stop = calls.cancel_scope
-                            calls.start_soon(self._writer)
+            try:
+                with anyio.fail_after(lim.wall_seconds):
+                    # The program's calls, the writer, the output's reader and the watchers, in one
+                    # group: the first watcher that ends the run cancels it all (outstanding calls
+                    # are cancelled, drained). The channel is read in this task (a task fewer to
+                    # start and stop; so is the output's end, below: one group to unwind, not two).
+                    async with anyio.create_task_group() as calls:
+                        stop = calls.cancel_scope
+                        calls.start_soon(self._writer)
+                        calls.start_soon(self._read_output)
+                        if cancel is not None:
                             calls.start_soon(self._watching, stop, self._watch_cancel, cancel)
-                            calls.start_soon(self._watching, stop, self._watch_exit)
-                            await self._watching(stop, self._read_channel, calls)
-                except TimeoutError:
-                    self._set("timeout", f"the program ran past its wall-clock budget of {lim.wall_seconds:g} s")
-                finally:
-                    self._drop_queued()
-                # The program is done one way or another: kill what is left. Once nothing of it
-                # can run (its cgroup settled), nothing writes to the output any more: what is in
-                # the pipe is all of it. Without a cgroup, once the reaper reported every process
-                # gone, the output's end comes; the reaper is told only then (it is told in the
-                # teardown anyway): it wakes for it, on another CPU.
-                self.emptied = await self._kill_all()
-                if self.emptied:
-                    self._took_output(self.launched.available(lim.max_output_bytes + 1))
-                else:
-                    self.kill()
-                    with anyio.move_on_after(DRAIN_GRACE_S):
-                        await self.launched.wait()
-                    with anyio.move_on_after(DRAIN_GRACE_S):
-                        await self.output_done.wait()
-                tg.cancel_scope.cancel()
+                        calls.start_soon(self._watching, stop, self._watch_exit)
+                        await self._watching(stop, self._read_channel, calls)
+            except TimeoutError:
+                self._set("timeout", f"the program ran past its wall-clock budget of {lim.wall_seconds:g} s")
+            finally:
+                self._drop_queued()
+            # The program is done one way or another: kill what is left. Once nothing of it can
+            # run (its cgroup settled), nothing writes to the output any more: what is in the pipe
+            # is all of it. Without a cgroup, once the reaper reported every process gone, the
+            # rest is read to the output's end; the reaper is told only then (it is told in the
+            # teardown anyway): it wakes for it, on another CPU.
+            self.emptied = await self._kill_all()
+            if self.emptied:
+                self._took_output(self.launched.available(lim.max_output_bytes + 1))
+            else:
+                self.kill()
+                with anyio.move_on_after(DRAIN_GRACE_S):
+                    await self.launched.wait()
+                with anyio.move_on_after(DRAIN_GRACE_S):
+                    await self._read_output()
         finally:
             with anyio.CancelScope(shield=True):
                 sock.close()
@@ -473,13 +472,12 @@ class _Run:
         self.fail("worker-exit", f"the program's process ended without finishing (exit status {code})")
 
     async def _read_output(self) -> None:
+        """The program's output as it comes, until its end (every writer gone)."""
         try:
             while chunk := await self.launched.read():
                 self._took_output(chunk)
         except OSError:
             pass
-        finally:
-            self.output_done.set()
 
     def _took_output(self, chunk: bytes) -> None:
         self.output_total += len(chunk)

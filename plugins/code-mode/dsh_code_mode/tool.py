@@ -6,8 +6,6 @@ import json
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from dsh_core import ToolError
 from dsh_core.errors import CodeCallError
 from dsh_core.schedule import ToolScheduler
@@ -149,7 +147,7 @@ class RunCodeTool:
             raise ToolError("no code runtime is mounted in this composition", code="NO_CODE_RUNTIME")
         names = [n for n in ctx.agent.tools if n != NAME and callable_name(n)]
         dispatcher = Dispatcher(ctx, names, self.settings.max_parallel_sub_calls)
-        result = await runtime.run(code, dispatcher, anyio.Event())
+        result = await runtime.run(code, dispatcher)  # stopped by cancelling this task (the turn's)
         if dispatcher.images and ctx.route.image_input:
             ctx.splice([TextBlock(text="Images returned by tool calls inside run_code:"), *dispatcher.images])
         return outer_result(result)

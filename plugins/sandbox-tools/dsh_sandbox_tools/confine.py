@@ -80,7 +80,8 @@ class SandboxConfinement:
                 "a kernel with Landlock.",
                 code="SANDBOX_UNAVAILABLE",
             )
-        return ConfinedCommand(argv=runner.wrap(list(argv), writable_roots(mode, real, self.sandbox.extra_roots(session)), real), env=env, mode=mode,
+        roots = writable_roots(mode, real, self.sandbox.extra_roots(session), resolved=True)  # (real: resolved above)
+        return ConfinedCommand(argv=runner.wrap(list(argv), roots, real), env=env, mode=mode,
                                mechanism=runner.name, denial=runner.denial)
 
     async def write_file(self, path: str, data: bytes, *, session: Agent, cwd: str, create: bool) -> int:

@@ -27,6 +27,16 @@ class Ticket:
         self._admitted = anyio.Event()
         self._released = False
 
+    @property
+    def admitted(self) -> bool:
+        """Whether the call may run now (a caller that has nothing to wait for may skip ``async
+        with`` and its yield, and must then ``leave()`` itself when the call ends)."""
+        return self._admitted.is_set()
+
+    def leave(self) -> None:
+        """The call ended (or will never run): its place goes to the next in line (once)."""
+        self._scheduler._leave(self)
+
     async def __aenter__(self) -> Ticket:
         try:
             await self._admitted.wait()

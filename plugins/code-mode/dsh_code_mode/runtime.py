@@ -49,6 +49,8 @@ DRAIN_GRACE_S = 0.5  # after the end, how long the last output may still take to
 # 100 gathered reads 10.2 -> 10.0 ms with 2-8 turns (bench/floor_code_mode.py reads, alternating).
 # Bounded in turns, not time: a reply is never held for a slow call, only for calls already running.
 REPLY_HOLD_TURNS = 3
+# How many calls a worker runs before it sends the replies it has and lets the loop go round.
+WORKER_SLICE = 16
 CHANNEL_GRACE_S = 5.0
 # What a run leaves for the session's task (the next run made ready, the ended run's teardown)
 # starts this many loop turns after the run returns: its result goes first (the tool dispatch
@@ -594,7 +596,17 @@ class _Run:
         workers take them first come first served, so the call at the head of the line is
         always held by a worker."""
         try:
+            done = 0
             while self.queue:
+                if done == WORKER_SLICE:
+                    # The replies so far leave now, and the loop gets a turn (the other workers,
+                    # the reader, other sessions), every WORKER_SLICE calls: calls admitted at once
+                    # take no loop turn each (``Dispatcher``).
+                    done = 0
+                    self._send_queued()
+                    await anyio.lowlevel.checkpoint()
+                    continue
+                done += 1
                 call_id, name, awaitable, size = self.queue.popleft()
                 try:
                     value = await awaitable
@@ -679,6 +691,29 @@ class _Run:
         self.writing = True
         self.outbox_ready.set()
 
+    def _send_queued(self) -> bool:
+        """Send the queued replies, in order, as far as the socket takes them now (at most 1 MiB a
+        write); True when none is left."""
+        assert self.sock is not None
+        while self.outbox:
+            batch = [self.outbox.popleft()]
+            size = len(batch[0])
+            while self.outbox and size < (1 << 20):
+                batch.append(self.outbox.popleft())
+                size += len(batch[-1])
+            data = b"".join(batch)
+            try:
+                sent = self.sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                sent = len(data)  # gone: drop it, and the rest as it comes
+            self._release(sent)
+            if sent < len(data):
+                self.outbox.appendleft(data[sent:])
+                return False
+        return True
+
     async def _writer(self) -> None:
         """Send what is queued, as much as the socket takes at once (after up to
         ``REPLY_HOLD_TURNS`` turns of the loop while calls still wait for a worker); wait until it
@@ -692,21 +727,6 @@ class _Run:
                 if not self.queue:
                     break
                 await anyio.lowlevel.checkpoint()
-            while self.outbox:
-                batch = [self.outbox.popleft()]
-                size = len(batch[0])
-                while self.outbox and size < (1 << 20):
-                    batch.append(self.outbox.popleft())
-                    size += len(batch[-1])
-                data = b"".join(batch)
-                try:
-                    sent = self.sock.send(data)
-                except BlockingIOError:
-                    sent = 0
-                except OSError:
-                    sent = len(data)  # gone: drop it, and the rest as it comes
-                self._release(sent)
-                if sent < len(data):
-                    self.outbox.appendleft(data[sent:])
-                    await anyio.wait_writable(self.sock)
+            while not self._send_queued():
+                await anyio.wait_writable(self.sock)
             self.writing = False

@@ -60,6 +60,22 @@ async def test_a_cancelled_waiter_gives_its_place_up():
     assert sched.running == 0
 
 
+def test_a_caller_may_skip_the_wait_of_a_ticket_admitted_at_once():
+    """``admitted``: the call may run now (a caller then runs it without ``async with`` and its
+    yield, and ``leave``s when it ends); the next in line is admitted on that leave, once."""
+    sched = ToolScheduler()
+    read, write, later = sched.ticket(True), sched.ticket(False), sched.ticket(True)
+    assert read.admitted and not write.admitted and not later.admitted
+    read.leave()
+    assert write.admitted and not later.admitted and sched.running == 1
+    read.leave()  # a second leave changes nothing
+    assert write.admitted and not later.admitted and sched.running == 1
+    write.leave()
+    assert later.admitted
+    later.leave()
+    assert sched.running == 0
+
+
 def test_limit_must_be_positive():
     with pytest.raises(ValueError):
         ToolScheduler(0)

@@ -145,6 +145,7 @@ class AsyncChannel:
         self.loop = loop
         self.pending: dict = {}
         self.masks = None  # (every CPU allowed, the same without the host's): see keep_off
+        self.allowed = _allowed_cpus()  # read now, before the run's way to its first call
         self.apart = False
         # Before ``go``, what the host sends is the run's own messages (``program``, ``go``): they
         # wait here for ``message``; replies come only after calls.
@@ -185,7 +186,7 @@ class AsyncChannel:
         """``cpu`` is the host's (the event loop's, when it said ``go``): see ``_keep_apart``. The
         run's own messages are over; what comes now is replies."""
         self.control = None  # type: ignore[assignment]
-        self.masks = _apart_masks(cpu)
+        self.masks = _apart_masks(cpu, self.allowed)
 
     def detach(self) -> bytes:
         """Stop the loop's use of the fd (blocking again); what was read of the next message."""
@@ -263,14 +264,18 @@ class AsyncChannel:
         return data
 
 
-def _apart_masks(cpu: object):
-    """(the CPUs this process may use, the same without ``cpu``), or None when that is not a
-    choice (no CPU given, one CPU only, ``cpu`` not among them)."""
-    if not isinstance(cpu, int) or isinstance(cpu, bool) or cpu < 0:
-        return None
+def _allowed_cpus():
+    """The CPUs this process may use (None when that cannot be read)."""
     try:
-        allowed = os.sched_getaffinity(0)
+        return os.sched_getaffinity(0)
     except OSError:
+        return None
+
+
+def _apart_masks(cpu: object, allowed):
+    """(``allowed``, the same without ``cpu``), or None when that is not a choice (no CPU given,
+    one CPU only, ``cpu`` not among them)."""
+    if not isinstance(cpu, int) or isinstance(cpu, bool) or cpu < 0 or allowed is None:
         return None
     if cpu not in allowed or len(allowed) < 2:
         return None
@@ -612,6 +617,11 @@ async def _serve(channel: AsyncChannel, limits: dict, on_run):
     namespace: dict = {"__name__": "__run_code__", "ToolCallError": ToolCallError}  # the program's globals
     if failed is None:
         exec(code, namespace)  # defines ``__program__``: nothing of the program runs before it is called
+        if uses_asyncio:  # its tools made now, before ``go``
+            import asyncio
+
+            namespace["tools"] = Tools(names, channel.call)
+            namespace["asyncio"] = asyncio
     go = await channel.message()
     if on_run is not None:
         on_run()
@@ -623,11 +633,7 @@ async def _serve(channel: AsyncChannel, limits: dict, on_run):
         namespace["tools"] = Tools(names, _Request)
         return lambda: finish(sync.fd, encode_done(outcome(lambda: drive(namespace["__program__"](), sync)),
                                                    max_value))
-    import asyncio
-
     channel.keep_off(go.get("host_cpu"))
-    namespace["tools"] = Tools(names, channel.call)
-    namespace["asyncio"] = asyncio
     try:
         value = await namespace["__program__"]()
         msg = {"t": "done", "ok": True, "value": value}

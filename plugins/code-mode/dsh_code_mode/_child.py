@@ -24,6 +24,7 @@ child → host   {"t": "call", "id": int, "name": str, "args": {...}}
 from __future__ import annotations
 
 import ast
+import contextlib  # (loaded by asyncio, which the warm process has loaded)
 import json
 import os
 import resource
@@ -559,6 +560,18 @@ def rehearse():
         ours.close()
         theirs.close()
     return loop
+
+
+def batch() -> None:
+    """Run as SCHED_BATCH: same share of the CPU, but waking does not preempt a task running on
+    this CPU. The host's event loop sends this process its program, then ``go``, then replies,
+    and goes on at once with its own work; on a machine that puts the two on one CPU, each wake-up
+    took the CPU from the host mid-way (from sending the program to confirming the run's
+    confinement: 0.07 ms of the host's CPU took 0.29 ms); nor does the rehearsal of a run made
+    ready. Set by the warm runtime before the process is named ready; inherited by what the
+    program starts."""
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, or refused: the default policy stays
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
 
 def main(fd: int, on_run=None) -> None:

@@ -160,6 +160,7 @@ def program(child, channel: int, out: int, cgroup: int | None, call: int, confin
             nest()
         except OSError as exc:
             _fail(1, f"cannot isolate the run from the warm runtime ({exc}); the program was not run")
+    child.batch()  # (see there: a ready run's wake-ups never take the host's CPU mid-way)
     _set_name(b"dsh-code-ready")  # a run made ready, waiting for its program
     sys.argv = [os.path.join(HERE, "_child.py"), str(channel)]
     try:

@@ -85,6 +85,26 @@ async def test_a_new_session_starts_its_warm_runtime_before_its_first_program(tm
         assert not _processes(_ours(workspace))
 
 
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_a_run_made_ready_waits_as_a_batch_process(tmp_path, workspace, mechanism):
+    """The program process runs SCHED_BATCH (the host's messages wake it without it taking the
+    host's CPU mid-way); the warm process and the reaper keep the default policy."""
+    import os
+
+    require_mechanism(mechanism)
+    script = _script(tmp_path, [{"text": "done"}])
+    async with memory_host(script, plugins=PLUGINS, config=_config("code", mechanism)) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(workspace), provider="scripted", model=str(script)))
+        await _until(lambda: "dsh-code-ready" in _names(workspace), "a run made ready")
+        policies = {}
+        for pid in _processes(_ours(workspace)):
+            with contextlib.suppress(OSError):
+                policies[Path(f"/proc/{pid}/comm").read_text().strip()] = os.sched_getscheduler(pid)
+        assert policies == {"dsh-code-ready": os.SCHED_BATCH, "dsh-code-reaper": os.SCHED_OTHER,
+                            "dsh-code-warm": os.SCHED_OTHER}
+        await agent.dispose()
+
+
 async def test_the_next_run_is_made_ready_once_the_run_has_ended_not_while_it_runs(tmp_path, workspace):
     """The session's task makes the next run ready after a run ends: while a program waits on a
     call, no other run is being made ready beside it (its forks and rehearsal would take CPU

@@ -401,7 +401,7 @@ def dsh_code_runtime(session: Agent, host: Host) -> CodeRuntime | None:
     cheap: the session gives the cwd and the route). First non-None wins; code-mode's own default (trylast) is a
     fresh fork per run of the session's warm Python process, confined by the sandbox ``bash`` uses. A runtime
     declares its ``language`` (the prompt's API is rendered for it) and implements
-    ``run(program, bindings, cancel)`` (see ``protocols.CodeRuntime``).
+    ``run(program, bindings, cancel=None)`` (see ``protocols.CodeRuntime``: ``cancel``, when given, aborts the run).
     """
 
 

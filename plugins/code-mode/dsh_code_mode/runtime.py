@@ -51,12 +51,12 @@ DRAIN_GRACE_S = 0.5  # after the end, how long the last output may still take to
 REPLY_HOLD_TURNS = 3
 # How many calls a worker runs before it sends the replies it has and lets the loop go round.
 WORKER_SLICE = 16
-CHANNEL_GRACE_S = 5.0
+CHANNEL_GRACE_S = 5.0  # after the process exits, how long the rest of the channel may take to read
 # What a run leaves for the session's task (the next run made ready, the ended run's teardown)
 # starts this many loop turns after the run returns: its result goes first (the tool dispatch
 # yields twice before it records it, and their forks, threads and messages ran in those yields:
 # from the run's return to its result event 0.16 -> 0.06 ms, medians of 15 runs of 100 reads).
-DEFER_TURNS = 4  # after the process exits, how long the rest of the channel may take to read
+DEFER_TURNS = 4
 
 
 class _Call(msgspec.Struct, tag="call", tag_field="t", forbid_unknown_fields=True):

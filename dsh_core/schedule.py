@@ -16,6 +16,7 @@ from collections import deque
 from types import TracebackType
 
 import anyio
+import anyio.lowlevel
 
 
 class Ticket:
@@ -27,17 +28,18 @@ class Ticket:
         self._admitted = anyio.Event()
         self._released = False
 
-    @property
-    def admitted(self) -> bool:
-        """Whether the call may run now (a caller that has nothing to wait for may skip ``async
-        with`` and its yield, and must then ``leave()`` itself when the call ends)."""
-        return self._admitted.is_set()
-
-    def leave(self) -> None:
-        """The call ended (or will never run): its place goes to the next in line (once)."""
-        self._scheduler._leave(self)
-
     async def __aenter__(self) -> Ticket:
+        if self._admitted.is_set():
+            # Admitted at once (a burst of reads): no loop turn before the call runs, only the
+            # check for a cancel. The wait's own yield cost every call a turn of the loop: 100
+            # gathered reads in a program, 11.6 -> 10.7 ms of the host's CPU; 100 native reads of
+            # one message, 10.00 -> 9.63 ms (bench/floor_code_mode.py turns, alternating).
+            try:
+                await anyio.lowlevel.checkpoint_if_cancelled()
+            except BaseException:
+                self._scheduler._leave(self)
+                raise
+            return self
         try:
             await self._admitted.wait()
         except BaseException:

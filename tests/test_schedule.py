@@ -60,20 +60,27 @@ async def test_a_cancelled_waiter_gives_its_place_up():
     assert sched.running == 0
 
 
-def test_a_caller_may_skip_the_wait_of_a_ticket_admitted_at_once():
-    """``admitted``: the call may run now (a caller then runs it without ``async with`` and its
-    yield, and ``leave``s when it ends); the next in line is admitted on that leave, once."""
+async def test_a_ticket_admitted_at_once_is_entered_without_a_loop_turn():
+    """A ticket admitted when it was taken runs its call at once (no yield to the loop: a burst of
+    reads took a loop turn each), yet a cancel still stops it before the call, giving its place up."""
     sched = ToolScheduler()
-    read, write, later = sched.ticket(True), sched.ticket(False), sched.ticket(True)
-    assert read.admitted and not write.admitted and not later.admitted
-    read.leave()
-    assert write.admitted and not later.admitted and sched.running == 1
-    read.leave()  # a second leave changes nothing
-    assert write.admitted and not later.admitted and sched.running == 1
-    write.leave()
-    assert later.admitted
-    later.leave()
+    ran: list[str] = []
+
+    async def other() -> None:
+        ran.append("other")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(other)  # would run first if entering the ticket yielded
+        async with sched.ticket(True):
+            ran.append("call")
+    assert ran == ["call", "other"]
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        async with sched.ticket(True):
+            pytest.fail("entered under a cancel")  # pragma: no cover
     assert sched.running == 0
+    async with sched.ticket(False):  # an exclusive call is admitted: nothing was left running
+        assert sched.running == 1
 
 
 def test_limit_must_be_positive():

@@ -50,7 +50,7 @@ DRAIN_GRACE_S = 0.5  # after the end, how long the last output may still take to
 # Bounded in turns, not time: a reply is never held for a slow call, only for calls already running.
 REPLY_HOLD_TURNS = 3
 # How many calls a worker runs before it sends the replies it has and lets the loop go round
-# (calls admitted at once take no loop turn each: ``tool.Dispatcher``). 100 gathered reads, A/B
+# (a call admitted at once takes no loop turn of its own: ``dsh_core.schedule``). 100 gathered reads, A/B
 # in one session: a slice of 4 cost 0.5 ms more than 8, 16 0.26 ms less than 8, 24 and 32 about
 # what 16 does; 16 reads hold the event loop ~1.5 ms, a burst of native calls all of its time.
 WORKER_SLICE = 16
@@ -604,7 +604,7 @@ class _Run:
                 if done == WORKER_SLICE:
                     # The replies so far leave now, and the loop gets a turn (the other workers,
                     # the reader, other sessions), every WORKER_SLICE calls: calls admitted at once
-                    # take no loop turn each (``Dispatcher``).
+                    # take no loop turn each (``dsh_core.schedule.Ticket``).
                     done = 0
                     self._send_queued()
                     await anyio.lowlevel.checkpoint()

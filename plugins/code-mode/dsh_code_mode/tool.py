@@ -70,18 +70,22 @@ class Dispatcher:
                 pass
             raise CodeCallError(name, f"no tool {name!r}; the tools are: {', '.join(self.names)}", code="UNKNOWN_TOOL")
         logged = arguments if len(arguments) <= MAX_ARGUMENTS_LOGGED else arguments[:MAX_ARGUMENTS_LOGGED] + "…"
-        if ticket.admitted:
-            # Admitted at once (a burst of reads, searches): no wait, and no loop turn of its own
-            # before the tool runs; the runtime's workers give the loop a turn every few calls
-            # instead (runtime.WORKER_SLICE).
+        ctx = self.ctx
+        agent, turn, step, parent = ctx.agent, ctx.turn, ctx.step, ctx.call_id
+        async with ticket:
+            agent.emit(CodeDispatchStart(turn=turn, step=step, call_id=sub_id, parent_call_id=parent, name=name,
+                                         arguments=logged))
+            out: ToolOutput | None = None
             try:
-                out = await self._call_tool(sub_id, name, args, arguments, logged)
+                out = await agent.call_tool(name, args, call_id=sub_id, turn=turn, step=step, raw=arguments)
             finally:
-                ticket.leave()
-        else:
-            async with ticket:
-                out = await self._call_tool(sub_id, name, args, arguments, logged)
-        content = out.content
+                if out is None:  # cancelled: the program ended or the turn was aborted
+                    agent.emit(CodeDispatch(turn=turn, step=step, call_id=sub_id, parent_call_id=parent, name=name,
+                                            arguments=logged, is_error=True,
+                                            result=[TextBlock(text="Error: tool call aborted")], code="ABORTED"))
+            content = out.content
+            agent.emit(CodeDispatch(turn=turn, step=step, call_id=sub_id, parent_call_id=parent, name=name,
+                                    arguments=logged, is_error=out.is_error, result=content, code=out.code))
         for block in content:
             if isinstance(block, ImageBlock):
                 self.images.extend(content)
@@ -92,25 +96,6 @@ class Dispatcher:
         if out.is_error:
             raise CodeCallError(name, text.removeprefix("Error: "), code=out.code)
         return text
-
-
-    async def _call_tool(self, sub_id: str, name: str, args: dict[str, Any], arguments: str,
-                         logged: str) -> ToolOutput:
-        """One call through the agent's tool path, between its two events."""
-        agent, turn, step, parent = self.ctx.agent, self.ctx.turn, self.ctx.step, self.ctx.call_id
-        agent.emit(CodeDispatchStart(turn=turn, step=step, call_id=sub_id, parent_call_id=parent, name=name,
-                                     arguments=logged))
-        out: ToolOutput | None = None
-        try:
-            out = await agent.call_tool(name, args, call_id=sub_id, turn=turn, step=step, raw=arguments)
-        finally:
-            if out is None:  # cancelled: the program ended or the turn was aborted
-                agent.emit(CodeDispatch(turn=turn, step=step, call_id=sub_id, parent_call_id=parent, name=name,
-                                        arguments=logged, is_error=True,
-                                        result=[TextBlock(text="Error: tool call aborted")], code="ABORTED"))
-        agent.emit(CodeDispatch(turn=turn, step=step, call_id=sub_id, parent_call_id=parent, name=name,
-                                arguments=logged, is_error=out.is_error, result=out.content, code=out.code))
-        return out
 
 
 def outer_result(result: CodeRunResult) -> ToolOutput:

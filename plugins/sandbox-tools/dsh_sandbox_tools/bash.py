@@ -219,6 +219,8 @@ class BashTool(SandboxTool):
 
 
 _PARTIAL_LINE = PARTIAL_NOTICE + "\n"  # the Landlock runner's notice line, taken out of a command's output
+
+
 def _bash() -> str:
     """The shell a command runs in: bash through PATH's absolute directories (cached per PATH;
     never a ``bash`` in the directory of the moment: ``dsh_core.paths.find_program``), else sh."""

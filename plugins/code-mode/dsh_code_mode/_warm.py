@@ -15,7 +15,7 @@ Protocol, one datagram per message:
 - host → warm: ``run`` or ``run confined`` with three or four descriptors: the run's *call
   socket* (``SOCK_SEQPACKET``), its *channel* (a stream socket speaking ``_child.py``'s
   protocol), the write end of its *output* pipe, and when the run has a pids cgroup, that
-  cgroup's ``cgroup.procs`` opened for writing. The warm process forks a reaper and forgets it
+  cgroup's ``tasks`` opened for writing (``ProcessBound.join_fd``). The warm process forks a reaper and forgets it
   (``reaping.serve``, shared with the bash command server; the host's side is
   ``dsh_core/warmserver.py``); end-of-file on the control socket ends the warm process.
 - reaper (a child subreaper; ``dsh_core/reaping.py``, shared with the bash command server):
@@ -139,7 +139,7 @@ def _fail(out: int, message: str) -> NoReturn:
 def program(child, channel: int, out: int, cgroup: int | None, call: int, confined: bool) -> None:
     if cgroup is not None:
         try:
-            os.write(cgroup, b"0")  # "0": this process; nothing of the run has forked yet
+            os.write(cgroup, b"0")  # its ``tasks``, "0": this thread, the only one; nothing of the run has forked yet
         except OSError as exc:
             _fail(out, f"cannot join the run's process cgroup ({exc.strerror}); the program was not run")
         os.close(cgroup)

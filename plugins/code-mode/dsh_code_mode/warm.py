@@ -166,11 +166,11 @@ class WarmSlot:
         bound = await anyio.to_thread.run_sync(ProcessBound.create, where.max_processes)
         launched = Launched()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        procs = -1
+        join = -1
         try:
-            procs = bound.procs_fd()
+            join = bound.join_fd()
             call, output = launched.theirs()
-            fds = [call, child.fileno(), output, *([procs] if procs >= 0 else [])]
+            fds = [call, child.fileno(), output, *([join] if join >= 0 else [])]
             for attempt in (1, 2):
                 warm = await self._warm(where)
                 try:
@@ -188,8 +188,8 @@ class WarmSlot:
             raise
         finally:
             child.close()
-            if procs >= 0:
-                os.close(procs)
+            if join >= 0:
+                os.close(join)
         return Prepared(launched, parent, bound, where)
 
     async def aclose(self) -> None:

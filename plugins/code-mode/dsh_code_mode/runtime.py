@@ -386,9 +386,10 @@ class _Run:
             await self.launched.wait()
         if self.bound.cgroup is not None:
             # Kills anything left in it, then removes it: in a worker thread even when it is empty,
-            # because a cgroup's rmdir waits for the kernel's cgroup lock (a run joining its cgroup
-            # meanwhile holds it through an RCU grace period): measured in the event loop, 1-10 ms
-            # of every session's time in most runs (bench/profile_code_reads.py, end>result).
+            # because a cgroup's rmdir waits for the kernel's cgroup lock, which anything moving a
+            # process between cgroups meanwhile may hold through an RCU grace period: measured in
+            # the event loop, 1-10 ms of every session's time in most runs while runs joined
+            # through cgroup.procs (bench/profile_code_reads.py, end>result).
             await anyio.to_thread.run_sync(self.bound.close)
         self.launched.close()
 

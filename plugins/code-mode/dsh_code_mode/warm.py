@@ -9,9 +9,9 @@ the session is disposed. ``Launched`` is one run as the host sees it: the call s
 lifeline: ``kill``, or closing it, ends everything of the run; ``exit <code>`` comes only once
 all of it is gone) and the read end of its output pipe.
 
-Why a run is made ready in advance: joining a cgroup (v1) waits for an RCU grace period when
-the kernel's thread-group lock was idle, 8-16 ms measured here against a 2-3 ms program; made
-ready while the model thinks, a run pays none of it, nor its two forks.
+Why a run is made ready in advance: its two forks, its cgroup and the rehearsal of its first
+steps (a fork pays a page fault and a copy for each page it first writes) are a few ms against
+a 2-3 ms program; made ready while the model thinks, a run pays none of it.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from pathlib import Path
@@ -178,3 +179,28 @@ async def test_a_fork_bomb_is_bounded_and_leaves_nothing(code_host):
     assert "BlockingIOError" in _text(result) or "Resource temporarily unavailable" in _text(result)
     if kind == "pids-cgroup":
         assert ours() == before  # the run's cgroup is gone, so were its processes
+
+
+async def test_every_thread_and_process_of_a_run_is_in_its_cgroup(code_host):
+    """The program process joins its cgroup through ``tasks`` (one thread moved, no global lock):
+    what it starts afterwards, a thread or a process, is in the run's cgroup too, and nothing of
+    the run is anywhere else (the cgroup's ``cgroup.procs`` lists the program process)."""
+    if _bound_kind() != "pids-cgroup":
+        pytest.skip("not root, or no writable pids cgroup hierarchy: runs have no cgroup (see README)")
+    result, _ = await _one(code_host, '''
+        import os, subprocess, threading
+        def pids(path):
+            return next(line.split(":", 2)[2].strip() for line in open(path) if ":pids:" in line)
+        mine = pids("/proc/self/cgroup")
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(pids("/proc/thread-self/cgroup")))
+        t.start(); t.join()
+        child = subprocess.run(["cat", "/proc/self/cgroup"], capture_output=True, text=True).stdout
+        child = next(line.split(":", 2)[2] for line in child.splitlines() if ":pids:" in line)
+        listed = open(f"/sys/fs/cgroup/pids{mine}/cgroup.procs").read().split()
+        return [mine, seen[0], child, str(os.getpid()) in listed]
+    ''')
+    assert not result.result.is_error, _text(result)
+    mine, thread, child, listed = json.loads(_text(result))
+    assert mine.startswith(f"/dsh-code-{os.getpid()}-"), mine
+    assert thread == mine and child == mine and listed is True

@@ -169,8 +169,8 @@ def test_settled_says_whether_anything_of_the_run_can_still_run():
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 async def test_a_runs_cgroup_is_removed_off_the_event_loop(code_host, workspace, mechanism, monkeypatch):
-    """A cgroup's rmdir waits for the kernel's cgroup lock (held through an RCU grace period by a
-    run joining its own cgroup meanwhile): 1-10 ms measured. It happens in a worker thread, never
+    """A cgroup's rmdir waits for the kernel's cgroup lock (held through an RCU grace period by
+    anything moving a process between cgroups meanwhile): 1-10 ms measured. It happens in a worker thread, never
     in the event loop, where it stalled every session of the process; two runs in a row (the
     second's spare is made ready while the first is torn down) all end with no cgroup left."""
     import threading

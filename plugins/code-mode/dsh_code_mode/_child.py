@@ -12,6 +12,8 @@ A program that does not mention ``asyncio`` is driven by a small synchronous loo
 ``await tools.x(...)`` one blocking round trip); one that does runs on asyncio (already
 imported by the warm process), so ``asyncio.gather`` overlaps calls.
 
+child → host   {"t": "ready"}   (once set up, before the program: the host learns this process's
+               pid from the credentials the kernel attaches, and has it woken off the host's CPU)
 host → child   {"t": "program", "program": str, "names": [str], "limits": {...}}
                {"t": "go", "host_cpu": int}   (nothing of the program runs before it)
                {"t": "reply", "id": int, "ok": true, "value": any}
@@ -35,6 +37,7 @@ from typing import NoReturn
 
 FILENAME = "<run_code>"
 READ_CHUNK = 1 << 16
+READY = b'{"t":"ready"}\n'  # this process is set up and waits for its program
 
 
 class ToolCallError(Exception):
@@ -185,9 +188,13 @@ class AsyncChannel:
 
     def keep_off(self, cpu: object) -> None:
         """``cpu`` is the host's (the event loop's, when it said ``go``): see ``_keep_apart``. The
-        run's own messages are over; what comes now is replies."""
+        run's own messages are over; what comes now is replies. The whole CPU mask comes back
+        first: the host kept this process off its CPU while it waited (``Prepared.keep_off``)."""
         self.control = None  # type: ignore[assignment]
         self.masks = _apart_masks(cpu, self.allowed)
+        if self.allowed is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, self.allowed)
 
     def detach(self) -> bytes:
         """Stop the loop's use of the fd (blocking again); what was read of the next message."""
@@ -613,6 +620,7 @@ def main(fd: int, on_run=None) -> None:
 async def _serve(channel: AsyncChannel, limits: dict, on_run):
     """The run, on its event loop: the program, ``go``, the program run; ends the process. For a
     program that does not use asyncio, returns what runs it once the loop is closed."""
+    os.write(channel.fd, READY)  # (the socket is empty: a short write never blocks)
     run = await channel.message()
     limits.update(run.get("limits", {}))
     max_value = int(limits.get("max_value_bytes", 1 << 20))
@@ -636,6 +644,7 @@ async def _serve(channel: AsyncChannel, limits: dict, on_run):
             namespace["tools"] = Tools(names, channel.call)
             namespace["asyncio"] = asyncio
     go = await channel.message()
+    channel.keep_off(go.get("host_cpu"))
     if on_run is not None:
         on_run()
     if failed is not None:
@@ -646,7 +655,6 @@ async def _serve(channel: AsyncChannel, limits: dict, on_run):
         namespace["tools"] = Tools(names, _Request)
         return lambda: finish(sync.fd, encode_done(outcome(lambda: drive(namespace["__program__"](), sync)),
                                                    max_value))
-    channel.keep_off(go.get("host_cpu"))
     try:
         value = await namespace["__program__"]()
         msg = {"t": "done", "ok": True, "value": value}

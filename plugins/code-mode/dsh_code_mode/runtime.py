@@ -39,7 +39,7 @@ from dsh_core.errors import CodeCallError, ToolError
 from dsh_core.types import CodeRunError, CodeRunResult
 
 from .limits import Limits, ProcessBound
-from .warm import Launched, WarmError, WarmSlot, Where, warm_argv
+from .warm import READY, Launched, WarmError, WarmSlot, Where, warm_argv
 
 KINDS_FROM_CHILD = ("exception", "timeout", "output-limit")
 DRAIN_GRACE_S = 0.5  # after the end, how long the last output may still take to arrive
@@ -125,6 +125,7 @@ def _offer(spare: Any, message: bytes) -> bytes | None:
     if spare.offered:
         return None
     spare.offered = True
+    spare.keep_off(_this_cpu())
     data = message + b"\n"
     try:
         spare.channel.setblocking(False)
@@ -230,7 +231,7 @@ class PythonRuntime:
             except WarmError as exc:
                 raise ToolError(f"run_code could not start its confined runtime ({exc}); nothing was run",
                                 code="SANDBOX_UNAVAILABLE") from None
-            run = _Run(self.limits, bindings, prepared.launched, prepared.bound, keeper)
+            run = _Run(self.limits, bindings, prepared.launched, prepared.bound, keeper, readied=prepared.readied)
             if prepared is not spare:
                 offered = None
             if keeper is not None and keeper.running:
@@ -283,7 +284,7 @@ async def _refill(slot: WarmSlot, where: Where) -> None:
 
 class _Run:
     def __init__(self, limits: Limits, bindings: Any, launched: Launched, bound: ProcessBound,
-                 keeper: _Keeper | None = None) -> None:
+                 keeper: _Keeper | None = None, *, readied: bool = False) -> None:
         self.limits = limits
         self.keeper = keeper
         self.emptied = False  # nothing of the run can run any more (its cgroup settled)
@@ -298,6 +299,7 @@ class _Run:
         self.value: Any = None
         self.finished = False
         self.last_id = 0
+        self.readied = readied  # the program process's ready line was read (it says so once, first)
         self.calls = 0
         self.pending = 0
         self.messages = 0
@@ -544,6 +546,9 @@ class _Run:
                 self._handle(line, calls)
 
     def _handle(self, line: bytes, calls: anyio.abc.TaskGroup) -> None:
+        if line == READY[:-1] and not self.readied and not self.last_id:
+            self.readied = True  # said before the program came, and not read then (``Prepared.keep_off``)
+            return
         try:
             msg = _decode(line)
         except RecursionError:

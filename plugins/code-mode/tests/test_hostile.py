@@ -52,6 +52,7 @@ async def test_garbage_on_the_channel_is_invalid_output(code_host):
     b'{"t": "launch", "id": 1}',
     b'[1, 2, 3]',
     b'{"t": "done", "ok": true, "value": 1, "extra": 2}',
+    b'{"t":"ready"}',  # the program process said it once, before the program came: never the program's
 ])
 async def test_well_formed_json_of_the_wrong_shape_is_invalid_output(code_host, message):
     result, _ = await _one(code_host, f'''

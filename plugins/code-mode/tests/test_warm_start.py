@@ -8,6 +8,7 @@ Each test with processes runs on every sandbox mechanism this machine has.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,47 @@ async def test_a_run_made_ready_waits_as_a_batch_process(tmp_path, workspace, me
         assert policies == {"dsh-code-ready": os.SCHED_BATCH, "dsh-code-reaper": os.SCHED_OTHER,
                             "dsh-code-warm": os.SCHED_OTHER}
         await agent.dispose()
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_a_ready_run_is_woken_off_the_hosts_cpu_and_gets_its_whole_mask_back_on_go(tmp_path, workspace,
+                                                                                          mechanism):
+    """The program process says ``ready`` on its channel; the host learns its pid from the
+    credentials the kernel attaches (under bubblewrap too: another pid namespace) and keeps it
+    off the host's CPU until ``go``; the program then runs with every CPU it had."""
+    import os
+
+    require_mechanism(mechanism)
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        pytest.skip("one CPU: there is no other CPU to keep a run on")
+    host_cpu = min(allowed)
+    script = _script(tmp_path, [run("import os\nreturn sorted(os.sched_getaffinity(0))"), {"text": "done"}])
+    async with memory_host(script, plugins=PLUGINS, config=_config("code", mechanism)) as host:
+        agent = host.create_agent(AgentSpec(cwd=str(workspace), provider="scripted", model=str(script)))
+        slot = agent.state(WarmSlot)
+        await _until(lambda: "dsh-code-ready" in _names(workspace), "a run made ready")
+        [ready] = [pid for pid in _processes(_ours(workspace))
+                   if Path(f"/proc/{pid}/comm").read_text().strip() == "dsh-code-ready"]
+        assert slot.spare is not None
+        await _until(lambda: _readable(slot.spare.channel), "its ready line")
+        slot.spare.keep_off(host_cpu)
+        assert os.sched_getaffinity(ready) == allowed - {host_cpu}
+        agent.submit(UserMessage(id="u1", content=[TextBlock(text="go")]))
+        with anyio.fail_after(30):
+            await agent.wait_idle()
+        [result] = [e for e in host.session_store.logs[agent.session_id].events if isinstance(e, ToolResultEvent)]
+        assert json.loads(result.result.content[0].text) == sorted(allowed)
+        await agent.dispose()
+
+
+def _readable(sock: Any) -> bool:
+    import socket
+
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return False
 
 
 async def test_the_next_run_is_made_ready_once_the_run_has_ended_not_while_it_runs(tmp_path, workspace):

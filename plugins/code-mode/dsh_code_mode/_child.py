@@ -12,8 +12,9 @@ A program that does not mention ``asyncio`` is driven by a small synchronous loo
 ``await tools.x(...)`` one blocking round trip); one that does runs on asyncio (already
 imported by the warm process), so ``asyncio.gather`` overlaps calls.
 
-child → host   {"t": "ready"}   (once set up, before the program: the host learns this process's
-               pid from the credentials the kernel attaches, and has it woken off the host's CPU)
+child → host   {"t": "ready", "cpus": [int]}   (once set up, before the program: the host learns
+               this process's pid from the credentials the kernel attaches, and has it woken off
+               the host's CPU; ``cpus``: its mask)
 host → child   {"t": "program", "program": str, "names": [str], "limits": {...}}
                {"t": "go", "host_cpu": int}   (nothing of the program runs before it)
                {"t": "reply", "id": int, "ok": true, "value": any}
@@ -37,7 +38,6 @@ from typing import NoReturn
 
 FILENAME = "<run_code>"
 READ_CHUNK = 1 << 16
-READY = b'{"t":"ready"}\n'  # this process is set up and waits for its program
 
 
 class ToolCallError(Exception):
@@ -620,7 +620,8 @@ def main(fd: int, on_run=None) -> None:
 async def _serve(channel: AsyncChannel, limits: dict, on_run):
     """The run, on its event loop: the program, ``go``, the program run; ends the process. For a
     program that does not use asyncio, returns what runs it once the loop is closed."""
-    os.write(channel.fd, READY)  # (the socket is empty: a short write never blocks)
+    ready = {"t": "ready", "cpus": sorted(channel.allowed)} if channel.allowed is not None else {"t": "ready"}
+    os.write(channel.fd, _encode(ready))  # set up, waiting (the socket is empty: a short write never blocks)
     run = await channel.message()
     limits.update(run.get("limits", {}))
     max_value = int(limits.get("max_value_bytes", 1 << 20))

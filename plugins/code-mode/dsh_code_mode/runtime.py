@@ -39,7 +39,7 @@ from dsh_core.errors import CodeCallError, ToolError
 from dsh_core.types import CodeRunError, CodeRunResult
 
 from .limits import Limits, ProcessBound
-from .warm import READY, Launched, WarmError, WarmSlot, Where, warm_argv
+from .warm import Launched, Ready, WarmError, WarmSlot, Where, warm_argv
 
 KINDS_FROM_CHILD = ("exception", "timeout", "output-limit")
 DRAIN_GRACE_S = 0.5  # after the end, how long the last output may still take to arrive
@@ -75,7 +75,7 @@ class _Done(msgspec.Struct, tag="done", tag_field="t", forbid_unknown_fields=Tru
     error: str = ""
 
 
-_decode = msgspec.json.Decoder(_Call | _Done).decode
+_decode = msgspec.json.Decoder(_Call | _Done | Ready).decode
 _decode_args = msgspec.json.Decoder(dict[str, Any]).decode
 _encode = msgspec.json.Encoder().encode
 
@@ -546,15 +546,17 @@ class _Run:
                 self._handle(line, calls)
 
     def _handle(self, line: bytes, calls: anyio.abc.TaskGroup) -> None:
-        if line == READY[:-1] and not self.readied and not self.last_id:
-            self.readied = True  # said before the program came, and not read then (``Prepared.keep_off``)
-            return
         try:
             msg = _decode(line)
         except RecursionError:
             self.fail("invalid-output", "the program's runtime sent an invalid message (nested too deeply to decode)")
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self.fail("invalid-output", f"the program's runtime sent an invalid message ({str(exc)[:200]})")
+        if isinstance(msg, Ready):
+            if self.readied or self.last_id:
+                self.fail("invalid-output", "the program's runtime said it was ready again")
+            self.readied = True  # said before the program came, and not read then (``Prepared.keep_off``)
+            return
         args = self._arguments(msg) if isinstance(msg, _Call) else {}
         # (nesting deeper than MAX_DEPTH takes more than MAX_DEPTH brackets: a short line cannot)
         if len(line) > MAX_DEPTH and _too_deep(msg.value if isinstance(msg, _Done) else args):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 
 from dsh_core import reaping
 from dsh_core.warmserver import STOP_TIMEOUT_S, CallSocket, WarmServer, WarmServerError
@@ -34,8 +35,17 @@ from .limits import ProcessBound
 
 WARM = str(Path(__file__).resolve().parent / "_warm.py")
 MAX_MSG = 4096
-READY = b'{"t":"ready"}\n'  # a run made ready says so on its channel once it waits (``_child.READY``)
 _UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid (SCM_CREDENTIALS)
+
+
+class Ready(msgspec.Struct, tag="ready", tag_field="t", forbid_unknown_fields=True):
+    """A run made ready says so on its channel once it waits for its program (``_child.py``):
+    its first message, and only then; ``cpus``: the CPUs it may run on."""
+
+    cpus: list[int] = []
+
+
+_decode_ready = msgspec.json.Decoder(Ready).decode
 
 
 class WarmError(WarmServerError):
@@ -102,36 +112,34 @@ class Prepared:
         it while the host confirms the run's confinement (100 gathered reads: about 0.5 ms less,
         medians of 8, three alternating pairs). Its whole mask comes back on ``go``. The pid is
         the one the kernel attaches to the line (``SO_PASSCRED``): in the host's pid namespace,
-        whatever namespace the run is in, and not the program process's to choose."""
-        pid = self._ready_pid()
-        if pid is None or cpu < 0:
+        whatever namespace the run is in, and not the program process's to choose. (Three system
+        calls on the run's way; the credentials stay on for the run: turning them off is a third.)"""
+        ready = self._ready()
+        if ready is None:
             return
-        try:
-            allowed = os.sched_getaffinity(pid)
-            if cpu in allowed and len(allowed) > 1:
-                os.sched_setaffinity(pid, allowed - {cpu})
-        except OSError:  # gone, or not ours to move: it wakes where the scheduler puts it
-            pass
+        pid, cpus = ready
+        if cpu in cpus and len(cpus) > 1:
+            with contextlib.suppress(OSError):  # gone, or not ours to move: it wakes where the scheduler puts it
+                os.sched_setaffinity(pid, cpus - {cpu})
 
-    def _ready_pid(self) -> int | None:
-        """The program process's pid, from its ``ready`` line when that has come (consumed then);
-        the credentials are asked for no longer either way."""
+    def _ready(self) -> tuple[int, set[int]] | None:
+        """(pid, CPU mask) of the program process from its ``ready`` line, once that has come
+        (then read off the channel); None before, or when what came is not one."""
         try:
-            data, ancillary, _, _ = self.channel.recvmsg(len(READY), socket.CMSG_SPACE(_UCRED.size),
+            data, ancillary, _, _ = self.channel.recvmsg(MAX_MSG, socket.CMSG_SPACE(_UCRED.size),
                                                          socket.MSG_PEEK | socket.MSG_DONTWAIT)
-            if data != READY:
+            line, newline, _ = data.partition(b"\n")
+            ready = _decode_ready(line)
+            if not newline:
                 return None
-            self.channel.recv(len(READY), socket.MSG_DONTWAIT)
-            self.readied = True
-        except OSError:  # (BlockingIOError: not ready yet)
+            self.channel.recv(len(line) + 1, socket.MSG_DONTWAIT)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):  # (BlockingIOError: not ready yet)
             return None
-        finally:
-            with contextlib.suppress(OSError):
-                self.channel.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
+        self.readied = True
         for level, kind, value in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(value) >= _UCRED.size:
                 pid = _UCRED.unpack_from(value)[0]
-                return pid if pid > 0 else None
+                return (pid, set(ready.cpus)) if pid > 0 else None
         return None
 
     def alive(self) -> bool:

@@ -21,7 +21,6 @@ descriptors' close then finish in the session's task.
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
 import os
 import socket
@@ -112,10 +111,9 @@ def _this_cpu() -> int:
 
 
 def _program_message(program: str, names: list[str], limits: Limits, nproc: int) -> bytes:
-    return json.dumps({"t": "program", "program": program, "names": names, "limits": {
+    return _encode({"t": "program", "program": program, "names": names, "limits": {
         "cpu_seconds": limits.compute_seconds, "address_space_bytes": limits.address_space_bytes,
-        "nproc": nproc, "max_value_bytes": limits.max_value_bytes, "network": limits.network}},
-        ensure_ascii=False).encode()
+        "nproc": nproc, "max_value_bytes": limits.max_value_bytes, "network": limits.network}})
 
 
 def _offer(spare: Any, message: bytes) -> bytes | None:
@@ -675,7 +673,7 @@ class _Run:
         self._send({"t": "reply", "id": call_id, "ok": False, "tool": name, "error": message, "code": code})
 
     def _send(self, msg: dict[str, Any]) -> None:
-        self._post(json.dumps(msg, ensure_ascii=False).encode())
+        self._post(_encode(msg))
 
     def _post(self, data: bytes) -> None:
         """Queue one message for the writer, or, when no other call is in flight (a program

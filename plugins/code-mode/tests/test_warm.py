@@ -352,3 +352,39 @@ async def test_a_new_permission_mode_gets_a_new_warm_process(workspace):
         assert not (workspace / "written.txt").exists()
         assert session.state(WarmSlot).starts == 2
         await session.slots.aclose()
+
+
+class _Echo:
+    names: tuple[str, ...] = ("echo",)
+
+    def call(self, name: str, args: dict[str, Any], arguments: str | None = None) -> Any:
+        async def answer() -> Any:
+            return args
+
+        return answer()
+
+
+@pytest.mark.parametrize("program", [
+    "import time\ntime.sleep(0.4)\nreturn (await tools.echo(n=1))['n']",  # quiet before its first call
+    "n = (await tools.echo(n=1))['n']\nimport time\ntime.sleep(0.4)\nreturn n",  # quiet after its last answer
+])
+async def test_the_host_keeps_its_loop_turning_only_briefly_while_a_program_is_quiet(workspace, program):
+    """While the program's next message is due the host keeps its event loop turning (``SPIN_S``,
+    0.5 ms), then blocks: a program quiet for 0.4 s costs the host's thread far less CPU than
+    that (it would cost all of it if the turning did not stop)."""
+    from dsh_code_mode.runtime import SPIN_S
+
+    assert SPIN_S < 0.01
+    async with memory_host("unused.json", plugins=("sandbox-tools",)) as host:
+        session = _Session()
+        runtime = PythonRuntime(host, str(workspace), session=session)
+        with anyio.fail_after(30):
+            warm = await runtime.run("return 0", _NoTools())  # the warm process started, the next run made ready
+            assert warm.value == 0
+            await _settled(workspace, ["dsh-code-ready", "dsh-code-reaper", "dsh-code-warm"])
+            cpu = time.thread_time()
+            result = await runtime.run(program, _Echo())
+            cpu = time.thread_time() - cpu
+        assert result.error is None and result.value == 1
+        assert cpu < 0.1, f"the host's thread used {cpu * 1000:.0f} ms of CPU during a run quiet for 400 ms"
+        await session.slots.aclose()

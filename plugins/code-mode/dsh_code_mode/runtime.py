@@ -20,6 +20,7 @@ descriptors' close then finish in the session's task.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import os
@@ -145,6 +146,18 @@ def _offer(spare: Any, message: bytes) -> bytes | None:
 
 class _Ended(Exception):
     pass
+
+
+def _cancel_soon(scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` from the event loop's next turn, not from this task: anyio (4.16) writes
+    the cancelling task's repr into the scope's reason, its coroutine and frame formatted, and a
+    callback has no task. A run's way from ``done`` to its return: 0.455 -> 0.379 ms of host CPU
+    (medians of 30 alternating runs of 100 gathered reads). On another backend: at once."""
+    loop = asyncio._get_running_loop()
+    if loop is None:
+        scope.cancel()
+    else:
+        loop.call_soon(scope.cancel)
 
 
 class PythonRuntime:
@@ -487,7 +500,7 @@ class _Run:
         try:
             await watch(*args)
         except _Ended:
-            stop.cancel()
+            _cancel_soon(stop)
 
     async def _watch_cancel(self, cancel: anyio.Event) -> None:
         await cancel.wait()

@@ -227,10 +227,12 @@ class PythonRuntime:
                     await keeper.wake.wait()
                     keeper.wake = anyio.Event()
                     await _after_the_result()
+                    keeper.tear_down_ended()
                     where, keeper.want = keeper.want, None
                     if where is not None:
                         await _refill(self.session.state(WarmSlot), where)
             finally:
+                keeper.tear_down_ended()  # awaited with the rest as the task group ends (each shielded)
                 keeper.running = False
                 keeper.teardowns = None
 
@@ -283,6 +285,14 @@ class _Keeper:
     want: Where | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
     teardowns: anyio.abc.TaskGroup | None = None  # where ended runs finish being torn down (its task's)
+    ended: list[_Run] = field(default_factory=list)  # runs whose teardown is left to the session's task
+
+    def tear_down_ended(self) -> None:
+        """Start the teardown of the runs that ended (``_Run._stop_shielded``), in ``teardowns``."""
+        ended, self.ended = self.ended, []
+        if self.teardowns is not None:
+            for run in ended:
+                self.teardowns.start_soon(run._stop_shielded)
 
 
 async def _after_the_result() -> None:
@@ -476,12 +486,15 @@ class _Run:
                 for fd in self.killing:  # signalled, never waited for (the run was cancelled meanwhile)
                     os.close(fd)
                 self.killing = []
-                teardowns = self.keeper.teardowns if self.keeper is not None else None
-                if self.emptied and teardowns is not None:
+                keeper = self.keeper
+                if self.emptied and keeper is not None and keeper.teardowns is not None:
                     # Nothing of the run runs any more: the result need not wait for the reaper's
                     # report, the cgroup's removal and the descriptors' close. The session's task
                     # finishes them (its end awaits them); the next run does not wait for them.
-                    teardowns.start_soon(self._stop_shielded)
+                    # That task starts it, once the result is in: starting a task here was 37 us
+                    # of a run's way from ``done`` to its return (medians of 25 runs).
+                    keeper.ended.append(self)
+                    keeper.wake.set()
                 else:
                     await self.stop()
         text = bytes(self.output[: lim.max_output_bytes]).decode("utf-8", errors="replace")

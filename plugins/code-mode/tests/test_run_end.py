@@ -198,3 +198,14 @@ async def test_a_runs_cgroup_is_removed_off_the_event_loop(code_host, workspace,
     assert len({name for name, _ in removed}) >= 2, removed  # both runs' cgroups (and the spare's)
     assert not [name for name, in_loop in removed if in_loop], removed
     assert not list(PIDS_V1.glob(f"dsh-code-{os.getpid()}-*"))
+
+
+@pytest.mark.parametrize("size", [0, 100, 1 << 16, (1 << 16) + 1, 3 << 16])
+def test_a_kernel_file_is_read_whole_whatever_its_size(tmp_path, size):
+    """``limits._read`` stops at the first read that does not fill its buffer (kernel files fill
+    it as far as they go): a file of exactly one buffer, or of several, still comes whole."""
+    from dsh_code_mode.limits import _read
+
+    data = bytes(i % 251 for i in range(size))
+    (tmp_path / "f").write_bytes(data)
+    assert _read(str(tmp_path / "f")) == data

@@ -330,6 +330,7 @@ class _Run:
         self.finished = False
         self.last_id = 0
         self.readied = readied  # the program process's ready line was read (it says so once, first)
+        self.spinning = True  # the loop is kept turning while the next message is due (``_awaiting_next``)
         self.calls = 0
         self.pending = 0
         self.messages = 0
@@ -678,10 +679,17 @@ class _Run:
 
     async def _awaiting_next(self) -> None:
         """Every call is answered: keep the event loop turning until the program's next message
-        has come (the reader takes it) or ``SPIN_S`` has passed (see there)."""
+        has come (the reader takes it) or ``SPIN_S`` has passed (see there). Once it has passed
+        in vain, the run does not do it again: a program that takes its time between calls
+        costs the host one ``SPIN_S``, not one per call."""
+        if not self.spinning:
+            return
         seen = self.last_id
         deadline = time.perf_counter() + SPIN_S
-        while not self.finished and self.last_id == seen and time.perf_counter() < deadline:
+        while not self.finished and self.last_id == seen:
+            if time.perf_counter() >= deadline:
+                self.spinning = False
+                return
             await anyio.lowlevel.checkpoint()
 
     def _drop_queued(self) -> None:

@@ -388,3 +388,27 @@ async def test_the_host_keeps_its_loop_turning_only_briefly_while_a_program_is_q
         assert result.error is None and result.value == 1
         assert cpu < 0.1, f"the host's thread used {cpu * 1000:.0f} ms of CPU during a run quiet for 400 ms"
         await session.slots.aclose()
+
+
+async def test_a_program_slow_between_its_calls_costs_the_host_one_spin_not_one_per_call(workspace, monkeypatch):
+    """After each call a program waits 50 ms: the host keeps its loop turning for the next
+    message once (``SPIN_S``, made 20 ms here to tell one from nine), finds it did in vain, and
+    blocks after that."""
+    import dsh_code_mode.runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "SPIN_S", 0.02)
+    program = ("import time\nn = 0\nfor i in range(9):\n"
+               "    n += (await tools.echo(n=1))['n']\n    time.sleep(0.05)\nreturn n")
+    async with memory_host("unused.json", plugins=("sandbox-tools",)) as host:
+        session = _Session()
+        runtime = PythonRuntime(host, str(workspace), session=session)
+        with anyio.fail_after(30):
+            assert (await runtime.run("return 0", _NoTools())).value == 0
+            await _settled(workspace, ["dsh-code-ready", "dsh-code-reaper", "dsh-code-warm"])
+            cpu = time.thread_time()
+            result = await runtime.run(program, _Echo())
+            cpu = time.thread_time() - cpu
+        assert result.error is None and result.value == 9
+        # one spin of 20 ms (plus the first message's, of 20 ms) and the calls: well under nine
+        assert cpu < 0.1, f"the host's thread used {cpu * 1000:.0f} ms of CPU: it kept turning after each call"
+        await session.slots.aclose()

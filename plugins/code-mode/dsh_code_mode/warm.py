@@ -113,7 +113,10 @@ class Prepared:
         medians of 8, three alternating pairs). Its whole mask comes back on ``go``. The pid is
         the one the kernel attaches to the line (``SO_PASSCRED``): in the host's pid namespace,
         whatever namespace the run is in, and not the program process's to choose. (Three system
-        calls on the run's way; the credentials stay on for the run: turning them off is a third.)"""
+        calls on the run's way; the credentials stay on for the run: turning them off is a fourth.)
+        The pid is freed only when the reaper has reaped the program process, and then it ends
+        the run (``take`` sees that: ``alive``); another process would have the pid only if the
+        kernel's pid counter wrapped round in that instant."""
         ready = self._ready()
         if ready is None:
             return

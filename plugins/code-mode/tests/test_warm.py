@@ -364,6 +364,23 @@ class _Echo:
         return answer()
 
 
+async def _host_cpu_of_a_run(workspace: Path, program: str) -> tuple[Any, float]:
+    """``program``'s result and the CPU the host's thread used while it ran: a session's second
+    run (the warm process started and this run made ready first, off the measurement)."""
+    async with memory_host("unused.json", plugins=("sandbox-tools",)) as host:
+        session = _Session()
+        runtime = PythonRuntime(host, str(workspace), session=session)
+        try:
+            with anyio.fail_after(30):
+                assert (await runtime.run("return 0", _NoTools())).value == 0
+                await _settled(workspace, ["dsh-code-ready", "dsh-code-reaper", "dsh-code-warm"])
+                cpu = time.thread_time()
+                result = await runtime.run(program, _Echo())
+                return result, time.thread_time() - cpu
+        finally:
+            await session.slots.aclose()
+
+
 @pytest.mark.parametrize("program", [
     "import time\ntime.sleep(0.4)\nreturn (await tools.echo(n=1))['n']",  # quiet before its first call
     "n = (await tools.echo(n=1))['n']\nimport time\ntime.sleep(0.4)\nreturn n",  # quiet after its last answer
@@ -375,19 +392,9 @@ async def test_the_host_keeps_its_loop_turning_only_briefly_while_a_program_is_q
     from dsh_code_mode.runtime import SPIN_S
 
     assert SPIN_S < 0.01
-    async with memory_host("unused.json", plugins=("sandbox-tools",)) as host:
-        session = _Session()
-        runtime = PythonRuntime(host, str(workspace), session=session)
-        with anyio.fail_after(30):
-            warm = await runtime.run("return 0", _NoTools())  # the warm process started, the next run made ready
-            assert warm.value == 0
-            await _settled(workspace, ["dsh-code-ready", "dsh-code-reaper", "dsh-code-warm"])
-            cpu = time.thread_time()
-            result = await runtime.run(program, _Echo())
-            cpu = time.thread_time() - cpu
-        assert result.error is None and result.value == 1
-        assert cpu < 0.1, f"the host's thread used {cpu * 1000:.0f} ms of CPU during a run quiet for 400 ms"
-        await session.slots.aclose()
+    result, cpu = await _host_cpu_of_a_run(workspace, program)
+    assert result.error is None and result.value == 1
+    assert cpu < 0.1, f"the host's thread used {cpu * 1000:.0f} ms of CPU during a run quiet for 400 ms"
 
 
 async def test_a_program_slow_between_its_calls_costs_the_host_one_spin_not_one_per_call(workspace, monkeypatch):
@@ -397,18 +404,9 @@ async def test_a_program_slow_between_its_calls_costs_the_host_one_spin_not_one_
     import dsh_code_mode.runtime as runtime_module
 
     monkeypatch.setattr(runtime_module, "SPIN_S", 0.02)
-    program = ("import time\nn = 0\nfor i in range(9):\n"
-               "    n += (await tools.echo(n=1))['n']\n    time.sleep(0.05)\nreturn n")
-    async with memory_host("unused.json", plugins=("sandbox-tools",)) as host:
-        session = _Session()
-        runtime = PythonRuntime(host, str(workspace), session=session)
-        with anyio.fail_after(30):
-            assert (await runtime.run("return 0", _NoTools())).value == 0
-            await _settled(workspace, ["dsh-code-ready", "dsh-code-reaper", "dsh-code-warm"])
-            cpu = time.thread_time()
-            result = await runtime.run(program, _Echo())
-            cpu = time.thread_time() - cpu
-        assert result.error is None and result.value == 9
-        # one spin of 20 ms (plus the first message's, of 20 ms) and the calls: well under nine
-        assert cpu < 0.1, f"the host's thread used {cpu * 1000:.0f} ms of CPU: it kept turning after each call"
-        await session.slots.aclose()
+    result, cpu = await _host_cpu_of_a_run(workspace, "import time\nn = 0\nfor i in range(9):\n"
+                                                      "    n += (await tools.echo(n=1))['n']\n"
+                                                      "    time.sleep(0.05)\nreturn n")
+    assert result.error is None and result.value == 9
+    # one turning of 20 ms after a call (and one for the first message) and the calls: well under nine
+    assert cpu < 0.1, f"the host's thread used {cpu * 1000:.0f} ms of CPU: it kept turning after each call"
